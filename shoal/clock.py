@@ -1,0 +1,36 @@
+"""Injected clocks. Nothing in handlers, storage or quotas reads the time directly."""
+
+from __future__ import annotations
+
+import time
+
+
+class Clock:
+    """Wall-clock milliseconds (for timestamps) and a monotonic clock (for timeouts)."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class ManualClock(Clock):
+    """A clock tests move by hand: ``clock.sleep(0.5)`` advances both readings."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self._now_ms = now_ms
+        self._mono = 0.0
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self._now_ms += int(round(seconds * 1000))
+        self._mono += seconds
+
+
+SYSTEM_CLOCK = Clock()

@@ -1,0 +1,121 @@
+"""The cluster's durable state behind one interface.
+
+Reads go to an immutable ``MetadataImage`` (a snapshot, like KRaft's MetadataImage): handlers read
+it synchronously and never see a half-applied change. Writes are async methods that return when
+the change is durable and the new image is published; listeners are told of each new image.
+
+Backends: ``embedded`` (single node, a local file store, no etcd) now; ``etcd`` (the quorum of a
+multi-node cluster) later, behind the same interface. Nothing here assumes a single node: every
+partition has replicas, an ISR, a leader and a leader epoch.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+
+class MetadataError(Exception):
+    """A mutation the store refuses; ``code`` is the Kafka error code name to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int  # -1 when there is none
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionInfo, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)  # only the topic's own overrides
+    internal: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    cluster_id: str
+    controller_id: int
+    brokers: Mapping[int, BrokerInfo]
+    topics: Mapping[str, TopicInfo]
+    topics_by_id: Mapping[uuid.UUID, TopicInfo]
+    broker_configs: Mapping[str, str]  # dynamic cluster-wide overrides (AlterConfigs on broker)
+    epoch: int = 0  # bumps on every change
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+
+class MetadataStore(abc.ABC):
+    """Durable cluster metadata. Implementations must be safe to call from one event loop."""
+
+    @property
+    @abc.abstractmethod
+    def image(self) -> MetadataImage: ...
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def register_broker(self, info: BrokerInfo) -> None: ...
+
+    @abc.abstractmethod
+    async def create_topic(
+        self,
+        name: str,
+        assignments: list[tuple[int, ...]],
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+    ) -> TopicInfo:
+        """Create a topic with one replica list per partition (leader = first replica).
+
+        Raises MetadataError("TOPIC_ALREADY_EXISTS", ...) if it exists.
+        """
+
+    @abc.abstractmethod
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """Raises MetadataError("UNKNOWN_TOPIC_OR_PARTITION", ...) if it does not exist."""
+
+    @abc.abstractmethod
+    async def add_partitions(self, name: str, assignments: list[tuple[int, ...]]) -> TopicInfo: ...
+
+    @abc.abstractmethod
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        """Replace the topic's overrides with ``configs`` (callers compute incremental changes)."""
+
+    @abc.abstractmethod
+    async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
+        """Replace the dynamic cluster-wide broker config overrides."""
+
+    @abc.abstractmethod
+    def subscribe(self, listener: Callable[[MetadataImage, MetadataImage], None]) -> None:
+        """Call ``listener(old, new)`` after each published change."""

@@ -1,0 +1,1 @@
+"""Wire codec: framing, headers, message payloads (kio) and RecordBatch v2 access. No I/O here."""
