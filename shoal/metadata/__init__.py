@@ -32,6 +32,14 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # (listener name, host, port) per advertised listener; host/port above are the first one.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,28 @@
+# The two set-up commands of README.md live here: `make serve` and `make test`.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEBIAN_PACKAGES := kcat
+
+.PHONY: serve install deps test bench
+
+# Start a single-node broker on 127.0.0.1:9092 with its data in ./data (embedded metadata store).
+serve: install
+	$(PYTHON) -m shoal serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+
+install:
+	$(PIP) install -q --disable-pip-version-check -e .
+
+# Everything the tests need: Debian packages (kcat) and Python packages (the real Kafka clients).
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; fi
+	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+
+# Install what the tests need, then run the whole suite.
+test: deps
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(PIP) install -q --disable-pip-version-check -e '.[bench]'
+	$(PYTHON) bench/bench_brokers.py

@@ -1,0 +1,272 @@
+"""The broker: owns the services handlers use and the listeners clients connect to.
+
+No module globals: a test can run several ``Broker`` objects in one process. The broker follows the
+metadata image: when a partition is assigned to this node it opens (or creates) its log, when a
+topic goes away it deletes its logs, when configs change it re-derives the partitions' LogConfig.
+So handlers only change metadata; storage follows, on one node as on many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal.clock import SYSTEM_CLOCK, Clock
+from shoal.config import BrokerConfig, log_config
+from shoal.handlers.fetch import FetchSessionCache
+from shoal.handlers.registry import Registry
+from shoal.metadata import BrokerInfo, MetadataImage, MetadataStore, PartitionInfo, TopicInfo
+from shoal.server.purgatory import Purgatory
+from shoal.storage import LogConfig, LogManager, PartitionLog
+
+log = logging.getLogger("shoal.broker")
+
+
+def handler_modules() -> list[Any]:
+    from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+
+    return [api_versions, metadata, produce, fetch, list_offsets, admin]
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        metadata: MetadataStore | None = None,
+    ) -> None:
+        self.static_config = config
+        self.clock = clock
+        self.node_id: int = config.node_id
+        self.data_dir = Path(config.data_dir)
+        if metadata is None:
+            from shoal.metadata.embedded import EmbeddedMetadataStore
+
+            metadata = EmbeddedMetadataStore(
+                self.data_dir / "__metadata" / "metadata.json", node_id=self.node_id
+            )
+        self.metadata = metadata
+        self.logs = LogManager(self.data_dir, clock=clock)
+        self.registry = Registry(handler_modules())
+        self.connections: set[Any] = set()
+        # Admin handlers read-modify-write metadata under this lock so they don't race each other.
+        self.admin_lock = asyncio.Lock()
+        self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
+        self.fetch_sessions = FetchSessionCache(
+            int(config.get("max.incremental.fetch.session.cache.slots"))
+        )
+        self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
+        self.listeners: list[Listener] = []
+        self._servers: list[asyncio.base_events.Server] = []
+        self._config_cache: tuple[int, BrokerConfig] | None = None
+        self._log_configs: dict[str, LogConfig] = {}
+        self._periodic: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    # -- configuration ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> BrokerConfig:
+        """Static config with the cluster-wide dynamic overrides of the current image applied."""
+        image = self.metadata.image
+        cached = self._config_cache
+        if cached is None or cached[0] != image.epoch:
+            cached = (image.epoch, self.static_config.with_dynamic(image.broker_configs))
+            self._config_cache = cached
+        return cached[1]
+
+    def log_config_for(self, topic: TopicInfo) -> LogConfig:
+        cfg = self._log_configs.get(topic.name)
+        if cfg is None:
+            cfg = log_config(self.config, topic.configs)
+            self._log_configs[topic.name] = cfg
+        return cfg
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.metadata.start()
+        await asyncio.to_thread(self.logs.load)
+        self._reconcile(None, self.metadata.image)
+        self.metadata.subscribe(self._on_metadata)
+        loop = asyncio.get_running_loop()
+        from shoal.server.connection import KafkaConnection
+
+        for name, host, port in self.static_config.listeners:
+            server = await loop.create_server(
+                lambda name=name: KafkaConnection(self, name), host=host, port=port, reuse_address=True
+            )
+            actual = server.sockets[0].getsockname()[1]
+            self.listeners.append(Listener(name, host, actual))
+            self._servers.append(server)
+        await self.metadata.register_broker(self._broker_info())
+        self._periodic = asyncio.create_task(self._run_periodic())
+        log.info(
+            "broker %d started: %s, data in %s, cluster id %s",
+            self.node_id,
+            ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.listeners),
+            self.data_dir,
+            self.metadata.image.cluster_id,
+        )
+
+    def _broker_info(self) -> BrokerInfo:
+        advertised = list(self.static_config.advertised_listeners)
+        endpoints: list[tuple[str, str, int]] = []
+        for l in self.listeners:
+            host, port = l.host, l.port
+            for name, ahost, aport in advertised:
+                if name == l.name:
+                    host, port = ahost, (aport or l.port)
+            if host in ("0.0.0.0", "", "::"):
+                host = "127.0.0.1"
+            endpoints.append((l.name, host, port))
+        first = endpoints[0]
+        return BrokerInfo(
+            node_id=self.node_id,
+            host=first[1],
+            port=first[2],
+            rack=self.static_config.rack,
+            endpoints=tuple(endpoints),
+        )
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for server in self._servers:
+            await server.wait_closed()
+        if self._periodic is not None:
+            self._periodic.cancel()
+            try:
+                await self._periodic
+            except asyncio.CancelledError:
+                pass
+        await asyncio.to_thread(self.logs.close)
+        await self.metadata.close()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def _run_periodic(self) -> None:
+        interval = min(
+            int(self.config.get("log.retention.check.interval.ms")),
+            int(self.config.get("log.flush.scheduler.interval.ms")),
+            1000,
+        ) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.logs.run_periodic, self.clock.now_ms())
+            except Exception:
+                log.exception("periodic log maintenance failed")
+
+    # -- following metadata ---------------------------------------------------------------
+
+    def _on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
+        self._reconcile(old, new)
+
+    def _reconcile(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        old_topics = old.topics if old is not None else {}
+        for name, topic in old_topics.items():
+            current = new.topics.get(name)
+            if current is None or current.topic_id != topic.topic_id:
+                self._log_configs.pop(name, None)
+                for p in topic.partitions:
+                    if self.node_id in p.replicas:
+                        self.logs.delete_partition(name, p.partition)
+        for name, topic in new.topics.items():
+            prev = old_topics.get(name)
+            if prev is not None and prev.configs != topic.configs:
+                self._log_configs.pop(name, None)
+            if old is not None and old.broker_configs != new.broker_configs:
+                self._log_configs.pop(name, None)
+            cfg = self.log_config_for(topic)
+            for p in topic.partitions:
+                if self.node_id not in p.replicas:
+                    continue
+                plog = self.logs.get(name, p.partition)
+                if plog is None:
+                    self.logs.get_or_create(name, p.partition, cfg)
+                elif plog.config != cfg:
+                    plog.update_config(cfg)
+        if old is None:
+            # Logs on disk for topics that no longer exist (deleted while we were down).
+            for name, partition in list(self.logs.partitions()):
+                topic = new.topics.get(name)
+                if topic is None or partition >= len(topic.partitions):
+                    self.logs.delete_partition(name, partition)
+
+    # -- partition access for handlers -----------------------------------------------------
+
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get(topic, partition)
+
+    def after_leader_append(self, topic: TopicInfo, p: PartitionInfo, plog: PartitionLog) -> None:
+        """Advance the high watermark when this leader is the whole ISR, and wake fetchers.
+
+        With followers, the replication layer advances the HWM as they catch up instead.
+        """
+        if p.isr == (self.node_id,) or not p.isr:
+            plog.high_watermark = plog.log_end_offset
+            self.hwm_waiters.notify((topic.name, p.partition))
+        self.fetch_waiters.notify((topic.name, p.partition))
+
+    async def await_high_watermarks(
+        self, waits: list[tuple[str, int, int]], timeout: float
+    ) -> set[tuple[str, int]]:
+        """Wait until each partition's high watermark reaches its offset (acks=all).
+
+        Returns the partitions that did not get there within ``timeout`` seconds (or lost their
+        log meanwhile); the caller answers REQUEST_TIMED_OUT for those.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def behind() -> list[tuple[str, int, int]]:
+            out = []
+            for topic, partition, offset in waits:
+                plog = self.logs.get(topic, partition)
+                if plog is None or plog.high_watermark < offset:
+                    out.append((topic, partition, offset))
+            return out
+
+        pending = behind()
+        while pending:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await self.hwm_waiters.wait([(t, p) for t, p, _ in pending], remaining)
+            pending = behind()
+        return {(t, p) for t, p, _ in pending}
+
+    async def auto_create_topic(self, name: str) -> TopicInfo | None:
+        """Create a topic with broker defaults, as Kafka does for Metadata with auto-creation."""
+        from shoal.metadata import MetadataError
+        from shoal.placement import assign_replicas
+
+        cfg = self.config
+        image = self.metadata.image
+        partitions = int(cfg.get("num.partitions"))
+        rf = min(int(cfg.get("default.replication.factor")), max(1, len(image.brokers)))
+        brokers = sorted(image.brokers.values(), key=lambda b: b.node_id)
+        assignments = assign_replicas([(b.node_id, b.rack) for b in brokers], partitions, rf)
+        try:
+            return await self.metadata.create_topic(name, assignments, {})
+        except MetadataError as e:
+            if e.code == "TOPIC_ALREADY_EXISTS":
+                return self.metadata.image.topic(name)
+            raise
+

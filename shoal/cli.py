@@ -1,0 +1,107 @@
+"""The ``shoal`` command: ``serve`` runs a broker; admin commands talk to one over the wire."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+
+def _serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run a broker")
+    p.add_argument("--config", help="a Kafka-style server.properties file")
+    p.add_argument("--listeners", help="e.g. PLAINTEXT://127.0.0.1:9092")
+    p.add_argument("--advertised-listeners", help="what clients are told to connect to")
+    p.add_argument("--log-dirs", "--data-dir", dest="log_dirs", help="where partition logs and metadata live")
+    p.add_argument("--node-id", type=int)
+    p.add_argument("--rack", help="broker.rack")
+    p.add_argument(
+        "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
+        help="any broker config, as in server.properties (repeatable)",
+    )
+    p.add_argument("--log-level", default=os.environ.get("SHOAL_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=cmd_serve)
+
+
+def _overrides(args) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in args.override:
+        if "=" not in item:
+            raise SystemExit(f"--override wants KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    for flag, key in (
+        ("listeners", "listeners"),
+        ("advertised_listeners", "advertised.listeners"),
+        ("log_dirs", "log.dirs"),
+        ("node_id", "node.id"),
+        ("rack", "broker.rack"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            out[key] = str(value)
+    return out
+
+
+def cmd_serve(args) -> int:
+    from shoal.broker import Broker
+    from shoal.config import BrokerConfig, ConfigError
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.config, _overrides(args))
+    except (ConfigError, OSError) as e:
+        print(f"shoal serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def run() -> None:
+        broker = Broker(config)
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+        image = broker.metadata.image
+        for l in broker.listeners:
+            print(
+                f"Shoal broker {broker.node_id} is up: {l.name}://{l.host}:{l.port} "
+                f"(cluster {image.cluster_id}, data in {broker.data_dir})\n"
+                f"  connect with: --bootstrap-server {l.host}:{l.port}   e.g.\n"
+                f"  kcat -b {l.host}:{l.port} -L\n"
+                f"  shoal topics create demo --partitions 3 --bootstrap-server {l.host}:{l.port}",
+                flush=True,
+            )
+        await broker.wait_stopped()
+
+    asyncio.run(run())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    try:
+        from shoal import cli_topics
+    except ImportError:
+        cli_topics = None  # type: ignore[assignment]
+    if cli_topics is not None:
+        cli_topics.add_parser(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

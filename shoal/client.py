@@ -1,0 +1,908 @@
+"""A small asyncio Kafka admin client on Shoal's own codec (no other Kafka library).
+
+Used by the ``shoal topics`` CLI and by tests. It speaks only the wire protocol:
+
+- ``AdminClient.connect()`` opens a connection to the bootstrap broker and sends ApiVersions
+  first; every later request uses, per API, the highest version both sides support.
+- ``request(api_key, body)`` takes either a plain ``dict`` of fields — built for the negotiated
+  version with :func:`build_entity`, nested entities included — or a ready kio entity, sent at
+  that entity's own version. It returns the decoded response entity.
+- The typed methods (``create_topics``, ``describe_configs``, ...) take plain Python values and
+  return plain per-resource results.
+
+Errors: a failing resource becomes a :class:`KafkaError` (``code_name`` is Kafka's upper-case
+name, e.g. ``TOPIC_ALREADY_EXISTS``). By default the methods raise the first one; with
+``raise_errors=False`` they return a mapping where failed resources map to their ``KafkaError``
+instance instead of a result, so a caller handling several resources sees each outcome.
+
+Partition-level requests (ListOffsets, DeleteRecords) go to each partition's leader, found
+through Metadata; everything else goes to the bootstrap broker (a KRaft broker forwards admin
+requests to the controller itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import itertools
+import struct
+import types
+import typing
+import uuid
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Iterable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from shoal.protocol import codec
+
+__all__ = [
+    "AdminClient",
+    "KafkaError",
+    "build_entity",
+    "ConfigEntry",
+    "TopicDescription",
+    "PartitionDescription",
+    "RESOURCE_TOPIC",
+    "RESOURCE_BROKER",
+]
+
+# Api keys used here.
+PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
+API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
+DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 32, 33, 37
+INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
+
+# ConfigResource types (DescribeConfigs / AlterConfigs).
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+# IncrementalAlterConfigs operations.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+# ListOffsets special timestamps.
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+CONFIG_SOURCES = {
+    -1: "UNKNOWN",
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+
+_I32 = struct.Struct(">i")
+MAX_RESPONSE = 1 << 30
+
+
+class KafkaError(Exception):
+    """A Kafka error code returned for one resource (or for a whole request)."""
+
+    def __init__(self, code_name: str, message: str | None = None, resource: str | None = None) -> None:
+        self.code_name = code_name
+        self.message = message
+        self.resource = resource
+        text = code_name
+        if resource:
+            text = f"{resource}: {text}"
+        if message:
+            text = f"{text}: {message}"
+        super().__init__(text)
+
+    @property
+    def code(self) -> int:
+        try:
+            return int(ErrorCode[self.code_name.lower()])
+        except KeyError:
+            return -1
+
+    @classmethod
+    def from_code(cls, code: int, message: str | None = None, resource: str | None = None) -> "KafkaError":
+        try:
+            name = ErrorCode(int(code)).name.upper()
+        except ValueError:
+            name = f"ERROR_{int(code)}"
+        return cls(name, message, resource)
+
+
+class ConnectionLost(KafkaError):
+    def __init__(self, message: str) -> None:
+        super().__init__("NETWORK_EXCEPTION", message)
+
+
+def _check(code: int, message: str | None = None, resource: str | None = None) -> KafkaError | None:
+    return None if int(code) == 0 else KafkaError.from_code(code, message, resource)
+
+
+# -- building entities from plain values ------------------------------------------------------
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not types.NoneType]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def _convert(tp: Any, kafka_type: str, value: Any, where: str) -> Any:
+    inner, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{where} may not be None")
+    if typing.get_origin(inner) is tuple:
+        (elem,) = typing.get_args(inner)[:1]
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+            raise TypeError(f"{where} wants a list, got {type(value).__name__}")
+        return tuple(_convert(elem, kafka_type, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        if isinstance(value, inner):
+            return value
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # An entity of another version: carry over the fields both versions have.
+            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{where} wants a dict for {inner.__name__}, got {type(value).__name__}")
+        return build_entity(inner, value, _where=where)
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and not isinstance(value, datetime.timedelta):
+        return datetime.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and not isinstance(value, datetime.datetime):
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.timezone.utc)
+    if kafka_type == "uuid" and isinstance(value, str):
+        return uuid.UUID(value)
+    return value
+
+
+def build_entity(cls: type, values: Mapping[str, Any], *, _where: str | None = None) -> Any:
+    """Build a kio entity of ``cls`` (any version) from plain values, nested entities included.
+
+    Like :func:`shoal.protocol.codec.build`, keys this version does not have are dropped, so a
+    caller passes the superset of fields and gets what each version takes. Nested entities can
+    be given as dicts (or as entities of another version); lists become tuples; milliseconds
+    become timedeltas, string UUIDs become ``uuid.UUID``. A field the caller leaves out keeps its
+    schema default; without one, a list field becomes ``()``, a nullable field ``None``, and any
+    other missing field is a ``TypeError`` naming it.
+    """
+    where = _where or cls.__name__
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        kafka_type = f.metadata.get("kafka_type", "")
+        if f.name in values:
+            kwargs[f.name] = _convert(tp, kafka_type, values[f.name], f"{where}.{f.name}")
+            continue
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        inner, optional = _unwrap_optional(tp)
+        if optional:
+            kwargs[f.name] = None
+        elif typing.get_origin(inner) is tuple:
+            kwargs[f.name] = ()
+        else:
+            raise TypeError(f"{where}.{f.name} is required (v{cls.__version__})")
+    return cls(**kwargs)
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    internal: bool
+    partitions: tuple[PartitionDescription, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    cluster_id: str | None
+    controller_id: int
+    brokers: dict[int, tuple[str, int, str | None]]  # node id -> (host, port, rack)
+    topics: dict[str, TopicDescription | KafkaError]
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str  # DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG, ...
+    read_only: bool = False
+    sensitive: bool = False
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "DEFAULT_CONFIG"
+
+
+@dataclass(frozen=True)
+class CreatedTopic:
+    name: str
+    topic_id: uuid.UUID | None
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, ConfigEntry] = field(default_factory=dict)
+
+
+# -- the connection --------------------------------------------------------------------------
+
+
+class _Connection:
+    """One TCP connection: requests are pipelined, responses matched by correlation id."""
+
+    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout = timeout
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._ids = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed_reason: str | None = None
+
+    async def open(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout
+            )
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
+        self._read_task = asyncio.ensure_future(self._read_loop())
+        await self._negotiate()
+
+    async def _negotiate(self) -> None:
+        kio_lo, kio_hi = codec.kio_versions(API_VERSIONS) or (0, 0)
+        version = min(3, kio_hi)
+        while True:
+            body = build_entity(
+                codec.request_type(API_VERSIONS, version),
+                {"client_software_name": "shoal-client", "client_software_version": "0.1.0"},
+            )
+            resp = await self.send(API_VERSIONS, version, body)
+            broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+            if resp.error_code == ErrorCode.unsupported_version and API_VERSIONS in broker:
+                retry = min(broker[API_VERSIONS][1], kio_hi)
+                if retry >= version:
+                    raise KafkaError("UNSUPPORTED_VERSION", "broker rejected every ApiVersions version")
+                version = retry
+                continue
+            err = _check(resp.error_code, None, "ApiVersions")
+            if err:
+                raise err
+            self.versions = broker
+            return
+
+    def version_for(self, api_key: int) -> int:
+        known = codec.kio_versions(api_key)
+        broker = self.versions.get(api_key)
+        if known is None or broker is None:
+            raise KafkaError("UNSUPPORTED_VERSION", f"the broker does not offer api {api_key}")
+        hi = min(known[1], broker[1])
+        if hi < max(known[0], broker[0]):
+            raise KafkaError(
+                "UNSUPPORTED_VERSION",
+                f"api {api_key}: broker offers v{broker[0]}-{broker[1]}, this client v{known[0]}-{known[1]}",
+            )
+        return hi
+
+    async def send(self, api_key: int, version: int, body: Any) -> Any:
+        if self._closed_reason is not None or self._writer is None:
+            raise ConnectionLost(self._closed_reason or "not connected")
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (api_key, version, fut)
+        self._writer.write(frame)
+        try:
+            await self._writer.drain()
+            return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
+        except asyncio.TimeoutError:
+            raise KafkaError(
+                "REQUEST_TIMED_OUT", f"no response to api {api_key} v{version} within {self.timeout}s"
+            ) from None
+        except (ConnectionError, OSError) as e:
+            raise ConnectionLost(f"{self.host}:{self.port}: {e}") from None
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reason = "connection closed by the broker"
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (size,) = _I32.unpack(head)
+                if not 4 <= size <= MAX_RESPONSE:
+                    reason = f"response of {size} bytes"
+                    break
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = _I32.unpack_from(frame, 0)
+                entry = self._pending.get(correlation_id)
+                if entry is None:
+                    continue
+                api_key, version, fut = entry
+                if api_key == API_VERSIONS and frame[4:6] == b"\x00\x23":
+                    # KIP-511: UNSUPPORTED_VERSION comes back as a v0 response listing the
+                    # broker's versions, whatever version we asked in.
+                    version = 0
+                try:
+                    _, body = codec.decode_response(api_key, version, frame)
+                except Exception as e:  # a response we cannot parse ends this connection
+                    if not fut.done():
+                        fut.set_exception(KafkaError("CORRUPT_MESSAGE", f"undecodable response: {e}"))
+                    reason = f"undecodable response to api {api_key} v{version}: {e}"
+                    break
+                if not fut.done():
+                    fut.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            if not isinstance(e, asyncio.IncompleteReadError):
+                reason = str(e)
+        except asyncio.CancelledError:
+            reason = "connection closed"
+        self._fail_all(reason)
+
+    def _fail_all(self, reason: str) -> None:
+        self._closed_reason = reason
+        for _, _, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(ConnectionLost(f"{self.host}:{self.port}: {reason}"))
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+            try:
+                await self._read_task
+            except asyncio.CancelledError:
+                pass
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+        self._closed_reason = self._closed_reason or "closed"
+
+
+def _split_hostport(address: str, default_port: int = 9092) -> tuple[str, int]:
+    address = address.strip()
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        return address, default_port
+    return host, int(port)
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+
+class AdminClient:
+    """Admin operations over the Kafka protocol. Use ``async with AdminClient(...) as c:``."""
+
+    def __init__(self, bootstrap: str, client_id: str = "shoal-cli", timeout: float = 30) -> None:
+        self.bootstrap = [_split_hostport(a) for a in bootstrap.split(",") if a.strip()]
+        if not self.bootstrap:
+            raise ValueError("empty bootstrap address")
+        self.client_id = client_id
+        self.timeout = timeout
+        self._main: _Connection | None = None
+        self._nodes: dict[int, _Connection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+
+    async def __aenter__(self) -> "AdminClient":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        errors = []
+        for host, port in self.bootstrap:
+            conn = _Connection(host, port, self.client_id, self.timeout)
+            try:
+                await conn.open()
+            except ConnectionLost as e:
+                await conn.close()
+                errors.append(e.message or str(e))
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            self._main = conn
+            return
+        raise ConnectionLost("; ".join(errors))
+
+    async def close(self) -> None:
+        conns = [c for c in (self._main, *self._nodes.values()) if c is not None]
+        self._main = None
+        self._nodes.clear()
+        for c in conns:
+            await c.close()
+
+    @property
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions answer: api key -> (min, max)."""
+        return dict(self._conn().versions)
+
+    def _conn(self) -> _Connection:
+        if self._main is None:
+            raise ConnectionLost("not connected (call connect() first)")
+        return self._main
+
+    async def _node(self, node_id: int) -> _Connection:
+        conn = self._nodes.get(node_id)
+        if conn is not None and conn._closed_reason is None:
+            return conn
+        if node_id not in self._brokers:
+            await self.metadata(topics=[])
+        if node_id not in self._brokers:
+            raise KafkaError("BROKER_NOT_AVAILABLE", f"node {node_id} is not in the cluster metadata")
+        host, port = self._brokers[node_id]
+        main = self._conn()
+        if (host, port) == (main.host, main.port):
+            return main
+        conn = _Connection(host, port, self.client_id, self.timeout)
+        await conn.open()
+        self._nodes[node_id] = conn
+        return conn
+
+    def version_for(self, api_key: int) -> int:
+        """The version this client uses for ``api_key`` with this broker."""
+        return self._conn().version_for(api_key)
+
+    async def request(self, api_key: int, body: Any, *, node_id: int | None = None) -> Any:
+        """Send one request and return the response entity.
+
+        ``body`` is either a dict of fields, built for the highest version both sides support
+        (see :func:`build_entity`), or a kio request entity, sent at its own version.
+        """
+        conn = self._conn() if node_id is None else await self._node(node_id)
+        if isinstance(body, Mapping):
+            version = conn.version_for(api_key)
+            entity = build_entity(codec.request_type(api_key, version), body)
+        else:
+            entity = body
+            version = int(type(body).__version__)
+            if int(type(body).__api_key__) != api_key:
+                raise ValueError(f"{type(body).__name__} is not a request of api {api_key}")
+        return await conn.send(api_key, version, entity)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    async def metadata(self, topics: Iterable[str] | None = None, *, allow_auto_create: bool = False) -> ClusterMetadata:
+        """Cluster metadata; ``topics=None`` means every topic, ``[]`` none."""
+        names = None if topics is None else list(topics)
+        version = self.version_for(METADATA)
+        if names is None and version == 0:
+            req_topics: Any = []
+        elif names is None:
+            req_topics = None
+        else:
+            req_topics = [{"name": n} for n in names]
+        resp = await self.request(
+            METADATA,
+            {
+                "topics": req_topics,
+                "allow_auto_topic_creation": allow_auto_create,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        brokers = {int(b.node_id): (b.host, int(b.port), b.rack) for b in resp.brokers}
+        self._brokers.update({k: (v[0], v[1]) for k, v in brokers.items()})
+        result: dict[str, TopicDescription | KafkaError] = {}
+        for t in resp.topics:
+            name = t.name or str(getattr(t, "topic_id", ""))
+            err = _check(t.error_code, None, name)
+            if err:
+                result[name] = err
+                continue
+            parts = tuple(
+                sorted(
+                    (
+                        PartitionDescription(
+                            partition=int(p.partition_index),
+                            leader=int(p.leader_id),
+                            leader_epoch=int(getattr(p, "leader_epoch", -1)),
+                            replicas=tuple(int(r) for r in p.replica_nodes),
+                            isr=tuple(int(r) for r in p.isr_nodes),
+                            offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                            error=_check(p.error_code, None, f"{name}-{p.partition_index}"),
+                        )
+                        for p in t.partitions
+                    ),
+                    key=lambda p: p.partition,
+                )
+            )
+            result[name] = TopicDescription(
+                name=name,
+                topic_id=getattr(t, "topic_id", None),
+                internal=bool(getattr(t, "is_internal", False)),
+                partitions=parts,
+            )
+        return ClusterMetadata(
+            cluster_id=getattr(resp, "cluster_id", None),
+            controller_id=int(getattr(resp, "controller_id", -1)),
+            brokers=brokers,
+            topics=result,
+        )
+
+    async def list_topics(self, *, include_internal: bool = True) -> list[str]:
+        md = await self.metadata(None)
+        return sorted(
+            name
+            for name, t in md.topics.items()
+            if isinstance(t, TopicDescription) and (include_internal or not t.internal)
+        )
+
+    async def describe_topics(
+        self, names: Iterable[str], *, raise_errors: bool = True
+    ) -> dict[str, TopicDescription | KafkaError]:
+        names = list(names)
+        md = await self.metadata(names)
+        out = {n: md.topics.get(n, KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, n)) for n in names}
+        return _finish(out, raise_errors)
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        """cluster_id, controller_id and brokers ({node_id: (host, port, rack)})."""
+        try:
+            self.version_for(DESCRIBE_CLUSTER)
+        except KafkaError:
+            md = await self.metadata(topics=[])
+            return {"cluster_id": md.cluster_id, "controller_id": md.controller_id, "brokers": md.brokers}
+        resp = await self.request(
+            DESCRIBE_CLUSTER,
+            {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False},
+        )
+        err = _check(resp.error_code, resp.error_message, "cluster")
+        if err:
+            raise err
+        return {
+            "cluster_id": resp.cluster_id,
+            "controller_id": int(resp.controller_id),
+            "brokers": {int(b.broker_id): (b.host, int(b.port), b.rack) for b in resp.brokers},
+        }
+
+    # -- topics --------------------------------------------------------------------------------
+
+    async def create_topics(
+        self,
+        topics: Iterable[Mapping[str, Any]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int = 30000,
+        raise_errors: bool = True,
+    ) -> dict[str, CreatedTopic | KafkaError]:
+        """Create topics; each is ``{"name", "num_partitions"=-1, "replication_factor"=-1,
+        "configs": {k: v}, "assignments": {partition: [broker ids]}}``."""
+        req_topics = []
+        for t in topics:
+            configs = t.get("configs") or {}
+            assignments = t.get("assignments") or {}
+            req_topics.append(
+                {
+                    "name": t["name"],
+                    "num_partitions": t.get("num_partitions", -1) if not assignments else -1,
+                    "replication_factor": t.get("replication_factor", -1) if not assignments else -1,
+                    "assignments": [
+                        {"partition_index": p, "broker_ids": list(b)} for p, b in sorted(assignments.items())
+                    ],
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                }
+            )
+        resp = await self.request(
+            CREATE_TOPICS, {"topics": req_topics, "timeout": timeout_ms, "validate_only": validate_only}
+        )
+        out: dict[str, CreatedTopic | KafkaError] = {}
+        for r in resp.topics:
+            err = _check(r.error_code, r.error_message, r.name)
+            if err:
+                out[r.name] = err
+                continue
+            configs = {
+                c.name: ConfigEntry(
+                    c.name,
+                    c.value,
+                    CONFIG_SOURCES.get(int(c.config_source), "UNKNOWN"),
+                    bool(c.read_only),
+                    bool(c.is_sensitive),
+                )
+                for c in (getattr(r, "configs", None) or ())
+            }
+            out[r.name] = CreatedTopic(
+                name=r.name,
+                topic_id=getattr(r, "topic_id", None),
+                num_partitions=int(getattr(r, "num_partitions", -1)),
+                replication_factor=int(getattr(r, "replication_factor", -1)),
+                configs=configs,
+            )
+        return _finish(out, raise_errors)
+
+    async def delete_topics(
+        self, names: Iterable[str], *, timeout_ms: int = 30000, raise_errors: bool = True
+    ) -> dict[str, None | KafkaError]:
+        names = list(names)
+        resp = await self.request(
+            DELETE_TOPICS,
+            {
+                "topic_names": names,  # v0-v5
+                "topics": [{"name": n, "topic_id": None} for n in names],  # v6+
+                "timeout": timeout_ms,
+            },
+        )
+        out: dict[str, None | KafkaError] = {}
+        for r in resp.responses:
+            name = r.name if r.name is not None else str(getattr(r, "topic_id", ""))
+            out[name] = _check(r.error_code, getattr(r, "error_message", None), name)
+        return _finish(out, raise_errors)
+
+    async def create_partitions(
+        self,
+        counts: Mapping[str, int],
+        *,
+        assignments: Mapping[str, list[list[int]]] | None = None,
+        validate_only: bool = False,
+        timeout_ms: int = 30000,
+        raise_errors: bool = True,
+    ) -> dict[str, None | KafkaError]:
+        """Increase each topic's partition count to ``counts[name]`` (the new total)."""
+        assignments = assignments or {}
+        topics = [
+            {
+                "name": name,
+                "count": count,
+                "assignments": [{"broker_ids": b} for b in assignments[name]] if name in assignments else None,
+            }
+            for name, count in counts.items()
+        ]
+        resp = await self.request(
+            CREATE_PARTITIONS, {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
+        )
+        out = {r.name: _check(r.error_code, r.error_message, r.name) for r in resp.results}
+        return _finish(out, raise_errors)
+
+    # -- configs -------------------------------------------------------------------------------
+
+    async def describe_configs(
+        self,
+        resources: Iterable[tuple[int, str]],
+        *,
+        keys: Iterable[str] | None = None,
+        include_synonyms: bool = False,
+        raise_errors: bool = True,
+    ) -> dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError]:
+        """Configs of ``(resource_type, name)`` resources, e.g. ``(RESOURCE_TOPIC, "t")``."""
+        key_list = None if keys is None else list(keys)
+        resources = list(resources)
+        resp = await self.request(
+            DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {"resource_type": rt, "resource_name": rn, "configuration_keys": key_list}
+                    for rt, rn in resources
+                ],
+                "include_synonyms": include_synonyms,
+                "include_documentation": False,
+            },
+        )
+        out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
+        for r in resp.results:
+            key = (int(r.resource_type), r.resource_name)
+            err = _check(r.error_code, r.error_message, r.resource_name)
+            if err:
+                out[key] = err
+                continue
+            entries = {}
+            for c in r.configs:
+                if hasattr(c, "config_source"):
+                    source = CONFIG_SOURCES.get(int(c.config_source), "UNKNOWN")
+                else:  # v0 has is_default only
+                    source = "DEFAULT_CONFIG" if getattr(c, "is_default", False) else "UNKNOWN"
+                entries[c.name] = ConfigEntry(
+                    name=c.name,
+                    value=c.value,
+                    source=source,
+                    read_only=bool(c.read_only),
+                    sensitive=bool(c.is_sensitive),
+                    synonyms=tuple(
+                        (s.name, s.value, CONFIG_SOURCES.get(int(s.source), "UNKNOWN"))
+                        for s in getattr(c, "synonyms", ())
+                    ),
+                )
+            out[key] = entries
+        return _finish(out, raise_errors)
+
+    async def incremental_alter_configs(
+        self,
+        changes: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]],
+        *,
+        validate_only: bool = False,
+        raise_errors: bool = True,
+    ) -> dict[tuple[int, str], None | KafkaError]:
+        """``changes[(type, name)] = [(config, OP_SET|OP_DELETE|OP_APPEND|OP_SUBTRACT, value)]``."""
+        resp = await self.request(
+            INCREMENTAL_ALTER_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": rt,
+                        "resource_name": rn,
+                        "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops],
+                    }
+                    for (rt, rn), ops in changes.items()
+                ],
+                "validate_only": validate_only,
+            },
+        )
+        out = {
+            (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
+            for r in resp.responses
+        }
+        return _finish(out, raise_errors)
+
+    async def alter_configs(
+        self,
+        configs: Mapping[tuple[int, str], Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        raise_errors: bool = True,
+    ) -> dict[tuple[int, str], None | KafkaError]:
+        """Legacy AlterConfigs: replaces the resource's whole set of overrides with ``configs``."""
+        resp = await self.request(
+            ALTER_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": rt,
+                        "resource_name": rn,
+                        "configs": [{"name": k, "value": v} for k, v in values.items()],
+                    }
+                    for (rt, rn), values in configs.items()
+                ],
+                "validate_only": validate_only,
+            },
+        )
+        out = {
+            (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
+            for r in resp.responses
+        }
+        return _finish(out, raise_errors)
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    async def _leaders(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int | KafkaError]:
+        partitions = list(partitions)
+        md = await self.metadata(sorted({t for t, _ in partitions}))
+        out: dict[tuple[str, int], int | KafkaError] = {}
+        for t, p in partitions:
+            desc = md.topics.get(t)
+            if isinstance(desc, KafkaError) or desc is None:
+                out[(t, p)] = desc or KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, t)
+                continue
+            match = [d for d in desc.partitions if d.partition == p]
+            if not match:
+                out[(t, p)] = KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, f"{t}-{p}")
+            elif match[0].leader < 0:
+                out[(t, p)] = KafkaError("LEADER_NOT_AVAILABLE", None, f"{t}-{p}")
+            else:
+                out[(t, p)] = match[0].leader
+        return out
+
+    async def list_offsets(
+        self,
+        requests: Mapping[tuple[str, int], int],
+        *,
+        isolation_level: int = 0,
+        raise_errors: bool = True,
+    ) -> dict[tuple[str, int], tuple[int, int] | KafkaError]:
+        """``{(topic, partition): timestamp}`` (or LATEST / EARLIEST / MAX_TIMESTAMP) to
+        ``{(topic, partition): (offset, timestamp)}``; offset -1 when no record matches."""
+        leaders = await self._leaders(requests)
+        out: dict[tuple[str, int], tuple[int, int] | KafkaError] = {}
+        by_node: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp, ts in requests.items():
+            leader = leaders[tp]
+            if isinstance(leader, KafkaError):
+                out[tp] = leader
+                continue
+            by_node.setdefault(leader, {}).setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "current_leader_epoch": -1, "timestamp": ts, "max_num_offsets": 1}
+            )
+        for node, topics in by_node.items():
+            resp = await self.request(
+                LIST_OFFSETS,
+                {
+                    "replica_id": -1,
+                    "isolation_level": isolation_level,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout": int(self.timeout * 1000),
+                },
+                node_id=node,
+            )
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = (t.name, int(p.partition_index))
+                    err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                    if err:
+                        out[tp] = err
+                    elif hasattr(p, "offset"):
+                        out[tp] = (int(p.offset), int(p.timestamp))
+                    else:  # v0
+                        offs = list(getattr(p, "old_style_offsets", ()))
+                        out[tp] = (int(offs[0]) if offs else -1, -1)
+        return _finish(out, raise_errors)
+
+    async def delete_records(
+        self, before: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000, raise_errors: bool = True
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        """Delete records below ``before[(topic, partition)]`` (-1: the high watermark); returns
+        each partition's new low watermark."""
+        leaders = await self._leaders(before)
+        out: dict[tuple[str, int], int | KafkaError] = {}
+        by_node: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp, offset in before.items():
+            leader = leaders[tp]
+            if isinstance(leader, KafkaError):
+                out[tp] = leader
+                continue
+            by_node.setdefault(leader, {}).setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "offset": offset}
+            )
+        for node, topics in by_node.items():
+            resp = await self.request(
+                DELETE_RECORDS,
+                {
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout": timeout_ms,
+                },
+                node_id=node,
+            )
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = (t.name, int(p.partition_index))
+                    err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                    out[tp] = err if err else int(p.low_watermark)
+        return _finish(out, raise_errors)
+
+
+def _finish(out: dict, raise_errors: bool) -> dict:
+    if raise_errors:
+        for v in out.values():
+            if isinstance(v, KafkaError):
+                raise v
+    return out

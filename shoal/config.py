@@ -1,0 +1,1209 @@
+"""Broker and topic configuration, with Kafka's names, types, validators, defaults and synonyms.
+
+Layers, highest precedence first (as Kafka's ``DynamicBrokerConfig``):
+  DYNAMIC_DEFAULT_BROKER_CONFIG  cluster-wide dynamic values (``MetadataImage.broker_configs``)
+  STATIC_BROKER_CONFIG           the properties file and command-line overrides
+  DEFAULT_CONFIG                 the definitions below
+A topic config resolves to the topic's own override (DYNAMIC_TOPIC_CONFIG), else its broker
+fallback (``retention.ms`` <- ``log.retention.ms``), resolved through those layers.
+
+Synonym groups resolve in order inside each layer, e.g. ``log.retention.ms`` > ``.minutes`` >
+``.hours``: a dynamic ``log.retention.hours`` beats a static ``log.retention.ms`` (Kafka removes the
+static synonyms of a dynamic key), a static ``log.retention.ms`` beats a static ``.hours``.
+
+Deliberate deviations from Kafka:
+- ``node.id`` defaults to 1 (Kafka: required in KRaft); ``broker.id`` is its alias and must agree.
+- ``log.dir`` defaults to ``./data``; ``listeners`` to ``PLAINTEXT://127.0.0.1:9092``;
+  ``offsets.topic.replication.factor`` and ``transaction.state.log.replication.factor`` to 1.
+- No per-broker dynamic configs (resource name = node id) yet: only cluster-wide ones.
+- DescribeConfigs on a broker shows the *resolved* value of a synonym group's primary name
+  (Kafka shows ``log.retention.ms=null`` when only ``.hours`` is set), and topic configs list
+  every broker synonym that has a value (Kafka's ``dropWhile`` hides e.g. ``log.retention.hours``).
+- Tiered-storage and deprecated message-format topic configs are not known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from shoal.storage import LogConfig
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+SHORT_MAX = 2**15 - 1
+SHORT_MIN = -(2**15)
+
+
+class ConfigError(Exception):
+    """A configuration Kafka would refuse. ``code`` is the Kafka error name (INVALID_CONFIG, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs' ``config_source`` values."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_LOGGER_CONFIG = 2
+    DYNAMIC_BROKER_CONFIG = 3
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 4
+    STATIC_BROKER_CONFIG = 5
+    DEFAULT_CONFIG = 6
+    DYNAMIC_CLIENT_METRICS_CONFIG = 7
+    DYNAMIC_GROUP_CONFIG = 8
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs' ``config_type`` values."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+_TYPE_IDS = {
+    "boolean": ConfigType.BOOLEAN,
+    "string": ConfigType.STRING,
+    "int": ConfigType.INT,
+    "short": ConfigType.SHORT,
+    "long": ConfigType.LONG,
+    "double": ConfigType.DOUBLE,
+    "list": ConfigType.LIST,
+    "class": ConfigType.CLASS,
+    "password": ConfigType.PASSWORD,
+}
+
+Validator = Callable[[str, Any], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and validators (Kafka's ConfigDef.parseType / Range / ValidString / ValidList)
+
+
+def _invalid(name: str, value: Any, why: str | None = None) -> ConfigError:
+    text = f"Invalid value {value} for configuration {name}"
+    return ConfigError("INVALID_CONFIG", text + (f": {why}" if why else ""))
+
+
+def parse_value(name: str, type_: str, raw: Any) -> Any:
+    """A typed value from its string form, as Kafka's ``ConfigDef.parseType`` does."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    s = raw.strip()
+    if type_ == "boolean":
+        low = s.lower()
+        if low == "true":
+            return True
+        if low == "false":
+            return False
+        raise _invalid(name, raw, "Expected value to be either true or false")
+    if type_ in ("int", "long", "short"):
+        lo, hi = {"int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX), "short": (SHORT_MIN, SHORT_MAX)}[type_]
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise _invalid(name, raw, f"Not a number of type {type_.upper()}")
+        v = int(s)
+        if not lo <= v <= hi:
+            raise _invalid(name, raw, f"Not a number of type {type_.upper()}")
+        return v
+    if type_ == "double":
+        try:
+            return float(s)
+        except ValueError:
+            raise _invalid(name, raw, "Not a number of type DOUBLE") from None
+    if type_ == "list":
+        if not s:
+            return ()
+        return tuple(p.strip() for p in s.split(","))
+    return s  # string, password, class
+
+
+def format_value(type_: str, value: Any) -> str | None:
+    """A typed value back to its string form (Kafka's ``ConfigDef.convertToString``)."""
+    if value is None:
+        return None
+    if type_ == "boolean":
+        return "true" if value else "false"
+    if type_ == "list":
+        return ",".join(value)
+    if type_ == "double":
+        return repr(float(value))
+    return str(value)
+
+
+def at_least(lo: float) -> Validator:
+    def check(name: str, v: Any) -> None:
+        if v is None:
+            raise _invalid(name, v, "Value must be non-null")
+        if v < lo:
+            raise _invalid(name, v, f"Value must be at least {lo}")
+
+    return check
+
+
+def between(lo: float, hi: float) -> Validator:
+    def check(name: str, v: Any) -> None:
+        if v is None:
+            raise _invalid(name, v, "Value must be non-null")
+        if v < lo or v > hi:
+            raise _invalid(name, v, f"Value must be no less than {lo} and no more than {hi}")  # noqa
+
+    return check
+
+
+def one_of(*allowed: str, case_sensitive: bool = True) -> Validator:
+    norm = {a if case_sensitive else a.lower() for a in allowed}
+
+    def check(name: str, v: Any) -> None:
+        key = v if case_sensitive or v is None else v.lower()
+        if key not in norm:
+            raise _invalid(name, v, f"String must be one of: {', '.join(allowed)}")
+
+    return check
+
+
+def list_of(*allowed: str, allow_empty: bool = True) -> Validator:
+    def check(name: str, v: Any) -> None:
+        if not v and not allow_empty:
+            raise _invalid(name, ",".join(v or ()), "Empty list")
+        for item in v or ():
+            if item not in allowed:
+                raise _invalid(name, ",".join(v), f"String must be one of: {', '.join(allowed)}")
+
+    return check
+
+
+def _int_or_range(default_ok: int, lo: int, hi: int) -> Validator:
+    def check(name: str, v: Any) -> None:
+        if v != default_ok and not lo <= v <= hi:
+            raise _invalid(name, v, f"Value must be {default_ok} or between {lo} and {hi}")
+
+    return check
+
+
+def _throttled_replicas(name: str, v: Any) -> None:
+    items = list(v or ())
+    if items == ["*"]:
+        return
+    for item in items:
+        if not re.fullmatch(r"\d+:\d+", item):
+            raise _invalid(
+                name,
+                ",".join(items),
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+            )
+
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+# ---------------------------------------------------------------------------------------------
+# Definitions
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: str  # int long short double boolean string list password class
+    default: Any  # typed; None = no default
+    doc: str
+    validator: Validator | None = None
+    dynamic: bool = False  # may be changed cluster-wide at run time (AlterConfigs on broker "")
+
+    @property
+    def sensitive(self) -> bool:
+        return self.type == "password"
+
+    @property
+    def config_type(self) -> ConfigType:
+        return _TYPE_IDS[self.type]
+
+    def parse(self, raw: Any) -> Any:
+        value = parse_value(self.name, self.type, raw)
+        if self.validator is not None and value is not None:
+            self.validator(self.name, value)
+        return value
+
+
+def _d(name, type_, default, doc, validator=None, dynamic=False) -> ConfigDef:
+    return ConfigDef(name, type_, default, doc, validator, dynamic)
+
+
+_PROTOCOL_MAP_DEFAULT = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        # -- identity and network
+        _d("node.id", "int", 1, "The node ID of this broker.", at_least(0)),
+        _d("broker.id", "int", None, "Alias of node.id; when both are set they must be equal."),
+        _d("broker.rack", "string", None, "Rack of the broker, used for rack-aware replica placement."),
+        _d(
+            "listeners",
+            "string",
+            "PLAINTEXT://127.0.0.1:9092",
+            "Comma-separated list of URIs (NAME://host:port) the broker listens on. "
+            "An empty host binds all interfaces; port 0 picks a free port.",
+        ),
+        _d(
+            "advertised.listeners",
+            "string",
+            None,
+            "Listeners published to clients, if different from the listeners. Defaults to listeners.",
+        ),
+        _d(
+            "listener.security.protocol.map",
+            "string",
+            _PROTOCOL_MAP_DEFAULT,
+            "Map between listener names and security protocols (NAME:PROTOCOL,...).",
+        ),
+        _d("num.network.threads", "int", 3, "Accepted for compatibility; informational.", at_least(1), True),
+        _d("num.io.threads", "int", 8, "Accepted for compatibility; informational.", at_least(1), True),
+        _d("queued.max.requests", "int", 500, "Requests queued before network reads block.", at_least(1)),
+        _d("socket.request.max.bytes", "int", 104857600, "Maximum bytes in a socket request.", at_least(1)),
+        _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
+        _d("max.connections", "int", INT_MAX, "Maximum connections the broker accepts.", at_least(0), True),
+        # -- logs
+        _d(
+            "log.dirs",
+            "string",
+            None,
+            "Comma-separated directories for the log data. If not set, log.dir is used.",
+        ),
+        _d("log.dir", "string", "./data", "The directory for the log data (see log.dirs)."),
+        _d("num.partitions", "int", 1, "Default number of partitions per topic.", at_least(1)),
+        _d("default.replication.factor", "int", 1, "Default replication factor of created topics."),
+        _d("auto.create.topics.enable", "boolean", True, "Create topics on first metadata request."),
+        _d("delete.topic.enable", "boolean", True, "Allow deleting topics."),
+        _d(
+            "message.max.bytes",
+            "int",
+            1048588,
+            "The largest record batch size allowed by Kafka (after compression if compression is enabled).",
+            at_least(0),
+            True,
+        ),
+        _d(
+            "log.segment.bytes",
+            "int",
+            1073741824,
+            "The maximum size of a single log file.",
+            at_least(14),
+            True,
+        ),
+        _d("log.roll.ms", "long", None, "Time before a new log segment is rolled out (ms); overrides log.roll.hours.", None, True),
+        _d("log.roll.hours", "int", 168, "Time before a new log segment is rolled out (hours).", at_least(1), True),
+        _d("log.roll.jitter.ms", "long", None, "Maximum jitter subtracted from segment roll time (ms).", None, True),
+        _d("log.roll.jitter.hours", "int", 0, "Maximum jitter subtracted from segment roll time (hours).", at_least(0), True),
+        _d("log.retention.ms", "long", None, "Time to keep a log file before deleting it (ms); -1: no limit.", None, True),
+        _d("log.retention.minutes", "int", None, "Time to keep a log file before deleting it (minutes).", None, True),
+        _d("log.retention.hours", "int", 168, "Time to keep a log file before deleting it (hours).", None, True),
+        _d("log.retention.bytes", "long", -1, "Maximum size of the log before deleting it.", None, True),
+        _d(
+            "log.retention.check.interval.ms",
+            "long",
+            300000,
+            "How often the log cleaner checks whether any log is eligible for deletion.",
+            at_least(1),
+        ),
+        _d("log.index.interval.bytes", "int", 4096, "Interval at which an entry is added to the offset index.", at_least(0), True),
+        _d("log.index.size.max.bytes", "int", 10485760, "Maximum size of the offset index in bytes.", at_least(4), True),
+        _d(
+            "log.message.timestamp.type",
+            "string",
+            "CreateTime",
+            "Whether the timestamp in a message is the message create time or the log append time.",
+            one_of("CreateTime", "LogAppendTime"),
+            True,
+        ),
+        _d(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            "Largest allowed difference between the broker time and an earlier record timestamp.",
+            at_least(0),
+            True,
+        ),
+        _d(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            "Largest allowed difference between a later record timestamp and the broker time.",
+            at_least(0),
+            True,
+        ),
+        _d("log.message.downconversion.enable", "boolean", True, "Allow down-conversion of message formats.", None, True),
+        _d(
+            "log.flush.interval.messages",
+            "long",
+            LONG_MAX,
+            "Number of messages accumulated on a log partition before messages are flushed to disk.",
+            at_least(1),
+            True,
+        ),
+        _d(
+            "log.flush.interval.ms",
+            "long",
+            None,
+            "Maximum time a message stays in memory before being flushed (ms); "
+            "if not set, log.flush.scheduler.interval.ms is used.",
+            None,
+            True,
+        ),
+        _d(
+            "log.flush.scheduler.interval.ms",
+            "long",
+            LONG_MAX,
+            "How often the log flusher checks whether any log needs to be flushed.",
+            None,
+            True,
+        ),
+        _d(
+            "log.cleanup.policy",
+            "list",
+            ("delete",),
+            "The default cleanup policy for segments beyond the retention window (delete, compact).",
+            list_of("compact", "delete"),
+            True,
+        ),
+        _d("log.segment.delete.delay.ms", "long", 60000, "Time to wait before deleting a file.", at_least(0), True),
+        _d("log.preallocate", "boolean", False, "Preallocate the file when creating a segment.", None, True),
+        _d("log.cleaner.delete.retention.ms", "long", 86400000, "Time to retain delete tombstones on compacted topics.", at_least(0), True),
+        _d("log.cleaner.min.compaction.lag.ms", "long", 0, "Minimum time a message stays uncompacted.", at_least(0), True),
+        _d("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum time a message stays uncompacted.", at_least(1), True),
+        _d("log.cleaner.min.cleanable.ratio", "double", 0.5, "Minimum dirty ratio of a log to be cleaned.", between(0, 1), True),
+        _d("min.insync.replicas", "int", 1, "Minimum replicas that must acknowledge an acks=all write.", at_least(1), True),
+        _d("unclean.leader.election.enable", "boolean", False, "Allow out-of-ISR replicas to become leader.", None, True),
+        _d(
+            "compression.type",
+            "string",
+            "producer",
+            "Final compression type for a topic (uncompressed, zstd, lz4, snappy, gzip, producer).",
+            one_of(*COMPRESSION_TYPES),
+            True,
+        ),
+        _d("compression.gzip.level", "int", -1, "Compression level for gzip.", _int_or_range(-1, 1, 9), True),
+        _d("compression.lz4.level", "int", 9, "Compression level for lz4.", between(1, 17), True),
+        _d("compression.zstd.level", "int", 3, "Compression level for zstd.", between(-131072, 22), True),
+        # -- groups, offsets, fetch
+        _d("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance of a new group."),
+        _d("group.min.session.timeout.ms", "int", 6000, "Minimum allowed session timeout of members."),
+        _d("group.max.session.timeout.ms", "int", 1800000, "Maximum allowed session timeout of members."),
+        _d("offsets.topic.replication.factor", "short", 1, "Replication factor of the offsets topic.", at_least(1)),
+        _d("offsets.topic.num.partitions", "int", 50, "Number of partitions of the offsets topic.", at_least(1)),
+        _d("offsets.retention.minutes", "int", 10080, "Retention of committed offsets of empty groups.", at_least(1)),
+        _d("transaction.state.log.replication.factor", "short", 1, "Replication factor of the transaction topic.", at_least(1)),
+        _d("transaction.state.log.num.partitions", "int", 50, "Number of partitions of the transaction topic.", at_least(1)),
+        _d("fetch.max.bytes", "int", 57671680, "Maximum bytes returned for a fetch request.", at_least(1024)),
+        _d("replica.fetch.max.bytes", "int", 1048576, "Bytes of messages fetched per partition by followers.", at_least(0)),
+        _d(
+            "max.incremental.fetch.session.cache.slots",
+            "int",
+            1000,
+            "The maximum number of incremental fetch sessions that we will maintain.",
+            at_least(0),
+        ),
+        _d("replica.fetch.wait.max.ms", "int", 500, "Maximum wait time for each fetcher request issued by followers."),
+        _d("replica.fetch.min.bytes", "int", 1, "Minimum bytes expected for each follower fetch response."),
+        _d("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
+        _d("replica.socket.timeout.ms", "int", 30000, "Socket timeout for follower requests."),
+        _d("num.replica.fetchers", "int", 1, "Number of fetcher threads per source broker.", None, True),
+        _d("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF of the socket server sockets; -1: OS default."),
+        _d("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF of the socket server sockets; -1: OS default."),
+        _d("num.recovery.threads.per.data.dir", "int", 2, "Accepted for compatibility; informational.", at_least(1), True),
+        _d("log.cleaner.enable", "boolean", True, "Enable the log cleaner for compacted topics."),
+        _d("log.cleaner.threads", "int", 1, "Number of log cleaner threads.", at_least(0), True),
+        _d("log.cleaner.backoff.ms", "long", 15000, "Sleep when there are no logs to clean.", at_least(0), True),
+        _d("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
+        _d("controlled.shutdown.enable", "boolean", True, "Move leadership away before shutting down."),
+        _d("group.max.size", "int", INT_MAX, "Maximum number of members of one consumer group.", at_least(1)),
+        _d("group.consumer.session.timeout.ms", "int", 45000, "Session timeout of consumer-protocol members."),
+        _d("group.consumer.heartbeat.interval.ms", "int", 5000, "Heartbeat interval of consumer-protocol members."),
+        _d("offsets.commit.timeout.ms", "int", 5000, "Offset commits wait this long for replication.", at_least(1)),
+        _d(
+            "offsets.retention.check.interval.ms",
+            "long",
+            600000,
+            "How often to check for stale committed offsets.",
+            at_least(1),
+        ),
+        _d("offsets.topic.segment.bytes", "int", 104857600, "Segment size of the offsets topic.", at_least(1)),
+        _d("offset.metadata.max.bytes", "int", 4096, "Maximum size of the metadata of an offset commit."),
+        _d("transactional.id.expiration.ms", "int", 604800000, "Idle transactional ids expire after this.", at_least(1)),
+        _d("transaction.max.timeout.ms", "int", 900000, "Maximum transaction timeout a producer may ask for.", at_least(1)),
+        _d("producer.id.expiration.ms", "int", 86400000, "Idle producer ids expire after this.", at_least(1), True),
+        _d("request.timeout.ms", "int", 30000, "Accepted for compatibility; informational."),
+        _d("process.roles", "list", ("broker", "controller"), "Roles of this node (informational: Shoal nodes do both)."),
+        _d("controller.listener.names", "list", (), "Accepted for KRaft compatibility; informational."),
+        _d("controller.quorum.voters", "list", (), "Accepted for KRaft compatibility; informational."),
+        _d("controller.quorum.bootstrap.servers", "list", (), "Accepted for KRaft compatibility; informational."),
+        _d("inter.broker.listener.name", "string", None, "Listener used between brokers; defaults to the first one."),
+        _d("metadata.log.dir", "string", None, "Accepted for KRaft compatibility; informational."),
+    ]
+}
+
+# Synonym groups in precedence order with each member's factor to the first member's unit.
+_SYNONYMS: list[list[tuple[str, int]]] = [
+    [("node.id", 1), ("broker.id", 1)],
+    [("log.dirs", 1), ("log.dir", 1)],
+    [("log.roll.ms", 1), ("log.roll.hours", 3_600_000)],
+    [("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)],
+    [("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)],
+    [("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)],
+]
+_GROUP_OF: dict[str, list[tuple[str, int]]] = {n: g for g in _SYNONYMS for n, _ in g}
+
+
+def broker_synonyms(name: str) -> list[str]:
+    """Kafka's ``brokerConfigSynonyms``: the names that set ``name``, highest precedence first."""
+    group = _GROUP_OF.get(name)
+    return [n for n, _ in group] if group else [name]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    name: str
+    type: str
+    broker: str  # the broker config it falls back to
+    doc: str
+    validator: Validator | None = None
+
+    @property
+    def sensitive(self) -> bool:
+        return self.type == "password"
+
+    @property
+    def config_type(self) -> ConfigType:
+        return _TYPE_IDS[self.type]
+
+    def parse(self, raw: Any) -> Any:
+        value = parse_value(self.name, self.type, raw)
+        if self.validator is not None and value is not None:
+            self.validator(self.name, value)
+        return value
+
+
+def _t(name, type_, broker, doc, validator=None) -> TopicConfigDef:
+    return TopicConfigDef(name, type_, broker, doc, validator)
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in [
+        _t(
+            "cleanup.policy",
+            "list",
+            "log.cleanup.policy",
+            'A string that is either "delete" or "compact" or both: the retention policy for old segments.',
+            list_of("compact", "delete"),
+        ),
+        _t(
+            "compression.type",
+            "string",
+            "compression.type",
+            "Final compression type for the topic; 'producer' keeps the codec the producer set.",
+            one_of(*COMPRESSION_TYPES),
+        ),
+        _t("compression.gzip.level", "int", "compression.gzip.level", "Compression level for gzip.", _int_or_range(-1, 1, 9)),
+        _t("compression.lz4.level", "int", "compression.lz4.level", "Compression level for lz4.", between(1, 17)),
+        _t("compression.zstd.level", "int", "compression.zstd.level", "Compression level for zstd.", between(-131072, 22)),
+        _t(
+            "delete.retention.ms",
+            "long",
+            "log.cleaner.delete.retention.ms",
+            "Time to retain delete tombstone markers for log compacted topics.",
+            at_least(0),
+        ),
+        _t("file.delete.delay.ms", "long", "log.segment.delete.delay.ms", "Time to wait before deleting a file.", at_least(0)),
+        _t(
+            "flush.messages",
+            "long",
+            "log.flush.interval.messages",
+            "Force an fsync after this many messages.",
+            at_least(1),
+        ),
+        _t("flush.ms", "long", "log.flush.interval.ms", "Force an fsync after this much time (ms).", at_least(0)),
+        _t(
+            "follower.replication.throttled.replicas",
+            "list",
+            "follower.replication.throttled.replicas",
+            "Replicas whose log replication is throttled on the follower side (accepted, not enforced).",
+            _throttled_replicas,
+        ),
+        _t(
+            "index.interval.bytes",
+            "int",
+            "log.index.interval.bytes",
+            "How frequently an entry is added to the offset index.",
+            at_least(0),
+        ),
+        _t(
+            "leader.replication.throttled.replicas",
+            "list",
+            "leader.replication.throttled.replicas",
+            "Replicas whose log replication is throttled on the leader side (accepted, not enforced).",
+            _throttled_replicas,
+        ),
+        _t(
+            "max.compaction.lag.ms",
+            "long",
+            "log.cleaner.max.compaction.lag.ms",
+            "Maximum time a message remains ineligible for compaction.",
+            at_least(1),
+        ),
+        _t(
+            "max.message.bytes",
+            "int",
+            "message.max.bytes",
+            "The largest record batch size allowed (after compression if compression is enabled).",
+            at_least(0),
+        ),
+        _t(
+            "message.downconversion.enable",
+            "boolean",
+            "log.message.downconversion.enable",
+            "Whether down-conversion of message formats is enabled to satisfy consume requests.",
+        ),
+        _t(
+            "message.timestamp.after.max.ms",
+            "long",
+            "log.message.timestamp.after.max.ms",
+            "Allowed difference between a later message timestamp and the broker's timestamp.",
+            at_least(0),
+        ),
+        _t(
+            "message.timestamp.before.max.ms",
+            "long",
+            "log.message.timestamp.before.max.ms",
+            "Allowed difference between the broker's timestamp and an earlier message timestamp.",
+            at_least(0),
+        ),
+        _t(
+            "message.timestamp.type",
+            "string",
+            "log.message.timestamp.type",
+            "Whether the timestamp in the message is message create time or log append time.",
+            one_of("CreateTime", "LogAppendTime"),
+        ),
+        _t(
+            "min.cleanable.dirty.ratio",
+            "double",
+            "log.cleaner.min.cleanable.ratio",
+            "How frequently the log compactor attempts to clean the log.",
+            between(0, 1),
+        ),
+        _t(
+            "min.compaction.lag.ms",
+            "long",
+            "log.cleaner.min.compaction.lag.ms",
+            "Minimum time a message remains uncompacted in the log.",
+            at_least(0),
+        ),
+        _t(
+            "min.insync.replicas",
+            "int",
+            "min.insync.replicas",
+            "Minimum number of in-sync replicas that must acknowledge a write with acks=all.",
+            at_least(1),
+        ),
+        _t("preallocate", "boolean", "log.preallocate", "Preallocate the file on disk when creating a segment."),
+        _t(
+            "retention.bytes",
+            "long",
+            "log.retention.bytes",
+            "Maximum size a partition can grow to before old segments are discarded; -1: no limit.",
+        ),
+        _t(
+            "retention.ms",
+            "long",
+            "log.retention.ms",
+            "Maximum time a log is retained before old segments are discarded; -1: no limit.",
+            at_least(-1),
+        ),
+        _t("segment.bytes", "int", "log.segment.bytes", "Segment file size for the log.", at_least(14)),
+        _t(
+            "segment.index.bytes",
+            "int",
+            "log.index.size.max.bytes",
+            "Size of the index that maps offsets to file positions.",
+            at_least(4),
+        ),
+        _t(
+            "segment.jitter.ms",
+            "long",
+            "log.roll.jitter.ms",
+            "Maximum random jitter subtracted from the scheduled segment roll time.",
+            at_least(0),
+        ),
+        _t("segment.ms", "long", "log.roll.ms", "Period after which a segment is rolled even if not full.", at_least(1)),
+        _t(
+            "unclean.leader.election.enable",
+            "boolean",
+            "unclean.leader.election.enable",
+            "Whether replicas not in the ISR may be elected leader as a last resort.",
+        ),
+    ]
+}
+
+# Topic-only configs whose "broker fallback" has no broker config: the default is the empty list.
+_TOPIC_ONLY_DEFAULTS: dict[str, Any] = {
+    "follower.replication.throttled.replicas": (),
+    "leader.replication.throttled.replicas": (),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Java .properties
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(s):
+            break
+        c = s[i]
+        if c == "u":
+            hexits = s[i + 1 : i + 5]
+            if len(hexits) != 4 or not re.fullmatch(r"[0-9a-fA-F]{4}", hexits):
+                raise ConfigError("INVALID_CONFIG", f"Malformed \\uxxxx encoding: \\u{hexits}")
+            out.append(chr(int(hexits, 16)))
+            i += 5
+            continue
+        out.append(_ESCAPES.get(c, c))
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``Properties.load`` syntax: ``#``/``!`` comments, ``key=value``, ``key: value``,
+    ``key value``, trailing-backslash continuations, backslash escapes and ``\\uXXXX``."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    props: dict[str, str] = {}
+    i = 0
+    ws = " \t\f"
+    while i < len(lines):
+        line = lines[i].lstrip(ws)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # join continuation lines (odd number of trailing backslashes)
+        while True:
+            trailing = len(line) - len(line.rstrip("\\"))
+            if trailing % 2 == 1:
+                line = line[:-1]
+                if i < len(lines):
+                    line += lines[i].lstrip(ws)
+                    i += 1
+                    continue
+            break
+        # split key from value at the first unescaped separator
+        j = 0
+        key_end = len(line)
+        value_start = len(line)
+        while j < len(line):
+            c = line[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c in "=:" or c in ws:
+                key_end = j
+                k = j
+                while k < len(line) and line[k] in ws:
+                    k += 1
+                if c in ws and k < len(line) and line[k] in "=:":
+                    k += 1
+                elif c in "=:":
+                    k = j + 1
+                while k < len(line) and line[k] in ws:
+                    k += 1
+                value_start = k
+                break
+            j += 1
+        props[_unescape(line[:key_end])] = _unescape(line[value_start:])
+    return props
+
+
+# ---------------------------------------------------------------------------------------------
+# Broker config
+
+
+_LISTENER = re.compile(r"^([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
+
+
+def parse_listeners(name: str, value: str | None) -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` as (NAME, host, port); an empty host means all interfaces."""
+    if not value or not value.strip():
+        return []
+    out = []
+    seen = set()
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = _LISTENER.match(item)
+        if not m:
+            raise _invalid(name, value, f"Unable to parse {item} to a broker endpoint")
+        lname, host, port = m.group(1).upper(), m.group(2), int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise _invalid(name, value, f"Invalid port in {item}")
+        if lname in seen:
+            raise _invalid(name, value, f"Each listener must have a different name, {lname} is repeated")
+        seen.add(lname)
+        out.append((lname, host, port))
+    return out
+
+
+def _parse_protocol_map(value: str) -> dict[str, str]:
+    out = {}
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, proto = item.partition(":")
+        if not sep:
+            raise _invalid("listener.security.protocol.map", value, f"Malformed entry {item}")
+        out[name.strip().upper()] = proto.strip().upper()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedValue:
+    value: Any  # typed
+    source: ConfigSource
+    via: str | None  # the name that supplied it (a synonym), None for a default without a key
+
+
+class BrokerConfig:
+    """The effective broker configuration: static layer (file + flags) and dynamic cluster layer.
+
+    Immutable; ``with_dynamic`` returns a new one. Unknown keys are kept (Kafka accepts them) and
+    readable as strings with ``get``.
+    """
+
+    def __init__(self, static: Mapping[str, str] | None = None, dynamic: Mapping[str, str] | None = None) -> None:
+        self._static: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in (static or {}).items()})
+        self._dynamic: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in (dynamic or {}).items()})
+        # Static values are validated eagerly: a bad file is an error at start-up.
+        self._static_typed: dict[str, Any] = {}
+        for k, v in self._static.items():
+            d = BROKER_CONFIGS.get(k)
+            self._static_typed[k] = d.parse(v) if d is not None else v
+        # Dynamic values were validated when set; one that no longer parses is skipped, not fatal.
+        self._dynamic_typed: dict[str, Any] = {}
+        for k, v in self._dynamic.items():
+            d = BROKER_CONFIGS.get(k)
+            if d is None:
+                continue
+            try:
+                self._dynamic_typed[k] = d.parse(v)
+            except ConfigError as e:
+                log.warning("ignoring dynamic broker config %s: %s", k, e.message)
+        self._resolved: dict[str, ResolvedValue] = {}
+        for name in BROKER_CONFIGS:
+            self._resolved[name] = self._resolve(name)
+        self._check()
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: Mapping[str, str] | None = None) -> "BrokerConfig":
+        props: dict[str, str] = {}
+        if path is not None:
+            props.update(parse_properties(Path(path).read_text(encoding="utf-8")))
+        props.update({str(k): str(v) for k, v in (overrides or {}).items()})
+        for k in props:
+            if k not in BROKER_CONFIGS:
+                log.warning("unknown broker config %r is kept but not used", k)
+        return cls(props)
+
+    def with_dynamic(self, broker_configs: Mapping[str, str]) -> "BrokerConfig":
+        if dict(broker_configs) == dict(self._dynamic):
+            return self
+        return BrokerConfig(self._static, broker_configs)
+
+    # -- resolution -----------------------------------------------------------------------
+
+    def _resolve(self, name: str) -> ResolvedValue:
+        d = BROKER_CONFIGS[name]
+        group = _GROUP_OF.get(name)
+        if group is None or group[0][0] != name:
+            # A plain config, or a non-primary synonym: its own layers only.
+            if name in self._dynamic_typed:
+                return ResolvedValue(self._dynamic_typed[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, name)
+            if name in self._static_typed:
+                return ResolvedValue(self._static_typed[name], ConfigSource.STATIC_BROKER_CONFIG, name)
+            return ResolvedValue(d.default, ConfigSource.DEFAULT_CONFIG, name if d.default is not None else None)
+        for layer, source in (
+            (self._dynamic_typed, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self._static_typed, ConfigSource.STATIC_BROKER_CONFIG),
+        ):
+            for member, factor in group:
+                if member in layer and layer[member] is not None:
+                    return ResolvedValue(_convert(d.type, layer[member], factor), source, member)
+        for member, factor in group:
+            default = BROKER_CONFIGS[member].default
+            if default is not None:
+                return ResolvedValue(_convert(d.type, default, factor), ConfigSource.DEFAULT_CONFIG, member)
+        return ResolvedValue(None, ConfigSource.DEFAULT_CONFIG, None)
+
+    def _check(self) -> None:
+        node = self._static_typed.get("node.id")
+        broker = self._static_typed.get("broker.id")
+        if node is not None and broker is not None and node != broker:
+            raise ConfigError(
+                "INVALID_CONFIG",
+                f"If node.id is defined, broker.id must be the same (node.id={node}, broker.id={broker})",
+            )
+        if broker is not None and broker < 0:
+            raise _invalid("broker.id", broker, "Value must be at least 0")
+        protocols = self.listener_security_protocols
+        for lname, _h, _p in self.listeners + self.advertised_listeners:
+            if lname not in protocols:
+                raise ConfigError(
+                    "INVALID_CONFIG",
+                    f"No security protocol defined for listener {lname} in listener.security.protocol.map",
+                )
+        if not self.listeners:
+            raise _invalid("listeners", self.raw("listeners"), "At least one listener is required")
+
+    # -- access ---------------------------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        """Typed effective value (``int`` for int/long/short, ``tuple`` for lists, ...).
+
+        Unknown keys given in the file are returned as strings; other unknown names raise KeyError.
+        """
+        r = self._resolved.get(name)
+        if r is not None:
+            return r.value
+        if name in self._static:
+            return self._static[name]
+        raise KeyError(name)
+
+    def resolved(self, name: str) -> ResolvedValue:
+        r = self._resolved.get(name)
+        if r is None:
+            if name in self._static:
+                return ResolvedValue(self._static[name], ConfigSource.STATIC_BROKER_CONFIG, name)
+            raise KeyError(name)
+        return r
+
+    def source(self, name: str) -> ConfigSource:
+        return self.resolved(name).source
+
+    def raw(self, name: str) -> str | None:
+        """The effective value as Kafka would print it."""
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            return self._static.get(name)
+        return format_value(d.type, self.get(name))
+
+    def layer_values(self, name: str) -> list[tuple[str, ConfigSource]]:
+        """(string value, source) of ``name`` in each layer that has one, highest first."""
+        d = BROKER_CONFIGS.get(name)
+        out: list[tuple[str, ConfigSource]] = []
+        if name in self._dynamic_typed and d is not None:
+            out.append((format_value(d.type, self._dynamic_typed[name]) or "", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        if name in self._static:
+            v = self._static_typed.get(name)
+            out.append((format_value(d.type, v) if d else str(v), ConfigSource.STATIC_BROKER_CONFIG))  # type: ignore[arg-type]
+        if d is not None and d.default is not None:
+            out.append((format_value(d.type, d.default) or "", ConfigSource.DEFAULT_CONFIG))
+        return out
+
+    @property
+    def static_configs(self) -> Mapping[str, str]:
+        return self._static
+
+    @property
+    def dynamic_configs(self) -> Mapping[str, str]:
+        return self._dynamic
+
+    @property
+    def unknown_keys(self) -> list[str]:
+        return sorted(k for k in self._static if k not in BROKER_CONFIGS)
+
+    # -- conveniences ---------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        return int(self.get("node.id"))
+
+    @property
+    def listeners(self) -> list[tuple[str, str, int]]:
+        return parse_listeners("listeners", self.get("listeners"))
+
+    @property
+    def advertised_listeners(self) -> list[tuple[str, str, int]]:
+        value = self.get("advertised.listeners")
+        if value is None:
+            return self.listeners
+        return parse_listeners("advertised.listeners", value)
+
+    @property
+    def listener_security_protocols(self) -> dict[str, str]:
+        return _parse_protocol_map(self.get("listener.security.protocol.map"))
+
+    @property
+    def log_dirs(self) -> list[str]:
+        value = self.get("log.dirs")
+        return [p.strip() for p in str(value).split(",") if p.strip()]
+
+    @property
+    def data_dir(self) -> str:
+        return self.log_dirs[0]
+
+    @property
+    def rack(self) -> str | None:
+        return self.get("broker.rack")
+
+    def __repr__(self) -> str:
+        return f"BrokerConfig(static={dict(self._static)!r}, dynamic={dict(self._dynamic)!r})"
+
+
+def _convert(type_: str, value: Any, factor: int) -> Any:
+    if factor == 1 or value is None:
+        return value
+    v = value * factor
+    if type_ == "long" and v < 0:
+        return -1  # Kafka: a negative retention in any unit means "no limit"
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Describe entries
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...]
+    config_type: ConfigType
+    documentation: str | None
+
+
+def _broker_synonym_chain(broker: BrokerConfig, names: Iterable[str], sensitive: bool) -> list[ConfigSynonym]:
+    """Kafka's ``configSynonyms``: per layer (dynamic default, static, default), per name."""
+    names = list(names)
+    out: list[ConfigSynonym] = []
+    for wanted in (
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+        ConfigSource.STATIC_BROKER_CONFIG,
+        ConfigSource.DEFAULT_CONFIG,
+    ):
+        for n in names:
+            for value, source in broker.layer_values(n):
+                if source == wanted:
+                    out.append(ConfigSynonym(n, None if sensitive else value, source))
+    return out
+
+
+def describe_broker_configs(broker: BrokerConfig, *, cluster_default: bool = False) -> list[ConfigEntry]:
+    """Every known broker config (``cluster_default``: only the cluster-wide dynamic ones set)."""
+    out: list[ConfigEntry] = []
+    names = sorted(broker.dynamic_configs) if cluster_default else sorted(BROKER_CONFIGS)
+    for name in names:
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            continue
+        group = _GROUP_OF.get(name)
+        if group is not None and group[0][0] == name:
+            chain_names = [n for n, _ in group]
+        else:
+            chain_names = [name]
+        synonyms = _broker_synonym_chain(broker, chain_names, d.sensitive)
+        if cluster_default:
+            synonyms = [s for s in synonyms if s.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            value = format_value(d.type, broker._dynamic_typed.get(name))
+        else:
+            value = broker.raw(name)
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+        out.append(
+            ConfigEntry(
+                name=name,
+                value=None if d.sensitive else value,
+                source=source,
+                is_default=source == ConfigSource.DEFAULT_CONFIG,
+                read_only=not d.dynamic,
+                is_sensitive=d.sensitive,
+                synonyms=tuple(synonyms),
+                config_type=d.config_type,
+                documentation=d.doc,
+            )
+        )
+    return out
+
+
+def topic_config_value(broker: BrokerConfig, overrides: Mapping[str, str], name: str) -> Any:
+    """The effective typed value of topic config ``name``."""
+    d = TOPIC_CONFIGS[name]
+    if name in overrides:
+        return d.parse(overrides[name])
+    if d.broker in BROKER_CONFIGS:
+        return broker.get(d.broker)
+    return _TOPIC_ONLY_DEFAULTS.get(name)
+
+
+def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic config: the override (DYNAMIC_TOPIC_CONFIG) or its broker fallback's source."""
+    out: list[ConfigEntry] = []
+    for name in sorted(TOPIC_CONFIGS):
+        d = TOPIC_CONFIGS[name]
+        synonyms: list[ConfigSynonym] = []
+        if name in overrides:
+            try:
+                value = format_value(d.type, d.parse(overrides[name]))
+            except ConfigError:
+                value = overrides[name]
+            synonyms.append(ConfigSynonym(name, None if d.sensitive else value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        else:
+            value = format_value(d.type, topic_config_value(broker, overrides, name))
+        if d.broker in BROKER_CONFIGS:
+            synonyms += _broker_synonym_chain(broker, broker_synonyms(d.broker), d.sensitive)
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+        out.append(
+            ConfigEntry(
+                name=name,
+                value=None if d.sensitive else value,
+                source=source,
+                is_default=source == ConfigSource.DEFAULT_CONFIG,
+                read_only=False,
+                is_sensitive=d.sensitive,
+                synonyms=tuple(synonyms),
+                config_type=d.config_type,
+                documentation=d.doc,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
+    """Raise ``ConfigError("INVALID_CONFIG", ...)`` for an unknown key or a bad value."""
+    typed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError("INVALID_CONFIG", f"Unknown topic config name: {name}")
+        if raw is None:
+            raise ConfigError("INVALID_CONFIG", f"Null value not supported for topic configs: {name}")
+        typed[name] = d.parse(raw)
+    lo = typed.get("min.compaction.lag.ms")
+    hi = typed.get("max.compaction.lag.ms")
+    if lo is not None and hi is not None and lo > hi:
+        raise ConfigError(
+            "INVALID_CONFIG",
+            f"conflict topic config setting min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi})",
+        )
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> None:
+    """Cluster-wide dynamic broker configs: only dynamic-updatable keys with valid values.
+
+    Raises ``ConfigError("INVALID_REQUEST", "Cannot update these configs dynamically: ...")`` for
+    read-only or unknown keys and ``ConfigError("INVALID_CONFIG", ...)`` for bad values.
+    """
+    bad = sorted(k for k in configs if k not in BROKER_CONFIGS or not BROKER_CONFIGS[k].dynamic)
+    if bad:
+        raise ConfigError("INVALID_REQUEST", f"Cannot update these configs dynamically: {set(bad)}")
+    for name, raw in configs.items():
+        if raw is None:
+            raise ConfigError("INVALID_CONFIG", f"Null value not supported for broker config {name}")
+        BROKER_CONFIGS[name].parse(raw)
+
+
+def is_list_config(name: str, *, topic: bool) -> bool:
+    d: Any = TOPIC_CONFIGS.get(name) if topic else BROKER_CONFIGS.get(name)
+    return d is not None and d.type == "list"
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+def log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> "LogConfig":
+    """The storage layer's ``LogConfig`` for a topic with these overrides."""
+    from shoal.storage import LogConfig
+
+    def v(name: str) -> Any:
+        try:
+            return topic_config_value(broker, overrides, name)
+        except ConfigError as e:  # a stored override that no longer parses: use the fallback
+            log.warning("ignoring topic config override %s=%r: %s", name, overrides.get(name), e.message)
+            return topic_config_value(broker, {}, name)
+
+    values: dict[str, Any] = {
+        "segment_bytes": v("segment.bytes"),
+        "segment_ms": v("segment.ms"),
+        "segment_jitter_ms": v("segment.jitter.ms"),
+        "retention_ms": v("retention.ms"),
+        "retention_bytes": v("retention.bytes"),
+        "index_interval_bytes": v("index.interval.bytes"),
+        "segment_index_bytes": v("segment.index.bytes"),
+        "max_message_bytes": v("max.message.bytes"),
+        "message_timestamp_type": v("message.timestamp.type"),
+        "flush_messages": v("flush.messages"),
+        "flush_ms": v("flush.ms"),
+        "file_delete_delay_ms": v("file.delete.delay.ms"),
+        "cleanup_policy": tuple(v("cleanup.policy")),
+        "min_insync_replicas": v("min.insync.replicas"),
+        "compression_type": v("compression.type"),
+        "preallocate": v("preallocate"),
+        "message_timestamp_before_max_ms": v("message.timestamp.before.max.ms"),
+        "message_timestamp_after_max_ms": v("message.timestamp.after.max.ms"),
+    }
+    fields = {f.name: f for f in dataclasses.fields(LogConfig)}
+    cp = fields.get("cleanup_policy")
+    if cp is not None and isinstance(cp.default, str):
+        values["cleanup_policy"] = ",".join(values["cleanup_policy"])
+    return LogConfig(**{k: val for k, val in values.items() if k in fields})

@@ -1,0 +1,732 @@
+"""Topic and config administration.
+
+  CreateTopics (19)             v2-7
+  DeleteTopics (20)             v1-6   (by name; by topic id from v6)
+  CreatePartitions (37)         v0-3
+  DescribeConfigs (32)          v1-4   (TOPIC, BROKER; BROKER_LOGGER answers an empty list)
+  AlterConfigs (33)             v0-2
+  IncrementalAlterConfigs (44)  v0-1   (SET, DELETE, APPEND, SUBTRACT)
+
+Handlers only change metadata; the broker follows the new image (creates/deletes partition logs,
+applies new LogConfigs). Admin read-modify-write sequences (read the image, compute, write) are
+serialized by the broker's ``admin_lock`` so two concurrent AlterConfigs cannot lose an update.
+
+Deliberate deviations from Kafka:
+- Replica placement is Kafka's AdminUtils round-robin (rack-aware when every broker has a rack),
+  with the random start index replaced by a hash of the topic name (reproducible placement that
+  still spreads leaders); KRaft's striped placer is not used.
+- At most ``MAX_PARTITIONS_PER_TOPIC`` partitions per topic (INVALID_PARTITIONS beyond it).
+- Per-broker dynamic configs (BROKER resource named by a node id) are refused with INVALID_REQUEST:
+  only the cluster-wide default (resource name "") can be altered.
+- Internal topics cannot be deleted (INVALID_REQUEST), as ZooKeeper-mode Kafka refused.
+- No create/alter policies (``create.topic.policy.class.name``) and no ACL checks yet.
+- BROKER_LOGGER resources are described as empty and cannot be altered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import re
+import uuid
+import zlib
+from typing import Any, Callable, Mapping
+
+from shoal.config import (
+    ConfigError,
+    describe_broker_configs,
+    describe_topic_configs,
+    is_list_config,
+    topic_config_value,
+    validate_dynamic_broker_configs,
+    validate_topic_configs,
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    format_value,
+)
+from shoal.handlers.registry import api
+from shoal.metadata import MetadataError, MetadataImage, TopicInfo
+from shoal.placement import PlacementError, assign_replicas, start_index_for_new_partitions
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode, error_code
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS_PER_TOPIC = 100_000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_ZERO_UUID = uuid.UUID(int=0)  # kio decodes the zero uuid as None
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+class AdminError(Exception):
+    def __init__(self, code: str, message: str | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared policy
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's ``Topic.validate``."""
+    if name is None or name == "":
+        raise AdminError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise AdminError("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise AdminError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+            f"topic name: {name}",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise AdminError(
+            "INVALID_TOPIC_EXCEPTION",
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+            "'.', '_' and '-'",
+        )
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def admin_lock(broker: Any) -> asyncio.Lock:
+    """The broker's lock for admin read-modify-write sequences (``Broker.admin_lock``)."""
+    lock = getattr(broker, "admin_lock", None)
+    if lock is None:
+        lock = asyncio.Lock()
+        broker.admin_lock = lock
+    return lock
+
+
+def _brokers(image: MetadataImage) -> list[tuple[int, str | None]]:
+    return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+
+
+def _placement_seed(name: str) -> int:
+    return zlib.crc32(name.encode("utf-8"))
+
+
+def _check_manual_assignment(
+    image: MetadataImage, replicas_list: list[tuple[int, ...]], expected_rf: int | None
+) -> None:
+    """KRaft's ``validateManualPartitionAssignment``."""
+    for replicas in replicas_list:
+        if not replicas:
+            raise AdminError(
+                "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
+            )
+        seen = set()
+        for b in replicas:
+            if b in seen:
+                raise AdminError(
+                    "INVALID_REPLICA_ASSIGNMENT",
+                    f"The manual partition assignment includes the broker {b} more than once.",
+                )
+            seen.add(b)
+            if b not in image.brokers:
+                raise AdminError(
+                    "INVALID_REPLICA_ASSIGNMENT",
+                    f"The manual partition assignment includes broker {b}, but no such broker is registered.",
+                )
+        if expected_rf is not None and len(replicas) != expected_rf:
+            raise AdminError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), "
+                f"but this is not consistent with previous partitions, which have {expected_rf} replica(s).",
+            )
+        if expected_rf is None:
+            expected_rf = len(replicas)
+
+
+def _metadata_error(e: MetadataError) -> AdminError:
+    return AdminError(e.code, e.message)
+
+
+# ---------------------------------------------------------------------------------------------
+# CreateTopics
+
+
+def _plan_topic(image: MetadataImage, cfg: Any, t: Any) -> tuple[list[tuple[int, ...]], dict[str, str]]:
+    """Validate one CreatableTopic; return its replica assignment and config overrides."""
+    name = t.name
+    validate_topic_name(name)
+    if name in image.topics:
+        raise AdminError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+    key = _collision_key(name)
+    for existing in image.topics:
+        if _collision_key(existing) == key:
+            raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {existing}")
+    configs: dict[str, str] = {}
+    for c in t.configs:
+        if c.value is None:
+            raise AdminError("INVALID_CONFIG", f"Null value not supported for topic configs: {c.name}")
+        configs[c.name] = c.value
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as e:
+        raise AdminError(e.code, e.message) from None
+
+    if t.assignments:
+        if t.num_partitions != -1:
+            raise AdminError(
+                "INVALID_REQUEST",
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            )
+        if t.replication_factor != -1:
+            raise AdminError(
+                "INVALID_REQUEST",
+                "A manual partition assignment was specified, but replicationFactor was not set to -1.",
+            )
+        by_index = sorted(t.assignments, key=lambda a: a.partition_index)
+        for expected, a in enumerate(by_index):
+            if a.partition_index != expected:
+                raise AdminError(
+                    "INVALID_REPLICA_ASSIGNMENT",
+                    "Partitions should be a consecutive 0-based integer sequence",
+                )
+        if len(by_index) > MAX_PARTITIONS_PER_TOPIC:
+            raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
+        assignment = [tuple(int(b) for b in a.broker_ids) for a in by_index]
+        _check_manual_assignment(image, assignment, None)
+        return assignment, configs
+
+    partitions = int(t.num_partitions)
+    rf = int(t.replication_factor)
+    if partitions == -1:
+        partitions = int(cfg.get("num.partitions"))
+    elif partitions <= 0:
+        raise AdminError(
+            "INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value."
+        )
+    if partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
+    if rf == -1:
+        rf = int(cfg.get("default.replication.factor"))
+    elif rf <= 0:
+        raise AdminError(
+            "INVALID_REPLICATION_FACTOR", "Replication factor must be larger than 0, or -1 to use the default value."
+        )
+    brokers = _brokers(image)
+    if rf > len(brokers):
+        raise AdminError(
+            "INVALID_REPLICATION_FACTOR",
+            f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+            f"cannot be reached because only {len(brokers)} broker(s) are registered.",
+        )
+    seed = _placement_seed(name)
+    try:
+        assignment = assign_replicas(
+            brokers,
+            partitions,
+            rf,
+            start_index=seed % len(brokers),
+            replica_shift=(seed // len(brokers)) % len(brokers),
+        )
+    except PlacementError as e:
+        raise AdminError(e.code, e.message) from None
+    return assignment, configs
+
+
+def _creatable_configs(mod: Any, cfg: Any, overrides: Mapping[str, str]) -> tuple:
+    if not hasattr(mod, "CreatableTopicConfigs"):  # v5+
+        return ()
+    return tuple(
+        build(
+            mod.CreatableTopicConfigs,
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=int(e.source),
+            is_sensitive=e.is_sensitive,
+        )
+        for e in describe_topic_configs(cfg, overrides)
+    )
+
+
+@api(CREATE_TOPICS, 2, 7)
+async def handle_create_topics(ctx, req):
+    mod = response_module(CREATE_TOPICS, ctx.api_version)
+    broker = ctx.broker
+    store = broker.metadata
+    results = []
+    counts: dict[str, int] = {}
+    for t in req.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+
+    def result(name, *, code="NONE", message=None, topic_id=None, partitions=-1, rf=-1, configs=()):
+        return build(
+            mod.CreatableTopicResult,
+            name=name,
+            topic_id=topic_id,
+            error_code=error_code(code),
+            error_message=message,
+            topic_config_error_code=0,
+            num_partitions=partitions,
+            replication_factor=rf,
+            configs=configs,
+        )
+
+    async with admin_lock(broker):
+        for t in req.topics:
+            if counts[t.name] > 1:
+                results.append(result(t.name, code="INVALID_REQUEST", message="Duplicate topic name."))
+                continue
+            cfg = broker.config
+            try:
+                assignment, configs = _plan_topic(store.image, cfg, t)
+                if req.validate_only:
+                    topic_id = None
+                else:
+                    try:
+                        info = await store.create_topic(t.name, assignment, configs)
+                    except MetadataError as e:
+                        raise _metadata_error(e) from None
+                    topic_id = info.topic_id
+            except AdminError as e:
+                results.append(result(t.name, code=e.code, message=e.message))
+                continue
+            results.append(
+                result(
+                    t.name,
+                    topic_id=topic_id,
+                    partitions=len(assignment),
+                    rf=len(assignment[0]) if assignment else 0,
+                    configs=_creatable_configs(mod, cfg, configs),
+                )
+            )
+    return build(mod.CreateTopicsResponse, throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+
+# ---------------------------------------------------------------------------------------------
+# DeleteTopics
+
+
+@api(DELETE_TOPICS, 1, 6)
+async def handle_delete_topics(ctx, req):
+    mod = response_module(DELETE_TOPICS, ctx.api_version)
+    broker = ctx.broker
+    store = broker.metadata
+    by_id = ctx.api_version >= 6
+    if by_id:
+        wanted = [(t.name, t.topic_id if t.topic_id is not None else _ZERO_UUID) for t in req.topics]
+    else:
+        wanted = [(n, _ZERO_UUID) for n in req.topic_names]
+
+    def result(name, topic_id, code="NONE", message=None):
+        return build(
+            mod.DeletableTopicResult,
+            name=name,
+            topic_id=None if topic_id == _ZERO_UUID else topic_id,
+            error_code=error_code(code),
+            error_message=message,
+        )
+
+    names_seen: dict[str, int] = {}
+    ids_seen: dict[uuid.UUID, int] = {}
+    for name, tid in wanted:
+        if name is not None:
+            names_seen[name] = names_seen.get(name, 0) + 1
+        if tid != _ZERO_UUID:
+            ids_seen[tid] = ids_seen.get(tid, 0) + 1
+
+    results = []
+    async with admin_lock(broker):
+        enabled = bool(broker.config.get("delete.topic.enable"))
+        for name, tid in wanted:
+            try:
+                if name is not None and tid != _ZERO_UUID:
+                    raise AdminError("INVALID_REQUEST", "You may not specify both topic name and topic id.")
+                if name is None and tid == _ZERO_UUID:
+                    raise AdminError("INVALID_REQUEST", "Neither topic name nor id were specified.")
+                if (name is not None and names_seen[name] > 1) or (tid != _ZERO_UUID and ids_seen[tid] > 1):
+                    raise AdminError("INVALID_REQUEST", "Duplicate topic name or id in request.")
+                image = store.image
+                if name is not None:
+                    topic = image.topics.get(name)
+                    if topic is None:
+                        raise AdminError(
+                            "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
+                        )
+                else:
+                    topic = image.topics_by_id.get(tid)
+                    if topic is None:
+                        raise AdminError("UNKNOWN_TOPIC_ID", "This server does not host this topic ID.")
+                name, tid = topic.name, topic.topic_id
+                if not enabled:
+                    raise AdminError("TOPIC_DELETION_DISABLED", "Topic deletion is disabled.")
+                if topic.internal:
+                    raise AdminError(
+                        "INVALID_REQUEST", f"Topic {topic.name} is an internal topic and cannot be deleted."
+                    )
+                try:
+                    await store.delete_topic(topic.name)
+                except MetadataError as e:
+                    raise _metadata_error(e) from None
+            except AdminError as e:
+                results.append(result(name, tid, e.code, e.message))
+                continue
+            results.append(result(name, tid))
+    return build(mod.DeleteTopicsResponse, throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+
+# ---------------------------------------------------------------------------------------------
+# CreatePartitions
+
+
+def _plan_partitions(image: MetadataImage, t: Any) -> list[tuple[int, ...]]:
+    topic = image.topics.get(t.name)
+    if topic is None:
+        raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+    current = len(topic.partitions)
+    if t.count < current:
+        raise AdminError(
+            "INVALID_PARTITIONS",
+            f"Topic currently has {current} partitions, which is higher than the requested {t.count}.",
+        )
+    if t.count == current:
+        raise AdminError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+    if t.count > MAX_PARTITIONS_PER_TOPIC:
+        raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
+    to_add = t.count - current
+    rf = topic.replication_factor
+    if t.assignments is not None:
+        if len(t.assignments) != to_add:
+            raise AdminError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"Attempted to add {to_add} additional partition(s), but only "
+                f"{len(t.assignments)} assignment(s) were specified.",
+            )
+        assignment = [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
+        _check_manual_assignment(image, assignment, rf or None)
+        return assignment
+    brokers = _brokers(image)
+    if rf > len(brokers):
+        raise AdminError(
+            "INVALID_REPLICATION_FACTOR",
+            f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+            f"cannot be reached because only {len(brokers)} broker(s) are registered.",
+        )
+    start = start_index_for_new_partitions(
+        [b for b, _ in brokers], topic.partitions[0].replicas if topic.partitions else ()
+    )
+    try:
+        return assign_replicas(brokers, to_add, rf, start_index=start, start_partition_id=current)
+    except PlacementError as e:
+        raise AdminError(e.code, e.message) from None
+
+
+@api(CREATE_PARTITIONS, 0, 3)
+async def handle_create_partitions(ctx, req):
+    mod = response_module(CREATE_PARTITIONS, ctx.api_version)
+    broker = ctx.broker
+    store = broker.metadata
+    counts: dict[str, int] = {}
+    for t in req.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    results = []
+
+    def result(name, code="NONE", message=None):
+        return build(mod.CreatePartitionsTopicResult, name=name, error_code=error_code(code), error_message=message)
+
+    async with admin_lock(broker):
+        for t in req.topics:
+            try:
+                if counts[t.name] > 1:
+                    raise AdminError("INVALID_REQUEST", "Duplicate topic name.")
+                assignment = _plan_partitions(store.image, t)
+                if not req.validate_only:
+                    try:
+                        await store.add_partitions(t.name, assignment)
+                    except MetadataError as e:
+                        raise _metadata_error(e) from None
+            except AdminError as e:
+                results.append(result(t.name, e.code, e.message))
+                continue
+            results.append(result(t.name))
+    return build(mod.CreatePartitionsResponse, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeConfigs
+
+
+def _broker_resource(ctx, name: str) -> bool:
+    """True for the cluster default (""), False for this node; AdminError otherwise."""
+    if name == "":
+        return True
+    try:
+        node = int(name)
+    except ValueError:
+        raise AdminError("INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}") from None
+    if node != ctx.broker.node_id:
+        raise AdminError(
+            "INVALID_REQUEST",
+            f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, but received {name}",
+        )
+    return False
+
+
+def _resource_type_error(resource_type: int) -> AdminError:
+    return AdminError("INVALID_REQUEST", f"Unsupported resource type: {resource_type}")
+
+
+@api(DESCRIBE_CONFIGS, 1, 4)
+async def handle_describe_configs(ctx, req):
+    mod = response_module(DESCRIBE_CONFIGS, ctx.api_version)
+    broker = ctx.broker
+    cfg = broker.config
+    image = broker.metadata.image
+    include_synonyms = bool(getattr(req, "include_synonyms", False))
+    include_docs = bool(getattr(req, "include_documentation", False))
+    results = []
+    for res in req.resources:
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
+                validate_topic_name(res.resource_name)
+                topic = image.topics.get(res.resource_name)
+                if topic is None:
+                    raise AdminError(
+                        "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
+                    )
+                entries = describe_topic_configs(cfg, topic.configs)
+            elif res.resource_type == RESOURCE_BROKER:
+                cluster_default = _broker_resource(ctx, res.resource_name)
+                entries = describe_broker_configs(cfg, cluster_default=cluster_default)
+            elif res.resource_type == RESOURCE_BROKER_LOGGER:
+                _broker_resource(ctx, res.resource_name)
+                entries = []
+            else:
+                raise _resource_type_error(res.resource_type)
+        except AdminError as e:
+            results.append(
+                build(
+                    mod.DescribeConfigsResult,
+                    error_code=error_code(e.code),
+                    error_message=e.message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=(),
+                )
+            )
+            continue
+        keys = res.configuration_keys
+        if keys:
+            wanted = set(keys)
+            entries = [e for e in entries if e.name in wanted]
+        configs = tuple(
+            build(
+                mod.DescribeConfigsResourceResult,
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=int(e.source),
+                is_default=e.is_default,
+                is_sensitive=e.is_sensitive,
+                synonyms=tuple(
+                    build(mod.DescribeConfigsSynonym, name=s.name, value=s.value, source=int(s.source))
+                    for s in e.synonyms
+                )
+                if include_synonyms
+                else (),
+                config_type=int(e.config_type),
+                documentation=e.documentation if include_docs else None,
+            )
+            for e in entries
+        )
+        results.append(
+            build(
+                mod.DescribeConfigsResult,
+                error_code=ErrorCode.none,
+                error_message=None,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=configs,
+            )
+        )
+    return build(mod.DescribeConfigsResponse, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+# ---------------------------------------------------------------------------------------------
+# AlterConfigs / IncrementalAlterConfigs
+
+
+def _apply_incremental(
+    current: Mapping[str, str],
+    ops: list[tuple[str, int, str | None]],
+    *,
+    topic: bool,
+    effective: Callable[[str], str | None],
+) -> dict[str, str]:
+    """Kafka's ``prepareIncrementalConfigs``: SET / DELETE / APPEND / SUBTRACT on ``current``."""
+    known = TOPIC_CONFIGS if topic else BROKER_CONFIGS
+    out = dict(current)
+    for name, op, value in ops:
+        if name not in known:
+            if topic:
+                raise AdminError("INVALID_CONFIG", f"Unknown topic config name: {name}")
+            raise AdminError("INVALID_REQUEST", f"Cannot update these configs dynamically: {{'{name}'}}")
+        if op == OP_SET:
+            if value is None:
+                raise AdminError("INVALID_REQUEST", f"Null value not supported for : {name}")
+            out[name] = value
+        elif op == OP_DELETE:
+            out.pop(name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if not is_list_config(name, topic=topic):
+                verb = "append" if op == OP_APPEND else "subtract"
+                raise AdminError("INVALID_CONFIG", f"Config value {verb} is not allowed for config key: {name}")
+            base = out.get(name)
+            if base is None:
+                base = effective(name) or ""
+            old = [p.strip() for p in base.split(",") if p.strip()]
+            new = [p.strip() for p in (value or "").split(",") if p.strip()]
+            if op == OP_APPEND:
+                merged = list(dict.fromkeys(old + new))
+            else:
+                merged = [p for p in old if p not in new]
+            out[name] = ",".join(merged)
+        else:
+            raise AdminError("INVALID_REQUEST", f"Unknown alter config operation type: {op}")
+    return out
+
+
+async def _alter_resource(
+    ctx,
+    resource_type: int,
+    resource_name: str,
+    compute: Callable[[Mapping[str, str], bool, Callable[[str], str | None]], dict[str, str]],
+    validate_only: bool,
+) -> None:
+    """Compute the resource's new overrides from its current ones, validate, store."""
+    broker = ctx.broker
+    store = broker.metadata
+    if resource_type == RESOURCE_TOPIC:
+        validate_topic_name(resource_name)
+        topic: TopicInfo | None = store.image.topics.get(resource_name)
+        if topic is None:
+            raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+        cfg = broker.config
+
+        def effective(name: str) -> str | None:
+            return format_value(TOPIC_CONFIGS[name].type, topic_config_value(cfg, {}, name))
+
+        new = compute(topic.configs, True, effective)
+        try:
+            validate_topic_configs(new)
+        except ConfigError as e:
+            raise AdminError(e.code, e.message) from None
+        if validate_only or dict(new) == dict(topic.configs):
+            return
+        try:
+            await store.set_topic_configs(resource_name, new)
+        except MetadataError as e:
+            raise _metadata_error(e) from None
+    elif resource_type == RESOURCE_BROKER:
+        if not _broker_resource(ctx, resource_name):
+            raise AdminError(
+                "INVALID_REQUEST",
+                "Per-broker dynamic configs are not supported; alter the cluster-wide default "
+                "(empty broker resource name) instead.",
+            )
+        cfg = broker.config
+        current = dict(store.image.broker_configs)
+
+        def effective(name: str) -> str | None:
+            return cfg.raw(name)
+
+        new = compute(current, False, effective)
+        try:
+            validate_dynamic_broker_configs(new)
+        except ConfigError as e:
+            raise AdminError(e.code, e.message) from None
+        if validate_only or new == current:
+            return
+        try:
+            await store.set_broker_configs(new)
+        except MetadataError as e:
+            raise _metadata_error(e) from None
+    elif resource_type == RESOURCE_BROKER_LOGGER:
+        raise AdminError("INVALID_REQUEST", "Altering broker loggers is not supported.")
+    else:
+        raise _resource_type_error(resource_type)
+
+
+async def _alter(ctx, mod, req, compute_for) -> Any:
+    seen: dict[tuple[int, str], int] = {}
+    for res in req.resources:
+        k = (res.resource_type, res.resource_name)
+        seen[k] = seen.get(k, 0) + 1
+    results = []
+    async with admin_lock(ctx.broker):
+        for res in req.resources:
+            code, message = "NONE", None
+            try:
+                if seen[(res.resource_type, res.resource_name)] > 1:
+                    raise AdminError("INVALID_REQUEST", "Duplicate resource in request.")
+                await _alter_resource(ctx, res.resource_type, res.resource_name, compute_for(res), req.validate_only)
+            except AdminError as e:
+                code, message = e.code, e.message
+            results.append(
+                build(
+                    mod.AlterConfigsResourceResponse,
+                    error_code=error_code(code),
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+    return tuple(results)
+
+
+@api(ALTER_CONFIGS, 0, 2)
+async def handle_alter_configs(ctx, req):
+    """Replace a resource's whole set of overrides with the given configs."""
+    mod = response_module(ALTER_CONFIGS, ctx.api_version)
+
+    def compute_for(res):
+        def compute(current, topic, effective):
+            out: dict[str, str] = {}
+            for c in res.configs:
+                if c.value is None:
+                    raise AdminError("INVALID_REQUEST", f"Null value not supported for : {c.name}")
+                out[c.name] = c.value
+            return out
+
+        return compute
+
+    results = await _alter(ctx, mod, req, compute_for)
+    return build(mod.AlterConfigsResponse, throttle_time=_NO_THROTTLE, responses=results)
+
+
+@api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def handle_incremental_alter_configs(ctx, req):
+    mod = response_module(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
+
+    def compute_for(res):
+        def compute(current, topic, effective):
+            names = [c.name for c in res.configs]
+            if len(names) != len(set(names)):
+                raise AdminError("INVALID_REQUEST", "Error due to duplicate config keys")
+            ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
+            return _apply_incremental(current, ops, topic=topic, effective=effective)
+
+        return compute
+
+    results = await _alter(ctx, mod, req, compute_for)
+    return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_THROTTLE, responses=results)

@@ -1,0 +1,289 @@
+"""Fetch (key 1), v4-v18: long-poll in a purgatory, fetch sessions (KIP-227), topic ids (v13+).
+
+Reads return whole stored batches (as producers wrote them, compressed or not) from the batch that
+holds the fetch offset, up to the high watermark. ``partition_max_bytes`` and ``max_bytes`` bound
+the answer, except that the first partition with data always gets one whole batch so a consumer
+can make progress past a batch larger than its limits (Kafka's KIP-74 rule).
+
+If fewer than ``min_bytes`` are ready the request waits in the purgatory until a producer appends
+to one of its partitions or ``max_wait`` passes, then answers with what there is.
+
+Deviations from Kafka:
+- READ_COMMITTED reads up to the high watermark: there are no transactions yet, so LSO == HWM.
+- The follower fields (replica_state, diverging epochs) are answered as a consumer's; replication
+  is a later issue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import secrets
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from shoal.handlers.registry import api
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+from shoal.storage import OffsetOutOfRange
+
+KEY = 1
+ZERO_UUID = uuid.UUID(int=0)
+FINAL_EPOCH = -1
+INITIAL_EPOCH = 0
+
+
+@dataclass
+class _SessionPartition:
+    fetch_offset: int
+    max_bytes: int
+    topic_id: uuid.UUID | None
+    # What the client last saw, so an incremental response can leave unchanged partitions out.
+    last_hwm: int = -1
+    last_log_start: int = -1
+
+
+@dataclass
+class FetchSession:
+    session_id: int
+    epoch: int  # the epoch the next request must carry
+    partitions: "OrderedDict[tuple[str, int], _SessionPartition]" = field(default_factory=OrderedDict)
+
+
+class FetchSessionCache:
+    """Incremental fetch sessions of one broker (KIP-227), evicting the least recently used."""
+
+    def __init__(self, max_sessions: int = 1000) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+
+    def new(self) -> FetchSession:
+        sid = 0
+        while sid == 0 or sid in self._sessions:
+            sid = secrets.randbits(31)
+        session = FetchSession(sid, 1)
+        self._sessions[sid] = session
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return session
+
+    def get(self, sid: int) -> FetchSession | None:
+        s = self._sessions.get(sid)
+        if s is not None:
+            self._sessions.move_to_end(sid)
+        return s
+
+    def remove(self, sid: int) -> None:
+        self._sessions.pop(sid, None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+def _timedelta_s(value) -> float:
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else value / 1000.0
+
+
+def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", leader=-1, epoch=-1):
+    extra = {}
+    if code == ErrorCode.not_leader_or_follower and hasattr(mod, "LeaderIdAndEpoch"):
+        # KIP-951: tell the client who leads now, so it need not refresh metadata first.
+        extra["current_leader"] = build(mod.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)
+    return build(
+        mod.PartitionData,
+        partition_index=index,
+        error_code=code,
+        high_watermark=hwm,
+        last_stable_offset=lso,
+        log_start_offset=log_start,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=records or b"",  # never null: clients reject a null record set
+        **extra,
+    )
+
+
+@api(KEY, 4, 18)
+async def handle_fetch(ctx, req):
+    broker = ctx.broker
+    v = ctx.api_version
+    mod = response_module(KEY, v)
+    use_ids = v >= 13
+    sessions: FetchSessionCache = broker.fetch_sessions
+
+    # -- resolve the request's partitions (by name or id) and the session --------------------
+    image = broker.metadata.image
+    wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
+    unknown_ids: list[tuple[uuid.UUID, int]] = []
+    for t in req.topics:
+        if use_ids:
+            info = image.topics_by_id.get(t.topic_id)
+            if info is None:
+                unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
+                continue
+            name = info.name
+        else:
+            name = t.topic
+        tid = t.topic_id if use_ids else None
+        for p in t.partitions:
+            wanted[(name, p.partition)] = _SessionPartition(p.fetch_offset, p.partition_max_bytes, tid)
+
+    session_id = getattr(req, "session_id", 0)
+    session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+    session: FetchSession | None = None
+    incremental = False
+    if session_id == 0:
+        if session_epoch == INITIAL_EPOCH and v >= 7:
+            session = sessions.new()
+            session.partitions = wanted
+    else:
+        existing = sessions.get(session_id)
+        if session_epoch == FINAL_EPOCH:
+            sessions.remove(session_id)
+        elif existing is None:
+            return _top_error(mod, ErrorCode.fetch_session_id_not_found)
+        elif existing.epoch != session_epoch:
+            return _top_error(mod, ErrorCode.invalid_fetch_session_epoch)
+        else:
+            session = existing
+            incremental = True
+            for key, sp in wanted.items():
+                old = session.partitions.get(key)
+                if old is not None:
+                    sp.last_hwm, sp.last_log_start = old.last_hwm, old.last_log_start
+                session.partitions[key] = sp
+            for ft in getattr(req, "forgotten_topics_data", ()) or ():
+                if use_ids:
+                    info = image.topics_by_id.get(ft.topic_id)
+                    fname = info.name if info is not None else None
+                else:
+                    fname = ft.topic
+                for part in ft.partitions:
+                    session.partitions.pop((fname, part), None)
+            session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
+    if session is not None and not incremental:
+        session.epoch = 1
+    targets = session.partitions if session is not None else wanted
+
+    # -- read, waiting in the purgatory for min_bytes ----------------------------------------
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _timedelta_s(req.max_wait)
+    min_bytes = max(req.min_bytes, 0)
+    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = min(max_bytes, int(broker.config.get("fetch.max.bytes")))
+    while True:
+        results, total, must_answer = _read_all(broker, targets, max_bytes)
+        if must_answer or total >= min_bytes or loop.time() >= deadline or not targets:
+            break
+        notified = await broker.fetch_waiters.wait(list(targets.keys()), deadline - loop.time())
+        if not notified:
+            results, total, _ = _read_all(broker, targets, max_bytes)
+            break
+
+    # -- build the response ----------------------------------------------------------------
+    by_topic: "OrderedDict[str, list]" = OrderedDict()
+    topic_ids: dict[str, uuid.UUID | None] = {}
+    for key, sp in targets.items():
+        name, index = key
+        r = results[key]
+        if incremental:
+            # Leave out what the client already knows: no records, no error, same offsets.
+            changed = (
+                r.code != ErrorCode.none
+                or r.records
+                or r.hwm != sp.last_hwm
+                or r.log_start != sp.last_log_start
+            )
+            if not changed:
+                continue
+        sp.last_hwm, sp.last_log_start = r.hwm, r.log_start
+        topic_ids[name] = sp.topic_id
+        by_topic.setdefault(name, []).append(
+            _partition_data(
+                mod, index, r.code, hwm=r.hwm, lso=r.hwm, log_start=r.log_start,
+                records=r.records, leader=r.leader, epoch=r.epoch,
+            )
+        )
+    topics = [
+        build(mod.FetchableTopicResponse, topic=name, topic_id=topic_ids.get(name) or ZERO_UUID, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    ]
+    for tid, index in unknown_ids:
+        topics.append(
+            build(
+                mod.FetchableTopicResponse,
+                topic_id=tid,
+                partitions=(_partition_data(mod, index, ErrorCode.unknown_topic_id),),
+            )
+        )
+    return build(
+        mod.FetchResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=session.session_id if session is not None else 0,
+        responses=tuple(topics),
+        node_endpoints=(),
+    )
+
+
+def _top_error(mod, code: ErrorCode):
+    return build(
+        mod.FetchResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=code,
+        session_id=0,
+        responses=(),
+        node_endpoints=(),
+    )
+
+
+@dataclass(slots=True)
+class _Read:
+    code: ErrorCode
+    records: bytes | None = None
+    hwm: int = -1
+    log_start: int = -1
+    leader: int = -1
+    epoch: int = -1
+
+
+def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
+    """Read every partition once. Returns results, total bytes, and whether to answer at once."""
+    image = broker.metadata.image
+    results: dict[tuple[str, int], _Read] = {}
+    total = 0
+    must_answer = False
+    remaining = max_bytes
+    for key, sp in targets.items():
+        name, index = key
+        topic = image.topic(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            results[key] = _Read(ErrorCode.unknown_topic_or_partition)
+            must_answer = True
+            continue
+        pinfo = topic.partitions[index]
+        plog = broker.partition_log(name, index) if pinfo.leader == broker.node_id else None
+        if plog is None:
+            results[key] = _Read(ErrorCode.not_leader_or_follower, leader=pinfo.leader, epoch=pinfo.leader_epoch)
+            must_answer = True
+            continue
+        hwm = plog.high_watermark
+        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset, leader=pinfo.leader, epoch=pinfo.leader_epoch)
+        limit = min(sp.max_bytes, remaining)
+        if sp.fetch_offset < hwm and (limit > 0 or total == 0):
+            try:
+                info = plog.read(sp.fetch_offset, max(limit, 0), max_offset=hwm, min_one_batch=total == 0)
+            except OffsetOutOfRange:
+                r.code = ErrorCode.offset_out_of_range
+                must_answer = True
+            else:
+                if info.records:
+                    r.records = info.records
+                    total += len(info.records)
+                    remaining -= len(info.records)
+        elif sp.fetch_offset > plog.log_end_offset or sp.fetch_offset < plog.log_start_offset:
+            r.code = ErrorCode.offset_out_of_range
+            must_answer = True
+        results[key] = r
+    return results, total, must_answer

@@ -1,0 +1,108 @@
+"""ListOffsets (key 2, v1-v10) and DeleteRecords (key 21, v0-v2).
+
+ListOffsets special timestamps: -1 latest (the high watermark, which on a leader that is its whole
+ISR is the log end offset), -2 earliest (log start offset), -3 max timestamp (KIP-734), -4 earliest
+local (KIP-405; no tiered storage, so the log start offset), -5 latest tiered (KIP-1005; nothing is
+tiered: offset -1). A timestamp >= 0 finds the first record whose timestamp is at least it.
+
+Deviation: v11 (KIP-1023 timeout field) is not offered yet.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from shoal.handlers.registry import api
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+from shoal.storage import OffsetOutOfRange
+
+LIST_OFFSETS = 2
+DELETE_RECORDS = 21
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _resolve(broker, name: str, index: int):
+    """(partition log, partition info, error) for a partition this broker must lead."""
+    topic = broker.metadata.image.topic(name)
+    if topic is None or not 0 <= index < len(topic.partitions):
+        return None, None, ErrorCode.unknown_topic_or_partition
+    pinfo = topic.partitions[index]
+    plog = broker.partition_log(name, index) if pinfo.leader == broker.node_id else None
+    if plog is None:
+        return None, pinfo, ErrorCode.not_leader_or_follower
+    return plog, pinfo, ErrorCode.none
+
+
+@api(LIST_OFFSETS, 1, 10)
+async def handle_list_offsets(ctx, req):
+    broker = ctx.broker
+    mod = response_module(LIST_OFFSETS, ctx.api_version)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog, pinfo, code = _resolve(broker, t.name, p.partition_index)
+            offset, ts = -1, -1
+            epoch = pinfo.leader_epoch if pinfo is not None else -1
+            current = getattr(p, "current_leader_epoch", -1)
+            if code == ErrorCode.none and current >= 0 and current != epoch:
+                code = ErrorCode.fenced_leader_epoch if current < epoch else ErrorCode.unknown_leader_epoch
+            if code == ErrorCode.none:
+                target = p.timestamp
+                if target == LATEST:
+                    offset = plog.high_watermark
+                elif target in (EARLIEST, EARLIEST_LOCAL):
+                    offset = plog.log_start_offset
+                elif target == LATEST_TIERED:
+                    offset = -1
+                elif target == MAX_TIMESTAMP:
+                    found = plog.latest_timestamp()
+                    if found is not None:
+                        offset, ts = found
+                elif target >= 0:
+                    found = plog.offset_for_timestamp(target)
+                    if found is not None and found[0] < plog.high_watermark:
+                        offset, ts = found
+                else:
+                    code = ErrorCode.invalid_request
+            parts.append(
+                build(
+                    mod.ListOffsetsPartitionResponse,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=ts,
+                    offset=offset,
+                    leader_epoch=epoch if code == ErrorCode.none else -1,
+                )
+            )
+        topics.append(build(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return build(mod.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+
+@api(DELETE_RECORDS, 0, 2)
+async def handle_delete_records(ctx, req):
+    broker = ctx.broker
+    mod = response_module(DELETE_RECORDS, ctx.api_version)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog, _pinfo, code = _resolve(broker, t.name, p.partition_index)
+            low = -1
+            if code == ErrorCode.none:
+                target = plog.high_watermark if p.offset == -1 else p.offset
+                try:
+                    low = plog.delete_records_before(target)
+                except OffsetOutOfRange:
+                    code = ErrorCode.offset_out_of_range
+            parts.append(
+                build(
+                    mod.DeleteRecordsPartitionResult,
+                    partition_index=p.partition_index,
+                    low_watermark=low,
+                    error_code=code,
+                )
+            )
+        topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
+    return build(mod.DeleteRecordsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))

@@ -1,0 +1,193 @@
+"""Metadata (key 3, v0-v12) and DescribeCluster (key 60, v0-v1).
+
+Deviations from Kafka:
+- Brokers are listed with the endpoint of the listener the request arrived on.
+- topic_authorized_operations / cluster_authorized_operations are -2147483648 ("not provided")
+  until the authorizer exists; a request that asks for them gets the full set of operations.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+
+from shoal.handlers.registry import api
+from shoal.metadata import MetadataError, MetadataImage, TopicInfo
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode, error_code
+
+METADATA = 3
+DESCRIBE_CLUSTER = 60
+ZERO_UUID = uuid.UUID(int=0)
+NOT_PROVIDED = -2147483648
+# Kafka's bit set of every operation on topics / the cluster (AclOperation codes).
+ALL_TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+ALL_CLUSTER_OPS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def topic_name_error(name: str) -> str | None:
+    """Kafka's Topic.validate: the reason a name is not legal, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
+    if not LEGAL_TOPIC.match(name):
+        return (
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+def _brokers(mod, image: MetadataImage, listener: str) -> tuple:
+    out = []
+    for b in sorted(image.brokers.values(), key=lambda b: b.node_id):
+        host, port = b.endpoint(listener)
+        out.append(build(mod.MetadataResponseBroker if hasattr(mod, "MetadataResponseBroker") else mod.DescribeClusterBroker,
+                         node_id=b.node_id, broker_id=b.node_id, host=host, port=port, rack=b.rack))
+    return tuple(out)
+
+
+def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool):
+    parts = []
+    for p in topic.partitions:
+        offline = tuple(r for r in p.replicas if r not in image.brokers)
+        leader_ok = p.leader in image.brokers
+        parts.append(
+            build(
+                mod.MetadataResponsePartition,
+                error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
+                partition_index=p.partition,
+                leader_id=p.leader if leader_ok else -1,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=p.isr,
+                offline_replicas=offline,
+            )
+        )
+    return build(
+        mod.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=tuple(parts),
+        topic_authorized_operations=ALL_TOPIC_OPS if include_ops else NOT_PROVIDED,
+    )
+
+
+def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode):
+    return build(
+        mod.MetadataResponseTopic,
+        error_code=code,
+        name=name,
+        topic_id=topic_id or ZERO_UUID,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=NOT_PROVIDED,
+    )
+
+
+@api(METADATA, 0, 12)
+async def handle_metadata(ctx, req):
+    broker = ctx.broker
+    v = ctx.api_version
+    mod = response_module(METADATA, v)
+    include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
+    all_topics = req.topics is None or (v == 0 and not req.topics)
+    # Auto-creation: v0-v3 always allow it; v4+ as the request says.
+    allow_auto = v < 4 or bool(getattr(req, "allow_auto_topic_creation", True))
+    allow_auto = allow_auto and bool(broker.config.get("auto.create.topics.enable"))
+    topics = []
+    if all_topics:
+        image = broker.metadata.image
+        for topic in sorted(image.topics.values(), key=lambda t: t.name):
+            topics.append(_topic(mod, topic, image, include_ops))
+    else:
+        for t in req.topics:
+            name = getattr(t, "name", None)
+            topic_id = getattr(t, "topic_id", None)
+            if topic_id is not None and topic_id == ZERO_UUID:
+                topic_id = None
+            image = broker.metadata.image
+            if name is None and topic_id is not None:
+                info = image.topics_by_id.get(topic_id)
+                if info is None:
+                    topics.append(_missing(mod, None, topic_id, ErrorCode.unknown_topic_id))
+                else:
+                    topics.append(_topic(mod, info, image, include_ops))
+                continue
+            if name is None:
+                topics.append(_missing(mod, None, None, ErrorCode.invalid_request))
+                continue
+            info = image.topic(name)
+            if info is None:
+                if topic_name_error(name):
+                    topics.append(_missing(mod, name, None, ErrorCode.invalid_topic_exception))
+                    continue
+                if allow_auto:
+                    try:
+                        await broker.auto_create_topic(name)
+                    except MetadataError as e:
+                        topics.append(_missing(mod, name, None, error_code(e.code)))
+                        continue
+                    # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created; our
+                    # creation is synchronous, so the topic is ready and we describe it.
+                    image = broker.metadata.image
+                    info = image.topic(name)
+                if info is None:
+                    topics.append(_missing(mod, name, None, ErrorCode.unknown_topic_or_partition))
+                    continue
+            topics.append(_topic(mod, info, image, include_ops))
+    image = broker.metadata.image
+    return build(
+        mod.MetadataResponse,
+        throttle_time=datetime.timedelta(0),
+        brokers=_brokers(mod, image, ctx.listener),
+        cluster_id=image.cluster_id,
+        controller_id=image.controller_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=ALL_CLUSTER_OPS
+        if getattr(req, "include_cluster_authorized_operations", False)
+        else NOT_PROVIDED,
+    )
+
+
+@api(DESCRIBE_CLUSTER, 0, 1)
+async def handle_describe_cluster(ctx, req):
+    mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
+    image = ctx.broker.metadata.image
+    endpoint_type = getattr(req, "endpoint_type", 1)
+    if endpoint_type != 1:
+        # 1 = brokers; 2 = controllers (KIP-919) which a single embedded store does not expose.
+        return build(
+            mod.DescribeClusterResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="Shoal exposes broker endpoints only",
+            endpoint_type=endpoint_type,
+            cluster_id=image.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=NOT_PROVIDED,
+        )
+    return build(
+        mod.DescribeClusterResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=image.cluster_id,
+        controller_id=image.controller_id,
+        brokers=_brokers(mod, image, ctx.listener),
+        cluster_authorized_operations=ALL_CLUSTER_OPS
+        if req.include_cluster_authorized_operations
+        else NOT_PROVIDED,
+    )

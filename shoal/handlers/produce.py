@@ -1,0 +1,156 @@
+"""Produce (key 0), v3-v12: RecordBatch v2 only, acks 0, 1 and all.
+
+Batches are stored as the producer sent them: the broker validates lengths, magic, CRC and codec,
+assigns offsets, and stamps LogAppendTime when the topic asks for it.
+
+Every partition is appended before the first ``await`` (so requests pipelined on one connection
+land in order); acks=all then waits in the purgatory until the high watermark covers the batch.
+
+Deviations from Kafka:
+- Transactional produce is not supported yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+- v13 (topic ids in Produce, KIP-516) is not offered.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from shoal.handlers.registry import api
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode, error_code
+from shoal.protocol.records import InvalidRecords
+from shoal.storage import OffsetOutOfRange
+
+KEY = 0
+log = logging.getLogger("shoal.produce")
+_UTC = datetime.timezone.utc
+
+
+def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log_start=-1, message=None, record_errors=()):
+    return build(
+        mod.PartitionProduceResponse,
+        index=index,
+        error_code=code,
+        base_offset=base_offset,
+        log_append_time=None
+        if append_time < 0
+        else datetime.datetime.fromtimestamp(append_time / 1000, _UTC),
+        log_start_offset=log_start,
+        record_errors=record_errors,
+        error_message=message,
+    )
+
+
+@api(KEY, 3, 12)
+async def handle_produce(ctx, req):
+    broker = ctx.broker
+    mod = response_module(KEY, ctx.api_version)
+    image = broker.metadata.image
+    acks = req.acks
+    now_ms = broker.clock.now_ms()
+    responses = []
+    waits: list[tuple[str, int, int]] = []  # (topic, partition, offset the HWM must pass)
+    failed = False
+    if req.transactional_id is not None:
+        for t in req.topic_data:
+            responses.append(
+                build(
+                    mod.TopicProduceResponse,
+                    name=t.name,
+                    partition_responses=tuple(
+                        _partition_response(mod, p.index, ErrorCode.transactional_id_authorization_failed)
+                        for p in t.partition_data
+                    ),
+                )
+            )
+        return build(mod.ProduceResponse, responses=tuple(responses), throttle_time=datetime.timedelta(0))
+    if acks not in (0, 1, -1):
+        for t in req.topic_data:
+            responses.append(
+                build(
+                    mod.TopicProduceResponse,
+                    name=t.name,
+                    partition_responses=tuple(
+                        _partition_response(mod, p.index, ErrorCode.invalid_required_acks) for p in t.partition_data
+                    ),
+                )
+            )
+        return build(mod.ProduceResponse, responses=tuple(responses), throttle_time=datetime.timedelta(0))
+
+    for t in req.topic_data:
+        topic = image.topic(t.name)
+        parts = []
+        for p in t.partition_data:
+            if topic is None or not 0 <= p.index < len(topic.partitions):
+                parts.append(_partition_response(mod, p.index, ErrorCode.unknown_topic_or_partition))
+                failed = True
+                continue
+            pinfo = topic.partitions[p.index]
+            plog = broker.partition_log(t.name, p.index) if pinfo.leader == broker.node_id else None
+            if plog is None:
+                parts.append(_partition_response(mod, p.index, ErrorCode.not_leader_or_follower))
+                failed = True
+                continue
+            if acks == -1:
+                min_isr = int(topic.configs.get("min.insync.replicas") or broker.config.get("min.insync.replicas"))
+                if len(pinfo.isr) < min_isr:
+                    parts.append(_partition_response(mod, p.index, ErrorCode.not_enough_replicas))
+                    failed = True
+                    continue
+            if p.records is None:
+                parts.append(_partition_response(mod, p.index, ErrorCode.corrupt_message, message="no records"))
+                failed = True
+                continue
+            try:
+                info = plog.append(p.records, now_ms=now_ms, leader_epoch=pinfo.leader_epoch)
+            except InvalidRecords as e:
+                log.warning(
+                    "rejected produce to %s-%d from %s (client %s): %s",
+                    t.name, p.index, ctx.client_address, ctx.client_id, e,
+                )
+                parts.append(_partition_response(mod, p.index, error_code(e.code), message=str(e)))
+                failed = True
+                continue
+            except OffsetOutOfRange as e:
+                parts.append(_partition_response(mod, p.index, ErrorCode.unknown_server_error, message=str(e)))
+                failed = True
+                continue
+            broker.after_leader_append(topic, pinfo, plog)
+            if acks == -1:
+                waits.append((t.name, p.index, info.last_offset + 1))
+            parts.append((p.index, info))
+        responses.append((t.name, parts))
+
+    if acks == 0:
+        # No response for acks=0. On an error Kafka closes the connection so the client notices.
+        ctx.no_response = True
+        if failed:
+            ctx.extra["close_after"] = True
+        return None
+
+    timed_out: set[tuple[str, int]] = set()
+    if waits:
+        timed_out = await broker.await_high_watermarks(waits, req.timeout.total_seconds())
+    topics = []
+    for name, parts in responses:
+        out = []
+        for part in parts:
+            if not isinstance(part, tuple):
+                out.append(part)
+            elif (name, part[0]) in timed_out:
+                out.append(_partition_response(mod, part[0], ErrorCode.request_timed_out))
+            else:
+                index, info = part
+                out.append(
+                    _partition_response(
+                        mod,
+                        index,
+                        ErrorCode.none,
+                        base_offset=info.base_offset,
+                        append_time=info.log_append_time_ms,
+                        log_start=info.log_start_offset,
+                    )
+                )
+        topics.append(build(mod.TopicProduceResponse, name=name, partition_responses=tuple(out)))
+    return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0))

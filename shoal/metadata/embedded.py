@@ -1,0 +1,497 @@
+"""The embedded metadata store: one node, one JSON file, no quorum.
+
+State lives in ``<data_dir>/__metadata/metadata.json`` (or the ``.json`` path given). Every
+mutation runs under one ``asyncio.Lock``: it computes the next state, writes the whole file
+atomically (temp file, fsync, rename, fsync of the directory; in a worker thread so the event loop
+is never blocked on the disk), and only then publishes a new immutable ``MetadataImage`` with
+``epoch + 1`` and tells subscribers ``(old, new)``. A crash at any point leaves either the old file
+or the new one, never a torn one.
+
+Invariants:
+- the cluster id is generated once (22-char base64url of a uuid4, as Kafka's ``random-uuid``) and
+  kept for the life of the data directory; a different ``cluster_id`` given later is refused;
+- topic ids are random uuid4s, never the zero uuid, never reused within the store;
+- leader = first replica, ISR = all replicas, leader epoch 0 at creation.
+
+Broker registrations are ephemeral (as in ZooKeeper mode): they are not persisted, the broker
+registers itself again after each start. The image's ``epoch`` is persisted, so it keeps growing
+across restarts.
+
+Policy (names, partition counts, replication factors, config values) is the caller's business; the
+store only refuses what would corrupt its state (a duplicate name, an unknown topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from shoal.metadata import (
+    BrokerInfo,
+    MetadataError,
+    MetadataImage,
+    MetadataStore,
+    PartitionInfo,
+    TopicInfo,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+METADATA_DIR = "__metadata"
+METADATA_FILE = "metadata.json"
+
+Listener = Callable[[MetadataImage, MetadataImage], None]
+
+
+def new_cluster_id(new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """Kafka's ``Uuid.randomUuid().toString()``: url-safe base64 of the 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(new_uuid().bytes).decode("ascii").rstrip("=")
+
+
+class MetadataFiles:
+    """The store's file operations, injectable so tests can simulate crashes and torn writes."""
+
+    def read(self, path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.fsync_dir(path.parent)
+
+    def fsync_dir(self, directory: Path) -> None:
+        try:
+            fd = os.open(directory, os.O_RDONLY)
+        except OSError:  # platforms without directory fds
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A ``.json`` path is the file itself; anything else is a data dir holding ``__metadata/``."""
+    p = Path(path)
+    if p.suffix == ".json":
+        return p
+    return p / METADATA_DIR / METADATA_FILE
+
+
+# ---------------------------------------------------------------------------------------------
+# Serialization
+
+
+def _partition_to_json(p: PartitionInfo) -> dict[str, Any]:
+    return {
+        "partition": p.partition,
+        "replicas": list(p.replicas),
+        "isr": list(p.isr),
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+    }
+
+
+def _partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(
+        partition=int(d["partition"]),
+        replicas=tuple(int(r) for r in d["replicas"]),
+        isr=tuple(int(r) for r in d["isr"]),
+        leader=int(d["leader"]),
+        leader_epoch=int(d.get("leader_epoch", 0)),
+        partition_epoch=int(d.get("partition_epoch", 0)),
+    )
+
+
+def _topic_to_json(t: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "topic_id": str(t.topic_id),
+        "internal": t.internal,
+        "configs": dict(t.configs),
+        "partitions": [_partition_to_json(p) for p in t.partitions],
+    }
+
+
+def _topic_from_json(d: Mapping[str, Any]) -> TopicInfo:
+    return _topic(
+        name=str(d["name"]),
+        topic_id=uuid.UUID(d["topic_id"]),
+        partitions=tuple(_partition_from_json(p) for p in d["partitions"]),
+        configs={str(k): str(v) for k, v in d.get("configs", {}).items()},
+        internal=bool(d.get("internal", False)),
+    )
+
+
+def _topic(
+    *,
+    name: str,
+    topic_id: uuid.UUID,
+    partitions: tuple[PartitionInfo, ...],
+    configs: Mapping[str, str],
+    internal: bool,
+) -> TopicInfo:
+    return TopicInfo(
+        name=name,
+        topic_id=topic_id,
+        partitions=partitions,
+        configs=MappingProxyType(dict(configs)),
+        internal=internal,
+    )
+
+
+def _new_partitions(first: int, assignments: list[tuple[int, ...]]) -> tuple[PartitionInfo, ...]:
+    out = []
+    for i, replicas in enumerate(assignments):
+        replicas = tuple(int(r) for r in replicas)
+        out.append(
+            PartitionInfo(
+                partition=first + i,
+                replicas=replicas,
+                isr=replicas,
+                leader=replicas[0] if replicas else -1,
+                leader_epoch=0,
+                partition_epoch=0,
+            )
+        )
+    return tuple(out)
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Single-node, file-backed ``MetadataStore``. Use from one event loop.
+
+    ``path`` is either the JSON file or a data directory (then ``<dir>/__metadata/metadata.json``).
+    ``new_uuid`` and ``files`` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        node_id: int,
+        cluster_id: str | None = None,
+        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
+        files: MetadataFiles | None = None,
+    ) -> None:
+        self.path = resolve_path(path)
+        self.node_id = node_id
+        self._wanted_cluster_id = cluster_id
+        self._new_uuid = new_uuid
+        self._files = files or MetadataFiles()
+        self._lock = asyncio.Lock()
+        self._listeners: list[Listener] = []
+        self._image: MetadataImage | None = None
+        self._closed = False
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        if self._image is None:
+            raise RuntimeError("EmbeddedMetadataStore.start() has not been awaited")
+        return self._image
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        try:
+            self._listeners.remove(listener)
+        except ValueError:
+            pass
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._image is not None:
+                return
+            raw = await asyncio.to_thread(self._files.read, self.path)
+            if raw is None:
+                cluster_id = self._wanted_cluster_id or new_cluster_id(self._new_uuid)
+                image = self._make_image(cluster_id, {}, {}, {}, epoch=0)
+                await self._persist(image)
+                log.info("created metadata store %s for cluster %s", self.path, cluster_id)
+            else:
+                image = self._load(raw)
+            self._image = image
+            self._closed = False
+
+    async def close(self) -> None:
+        async with self._lock:  # waits for an in-flight write
+            self._closed = True
+
+    def _load(self, raw: bytes) -> MetadataImage:
+        try:
+            doc = json.loads(raw)
+            version = int(doc.get("version", 0))
+            if version != FORMAT_VERSION:
+                raise MetadataError(
+                    "KAFKA_STORAGE_ERROR", f"{self.path}: unsupported metadata format version {version}"
+                )
+            cluster_id = str(doc["cluster_id"])
+            stored_node = doc.get("node_id")
+            topics = [_topic_from_json(t) for t in doc.get("topics", [])]
+            broker_configs = {str(k): str(v) for k, v in doc.get("broker_configs", {}).items()}
+            epoch = int(doc.get("epoch", 0))
+        except MetadataError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MetadataError("KAFKA_STORAGE_ERROR", f"{self.path}: corrupt metadata file: {e}") from e
+        if self._wanted_cluster_id is not None and self._wanted_cluster_id != cluster_id:
+            raise MetadataError(
+                "INCONSISTENT_CLUSTER_ID",
+                f"{self.path} belongs to cluster {cluster_id}, not {self._wanted_cluster_id}",
+            )
+        if stored_node is not None and int(stored_node) != self.node_id:
+            raise MetadataError(
+                "INCONSISTENT_CLUSTER_ID",
+                f"{self.path} was written by node {stored_node}, this is node {self.node_id}",
+            )
+        by_name = {t.name: t for t in topics}
+        by_id = {t.topic_id: t for t in topics}
+        return self._make_image(cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    async def register_broker(self, info: BrokerInfo) -> None:
+        async with self._lock:
+            old = self._writable()
+            brokers = dict(old.brokers)
+            if brokers.get(info.node_id) == info:
+                return
+            brokers[info.node_id] = info
+            await self._publish(old, brokers=brokers)
+
+    async def create_topic(
+        self,
+        name: str,
+        assignments: list[tuple[int, ...]],
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+    ) -> TopicInfo:
+        async with self._lock:
+            old = self._writable()
+            if name in old.topics:
+                raise MetadataError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+            topic = _topic(
+                name=name,
+                topic_id=self._fresh_topic_id(old),
+                partitions=_new_partitions(0, list(assignments)),
+                configs=configs,
+                internal=internal,
+            )
+            await self._publish(old, topics=self._with_topic(old, topic))
+            return topic
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        async with self._lock:
+            old = self._writable()
+            topic = self._existing(old, name)
+            topics = {n: t for n, t in old.topics.items() if n != name}
+            await self._publish(old, topics=topics)
+            return topic
+
+    async def add_partitions(self, name: str, assignments: list[tuple[int, ...]]) -> TopicInfo:
+        async with self._lock:
+            old = self._writable()
+            topic = self._existing(old, name)
+            added = _new_partitions(len(topic.partitions), list(assignments))
+            new = _topic(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                partitions=topic.partitions + added,
+                configs=topic.configs,
+                internal=topic.internal,
+            )
+            await self._publish(old, topics=self._with_topic(old, new))
+            return new
+
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        async with self._lock:
+            old = self._writable()
+            topic = self._existing(old, name)
+            new = _topic(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                partitions=topic.partitions,
+                configs=configs,
+                internal=topic.internal,
+            )
+            await self._publish(old, topics=self._with_topic(old, new))
+            return new
+
+    async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
+        async with self._lock:
+            old = self._writable()
+            await self._publish(old, broker_configs={str(k): str(v) for k, v in configs.items()})
+
+    async def update_partition(
+        self,
+        name: str,
+        partition: int,
+        *,
+        leader: int | None = None,
+        isr: tuple[int, ...] | None = None,
+        replicas: tuple[int, ...] | None = None,
+    ) -> PartitionInfo:
+        """Change a partition's leader/ISR/replicas. A leader change bumps ``leader_epoch``; any
+        change bumps ``partition_epoch`` (as KRaft's PartitionChangeRecord does)."""
+        async with self._lock:
+            old = self._writable()
+            topic = self._existing(old, name)
+            if not 0 <= partition < len(topic.partitions):
+                raise MetadataError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist."
+                )
+            p = topic.partitions[partition]
+            new_leader = p.leader if leader is None else leader
+            np = PartitionInfo(
+                partition=p.partition,
+                replicas=p.replicas if replicas is None else tuple(replicas),
+                isr=p.isr if isr is None else tuple(isr),
+                leader=new_leader,
+                leader_epoch=p.leader_epoch + (1 if new_leader != p.leader else 0),
+                partition_epoch=p.partition_epoch + 1,
+            )
+            if np == p:
+                return p
+            parts = list(topic.partitions)
+            parts[partition] = np
+            new = _topic(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                partitions=tuple(parts),
+                configs=topic.configs,
+                internal=topic.internal,
+            )
+            await self._publish(old, topics=self._with_topic(old, new))
+            return np
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _writable(self) -> MetadataImage:
+        if self._closed:
+            raise MetadataError("KAFKA_STORAGE_ERROR", "metadata store is closed")
+        return self.image
+
+    @staticmethod
+    def _existing(image: MetadataImage, name: str) -> TopicInfo:
+        topic = image.topics.get(name)
+        if topic is None:
+            raise MetadataError(
+                "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
+            )
+        return topic
+
+    @staticmethod
+    def _with_topic(image: MetadataImage, topic: TopicInfo) -> dict[str, TopicInfo]:
+        topics = dict(image.topics)
+        topics[topic.name] = topic
+        return topics
+
+    def _fresh_topic_id(self, image: MetadataImage) -> uuid.UUID:
+        while True:
+            tid = self._new_uuid()
+            if tid.int != 0 and tid not in image.topics_by_id:
+                return tid
+
+    def _make_image(
+        self,
+        cluster_id: str,
+        brokers: Mapping[int, BrokerInfo],
+        topics: Mapping[str, TopicInfo],
+        broker_configs: Mapping[str, str],
+        *,
+        epoch: int,
+        by_id: Mapping[uuid.UUID, TopicInfo] | None = None,
+    ) -> MetadataImage:
+        if by_id is None:
+            by_id = {t.topic_id: t for t in topics.values()}
+        return MetadataImage(
+            cluster_id=cluster_id,
+            controller_id=self.node_id,
+            brokers=MappingProxyType(dict(brokers)),
+            topics=MappingProxyType(dict(topics)),
+            topics_by_id=MappingProxyType(dict(by_id)),
+            broker_configs=MappingProxyType(dict(broker_configs)),
+            epoch=epoch,
+        )
+
+    async def _publish(
+        self,
+        old: MetadataImage,
+        *,
+        brokers: Mapping[int, BrokerInfo] | None = None,
+        topics: Mapping[str, TopicInfo] | None = None,
+        broker_configs: Mapping[str, str] | None = None,
+    ) -> MetadataImage:
+        new = self._make_image(
+            old.cluster_id,
+            old.brokers if brokers is None else brokers,
+            old.topics if topics is None else topics,
+            old.broker_configs if broker_configs is None else broker_configs,
+            epoch=old.epoch + 1,
+        )
+        # The write runs to completion even if the caller is cancelled, and the image follows
+        # the file: memory and disk never disagree. A failed write publishes nothing.
+        cancelled = False
+        persist = asyncio.ensure_future(self._persist(new))
+        while True:
+            try:
+                await asyncio.shield(persist)
+                break
+            except asyncio.CancelledError:
+                if persist.done():
+                    break
+                cancelled = True
+        persist.result()
+        self._image = new
+        for listener in list(self._listeners):
+            try:
+                listener(old, new)
+            except Exception:  # a broken listener must not undo a durable change
+                log.exception("metadata listener %r failed", listener)
+        if cancelled:
+            raise asyncio.CancelledError()
+        return new
+
+    async def _persist(self, image: MetadataImage) -> None:
+        doc = {
+            "version": FORMAT_VERSION,
+            "cluster_id": image.cluster_id,
+            "node_id": self.node_id,
+            "epoch": image.epoch,
+            "broker_configs": dict(sorted(image.broker_configs.items())),
+            "topics": [_topic_to_json(image.topics[n]) for n in sorted(image.topics)],
+        }
+        data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
+        try:
+            await asyncio.to_thread(self._files.write_atomic, self.path, data)
+        except OSError as e:
+            raise MetadataError("KAFKA_STORAGE_ERROR", f"cannot write {self.path}: {e}") from e

@@ -1,0 +1,230 @@
+"""One client connection: framing, dispatch, and responses in request order.
+
+The asyncio layer only moves bytes: ``data_received`` cuts frames out of the stream and hands each
+to ``_dispatch``, which runs the handler in its own task. Requests on one connection may be
+processed concurrently (a long-poll Fetch must not hold back a Heartbeat), but responses leave in
+request order: each request takes a slot in ``_pending`` and the head of that queue is written as
+soon as it is ready (Redpanda's "processing out of order, responses in order").
+
+Handlers must apply their effects before their first ``await`` when order matters (Produce appends
+synchronously), because tasks start in creation order.
+
+Bad input never takes the broker down: a frame that cannot be a request closes this connection with
+one log line naming the client and the reason; a known API at a version we do not serve gets that
+API's response with UNSUPPORTED_VERSION; everything else on other connections goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from shoal.handlers.context import RequestContext
+from shoal.protocol import codec
+from shoal.protocol.errors import ErrorCode, error_response
+
+if TYPE_CHECKING:
+    from shoal.broker import Broker
+
+log = logging.getLogger("shoal.server")
+
+_I32 = struct.Struct(">i")
+# Stop reading from a client that has this many requests in flight (Kafka's per-connection mute
+# is 1; librdkafka pipelines up to max.in.flight, so allow a little more).
+MAX_IN_FLIGHT = 32
+
+
+class _Slot:
+    __slots__ = ("data", "ready", "close_after")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.ready = False
+        self.close_after = False
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, broker: "Broker", listener: str) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buf = bytearray()
+        self._pending: deque[_Slot] = deque()
+        self._in_flight = 0
+        self._paused = False
+        self._closed = False
+        self._max_request = int(broker.config.get("socket.request.max.bytes"))
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.principal = "User:ANONYMOUS"
+        self.tenant: Any = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  (uvloop's is not a subclass)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.broker.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.broker.connections.discard(self)
+        for t in list(self._tasks):
+            t.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = _I32.unpack_from(buf, pos)
+            if size < 0 or size > self._max_request:
+                self._reject(
+                    f"request size {size} is outside 0..{self._max_request} (socket.request.max.bytes)"
+                )
+                return
+            if n - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            self._dispatch(frame)
+            if self._closed:
+                return
+        if pos:
+            del buf[:pos]
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # -- request pipeline -----------------------------------------------------------------
+
+    def _reject(self, reason: str) -> None:
+        """Close this connection because of what the client sent; one log line says why."""
+        log.warning("closing connection from %s on %s: %s", self.peer, self.listener, reason)
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+    def _dispatch(self, frame: bytes) -> None:
+        try:
+            api_key, api_version, correlation_id = codec.peek_header(frame)
+        except codec.MalformedRequest as e:
+            self._reject(str(e))
+            return
+        spec = self.broker.registry.lookup(api_key)
+        if spec is None:
+            self._reject(f"unknown api key {api_key} (correlation id {correlation_id})")
+            return
+        slot = _Slot()
+        if not spec.min_version <= api_version <= spec.max_version:
+            self._unsupported_version(slot, api_key, api_version, correlation_id, frame)
+            return
+        try:
+            header, request = codec.decode_request(api_key, api_version, frame)
+        except codec.MalformedRequest as e:
+            self._reject(str(e))
+            return
+        ctx = RequestContext(
+            broker=self.broker,
+            header=header,
+            client_address=self.peer,
+            listener=self.listener,
+            principal=self.principal,
+            tenant=self.tenant,
+        )
+        ctx.extra["connection"] = self
+        self._pending.append(slot)
+        self._track_in_flight(+1)
+        task = asyncio.ensure_future(self._run(spec.handler, ctx, request, slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _unsupported_version(
+        self, slot: _Slot, api_key: int, api_version: int, correlation_id: int, frame: bytes
+    ) -> None:
+        spec = self.broker.registry.lookup(api_key)
+        assert spec is not None
+        if api_key == codec.API_VERSIONS_KEY:
+            # KIP-511: answer a too-new ApiVersions with v0 carrying UNSUPPORTED_VERSION and our
+            # ranges, so the client can retry with a version we know.
+            from shoal.handlers.api_versions import api_versions_v0_error
+
+            body = api_versions_v0_error(self.broker.registry)
+            self._pending.append(slot)
+            self._complete(slot, codec.encode_response(correlation_id, api_key, 0, body))
+            return
+        known = codec.kio_versions(api_key)
+        if known and known[0] <= api_version <= known[1]:
+            log.warning(
+                "client %s sent api %d v%d, outside the supported %d..%d; answering UNSUPPORTED_VERSION",
+                self.peer, api_key, api_version, spec.min_version, spec.max_version,
+            )
+            body = error_response(codec.response_type(api_key, api_version), ErrorCode.unsupported_version)
+            self._pending.append(slot)
+            self._complete(slot, codec.encode_response(correlation_id, api_key, api_version, body))
+            return
+        self._reject(f"api {api_key} v{api_version} is not a version this broker can parse")
+
+    async def _run(self, handler: Any, ctx: RequestContext, request: Any, slot: _Slot) -> None:
+        hdr = ctx.header
+        try:
+            response = await handler(ctx, request)
+            if ctx.no_response:
+                data = None
+            else:
+                data = codec.encode_response(hdr.correlation_id, hdr.api_key, hdr.api_version, response)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "handler for api %d v%d failed on a request from %s; answering UNKNOWN_SERVER_ERROR",
+                hdr.api_key, hdr.api_version, self.peer,
+            )
+            try:
+                body = error_response(
+                    codec.response_type(hdr.api_key, hdr.api_version), ErrorCode.unknown_server_error
+                )
+                data = codec.encode_response(hdr.correlation_id, hdr.api_key, hdr.api_version, body)
+            except Exception:
+                log.exception("cannot even build an error response; closing %s", self.peer)
+                self.close()
+                return
+        finally:
+            self._track_in_flight(-1)
+        self._complete(slot, data, close_after=bool(ctx.extra.get("close_after")))
+
+    def _complete(self, slot: _Slot, data: bytes | None, close_after: bool = False) -> None:
+        slot.data = data
+        slot.ready = True
+        slot.close_after = close_after
+        pending = self._pending
+        transport = self.transport
+        while pending and pending[0].ready:
+            s = pending.popleft()
+            if self._closed or transport is None:
+                continue
+            if s.data is not None:
+                transport.write(s.data)
+            if s.close_after:
+                self.close()
+
+    def _track_in_flight(self, delta: int) -> None:
+        self._in_flight += delta
+        if self.transport is None or self._closed:
+            return
+        if not self._paused and self._in_flight >= MAX_IN_FLIGHT:
+            self._paused = True
+            self.transport.pause_reading()
+        elif self._paused and self._in_flight < MAX_IN_FLIGHT // 2:
+            self._paused = False
+            self.transport.resume_reading()

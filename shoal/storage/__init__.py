@@ -1,0 +1,35 @@
+"""The partition log: Kafka-style segments of RecordBatch v2 files, indexes, recovery, retention.
+
+``LogManager`` owns every ``PartitionLog`` of a data directory; ``LogConfig`` carries a topic's
+log settings; ``FileSystem`` is the seam where tests inject torn writes and crashes.
+"""
+
+from shoal.storage.cache import FileHandles, IndexCache
+from shoal.storage.config import LogConfig
+from shoal.storage.fs import FileSystem
+from shoal.storage.log import (
+    AppendInfo,
+    LogClosed,
+    OffsetOutOfRange,
+    PartitionLog,
+    PartitionState,
+    ReadInfo,
+    parse_partition_dir,
+)
+from shoal.storage.manager import LogManager, MaintenanceReport
+
+__all__ = [
+    "AppendInfo",
+    "FileHandles",
+    "FileSystem",
+    "IndexCache",
+    "LogClosed",
+    "LogConfig",
+    "LogManager",
+    "MaintenanceReport",
+    "OffsetOutOfRange",
+    "PartitionLog",
+    "PartitionState",
+    "ReadInfo",
+    "parse_partition_dir",
+]

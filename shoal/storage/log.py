@@ -1,0 +1,1297 @@
+"""The log of one topic-partition: segments of RecordBatch v2 files with sparse indexes.
+
+Modelled on Kafka's ``UnifiedLog``/``LocalLog``/``LogSegment``:
+
+- a directory ``<topic>-<partition>`` holds segments ``<20-digit base offset>.log`` with their
+  ``.index`` (relative offset → position, every index.interval.bytes) and ``.timeindex``
+  (max timestamp so far → relative offset);
+- appends go to the last (active) segment in one ``pwrite``; it rolls on segment.bytes,
+  segment.ms (+ jitter, measured from the first batch's max timestamp, or the creation time),
+  a full index, or relative offsets that would overflow 32 bits;
+- the active segment's indexes live in memory (``array``) and reach disk at roll and close;
+  inactive segments load theirs lazily into a shared LRU;
+- after an unclean shutdown, segments from the one holding the recovery point (the offset up to
+  which everything was fsynced) are scanned: CRCs and lengths checked, the log truncated at the
+  first torn or corrupt batch, indexes rebuilt. A clean start trusts the state checkpoint and
+  reads no data.
+
+Durability is Kafka's: nothing is fsynced on append (flush.messages/flush.ms are Long.MAX by
+default); a rolled segment is fsynced by the next ``flush`` (``flush_due`` says when), which
+moves the recovery point so a later recovery only scans the active segment.
+
+Thread safety: one lock per partition guards the segment list and offsets. Appends, reads and
+maintenance (retention, rolls, truncation) take it; ``flush`` takes it only to snapshot and to
+publish the new recovery point, and fsyncs through descriptors of its own, so it can run in a
+worker thread while the event loop appends. Blocking work never happens under the lock except
+file I/O on the page cache (writes, reads, index files at roll).
+
+Deliberate deviations from Kafka:
+
+- ``read`` returns whole batches only (Kafka may end a fetch with a partial batch) and continues
+  into the next segment when the first holds nothing at the offset;
+- a batch straddling ``max_offset`` is not returned (Kafka's position-based cut behaves the same);
+- ``truncate_to`` cuts at the start of the batch holding the offset, and the log end offset then
+  is the offset after the last kept batch (Kafka assumes batch-aligned targets);
+- ``AppendInfo.offset_of_max_timestamp`` under CreateTime is the last offset of the batch with the
+  largest timestamp (records are not decompressed on append);
+- no producer-state snapshots, transaction index or leader-epoch checkpoint (yet); no compaction
+  (cleanup.policy=compact only turns time/size retention off);
+- the index files are written whole at roll/close rather than memory-mapped and preallocated.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from shoal.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecords,
+    ValidatedBatches,
+    assign_offsets,
+    is_truncation,
+    iter_batch_records,
+    read_header,
+    scan_batches,
+    validate_produce,
+)
+from shoal.storage.cache import FileHandles, IndexCache
+from shoal.storage.config import MAX_LONG, LogConfig
+from shoal.storage.fs import DEFAULT_FS, FileSystem
+from shoal.storage.index import TIME_ENTRY, OffsetIndex, TimeIndex
+
+INT32_MAX = 2**31 - 1
+_READ_CHUNK = 64 * 1024
+_MIN_READ = 16 * 1024
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+_PREFIX = struct.Struct(">qi")
+_LOD = struct.Struct(">i")
+_LAST_TIME_ENTRY = struct.Struct(">qI")
+_LOD_AT = 23  # lastOffsetDelta's position in a batch
+
+
+def _whole_batches(buf: bytes, i: int, avail: int, limit: int) -> int:
+    """End of the whole batches from ``i`` that fit before ``avail`` and end below offset ``limit``."""
+    unpack = _PREFIX.unpack_from
+    lod = _LOD.unpack_from
+    while i + HEADER_SIZE <= avail:
+        b, length = unpack(buf, i)
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or i + size > avail or b + lod(buf, i + _LOD_AT)[0] >= limit:
+            break
+        i += size
+    return i
+
+
+class OffsetOutOfRange(Exception):
+    """The offset is below the log start offset or above the log end offset (or, for
+    ``delete_records_before``, above the high watermark)."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogClosed(OSError):
+    """The partition log was closed (or deleted) under the caller."""
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    num_records: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class ReadInfo:
+    records: bytes  # whole batches, possibly empty
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """What the state checkpoint keeps per partition. The last three are only trusted after a
+    clean shutdown, to start without reading any data."""
+
+    log_start_offset: int
+    high_watermark: int
+    recovery_point: int
+    log_end_offset: int = -1
+    active_base: int = -1
+    active_size: int = -1
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``("my.topic-x", 3)`` for ``"my.topic-x-3"``; None if the name is not ``<topic>-<n>``."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit() or (len(part) > 1 and part[0] == "0"):
+        return None
+    return topic, int(part)
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Segment:
+    """One ``.log`` file and its indexes. ``None`` fields are not loaded yet."""
+
+    __slots__ = (
+        "base",
+        "size",
+        "prefix",
+        "lock",
+        "oi",
+        "ti",
+        "max_ts",
+        "max_ts_offset",
+        "rolling_ts",
+        "created_ms",
+        "jitter_ms",
+        "bytes_since_index",
+        "fd",
+        "fd_writable",
+        "ready",
+    )
+
+    def __init__(self, directory: str, base: int, size: int, lock: threading.Lock, created_ms: int, jitter_ms: int):
+        self.base = base
+        self.size = size
+        self.prefix = os.path.join(directory, segment_name(base))
+        self.lock = lock
+        self.oi: OffsetIndex | None = None
+        self.ti: TimeIndex | None = None
+        self.max_ts: int | None = None  # largest batch maxTimestamp, -1 if none
+        self.max_ts_offset = base  # last offset of the first batch that reached max_ts
+        self.rolling_ts: int | None = None  # first batch's maxTimestamp, -1 if empty
+        self.created_ms = created_ms
+        self.jitter_ms = jitter_ms
+        self.bytes_since_index = 0
+        self.fd = -1
+        self.fd_writable = False
+        self.ready = False  # active and prepared: indexes pinned in memory, stats known
+
+    def __repr__(self) -> str:
+        return f"Segment({self.prefix}, size={self.size})"
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What a full scan of a segment found (recovery and index rebuild)."""
+
+    oi: OffsetIndex
+    ti: TimeIndex
+    valid_bytes: int
+    file_size: int
+    next_offset: int
+    max_ts: int
+    max_ts_offset: int
+    rolling_ts: int
+    bytes_since_index: int
+
+
+class PartitionLog:
+    """The log of one topic-partition. Create with :meth:`open` (or through ``LogManager``)."""
+
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        fs: FileSystem,
+        handles: FileHandles,
+        index_cache: IndexCache,
+        now_ms: int,
+        on_state_change: Callable[[PartitionLog], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self._fs = fs
+        self._handles = handles
+        self._index_cache = index_cache
+        self._lock = threading.Lock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._leo = 0
+        self._log_start = 0
+        self._hw = 0
+        self._recovery_point = 0
+        self._size = 0
+        self._last_flush_ms = now_ms
+        self._now_ms = now_ms  # latest time seen, for deletions scheduled without a clock
+        self._roll_pending = False
+        self._dir_dirty = False
+        self._pending_deletes: list[tuple[int, list[str]]] = []
+        self._generation = 0  # bumped by truncations, so a concurrent flush does not overshoot
+        self._closed = False
+        self._persisted: tuple[int, int, int, int] | None = None
+        self._on_state_change = on_state_change
+        self._apply_config(config)
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        now_ms: int,
+        fs: FileSystem | None = None,
+        state: PartitionState | None = None,
+        clean_shutdown: bool = False,
+        handles: FileHandles | None = None,
+        index_cache: IndexCache | None = None,
+        on_state_change: Callable[[PartitionLog], None] | None = None,
+    ) -> PartitionLog:
+        """Open (creating if needed) the partition directory ``<topic>-<partition>``.
+
+        Without a ``state`` (the LogManager's checkpoint) the recovery point is 0, so every
+        segment is verified; with ``clean_shutdown`` and a matching state nothing is read.
+        """
+        directory = os.fspath(directory)
+        parsed = parse_partition_dir(os.path.basename(directory.rstrip(os.sep)))
+        if parsed is None:
+            raise ValueError(f"{directory!r} is not named <topic>-<partition>")
+        fs = fs if fs is not None else DEFAULT_FS
+        log = cls(
+            directory,
+            parsed[0],
+            parsed[1],
+            config or LogConfig(),
+            fs=fs,
+            handles=handles if handles is not None else FileHandles(fs, 64),
+            index_cache=index_cache if index_cache is not None else IndexCache(),
+            now_ms=now_ms,
+            on_state_change=on_state_change,
+        )
+        with log._lock:
+            log._load(state, clean_shutdown, now_ms)
+        return log
+
+    def _load(self, state: PartitionState | None, clean: bool, now_ms: int) -> None:
+        fs = self._fs
+        fs.makedirs(self.directory)
+        logs: dict[int, int] = {}
+        indexes: list[tuple[int, str]] = []
+        for e in fs.scandir(self.directory):
+            if e.is_dir:
+                continue
+            name = e.name
+            if name.endswith((".deleted", ".tmp", ".cleaned", ".swap")):
+                self._unlink_quietly(os.path.join(self.directory, name))
+                continue
+            stem, _, ext = name.partition(".")
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            if ext == "log":
+                logs[int(stem)] = e.size
+            elif ext in ("index", "timeindex"):
+                indexes.append((int(stem), name))
+        for base, name in indexes:
+            if base not in logs:
+                self._unlink_quietly(os.path.join(self.directory, name))
+        if not logs:
+            start = max(state.log_start_offset, 0) if state is not None else 0
+            seg = self._new_segment(start, now_ms)
+            fd = fs.open(seg.prefix + ".log", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            self._handles.adopt(seg, fd, writable=True)
+            self._dir_dirty = True
+            self._segments = [seg]
+            self._bases = [start]
+            self._leo = start
+            self._log_start = start
+            self._recovery_point = start
+            self._hw = start
+            self._make_ready_empty(seg)
+            return
+        for base in sorted(logs):
+            seg = self._new_segment(base, now_ms)
+            seg.size = logs[base]
+            self._segments.append(seg)
+            self._bases.append(base)
+            self._size += seg.size
+        active = self._segments[-1]
+        rp = state.recovery_point if state is not None else 0
+        if (
+            clean
+            and state is not None
+            and state.active_base == active.base
+            and state.active_size == active.size
+            and (state.log_end_offset > active.base or (state.log_end_offset == active.base and active.size == 0))
+        ):
+            self._leo = state.log_end_offset
+        else:
+            self._recover(rp, now_ms)
+        start = max(state.log_start_offset if state is not None else 0, self._segments[0].base)
+        self._log_start = min(start, self._leo)
+        self._recovery_point = max(min(rp, self._leo), self._segments[0].base)
+        self._hw = self._clamp(state.high_watermark if state is not None else 0)
+
+    def _recover(self, recovery_point: int, now_ms: int) -> None:
+        """Verify every segment from the one holding ``recovery_point``; truncate at the first bad byte."""
+        segs = self._segments
+        first = max(0, bisect_right(self._bases, recovery_point) - 1)
+        next_offset = segs[first].base
+        j = first
+        while j < len(segs):
+            seg = segs[j]
+            scan = self._scan_segment(seg, truncate=True, min_offset=next_offset)
+            self._size += scan.valid_bytes - seg.size
+            seg.size = scan.valid_bytes
+            self._adopt_scan(seg, scan)
+            next_offset = scan.next_offset
+            if scan.valid_bytes < scan.file_size and j + 1 < len(segs):
+                # Everything after a corrupt batch goes, as in Kafka's recovery.
+                for doomed in segs[j + 1 :]:
+                    for suffix in (".log", ".index", ".timeindex"):
+                        self._unlink_quietly(doomed.prefix + suffix)
+                    self._size -= doomed.size
+                del segs[j + 1 :]
+                del self._bases[j + 1 :]
+            if j + 1 < len(segs):
+                self._write_indexes(seg)
+                seg.oi = seg.ti = None  # loaded again on demand, into the shared cache
+            j += 1
+        active = segs[-1]
+        self._leo = next_offset if active.size else active.base
+        self._index_cache.forget(active)
+        active.ready = True
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._apply_config(config)
+
+    def _apply_config(self, config: LogConfig) -> None:
+        self._config = config
+        self._lat = config.log_append_time
+        self._interval = config.index_interval_bytes
+        self._segment_bytes = config.segment_bytes
+        self._max_oi = max(1, config.segment_index_bytes // 8)
+        self._max_ti = max(1, config.segment_index_bytes // 12)
+        self._max_message_bytes = config.max_message_bytes
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        self._ts_before = None if before >= MAX_LONG else before
+        self._ts_after = None if after >= MAX_LONG else after
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._hw = self._clamp(value)
+
+    def _clamp(self, value: int) -> int:
+        return min(max(value, self._log_start), self._leo)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_bases(self) -> list[int]:
+        return list(self._bases)
+
+    def state(self) -> PartitionState:
+        with self._lock:
+            active = self._segments[-1]
+            return PartitionState(
+                self._log_start, self._hw, self._recovery_point, self._leo, active.base, active.size
+            )
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.topic}-{self.partition}, start={self._log_start}, end={self._leo})"
+
+    # -- append ----------------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        now_ms: int,
+        leader_epoch: int = 0,
+        validated: ValidatedBatches | None = None,
+        client: bool = True,
+    ) -> AppendInfo:
+        """Validate (unless ``validated`` is given), assign offsets and append in one write.
+
+        A ``bytearray`` is rewritten in place (offsets, leader epoch, LogAppendTime). ``client``
+        selects Kafka's client-origin validation; the broker's own appends pass False.
+        Raises InvalidRecords, or OSError if the write failed (the log is unchanged then).
+        """
+        if validated is None:
+            check = self._ts_before is not None or self._ts_after is not None
+            validated = validate_produce(
+                records,
+                max_message_bytes=self._max_message_bytes,
+                client=client,
+                now_ms=now_ms if check else None,
+                timestamp_before_max_ms=self._ts_before,
+                timestamp_after_max_ms=self._ts_after,
+            )
+        buf = records if type(records) is bytearray else bytearray(records)
+        size = validated.size
+        count = validated.record_count
+        lat = now_ms if self._lat else None
+        msg_ts = now_ms if lat is not None else validated.max_timestamp
+        with self._lock:
+            if self._closed:
+                raise LogClosed(f"{self.topic}-{self.partition} is closed")
+            self._now_ms = now_ms
+            seg = self._segments[-1]
+            if not seg.ready:
+                self._prepare_active(seg)
+            base = self._leo
+            last = base + count - 1
+            if seg.size and (
+                seg.size > self._segment_bytes - size
+                or len(seg.oi) >= self._max_oi  # type: ignore[arg-type]
+                or len(seg.ti) >= self._max_ti  # type: ignore[arg-type]
+                or last - seg.base > INT32_MAX
+                or self._time_to_roll(seg, msg_ts, now_ms)
+            ):
+                seg = self._roll(now_ms)
+            positions = validated.positions
+            assign_offsets(buf, positions, base, log_append_time_ms=lat, partition_leader_epoch=leader_epoch)
+            pos = seg.size
+            fd = seg.fd
+            if fd < 0 or not seg.fd_writable:
+                fd = self._handles.get(seg, writable=True)
+            else:
+                self._handles.touch(seg)
+            try:
+                self._fs.pwrite_all(fd, buf, pos)
+            except OSError:
+                try:
+                    self._fs.ftruncate(fd, pos)
+                except OSError:
+                    pass
+                raise
+            oi = seg.oi
+            ti = seg.ti
+            if len(positions) == 1:
+                bmax = msg_ts
+                if bmax > seg.max_ts:  # type: ignore[operator]
+                    seg.max_ts = bmax
+                    seg.max_ts_offset = last
+                if seg.bytes_since_index > self._interval:
+                    oi.append(last - seg.base, pos)  # type: ignore[union-attr]
+                    ti.maybe_append(seg.max_ts, seg.max_ts_offset - seg.base)  # type: ignore[union-attr,arg-type]
+                    seg.bytes_since_index = 0
+                seg.bytes_since_index += size
+                offset_of_max = base if lat is not None else last
+            else:
+                offset_of_max = base
+                offset = base
+                for i, (p, h) in enumerate(zip(positions, validated.headers)):
+                    blast = offset + h.last_offset_delta
+                    bmax = lat if lat is not None else h.max_timestamp
+                    if bmax > seg.max_ts:  # type: ignore[operator]
+                        seg.max_ts = bmax
+                        seg.max_ts_offset = blast
+                    if seg.bytes_since_index > self._interval:
+                        oi.append(blast - seg.base, pos + p)  # type: ignore[union-attr]
+                        ti.maybe_append(seg.max_ts, seg.max_ts_offset - seg.base)  # type: ignore[union-attr,arg-type]
+                        seg.bytes_since_index = 0
+                    seg.bytes_since_index += h.size
+                    if lat is None and i == validated.max_timestamp_index:
+                        offset_of_max = blast
+                    offset = blast + 1
+            if pos == 0:
+                seg.rolling_ts = msg_ts
+            seg.size = pos + size
+            self._size += size
+            self._leo = last + 1
+            log_start = self._log_start
+        return AppendInfo(
+            base,
+            last,
+            lat if lat is not None else -1,
+            msg_ts,
+            offset_of_max,
+            count,
+            log_start,
+        )
+
+    def _time_to_roll(self, seg: Segment, msg_ts: int, now_ms: int) -> bool:
+        rts = seg.rolling_ts
+        waited = msg_ts - rts if rts is not None and rts >= 0 else now_ms - seg.created_ms
+        return waited > self._config.segment_ms - seg.jitter_ms
+
+    def _new_segment(self, base: int, now_ms: int) -> Segment:
+        jitter = 0
+        cfg = self._config
+        if cfg.segment_jitter_ms > 0:
+            # Kafka draws a random jitter per segment; a hash spreads rolls as well, reproducibly.
+            key = f"{self.topic}-{self.partition}-{base}".encode()
+            jitter = zlib.crc32(key) % min(cfg.segment_jitter_ms, max(cfg.segment_ms, 1))
+        return Segment(self.directory, base, 0, self._lock, now_ms, jitter)
+
+    def _make_ready_empty(self, seg: Segment) -> None:
+        seg.oi = OffsetIndex()
+        seg.ti = TimeIndex()
+        seg.max_ts = -1
+        seg.max_ts_offset = seg.base
+        seg.rolling_ts = -1
+        seg.bytes_since_index = 0
+        seg.ready = True
+
+    def _prepare_active(self, seg: Segment) -> None:
+        """Pin the active segment's indexes and learn what appends need (under the lock)."""
+        oi, ti = self._ensure_indexes(seg)
+        self._index_cache.forget(seg)  # pinned from now on
+        seg.oi = oi
+        seg.ti = ti
+        if seg.rolling_ts is None:
+            seg.rolling_ts = self._first_batch_max_ts(seg)
+        seg.ready = True
+
+    def _first_batch_max_ts(self, seg: Segment) -> int:
+        if seg.size < HEADER_SIZE:
+            return -1
+        fd = self._handles.get(seg)
+        data = self._fs.pread(fd, HEADER_SIZE, 0)
+        if len(data) < HEADER_SIZE:
+            return -1
+        return read_header(data).max_timestamp
+
+    def _roll(self, now_ms: int, *, persist_old: bool = True) -> Segment:
+        """Start a new active segment at the log end offset (under the lock)."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        if persist_old:
+            if not old.ready:
+                self._prepare_active(old)
+            if old.max_ts is not None and old.max_ts >= 0:
+                old.ti.maybe_append(old.max_ts, old.max_ts_offset - old.base)  # type: ignore[union-attr]
+            self._write_indexes(old)
+        base = self._leo
+        new = self._new_segment(base, now_ms)
+        fd = self._fs.open(new.prefix + ".log", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        self._make_ready_empty(new)
+        self._handles.adopt(new, fd, writable=True)
+        old.ready = False
+        if old.oi is not None and old.ti is not None:
+            self._index_cache.add(old, old.oi.nbytes() + old.ti.nbytes())
+        self._segments.append(new)
+        self._bases.append(base)
+        self._roll_pending = True
+        self._dir_dirty = True
+        return new
+
+    def roll(self, now_ms: int) -> None:
+        """Roll now (if the active segment holds anything)."""
+        with self._lock:
+            self._check_open()
+            self._roll(now_ms)
+
+    def roll_if_due(self, now_ms: int) -> bool:
+        """Roll by segment.ms when no append came to do it."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._now_ms = max(self._now_ms, now_ms)
+            seg = self._segments[-1]
+            if seg.size == 0:
+                return False
+            if seg.rolling_ts is None:
+                seg.rolling_ts = self._first_batch_max_ts(seg)
+            if self._time_to_roll(seg, now_ms, now_ms):
+                self._roll(now_ms)
+                return True
+            return False
+
+    # -- indexes ---------------------------------------------------------------------------------
+
+    def _next_offset_of(self, seg: Segment) -> int:
+        i = bisect_right(self._bases, seg.base)
+        return self._bases[i] if i < len(self._bases) else self._leo
+
+    def _ensure_indexes(self, seg: Segment) -> tuple[OffsetIndex, TimeIndex]:
+        """The segment's indexes, loaded from disk or rebuilt from the log (under the lock)."""
+        oi = seg.oi
+        ti = seg.ti
+        if oi is not None and ti is not None:
+            if not seg.ready:
+                self._index_cache.touch(seg)
+            return oi, ti
+        max_rel = self._next_offset_of(seg) - 1 - seg.base
+        oi_data = self._fs.read_file(seg.prefix + ".index")
+        ti_data = self._fs.read_file(seg.prefix + ".timeindex")
+        loaded = None
+        if oi_data is not None and ti_data is not None:
+            try:
+                oi = OffsetIndex.from_bytes(oi_data)
+                ti = TimeIndex.from_bytes(ti_data)
+            except ValueError:
+                pass
+            else:
+                if oi.is_sane(seg.size, max_rel) and ti.is_sane(max_rel):
+                    loaded = (oi, ti)
+        if loaded is None:
+            scan = self._scan_segment(seg, truncate=False, min_offset=seg.base)
+            self._adopt_scan(seg, scan)
+            if not seg.ready:
+                self._write_indexes(seg)
+            oi, ti = scan.oi, scan.ti
+        else:
+            oi, ti = loaded
+            if seg.max_ts is None:
+                last = ti.last()
+                seg.max_ts = last[0] if last else -1
+                seg.max_ts_offset = seg.base + last[1] if last else seg.base
+        seg.oi = oi
+        seg.ti = ti
+        if not seg.ready:
+            self._index_cache.add(seg, oi.nbytes() + ti.nbytes())
+        return oi, ti
+
+    def _adopt_scan(self, seg: Segment, scan: _Scan) -> None:
+        seg.oi = scan.oi
+        seg.ti = scan.ti
+        seg.max_ts = scan.max_ts
+        seg.max_ts_offset = scan.max_ts_offset
+        seg.rolling_ts = scan.rolling_ts
+        seg.bytes_since_index = scan.bytes_since_index
+
+    def _write_indexes(self, seg: Segment) -> None:
+        if seg.oi is None or seg.ti is None:
+            return
+        self._fs.write_file(seg.prefix + ".index", seg.oi.to_bytes())
+        self._fs.write_file(seg.prefix + ".timeindex", seg.ti.to_bytes())
+
+    def _segment_max_ts(self, seg: Segment) -> int:
+        """Largest timestamp in the segment (-1 if none), from memory or the time index's tail."""
+        if seg.max_ts is not None:
+            return seg.max_ts
+        entry = self._read_last_time_entry(seg)
+        if entry is not None:
+            seg.max_ts, rel = entry
+            seg.max_ts_offset = seg.base + rel
+            return seg.max_ts
+        self._ensure_indexes(seg)
+        return seg.max_ts if seg.max_ts is not None else -1
+
+    def _read_last_time_entry(self, seg: Segment) -> tuple[int, int] | None:
+        fs = self._fs
+        try:
+            fd = fs.open(seg.prefix + ".timeindex", os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = fs.fsize(fd)
+            if size % TIME_ENTRY:
+                return None
+            if size == 0:
+                return (-1, 0) if seg.size > 0 else None
+            data = fs.pread(fd, TIME_ENTRY, size - TIME_ENTRY)
+        finally:
+            fs.close(fd)
+        if len(data) != TIME_ENTRY:
+            return None
+        ts, rel = _LAST_TIME_ENTRY.unpack(data)
+        if rel > self._next_offset_of(seg) - 1 - seg.base:
+            return None
+        return ts, rel
+
+    def _largest_timestamp(self, seg: Segment) -> int:
+        """Kafka's ``LogSegment.largestTimestamp``: the max timestamp, else the file's mtime."""
+        ts = self._segment_max_ts(seg)
+        if ts > 0:
+            return ts
+        try:
+            return self._fs.mtime_ms(seg.prefix + ".log")
+        except FileNotFoundError:
+            return 0
+
+    # -- scanning --------------------------------------------------------------------------------
+
+    def _scan_segment(self, seg: Segment, *, truncate: bool, min_offset: int) -> _Scan:
+        """Read the whole segment, verifying every batch; rebuild its indexes. With ``truncate``,
+        cut the file at the first torn or corrupt batch."""
+        fs = self._fs
+        fd = fs.open(seg.prefix + ".log", os.O_RDWR if truncate else os.O_RDONLY)
+        try:
+            file_size = fs.fsize(fd)
+            base = seg.base
+            oi = OffsetIndex()
+            ti = TimeIndex()
+            interval = self._interval
+            pos = 0
+            last_entry = 0
+            max_ts = -1
+            max_ts_offset = base
+            rolling = -1
+            expected = max(min_offset, base)
+            next_offset = base
+            chunk = _RECOVERY_CHUNK
+            bad = False
+            while pos < file_size and not bad:
+                data = fs.pread(fd, min(chunk, file_size - pos), pos)
+                if not data:
+                    break
+                batches, end, problem = scan_batches(data, 0, verify_crc=True)
+                for bpos, h in batches:
+                    if h.base_offset < expected or h.last_offset - base > INT32_MAX:
+                        end = bpos
+                        problem = InvalidRecords("CORRUPT_MESSAGE", "offsets out of order")
+                        break
+                    p = pos + bpos
+                    if p == 0:
+                        rolling = h.max_timestamp
+                    if h.max_timestamp > max_ts:
+                        max_ts = h.max_timestamp
+                        max_ts_offset = h.last_offset
+                    if p - last_entry > interval:
+                        oi.append(h.last_offset - base, p)
+                        ti.maybe_append(max_ts, max_ts_offset - base)
+                        last_entry = p
+                    expected = next_offset = h.last_offset + 1
+                chunk_end = pos + len(data)
+                pos += end
+                if problem is None:
+                    continue
+                if is_truncation(problem) and chunk_end < file_size:
+                    # Cut by our read, not by the file: read again from the batch, whole.
+                    if len(data) - end >= LOG_OVERHEAD:
+                        declared = _PREFIX.unpack_from(data, end)[1] + LOG_OVERHEAD
+                        chunk = max(chunk, declared)
+                    continue
+                bad = True
+            if truncate and pos < file_size:
+                fs.ftruncate(fd, pos)
+        finally:
+            fs.close(fd)
+        ti.maybe_append(max_ts, max_ts_offset - base)
+        return _Scan(oi, ti, pos, file_size, next_offset, max_ts, max_ts_offset, rolling, pos - last_entry)
+
+    def _iter_headers(self, fd: int, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each batch from ``pos`` to ``end``, reading only around headers."""
+        pread = self._fs.pread
+        while pos + HEADER_SIZE <= end:
+            data = pread(fd, min(_READ_CHUNK, end - pos), pos)
+            n = len(data)
+            rel = 0
+            while rel + HEADER_SIZE <= n:
+                h = read_header(data, rel)
+                if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+                    return
+                yield pos + rel, h
+                rel += h.batch_length + LOG_OVERHEAD
+            if rel == 0:
+                return
+            pos += rel
+
+    # -- read ------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadInfo:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the first
+        whole if ``min_one_batch``), none reaching ``max_offset`` (exclusive, e.g. the high
+        watermark). Empty at the log end offset; OffsetOutOfRange outside [start, end]."""
+        with self._lock:
+            leo = self._leo
+            start = self._log_start
+            if offset < start or offset > leo:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is outside [{start}, {leo}] of {self.topic}-{self.partition}",
+                    offset=offset,
+                    log_start_offset=start,
+                    log_end_offset=leo,
+                )
+            limit = leo if max_offset is None or max_offset > leo else max_offset
+            data = b""
+            if offset < limit:
+                if self._closed:
+                    raise LogClosed(f"{self.topic}-{self.partition} is closed")
+                segs = self._segments
+                i = max(0, bisect_right(self._bases, offset) - 1)
+                while i < len(segs):
+                    got = self._read_segment(segs[i], offset, max_bytes, limit, min_one_batch)
+                    if got is not None:
+                        data = got
+                        break
+                    i += 1
+            return ReadInfo(data, start, self._hw, leo)
+
+    def _read_segment(self, seg: Segment, offset: int, max_bytes: int, limit: int, min_one: bool) -> bytes | None:
+        """Bytes to return from ``seg`` (possibly empty), or None if it holds nothing at ``offset``.
+
+        A small read finds the batch holding ``offset`` (from the offset index's position). If
+        the answer fits in that read it is sliced from it; otherwise the offset index gives the
+        start of a batch near the end of the range, only the batches after it are walked to find
+        the last whole one, and the range is read exactly, with no copy.
+        """
+        end = seg.size
+        if end == 0:
+            return None
+        fd = seg.fd
+        if fd < 0:
+            fd = self._handles.get(seg)
+        else:
+            self._handles.touch(seg)
+        oi = seg.oi
+        if oi is None:
+            oi = self._ensure_indexes(seg)[0]
+        elif not seg.ready:
+            self._index_cache.touch(seg)
+        base = seg.base
+        pos = oi.lookup(offset - base)
+        pread = self._fs.pread
+        budget = max_bytes if max_bytes > 0 else 0
+        span = min(end - pos, min(budget, _MIN_READ) + self._interval + 2 * HEADER_SIZE)
+        buf = pread(fd, span, pos)
+        cstart = pos
+        n = len(buf)
+        rel = 0
+        # Find the first batch whose last offset reaches ``offset``.
+        while True:
+            if rel + HEADER_SIZE > n:
+                here = cstart + rel
+                if here + HEADER_SIZE > end:
+                    return None
+                buf = pread(fd, min(end - here, span), here)
+                cstart = here
+                rel = 0
+                n = len(buf)
+                if n < HEADER_SIZE:
+                    return None
+            b, length = _PREFIX.unpack_from(buf, rel)
+            if length < HEADER_SIZE - LOG_OVERHEAD:
+                return None  # garbage: nothing readable past here
+            last = b + _LOD.unpack_from(buf, rel + _LOD_AT)[0]
+            if last >= offset:
+                break
+            rel += length + LOG_OVERHEAD
+        if last >= limit:
+            return b""
+        first_size = length + LOG_OVERHEAD
+        if first_size > budget:
+            if not min_one:
+                return b""
+            budget = first_size
+        start = cstart + rel
+        stop_at = min(start + budget, end)
+        if stop_at <= cstart + n:
+            stop = _whole_batches(buf, rel, stop_at - cstart, limit)
+            return buf if rel == 0 and stop == n else buf[rel:stop]
+        # A long read: skip to the last indexed batch that is inside the range and below limit.
+        i = min(bisect_right(oi.pos, stop_at), bisect_left(oi.rel, limit - base)) - 1
+        q = oi.pos[i] if i >= 0 else 0
+        if q <= start:
+            data = pread(fd, stop_at - start, start)
+            stop = _whole_batches(data, 0, len(data), limit)
+            return data if stop == len(data) else data[:stop]
+        tail = pread(fd, stop_at - q, q)
+        stop = q + _whole_batches(tail, 0, len(tail), limit)
+        return pread(fd, stop - start, start)
+
+    # -- timestamps ------------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp`` at or
+        after the log start offset (ListOffsets by time), or None."""
+        with self._lock:
+            self._check_open()
+            for seg in list(self._segments):
+                if seg.size == 0 or self._segment_max_ts(seg) < timestamp:
+                    continue
+                found = self._find_timestamp(seg, timestamp)
+                if found is not None:
+                    return found
+            return None
+
+    def _find_timestamp(self, seg: Segment, timestamp: int) -> tuple[int, int] | None:
+        oi, ti = self._ensure_indexes(seg)
+        log_start = self._log_start
+        start_offset = max(seg.base + ti.lookup(timestamp), log_start)
+        fd = self._handles.get(seg)
+        pos = oi.lookup(start_offset - seg.base)
+        for p, h in self._iter_headers(fd, pos, seg.size):
+            if h.max_timestamp < timestamp or h.last_offset < log_start:
+                continue
+            data = self._fs.pread(fd, h.size, p)
+            for r in iter_batch_records(data, 0, h):
+                if r.timestamp >= timestamp and r.offset >= log_start:
+                    return r.offset, r.timestamp
+        return None
+
+    def latest_timestamp(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with the largest timestamp (ListOffsets
+        MAX_TIMESTAMP), or None for an empty log."""
+        with self._lock:
+            self._check_open()
+            best: Segment | None = None
+            best_ts = -1
+            for seg in self._segments:
+                if seg.size == 0:
+                    continue
+                ts = self._segment_max_ts(seg)
+                if best is None or ts > best_ts:
+                    best, best_ts = seg, ts
+            if best is None:
+                return None
+            oi, _ti = self._ensure_indexes(best)
+            fd = self._handles.get(best)
+            pos = oi.lookup(best.max_ts_offset - best.base)
+            for p, h in self._iter_headers(fd, pos, best.size):
+                if h.max_timestamp != best_ts:
+                    continue
+                if h.timestamp_type == 1:
+                    return h.base_offset, best_ts
+                data = self._fs.pread(fd, h.size, p)
+                for r in iter_batch_records(data, 0, h):
+                    if r.timestamp == best_ts:
+                        return r.offset, best_ts
+                return h.last_offset, best_ts
+            return None
+
+    # -- deletion --------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords) and drop the segments wholly
+        below it; returns the new log start offset. OffsetOutOfRange above the high watermark."""
+        changed = False
+        with self._lock:
+            self._check_open()
+            if offset > self._hw or offset < 0:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is above the high watermark {self._hw} of {self.topic}-{self.partition}",
+                    offset=offset,
+                    log_start_offset=self._log_start,
+                    log_end_offset=self._leo,
+                )
+            if offset > self._log_start:
+                self._log_start = offset
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base <= offset, self._now_ms)
+                changed = True
+            result = self._log_start
+        if changed and self._on_state_change is not None:
+            self._on_state_change(self)
+        return result
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms (by their largest timestamp) or beyond
+        retention.bytes, and those below the log start offset; returns how many went.
+
+        As in Kafka, only segments wholly below the high watermark go, and when every segment
+        qualifies the active one is rolled first so the log keeps an (empty) active segment.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            self._now_ms = max(self._now_ms, now_ms)
+            cfg = self._config
+            deleted = 0
+            if cfg.delete_enabled:
+                if cfg.retention_ms >= 0:
+                    retention_ms = cfg.retention_ms
+                    deleted += self._delete_segments(
+                        lambda seg, nxt: now_ms - self._largest_timestamp(seg) > retention_ms, now_ms
+                    )
+                if cfg.retention_bytes >= 0 and self._size >= cfg.retention_bytes:
+                    diff = self._size - cfg.retention_bytes
+
+                    def over_size(seg: Segment, nxt: Segment | None) -> bool:
+                        nonlocal diff
+                        if diff - seg.size >= 0:
+                            diff -= seg.size
+                            return True
+                        return False
+
+                    deleted += self._delete_segments(over_size, now_ms)
+            deleted += self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base <= self._log_start, now_ms)
+        if deleted and self._on_state_change is not None:
+            self._on_state_change(self)
+        return deleted
+
+    def _delete_segments(self, should_delete: Callable[[Segment, Segment | None], bool], now_ms: int) -> int:
+        """Kafka's ``deletableSegments`` + ``deleteSegments`` (under the lock)."""
+        segs = self._segments
+        hw = self._hw
+        k = 0
+        while k < len(segs):
+            seg = segs[k]
+            nxt = segs[k + 1] if k + 1 < len(segs) else None
+            upper = nxt.base if nxt is not None else self._leo
+            if nxt is None and seg.size == 0:
+                break
+            if hw >= upper and should_delete(seg, nxt):
+                k += 1
+            else:
+                break
+        if k == 0:
+            return 0
+        if k == len(segs):
+            self._roll(now_ms, persist_old=False)
+        doomed = segs[:k]
+        del segs[:k]
+        del self._bases[:k]
+        for seg in doomed:
+            self._size -= seg.size
+            self._retire_segment(seg, now_ms)
+        self._log_start = max(self._log_start, segs[0].base)
+        self._recovery_point = max(self._recovery_point, segs[0].base)
+        self._hw = self._clamp(self._hw)
+        return k
+
+    def _retire_segment(self, seg: Segment, now_ms: int) -> None:
+        """Close and rename a removed segment's files to ``.deleted``; unlink them after
+        file.delete.delay.ms (``purge_deleted_files``)."""
+        self._handles.release(seg)
+        self._index_cache.forget(seg)
+        seg.oi = seg.ti = None
+        renamed = []
+        for suffix in (".log", ".index", ".timeindex"):
+            path = seg.prefix + suffix
+            try:
+                self._fs.rename(path, path + ".deleted")
+            except FileNotFoundError:
+                continue
+            renamed.append(path + ".deleted")
+        if renamed:
+            self._pending_deletes.append((now_ms + self._config.file_delete_delay_ms, renamed))
+
+    def purge_deleted_files(self, now_ms: int, *, force: bool = False) -> int:
+        """Unlink retired segment files whose delay has passed; returns how many."""
+        with self._lock:
+            due = [paths for t, paths in self._pending_deletes if force or t <= now_ms]
+            self._pending_deletes = [(t, p) for t, p in self._pending_deletes if not (force or t <= now_ms)]
+        n = 0
+        for paths in due:
+            for path in paths:
+                if self._unlink_quietly(path):
+                    n += 1
+        return n
+
+    def _unlink_quietly(self, path: str) -> bool:
+        try:
+            self._fs.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    # -- truncation ------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch from the one holding ``offset`` on (replication's truncation)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return
+            if offset < self._segments[0].base or offset < self._log_start:
+                self._truncate_fully(offset)
+                return
+            segs = self._segments
+            k = bisect_right(self._bases, offset)
+            for seg in segs[k:]:
+                self._size -= seg.size
+                self._retire_segment(seg, self._now_ms)
+            del segs[k:]
+            del self._bases[k:]
+            seg = segs[-1]
+            cut = self._position_of(seg, offset)
+            fd = self._handles.get(seg, writable=True)
+            self._fs.ftruncate(fd, cut)
+            self._index_cache.forget(seg)
+            scan = self._scan_segment(seg, truncate=True, min_offset=seg.base)
+            self._size += scan.valid_bytes - seg.size
+            seg.size = scan.valid_bytes
+            self._adopt_scan(seg, scan)
+            seg.ready = True
+            self._leo = scan.next_offset if seg.size else seg.base
+            self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log, empty, at ``offset``."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for seg in self._segments:
+            self._retire_segment(seg, self._now_ms)
+        seg = self._new_segment(offset, self._now_ms)
+        fd = self._fs.open(seg.prefix + ".log", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        self._make_ready_empty(seg)
+        self._handles.adopt(seg, fd, writable=True)
+        self._segments = [seg]
+        self._bases = [offset]
+        self._size = 0
+        self._leo = offset
+        self._log_start = offset
+        self._dir_dirty = True
+        self._after_truncation()
+        self._recovery_point = offset
+
+    def _after_truncation(self) -> None:
+        self._generation += 1
+        self._log_start = min(self._log_start, self._leo)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._hw = self._clamp(self._hw)
+
+    def _position_of(self, seg: Segment, offset: int) -> int:
+        """Position of the first batch in ``seg`` whose last offset reaches ``offset``, else its size."""
+        oi, _ti = self._ensure_indexes(seg)
+        fd = self._handles.get(seg)
+        for p, h in self._iter_headers(fd, oi.lookup(offset - seg.base), seg.size):
+            if h.last_offset >= offset:
+                return p
+        return seg.size
+
+    # -- flush -----------------------------------------------------------------------------------
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether flush.messages, flush.ms or a rolled segment call for ``flush``."""
+        if self._closed:
+            return False
+        if self._roll_pending:
+            return True
+        unflushed = self._leo - self._recovery_point
+        if unflushed <= 0:
+            return False
+        cfg = self._config
+        return unflushed >= cfg.flush_messages or now_ms - self._last_flush_ms >= cfg.flush_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """``flush`` if due; blocking, so run it in a thread. True if it flushed."""
+        if not self.flush_due(now_ms):
+            return False
+        self.flush(now_ms)
+        return True
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync the segments (and their indexes) that may hold data past the recovery point,
+        then move the recovery point to the log end offset seen at the start. Blocking: callers
+        run it in a thread; appends may go on meanwhile."""
+        with self._lock:
+            if self._closed:
+                return
+            segs = list(self._segments)
+            target = self._leo
+            rp = self._recovery_point
+            generation = self._generation
+            dir_dirty = self._dir_dirty
+            self._dir_dirty = False
+            self._roll_pending = False
+        fs = self._fs
+        try:
+            for i, seg in enumerate(segs):
+                upper = segs[i + 1].base if i + 1 < len(segs) else None
+                if upper is not None and upper <= rp:
+                    continue
+                fs.fsync_path(seg.prefix + ".log")
+                fs.fsync_path(seg.prefix + ".index")
+                fs.fsync_path(seg.prefix + ".timeindex")
+            if dir_dirty:
+                fs.fsync_dir(self.directory)
+        except BaseException:
+            with self._lock:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                self._roll_pending = True
+            raise
+        with self._lock:
+            if generation == self._generation and target > self._recovery_point:
+                self._recovery_point = target
+            if now_ms is not None:
+                self._last_flush_ms = now_ms
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def persist_indexes(self) -> None:
+        """Write the active segment's indexes, with the final time index entry a closed segment
+        has, so the next clean start need not rebuild them."""
+        with self._lock:
+            if not self._closed:
+                self._persist_active_indexes()
+
+    def _persist_active_indexes(self) -> None:
+        active = self._segments[-1]
+        if not active.ready or active.oi is None or active.ti is None:
+            return
+        if self._persisted == (active.base, active.size, len(active.oi), len(active.ti)):
+            return
+        if active.max_ts is not None and active.max_ts >= 0:
+            active.ti.maybe_append(active.max_ts, active.max_ts_offset - active.base)
+        self._write_indexes(active)
+        self._persisted = (active.base, active.size, len(active.oi), len(active.ti))
+
+    def close(self, *, flush: bool = True, synced: bool = False) -> None:
+        """Persist the active segment's indexes, fsync (unless ``flush=False``), close files.
+
+        ``synced`` tells that the caller synced the whole file system after ``persist_indexes``
+        (``LogManager.close`` does one ``sync`` for all its logs instead of an fsync per file),
+        so the recovery point moves to the log end offset.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._persist_active_indexes()
+            except OSError:
+                if flush or synced:
+                    raise
+        if flush:
+            self.flush()
+        with self._lock:
+            if synced:
+                self._recovery_point = self._leo
+            self._closed = True
+            for seg in self._segments:
+                self._handles.release(seg)
+                self._index_cache.forget(seg)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"{self.topic}-{self.partition} is closed")

@@ -1,0 +1,271 @@
+"""All partition logs of one data directory: loading (and recovery), creation, deletion, upkeep.
+
+Files in the data directory besides the ``<topic>-<partition>`` directories:
+
+- ``shoal-log-state``: one line per partition with its log start offset, high watermark,
+  recovery point, and (trusted only after a clean shutdown) log end offset and active segment
+  base and size. Kafka keeps the first three in ``log-start-offset-checkpoint``,
+  ``replication-offset-checkpoint`` and ``recovery-point-offset-checkpoint``. Written atomically
+  by ``run_periodic`` (every ``checkpoint_interval_ms``, or soon after a DeleteRecords) and ``close``.
+- ``.shoal-clean-shutdown``: written last by ``close``, removed by ``load``. Its presence lets
+  ``load`` trust the state file and read no data; without it every partition verifies its
+  segments from its recovery point on.
+
+``load``, ``run_periodic`` and ``close`` block on disk and are meant for a worker thread;
+``get``/``get_or_create``/``delete_partition`` are quick and may be called from the event loop,
+also while ``run_periodic`` runs in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shoal.clock import Clock
+from shoal.storage.cache import FileHandles, IndexCache
+from shoal.storage.config import LogConfig
+from shoal.storage.fs import DEFAULT_FS, FileSystem
+from shoal.storage.log import LogClosed, PartitionLog, PartitionState, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "shoal-log-state"
+CLEAN_SHUTDOWN_FILE = ".shoal-clean-shutdown"
+_STATE_HEADER = "shoal-log-state 1"
+
+
+@dataclass(slots=True)
+class MaintenanceReport:
+    """What one ``run_periodic`` did."""
+
+    deleted_segments: int = 0
+    rolled: int = 0
+    flushed: int = 0
+    purged_files: int = 0
+    checkpointed: bool = False
+    errors: int = 0
+
+
+def read_state_file(data: bytes | None) -> dict[tuple[str, int], PartitionState]:
+    """Parse ``shoal-log-state``; an unreadable file yields nothing (so everything is recovered)."""
+    out: dict[tuple[str, int], PartitionState] = {}
+    if not data:
+        return out
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return out
+    if not lines or lines[0].strip() != _STATE_HEADER:
+        return out
+    for line in lines[1:]:
+        parts = line.split()
+        if len(parts) != 8:
+            continue
+        try:
+            nums = [int(x) for x in parts[1:]]
+        except ValueError:
+            continue
+        out[(parts[0], nums[0])] = PartitionState(*nums[1:])
+    return out
+
+
+def format_state_file(states: list[tuple[str, int, PartitionState]]) -> bytes:
+    lines = [_STATE_HEADER]
+    for topic, partition, s in states:
+        lines.append(
+            f"{topic} {partition} {s.log_start_offset} {s.high_watermark} {s.recovery_point} "
+            f"{s.log_end_offset} {s.active_base} {s.active_size}"
+        )
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+class LogManager:
+    """Owns every ``PartitionLog`` under ``data_dir`` and the caches they share."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        clock: Clock,
+        fs: FileSystem | None = None,
+        default_config: LogConfig | None = None,
+        max_open_files: int | None = None,
+        index_cache_bytes: int = 64 * 1024 * 1024,
+        checkpoint_interval_ms: int = 5000,
+        retention_check_interval_ms: int = 300000,
+    ) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.clock = clock
+        self.fs = fs if fs is not None else DEFAULT_FS
+        self.default_config = default_config or LogConfig()
+        self.handles = FileHandles(self.fs, max_open_files)
+        self.index_cache = IndexCache(index_cache_bytes)
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lock = threading.Lock()  # creation and deletion of logs
+        self._state_dirty = False
+        self._last_checkpoint_ms: int | None = None
+        self._last_retention_ms: int | None = None
+        self.loaded_cleanly: bool | None = None
+        self._dir_made = False
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load(self, config_for: Callable[[str], LogConfig] | None = None) -> None:
+        """Open every partition directory found (recovering them after an unclean shutdown)."""
+        fs = self.fs
+        fs.makedirs(self.data_dir)
+        self._dir_made = True
+        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+        clean = fs.exists(marker)
+        states = read_state_file(fs.read_file(os.path.join(self.data_dir, STATE_FILE)))
+        now = self.clock.now_ms()
+        for entry in sorted(fs.scandir(self.data_dir)):
+            if not entry.is_dir:
+                continue
+            name = entry.name
+            path = os.path.join(self.data_dir, name)
+            if name.endswith("-delete"):
+                fs.rmtree(path)
+                continue
+            parsed = parse_partition_dir(name)
+            if parsed is None:
+                continue
+            with self._lock:
+                if parsed in self._logs:
+                    continue
+                cfg = config_for(parsed[0]) if config_for is not None else self.default_config
+                self._logs[parsed] = PartitionLog.open(
+                    path,
+                    cfg,
+                    now_ms=now,
+                    fs=fs,
+                    state=states.get(parsed),
+                    clean_shutdown=clean,
+                    handles=self.handles,
+                    index_cache=self.index_cache,
+                    on_state_change=self._mark_dirty,
+                )
+        if clean:
+            fs.unlink(marker)
+            fs.fsync_dir(self.data_dir)
+        self.loaded_cleanly = clean
+        self._last_checkpoint_ms = now
+
+    # -- access ----------------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+        """The partition's log, created empty if absent; an existing log takes ``config``."""
+        key = (topic, partition)
+        plog = self._logs.get(key)
+        if plog is None:
+            with self._lock:
+                plog = self._logs.get(key)
+                if plog is None:
+                    path = os.path.join(self.data_dir, f"{topic}-{partition}")
+                    if parse_partition_dir(os.path.basename(path)) != key:
+                        raise ValueError(f"invalid topic or partition: {topic!r} {partition!r}")
+                    if not self._dir_made:
+                        self.fs.makedirs(self.data_dir)
+                        self._dir_made = True
+                    plog = PartitionLog.open(
+                        path,
+                        config or self.default_config,
+                        now_ms=self.clock.now_ms(),
+                        fs=self.fs,
+                        handles=self.handles,
+                        index_cache=self.index_cache,
+                        on_state_change=self._mark_dirty,
+                    )
+                    self._logs[key] = plog
+                    self._state_dirty = True
+                    return plog
+        if config is not None and plog.config != config:
+            plog.update_config(config)
+        return plog
+
+    def delete_partition(self, topic: str, partition: int) -> bool:
+        """Close the log, rename its directory ``<name>.<uuid>-delete`` and remove it."""
+        key = (topic, partition)
+        with self._lock:
+            plog = self._logs.pop(key, None)
+        if plog is not None:
+            plog.close(flush=False)
+        path = os.path.join(self.data_dir, f"{topic}-{partition}")
+        if not self.fs.exists(path):
+            return plog is not None
+        doomed = f"{path}.{uuid.uuid4().hex}-delete"
+        self.fs.rename(path, doomed)
+        self.fs.rmtree(doomed)
+        self._state_dirty = True
+        return True
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return list(self._logs)
+
+    def logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def _mark_dirty(self, _plog: PartitionLog) -> None:
+        self._state_dirty = True
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def run_periodic(self, now_ms: int) -> MaintenanceReport:
+        """Retention and time rolls (every ``retention_check_interval_ms``), fsyncs due by
+        flush.ms/flush.messages or a roll, removal of retired files, and the state checkpoint.
+        Blocking: run it in a worker thread."""
+        report = MaintenanceReport()
+        do_retention = (
+            self._last_retention_ms is None or now_ms - self._last_retention_ms >= self.retention_check_interval_ms
+        )
+        for plog in self.logs():
+            try:
+                if do_retention:
+                    report.rolled += plog.roll_if_due(now_ms)
+                    report.deleted_segments += plog.apply_retention(now_ms)
+                report.purged_files += plog.purge_deleted_files(now_ms)
+                if plog.maybe_flush(now_ms):
+                    report.flushed += 1
+            except LogClosed:
+                continue
+            except OSError:
+                report.errors += 1
+                log.exception("maintenance of %s failed", plog)
+        if do_retention:
+            self._last_retention_ms = now_ms
+        last = self._last_checkpoint_ms
+        if self._state_dirty or last is None or now_ms - last >= self.checkpoint_interval_ms:
+            self.checkpoint()
+            self._last_checkpoint_ms = now_ms
+            report.checkpointed = True
+        return report
+
+    def checkpoint(self) -> None:
+        """Write ``shoal-log-state`` atomically."""
+        self._state_dirty = False
+        states = []
+        for (topic, partition), plog in list(self._logs.items()):
+            states.append((topic, partition, plog.state()))
+        self.fs.makedirs(self.data_dir)
+        self.fs.write_file_atomic(os.path.join(self.data_dir, STATE_FILE), format_state_file(states))
+
+    def close(self) -> None:
+        """Flush and close every log, write the state and the clean-shutdown marker."""
+        logs = self.logs()
+        for plog in logs:
+            plog.persist_indexes()
+        self.fs.sync_all()  # one sync instead of an fsync per segment file
+        for plog in logs:
+            plog.close(flush=False, synced=True)
+        self.checkpoint()
+        self.fs.write_file_atomic(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
+        self.handles.close_all()

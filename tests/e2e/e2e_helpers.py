@@ -1,0 +1,77 @@
+"""Helpers for the end-to-end tests (imported as ``e2e_helpers``): topic set-up and draining partitions with confluent-kafka.
+
+Group coordination (FindCoordinator/JoinGroup) is not implemented yet, so consumers here always
+``assign()`` explicit partitions and never commit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# Every blocking wait in these tests is bounded by one of these (seconds).
+OP_TIMEOUT = 15.0
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    futures = admin(bootstrap).create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=10,
+        request_timeout=OP_TIMEOUT,
+    )
+    futures[name].result(timeout=OP_TIMEOUT)
+
+
+def consumer(bootstrap: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "shoal-e2e-unused",  # required by librdkafka; never joined nor committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "socket.timeout.ms": 10000,
+        "fetch.wait.max.ms": 100,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | int,
+    expected: int,
+    *,
+    start: int = OFFSET_BEGINNING,
+    timeout: float = OP_TIMEOUT,
+    **extra: Any,
+) -> list[Any]:
+    """Assign the partitions at ``start`` and poll until ``expected`` messages arrived."""
+    if isinstance(partitions, int):
+        partitions = list(range(partitions))
+    c = consumer(bootstrap, **extra)
+    out: list[Any] = []
+    try:
+        c.assign([TopicPartition(topic, p, start) for p in partitions])
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            msgs = c.consume(num_messages=500, timeout=0.2)
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                out.append(m)
+        # Anything beyond what was expected is a bug too; give it a brief chance to show up.
+        if len(out) >= expected:
+            for m in c.consume(num_messages=500, timeout=0.3):
+                if not m.error():
+                    out.append(m)
+    finally:
+        c.close()
+    return out
