@@ -9,6 +9,11 @@ import os
 import signal
 import sys
 
+# kio registers Hypothesis strategies for its types whenever Hypothesis is importable, which costs
+# the broker seconds at start-up and slows type checks on the hot path. The command-line process
+# never needs them (tests that do import kio in their own process).
+sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
 
 def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="run a broker")

@@ -108,6 +108,7 @@ class LogManager:
         self.retention_check_interval_ms = retention_check_interval_ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()  # creation and deletion of logs
+        self._checkpoint_lock = threading.Lock()
         self._state_dirty = False
         self._last_checkpoint_ms: int | None = None
         self._last_retention_ms: int | None = None
@@ -250,13 +251,14 @@ class LogManager:
         return report
 
     def checkpoint(self) -> None:
-        """Write ``shoal-log-state`` atomically."""
-        self._state_dirty = False
-        states = []
-        for (topic, partition), plog in list(self._logs.items()):
-            states.append((topic, partition, plog.state()))
-        self.fs.makedirs(self.data_dir)
-        self.fs.write_file_atomic(os.path.join(self.data_dir, STATE_FILE), format_state_file(states))
+        """Write ``shoal-log-state`` atomically (one writer at a time)."""
+        with self._checkpoint_lock:
+            self._state_dirty = False
+            states = []
+            for (topic, partition), plog in list(self._logs.items()):
+                states.append((topic, partition, plog.state()))
+            self.fs.makedirs(self.data_dir)
+            self.fs.write_file_atomic(os.path.join(self.data_dir, STATE_FILE), format_state_file(states))
 
     def close(self) -> None:
         """Flush and close every log, write the state and the clean-shutdown marker."""

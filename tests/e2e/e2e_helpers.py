@@ -21,7 +21,8 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-    futures = admin(bootstrap).create_topics(
+    client = admin(bootstrap)  # keep a reference until the result is in: GC destroys the handle
+    futures = client.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
         operation_timeout=10,
         request_timeout=OP_TIMEOUT,

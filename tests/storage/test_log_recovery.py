@@ -210,7 +210,8 @@ def test_index_rebuild_after_deleting_index_files(tmp_path) -> None:
     clock = ManualClock(T0)
     m = LogManager(tmp_path, clock=clock)
     m.load()
-    log = m.get_or_create("t", 0, LogConfig(segment_bytes=2000, index_interval_bytes=200))
+    cfg = LogConfig(segment_bytes=2000, index_interval_bytes=200)
+    log = m.get_or_create("t", 0, cfg)
     for i in range(60):
         log.append(batch(3, ts=T0 + i * 10, compression=i % 2), now_ms=T0)
     expected_ts = log.offset_for_timestamp(T0 + 305)
@@ -222,7 +223,7 @@ def test_index_rebuild_after_deleting_index_files(tmp_path) -> None:
         os.unlink(pdir / f)
 
     m2 = LogManager(tmp_path, clock=clock)
-    m2.load()
+    m2.load(config_for=lambda topic: cfg)
     log2 = m2.get("t", 0)
     assert read_all(log2) == list(range(180))
     for o in range(0, 180, 7):
