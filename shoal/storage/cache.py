@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def default_max_open_files() -> int:
-    """A quarter of the process's descriptor limit, between 16 and 8192."""
+    """Half the process's descriptor limit (sockets need the rest), between 16 and 32768."""
     try:
         import resource
 
@@ -32,7 +32,7 @@ def default_max_open_files() -> int:
             soft = 65536
     except (ImportError, ValueError, OSError):
         soft = 1024
-    return max(16, min(8192, soft // 4))
+    return max(16, min(32768, soft // 2))
 
 
 class FileHandles:

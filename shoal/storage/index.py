@@ -15,7 +15,6 @@ rebuilds them from the log.
 
 from __future__ import annotations
 
-import struct
 import sys
 from array import array
 from bisect import bisect_right
@@ -78,12 +77,6 @@ class OffsetIndex:
         i = bisect_right(self.rel, rel) - 1
         return self.pos[i] if i >= 0 else 0
 
-    def truncate_to_position(self, position: int) -> None:
-        """Drop entries pointing at or past ``position``."""
-        i = bisect_right(self.pos, position - 1)
-        del self.rel[i:]
-        del self.pos[i:]
-
     def nbytes(self) -> int:
         return len(self.rel) * OFFSET_ENTRY
 
@@ -137,14 +130,6 @@ class TimeIndex:
     def last(self) -> tuple[int, int] | None:
         return (self.ts[-1], self.rel[-1]) if self.ts else None
 
-    def truncate_to_rel(self, rel: int) -> None:
-        """Drop entries at or past relative offset ``rel``."""
-        i = len(self.rel)
-        while i and self.rel[i - 1] >= rel:
-            i -= 1
-        del self.ts[i:]
-        del self.rel[i:]
-
     def nbytes(self) -> int:
         return len(self.ts) * TIME_ENTRY
 
@@ -167,10 +152,3 @@ class TimeIndex:
             and self.ts[0] <= self.ts[-1]
             and (n < 2 or (self.ts[-2] < self.ts[-1] and self.rel[-2] <= self.rel[-1]))
         )
-
-
-def read_last_time_entry(data: bytes) -> tuple[int, int] | None:
-    """The last (timestamp, relative offset) of time index bytes, or None if empty or malformed."""
-    if not data or len(data) % TIME_ENTRY:
-        return None
-    return struct.unpack_from(">qI", data, len(data) - TIME_ENTRY)

@@ -1105,6 +1105,8 @@ class PartitionLog:
 
     def purge_deleted_files(self, now_ms: int, *, force: bool = False) -> int:
         """Unlink retired segment files whose delay has passed; returns how many."""
+        if not self._pending_deletes:
+            return 0
         with self._lock:
             due = [paths for t, paths in self._pending_deletes if force or t <= now_ms]
             self._pending_deletes = [(t, p) for t, p in self._pending_deletes if not (force or t <= now_ms)]

@@ -179,3 +179,35 @@ def test_maintenance_in_a_thread_beside_appends(tmp_path) -> None:
     m2, _ = manager(tmp_path)
     assert [m2.get("t", p).log_end_offset for p in range(4)] == [1000] * 4
     m2.close()
+
+
+def test_idle_partitions_are_cheap_to_open(tmp_path) -> None:
+    import gc
+    import tracemalloc
+
+    m, clock = manager(tmp_path)
+    for p in range(300):
+        m.get_or_create("t", p).append(batch(1), now_ms=T0)
+    m.close()
+    gc.collect()
+    tracemalloc.start()
+    m2 = LogManager(tmp_path, clock=clock, max_open_files=16)
+    m2.load()
+    used, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(m2.partitions()) == 300
+    assert used / 300 < 8 * 1024  # bytes per idle partition (the target is 50 KiB)
+    assert len(m2.handles) == 0  # nothing opened until used
+    assert all(m2.get("t", p).log_end_offset == 1 for p in range(300))
+    m2.close()
+
+
+def test_flush_ms_is_honoured_by_run_periodic(tmp_path) -> None:
+    m, clock = manager(tmp_path, retention_check_interval_ms=10**9)
+    log = m.get_or_create("t", 0, LogConfig(flush_ms=1_000))
+    log.append(batch(2), now_ms=clock.now_ms())
+    assert m.run_periodic(clock.now_ms()).flushed == 0
+    clock.sleep(1)
+    assert m.run_periodic(clock.now_ms()).flushed == 1
+    assert log.recovery_point == 2
+    m.close()
