@@ -24,6 +24,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
+from shoal.protocol import guard
+
 API_VERSIONS_KEY = 18
 
 _H = struct.Struct(">hhih")
@@ -143,9 +145,14 @@ def decode_request(api_key: int, api_version: int, frame: bytes | memoryview) ->
     """Decode a whole request frame (without its length prefix) for a supported version."""
     flexible = is_flexible(api_key, api_version)
     header = decode_header(frame, flexible)
+    cls = request_type(api_key, api_version)
     try:
-        body, _size = _reader(request_type(api_key, api_version))(frame, header.size)
-    except (SerialError, ValueError, TypeError, OverflowError, IndexError) as e:
+        guard.check(cls, frame, header.size)
+    except guard.GuardError as e:
+        raise MalformedRequest(f"malformed {api_key_map.get(api_key)} v{api_version}: {e}") from e
+    try:
+        body, _size = _reader(cls)(frame, header.size)
+    except (SerialError, ValueError, TypeError, OverflowError, IndexError, KeyError) as e:
         raise MalformedRequest(f"cannot decode {api_key_map.get(api_key)} v{api_version}: {e}") from e
     return header, body
 

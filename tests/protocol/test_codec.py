@@ -89,3 +89,48 @@ def test_fuzz_header_only_raises_malformed(raw: bytes, flexible: bool) -> None:
         codec.decode_header(raw, flexible)
     except codec.MalformedRequest:
         pass
+
+
+def test_huge_array_count_is_malformed_not_an_allocation() -> None:
+    # Produce v9 body: transactional_id null (compact), acks, timeout, then a topic array whose
+    # compact count claims four billion entries. kio's native reader would try to allocate them.
+    body = b"\x00" + struct.pack(">hi", 1, 30000) + b"\xff\xff\xff\xff\x0f"
+    frame = _frame(0, 9, 1, "c", body, True)
+    with pytest.raises(codec.MalformedRequest, match="cannot fit"):
+        codec.decode_request(0, 9, frame)
+
+
+def test_unknown_tagged_field_is_malformed_not_a_crash() -> None:
+    body = codec.encode_request(18, 3, 1, "c", codec.build(codec.request_type(18, 3), client_software_name="a", client_software_version="1"))[4:]
+    # Replace the trailing empty tag section with one unknown tag 99 of 1 byte.
+    patched = body[:-1] + b"\x01\x63\x01\x00"
+    with pytest.raises(codec.MalformedRequest):
+        codec.decode_request(18, 3, patched)
+
+
+def _all_supported() -> list[tuple[int, int]]:
+    from shoal.broker import handler_modules
+    from shoal.handlers.registry import Registry
+
+    return [(s.key, v) for s in Registry(handler_modules()).specs() for v in range(s.min_version, s.max_version + 1)]
+
+
+def test_guard_accepts_every_supported_request_shape() -> None:
+    for api_key, version in _all_supported():
+        cls = codec.request_type(api_key, version)
+        body = error_response(cls, ErrorCode.none)
+        frame = codec.encode_request(api_key, version, 1, None, body)[4:]
+        _, decoded = codec.decode_request(api_key, version, frame)
+        assert decoded == body, (api_key, version)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_every_supported_api(data) -> None:
+    api_key, version = data.draw(st.sampled_from(_all_supported()))
+    body = data.draw(st.binary(max_size=120))
+    frame = _frame(api_key, version, 7, "fuzz", body, codec.is_flexible(api_key, version))
+    try:
+        codec.decode_request(api_key, version, frame)
+    except codec.MalformedRequest:
+        pass
