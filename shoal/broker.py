@@ -57,7 +57,11 @@ class Broker:
                 self.data_dir / "__metadata" / "metadata.json", node_id=self.node_id
             )
         self.metadata = metadata
-        self.logs = LogManager(self.data_dir, clock=clock)
+        self.logs = LogManager(
+            self.data_dir,
+            clock=clock,
+            retention_check_interval_ms=int(config.get("log.retention.check.interval.ms")),
+        )
         self.registry = Registry(handler_modules())
         self.connections: set[Any] = set()
         # Admin handlers read-modify-write metadata under this lock so they don't race each other.
@@ -97,7 +101,13 @@ class Broker:
 
     async def start(self) -> None:
         await self.metadata.start()
-        await asyncio.to_thread(self.logs.load)
+        image = self.metadata.image
+
+        def config_for(topic: str) -> LogConfig:
+            info = image.topic(topic)
+            return self.log_config_for(info) if info is not None else log_config(self.config, {})
+
+        await asyncio.to_thread(self.logs.load, config_for)
         self._reconcile(None, self.metadata.image)
         self.metadata.subscribe(self._on_metadata)
         loop = asyncio.get_running_loop()

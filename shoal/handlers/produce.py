@@ -13,6 +13,7 @@ Deviations from Kafka:
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 
@@ -52,6 +53,7 @@ async def handle_produce(ctx, req):
     responses = []
     waits: list[tuple[str, int, int]] = []  # (topic, partition, offset the HWM must pass)
     failed = False
+    to_flush = []  # logs whose flush.messages / flush.ms is due: fsync before answering
     if req.transactional_id is not None:
         for t in req.topic_data:
             responses.append(
@@ -102,14 +104,22 @@ async def handle_produce(ctx, req):
                 parts.append(_partition_response(mod, p.index, ErrorCode.corrupt_message, message="no records"))
                 failed = True
                 continue
+            if ctx.api_version < 7 and len(p.records) >= 23 and p.records[22] & 0x07 == 4:
+                # zstd needs Produce v7+ (KIP-110): older clients cannot have meant it.
+                parts.append(_partition_response(mod, p.index, ErrorCode.unsupported_compression_type))
+                failed = True
+                continue
             try:
                 info = plog.append(p.records, now_ms=now_ms, leader_epoch=pinfo.leader_epoch)
             except InvalidRecords as e:
+                code = e.code
+                if code == "INVALID_RECORD" and ctx.api_version < 8:
+                    code = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
                 log.warning(
                     "rejected produce to %s-%d from %s (client %s): %s",
                     t.name, p.index, ctx.client_address, ctx.client_id, e,
                 )
-                parts.append(_partition_response(mod, p.index, error_code(e.code), message=str(e)))
+                parts.append(_partition_response(mod, p.index, error_code(code), message=str(e)))
                 failed = True
                 continue
             except OffsetOutOfRange as e:
@@ -117,6 +127,8 @@ async def handle_produce(ctx, req):
                 failed = True
                 continue
             broker.after_leader_append(topic, pinfo, plog)
+            if plog.flush_due(now_ms):
+                to_flush.append(plog)
             if acks == -1:
                 waits.append((t.name, p.index, info.last_offset + 1))
             parts.append((p.index, info))
@@ -129,6 +141,8 @@ async def handle_produce(ctx, req):
             ctx.extra["close_after"] = True
         return None
 
+    for plog in to_flush:
+        await asyncio.to_thread(plog.maybe_flush, now_ms)
     timed_out: set[tuple[str, int]] = set()
     if waits:
         timed_out = await broker.await_high_watermarks(waits, req.timeout.total_seconds())
