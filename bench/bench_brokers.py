@@ -903,9 +903,9 @@ def build_rows(results: Results, brokers: list[str], cases: list[Case], args) ->
     """Flat list of {section, case, metric, better, values{broker: (value, flagged)}}."""
     rows = []
 
-    def add(section, case, metric, better, getter, scale=1.0):
+    def add(section, case, metric, better, getter, scale=1.0, only=None):
         vals = {}
-        for br in brokers:
+        for br in (only or brokers):
             v, flagged = getter(results.brokers.get(br, {}))
             if isinstance(v, (int, float)) and v is not None:
                 v = v * scale
@@ -913,7 +913,7 @@ def build_rows(results: Results, brokers: list[str], cases: list[Case], args) ->
         if all(v is None for v, _ in vals.values()):
             return
         rows.append({"section": section, "case": case, "metric": metric,
-                     "better": better, "values": vals})
+                     "better": better, "values": vals, "brokers": list(vals)})
 
     for c in cases:
         def g(phase, key, c=c):
@@ -981,7 +981,7 @@ def build_rows(results: Results, brokers: list[str], cases: list[Case], args) ->
             ("rss_loaded_kib", "RSS idle with N partitions MiB", LOWER, 1 / 1024),
             ("rss_per_partition_kib", "RSS per idle partition KiB", LOWER, 1),
         ]:
-            add(sec, "", label, better, gs(key), scale)
+            add(sec, "", label, better, gs(key), scale, only=["shoal"])
     return rows
 
 
@@ -994,41 +994,36 @@ def print_report(results: Results, rows: list[dict], brokers: list[str]) -> str:
                "{tansu}; shoal git {shoal_git}; {date_utc}".format(**m))
     out.append("Loopback only; client and broker share the machine. MB = 10^6 bytes. "
                "Values marked '!' come from a flagged run (errors/timeout).")
-    both = "shoal" in brokers and "tansu" in brokers
-    headers = ["case", "metric"] + brokers + (["shoal/tansu", "direction"] if both else ["direction"])
-    align = "ll" + "r" * len(brokers) + ("rl" if both else "l")
-    section = None
-    table_rows: list[list[str]] = []
-
-    def flush_section():
-        if section is not None and table_rows:
-            out.append("")
-            out.append(f"== {section} ==")
-            out.append(render_table(headers, table_rows, align))
-
-    last_case = None
+    sections: dict[str, list[dict]] = {}
     for r in rows:
-        if r["section"] != section:
-            flush_section()
-            section = r["section"]
-            table_rows = []
-            last_case = None
-        cells = [r["case"] if r["case"] != last_case else "", r["metric"]]
-        last_case = r["case"]
-        for br in brokers:
-            v, flagged = r["values"][br]
-            cells.append(fmt_num(v) + ("!" if flagged and v is not None else ""))
-        if both:
-            sv, _ = r["values"]["shoal"]
-            tv, _ = r["values"]["tansu"]
-            ratio = None
-            if isinstance(sv, (int, float)) and isinstance(tv, (int, float)) and tv:
-                ratio = sv / tv
-            r["ratio"] = ratio
-            cells.append(f"{ratio:.2f}x" if ratio is not None else "-")
-        cells.append(r["better"])
-        table_rows.append(cells)
-    flush_section()
+        sections.setdefault(r["section"], []).append(r)
+    for section, srows in sections.items():
+        cols = srows[0]["brokers"]
+        both = "shoal" in cols and "tansu" in cols
+        headers = ["case", "metric"] + cols + (["shoal/tansu", "direction"] if both
+                                                else ["direction"])
+        align = "ll" + "r" * len(cols) + ("rl" if both else "l")
+        table_rows: list[list[str]] = []
+        last_case = None
+        for r in srows:
+            cells = [r["case"] if r["case"] != last_case else "", r["metric"]]
+            last_case = r["case"]
+            for br in cols:
+                v, flagged = r["values"][br]
+                cells.append(fmt_num(v) + ("!" if flagged and v is not None else ""))
+            if both:
+                sv, _ = r["values"]["shoal"]
+                tv, _ = r["values"]["tansu"]
+                ratio = None
+                if isinstance(sv, (int, float)) and isinstance(tv, (int, float)) and tv:
+                    ratio = sv / tv
+                r["ratio"] = ratio
+                cells.append(f"{ratio:.2f}x" if ratio is not None else "-")
+            cells.append(r["better"])
+            table_rows.append(cells)
+        out.append("")
+        out.append(f"== {section} ==")
+        out.append(render_table(headers, table_rows, align))
 
     if results.failures:
         out.append("")
@@ -1231,7 +1226,7 @@ def main(argv=None) -> int:
             "results": results.brokers, "failures": results.failures,
             "table": [{"section": r["section"], "case": r["case"], "metric": r["metric"],
                        "direction": r["better"],
-                       **{b: r["values"][b][0] for b in args.broker_list},
+                       **{b: r["values"][b][0] for b in r["brokers"]},
                        **({"shoal_over_tansu": r.get("ratio")} if "ratio" in r else {})}
                       for r in rows],
             "report_text": text,

@@ -56,15 +56,15 @@ class ConfigError(Exception):
 
 
 class ConfigSource(enum.IntEnum):
-    """DescribeConfigs' ``config_source`` values."""
+    """DescribeConfigs' ``config_source`` values, as DescribeConfigsResponse.json numbers them."""
 
     UNKNOWN = 0
     DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_LOGGER_CONFIG = 2
-    DYNAMIC_BROKER_CONFIG = 3
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 4
-    STATIC_BROKER_CONFIG = 5
-    DEFAULT_CONFIG = 6
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
     DYNAMIC_CLIENT_METRICS_CONFIG = 7
     DYNAMIC_GROUP_CONFIG = 8
 

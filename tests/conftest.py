@@ -16,11 +16,13 @@ the tail of that log is attached to the report ("shoal broker log" section).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -164,20 +166,60 @@ class BrokerProcess:
             return ""
 
 
+def _workdir(prefix: str) -> Path:
+    # Not under pytest's basetemp: other pytest sessions on this machine rotate that away.
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def _guarded(b: BrokerProcess):
+    """Fail the test (and restart the broker) when the broker process is found dead."""
+    if not b.running:
+        status = b.proc.returncode if b.proc else None
+        b.start()
+        pytest.fail(f"the broker had exited (status {status}) before this test; restarted it\n{b.log_tail()}")
+    yield b
+    if not b.running:
+        status = b.proc.returncode if b.proc else None
+        tail = b.log_tail()
+        b.start()
+        pytest.fail(f"the broker exited (status {status}) during this test\n{tail}")
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("broker"))
+def _session_broker(request):
+    b = BrokerProcess(_workdir("shoal-e2e-"))
     b.start()
     yield b
     b.stop()
+    _cleanup(request, b)
 
 
 @pytest.fixture(scope="module")
-def fresh_broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("fresh-broker"))
+def _module_broker(request):
+    b = BrokerProcess(_workdir("shoal-e2e-fresh-"))
     b.start()
     yield b
     b.stop()
+    _cleanup(request, b)
+
+
+def _cleanup(request, b: BrokerProcess) -> None:
+    if request.session.testsfailed:
+        print(f"\nkept broker directory {b.workdir} (tests failed)")
+    else:
+        shutil.rmtree(b.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def broker(_session_broker):
+    """The session's broker (one for all tests that do not stop it)."""
+    yield from _guarded(_session_broker)
+
+
+@pytest.fixture
+def fresh_broker(_module_broker):
+    """A broker of this module's own, for tests that restart or kill it."""
+    yield from _guarded(_module_broker)
 
 
 @pytest.fixture

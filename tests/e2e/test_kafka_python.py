@@ -29,9 +29,15 @@ def test_admin_create_list_delete(broker, topic_name):
         admin.close()
 
 
-def test_produce_then_assign_and_seek(broker, make_topic, topic_name):
+# kafka-python 3 enables the idempotent producer by default (InitProducerId, key 22); the explicit
+# False variant exercises everything else on brokers without it.
+@pytest.mark.parametrize("idempotence", ["default", False])
+def test_produce_then_assign_and_seek(broker, make_topic, topic_name, idempotence):
     topic = make_topic(topic_name, partitions=2)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5, request_timeout_ms=TIMEOUT_MS)
+    extra = {} if idempotence == "default" else {"enable_idempotence": idempotence}
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5, request_timeout_ms=TIMEOUT_MS, **extra
+    )
     try:
         futures = [
             producer.send(topic, key=f"k{i % 4}".encode(), value=f"v{i}".encode(), headers=[("n", str(i).encode())])
