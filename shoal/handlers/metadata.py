@@ -1,4 +1,4 @@
-"""Metadata (key 3, v0-v12) and DescribeCluster (key 60, v0-v1).
+"""Metadata (key 3, v0-v13) and DescribeCluster (key 60, v0-v2).
 
 Deviations from Kafka:
 - Brokers are listed with the endpoint of the listener the request arrived on.
@@ -45,12 +45,14 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
-def _brokers(mod, image: MetadataImage, listener: str) -> tuple:
+def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
+    """Brokers as ``cls`` entities, each with its endpoint on the listener the client used."""
     out = []
     for b in sorted(image.brokers.values(), key=lambda b: b.node_id):
         host, port = b.endpoint(listener)
-        out.append(build(mod.MetadataResponseBroker if hasattr(mod, "MetadataResponseBroker") else mod.DescribeClusterBroker,
-                         node_id=b.node_id, broker_id=b.node_id, host=host, port=port, rack=b.rack))
+        out.append(
+            build(cls, node_id=b.node_id, broker_id=b.node_id, host=host, port=port, rack=b.rack, is_fenced=False)
+        )
     return tuple(out)
 
 
@@ -94,7 +96,7 @@ def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode)
     )
 
 
-@api(METADATA, 0, 12)
+@api(METADATA, 0, 13)
 async def handle_metadata(ctx, req):
     broker = ctx.broker
     v = ctx.api_version
@@ -149,8 +151,9 @@ async def handle_metadata(ctx, req):
     image = broker.metadata.image
     return build(
         mod.MetadataResponse,
+        error_code=ErrorCode.none,  # v13+ (KIP-1102)
         throttle_time=datetime.timedelta(0),
-        brokers=_brokers(mod, image, ctx.listener),
+        brokers=_brokers(mod.MetadataResponseBroker, image, ctx.listener),
         cluster_id=image.cluster_id,
         controller_id=image.controller_id,
         topics=tuple(topics),
@@ -160,7 +163,7 @@ async def handle_metadata(ctx, req):
     )
 
 
-@api(DESCRIBE_CLUSTER, 0, 1)
+@api(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(ctx, req):
     mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
     image = ctx.broker.metadata.image
@@ -186,7 +189,7 @@ async def handle_describe_cluster(ctx, req):
         endpoint_type=1,
         cluster_id=image.cluster_id,
         controller_id=image.controller_id,
-        brokers=_brokers(mod, image, ctx.listener),
+        brokers=_brokers(mod.DescribeClusterBroker, image, ctx.listener),
         cluster_authorized_operations=ALL_CLUSTER_OPS
         if req.include_cluster_authorized_operations
         else NOT_PROVIDED,
