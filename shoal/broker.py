@@ -26,9 +26,10 @@ log = logging.getLogger("shoal.broker")
 
 
 def handler_modules() -> list[Any]:
-    from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+    from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
+    from shoal.handlers import groups, offsets  # consumer groups and committed offsets
 
-    return [api_versions, metadata, produce, fetch, list_offsets, admin]
+    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets]
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,12 @@ class Broker:
             self.data_dir,
             clock=clock,
             retention_check_interval_ms=int(config.get("log.retention.check.interval.ms")),
+            producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")),
         )
         self.registry = Registry(handler_modules())
+        from shoal.handlers.producer_ids import ProducerIdManager
+
+        self.producer_ids = ProducerIdManager(self.metadata)  # InitProducerId's allocator
         self.connections: set[Any] = set()
         # Admin handlers read-modify-write metadata under this lock so they don't race each other.
         self.admin_lock = asyncio.Lock()
@@ -110,6 +115,11 @@ class Broker:
         await asyncio.to_thread(self.logs.load, config_for)
         self._reconcile(None, self.metadata.image)
         self.metadata.subscribe(self._on_metadata)
+        # -- groups: the coordinator exists before clients can connect (it answers
+        # COORDINATOR_NOT_AVAILABLE until started below).
+        from shoal.groups import GroupCoordinator
+
+        self.groups = GroupCoordinator.for_broker(self)
         loop = asyncio.get_running_loop()
         from shoal.server.connection import KafkaConnection
 
@@ -121,6 +131,7 @@ class Broker:
             self.listeners.append(Listener(name, host, actual))
             self._servers.append(server)
         await self.metadata.register_broker(self._broker_info())
+        await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         self._periodic = asyncio.create_task(self._run_periodic())
         log.info(
             "broker %d started: %s, data in %s, cluster id %s",
@@ -163,6 +174,8 @@ class Broker:
                 await self._periodic
             except asyncio.CancelledError:
                 pass
+        if getattr(self, "groups", None) is not None:
+            await self.groups.stop()  # groups
         await asyncio.to_thread(self.logs.close)
         await self.metadata.close()
         self._stopped.set()

@@ -16,6 +16,8 @@ Deliberate deviations from Kafka:
 - ``log.dir`` defaults to ``./data``; ``listeners`` to ``PLAINTEXT://127.0.0.1:9092``;
   ``offsets.topic.replication.factor`` and ``transaction.state.log.replication.factor`` to 1.
 - No per-broker dynamic configs (resource name = node id) yet: only cluster-wide ones.
+- ``group.initial.rebalance.delay.ms`` defaults to 500 (Kafka: 3000), so a new group's first member
+  consumes within a second; members starting together still land in one generation.
 - DescribeConfigs on a broker shows the *resolved* value of a synonym group's primary name
   (Kafka shows ``log.retention.ms=null`` when only ``.hours`` is set), and topic configs list
   every broker synonym that has a value (Kafka's ``dropWhile`` hides e.g. ``log.retention.hours``).
@@ -411,7 +413,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("compression.lz4.level", "int", 9, "Compression level for lz4.", between(1, 17), True),
         _d("compression.zstd.level", "int", 3, "Compression level for zstd.", between(-131072, 22), True),
         # -- groups, offsets, fetch
-        _d("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance of a new group."),
+        # Deviation: Kafka's default is 3000. A new group's first member then waits 3 s before it
+        # can consume; 500 ms still gathers members that start together (the delay is extended
+        # by another 500 ms, up to the rebalance timeout, each time a new member arrived in it).
+        _d(
+            "group.initial.rebalance.delay.ms",
+            "int",
+            500,
+            "Delay of the first rebalance of a new group (extended while new members keep joining).",
+            at_least(0),
+        ),
         _d("group.min.session.timeout.ms", "int", 6000, "Minimum allowed session timeout of members."),
         _d("group.max.session.timeout.ms", "int", 1800000, "Maximum allowed session timeout of members."),
         _d("offsets.topic.replication.factor", "short", 1, "Replication factor of the offsets topic.", at_least(1)),

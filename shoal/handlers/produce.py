@@ -6,8 +6,16 @@ assigns offsets, and stamps LogAppendTime when the topic asks for it.
 Every partition is appended before the first ``await`` (so requests pipelined on one connection
 land in order); acks=all then waits in the purgatory until the high watermark covers the batch.
 
+Idempotent producers: the partition log checks a batch with a producer id against the partition's
+producer state as it appends (see ``shoal.storage.producer_state``): OUT_OF_ORDER_SEQUENCE_NUMBER
+and INVALID_PRODUCER_EPOCH as Kafka answers them; a retry of one of the producer's last five
+batches is answered NONE with the original base offset (and, as Kafka does, the original batch's
+timestamp as log_append_time) without writing anything.
+
 Deviations from Kafka:
-- Transactional produce is not supported yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+- Transactional produce is not supported yet: a transactional id, or a batch with the
+  transactional bit, gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka answers that too when the
+  request has transactional batches but no transactional id).
 - v13 (topic ids in Produce, KIP-516) is not offered.
 """
 
@@ -22,6 +30,7 @@ from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.protocol.records import InvalidRecords
 from shoal.storage import OffsetOutOfRange
+from shoal.storage.producer_state import ProducerStateError
 
 KEY = 0
 log = logging.getLogger("shoal.produce")
@@ -104,11 +113,17 @@ async def handle_produce(ctx, req):
                 parts.append(_partition_response(mod, p.index, ErrorCode.corrupt_message, message="no records"))
                 failed = True
                 continue
-            if ctx.api_version < 7 and len(p.records) >= 23 and p.records[22] & 0x07 == 4:
-                # zstd needs Produce v7+ (KIP-110): older clients cannot have meant it.
-                parts.append(_partition_response(mod, p.index, ErrorCode.unsupported_compression_type))
-                failed = True
-                continue
+            if len(p.records) >= 23:
+                attributes = p.records[22]  # the low byte of the first batch's attributes
+                if ctx.api_version < 7 and attributes & 0x07 == 4:
+                    # zstd needs Produce v7+ (KIP-110): older clients cannot have meant it.
+                    parts.append(_partition_response(mod, p.index, ErrorCode.unsupported_compression_type))
+                    failed = True
+                    continue
+                if attributes & 0x10:  # transactional batch without a transactional id
+                    parts.append(_partition_response(mod, p.index, ErrorCode.transactional_id_authorization_failed))
+                    failed = True
+                    continue
             try:
                 info = plog.append(p.records, now_ms=now_ms, leader_epoch=pinfo.leader_epoch)
             except InvalidRecords as e:
@@ -122,13 +137,27 @@ async def handle_produce(ctx, req):
                 parts.append(_partition_response(mod, p.index, error_code(code), message=str(e)))
                 failed = True
                 continue
+            except ProducerStateError as e:
+                log.info(
+                    "rejected produce to %s-%d from %s (client %s): %s",
+                    t.name, p.index, ctx.client_address, ctx.client_id, e,
+                )
+                parts.append(_partition_response(mod, p.index, error_code(e.code), message=e.message))
+                failed = True
+                continue
             except OffsetOutOfRange as e:
                 parts.append(_partition_response(mod, p.index, ErrorCode.unknown_server_error, message=str(e)))
                 failed = True
                 continue
-            broker.after_leader_append(topic, pinfo, plog)
-            if plog.flush_due(now_ms):
-                to_flush.append(plog)
+            if info.duplicate:
+                log.debug(
+                    "duplicate batch to %s-%d from %s answered with its original offsets %d-%d",
+                    t.name, p.index, ctx.client_address, info.base_offset, info.last_offset,
+                )
+            else:
+                broker.after_leader_append(topic, pinfo, plog)
+                if plog.flush_due(now_ms):
+                    to_flush.append(plog)
             if acks == -1:
                 waits.append((t.name, p.index, info.last_offset + 1))
             parts.append((p.index, info))

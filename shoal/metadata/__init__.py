@@ -127,3 +127,12 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def subscribe(self, listener: Callable[[MetadataImage, MetadataImage], None]) -> None:
         """Call ``listener(old, new)`` after each published change."""
+
+    @abc.abstractmethod
+    async def allocate_producer_ids(self, count: int) -> tuple[int, int]:
+        """Reserve the next ``count`` producer ids for the caller: ``(first_id, count)``.
+
+        Kafka's AllocateProducerIds: brokers take blocks (of 1000) from the cluster's durable
+        store, so ids are unique across brokers and restarts; the reservation is durable before
+        this returns, and ids of a block a broker did not use are never handed out again.
+        """

@@ -17,6 +17,10 @@ Broker registrations are ephemeral (as in ZooKeeper mode): they are not persiste
 registers itself again after each start. The image's ``epoch`` is persisted, so it keeps growing
 across restarts.
 
+Producer ids: ``next_producer_id`` in the file is the first id no block has been given out for;
+``allocate_producer_ids`` moves it under the same lock and atomic write as every other change
+(without publishing a new image: the image does not carry it).
+
 Policy (names, partition counts, replication factors, config values) is the caller's business; the
 store only refuses what would corrupt its state (a duplicate name, an unknown topic).
 """
@@ -206,6 +210,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._listeners: list[Listener] = []
         self._image: MetadataImage | None = None
         self._closed = False
+        self._next_producer_id = 0
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -258,6 +263,7 @@ class EmbeddedMetadataStore(MetadataStore):
             topics = [_topic_from_json(t) for t in doc.get("topics", [])]
             broker_configs = {str(k): str(v) for k, v in doc.get("broker_configs", {}).items()}
             epoch = int(doc.get("epoch", 0))
+            next_producer_id = int(doc.get("next_producer_id", 0))
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -274,6 +280,7 @@ class EmbeddedMetadataStore(MetadataStore):
             )
         by_name = {t.name: t for t in topics}
         by_id = {t.topic_id: t for t in topics}
+        self._next_producer_id = max(next_producer_id, 0)
         return self._make_image(cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id)
 
     # -- writes ---------------------------------------------------------------------------------
@@ -393,6 +400,32 @@ class EmbeddedMetadataStore(MetadataStore):
             await self._publish(old, topics=self._with_topic(old, new))
             return np
 
+    async def allocate_producer_ids(self, count: int) -> tuple[int, int]:
+        if count <= 0:
+            raise ValueError(f"cannot allocate {count} producer ids")
+        async with self._lock:
+            image = self._writable()
+            first = self._next_producer_id
+            if first + count > 2**63 - 1:
+                raise MetadataError("UNKNOWN_SERVER_ERROR", "producer ids are exhausted")
+            # Durable before anyone sees the ids. As in ``_publish``, the write runs to completion
+            # (still under the lock) even if the caller is cancelled.
+            cancelled = False
+            persist = asyncio.ensure_future(self._persist(image, next_producer_id=first + count))
+            while True:
+                try:
+                    await asyncio.shield(persist)
+                    break
+                except asyncio.CancelledError:
+                    if persist.done():
+                        break
+                    cancelled = True
+            persist.result()
+            self._next_producer_id = first + count
+            if cancelled:
+                raise asyncio.CancelledError()
+            return first, count
+
     # -- internals ------------------------------------------------------------------------------
 
     def _writable(self) -> MetadataImage:
@@ -481,12 +514,13 @@ class EmbeddedMetadataStore(MetadataStore):
             raise asyncio.CancelledError()
         return new
 
-    async def _persist(self, image: MetadataImage) -> None:
+    async def _persist(self, image: MetadataImage, *, next_producer_id: int | None = None) -> None:
         doc = {
             "version": FORMAT_VERSION,
             "cluster_id": image.cluster_id,
             "node_id": self.node_id,
             "epoch": image.epoch,
+            "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
             "broker_configs": dict(sorted(image.broker_configs.items())),
             "topics": [_topic_to_json(image.topics[n]) for n in sorted(image.topics)],
         }

@@ -13,10 +13,12 @@ from shoal.storage.log import (
     OffsetOutOfRange,
     PartitionLog,
     PartitionState,
+    ProducerInfo,
     ReadInfo,
     parse_partition_dir,
 )
 from shoal.storage.manager import LogManager, MaintenanceReport
+from shoal.storage.producer_state import ProducerStateError
 
 __all__ = [
     "AppendInfo",
@@ -30,6 +32,8 @@ __all__ = [
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionState",
+    "ProducerInfo",
+    "ProducerStateError",
     "ReadInfo",
     "parse_partition_dir",
 ]

@@ -34,9 +34,22 @@ Deliberate deviations from Kafka:
   is the offset after the last kept batch (Kafka assumes batch-aligned targets);
 - ``AppendInfo.offset_of_max_timestamp`` under CreateTime is the last offset of the batch with the
   largest timestamp (records are not decompressed on append);
-- no producer-state snapshots, transaction index or leader-epoch checkpoint (yet); no compaction
-  (cleanup.policy=compact only turns time/size retention off);
+- no transaction index or leader-epoch checkpoint (yet); no compaction (cleanup.policy=compact
+  only turns time/size retention off);
+- producer snapshots keep all five retained batches per producer (Kafka's keep the last one);
 - the index files are written whole at roll/close rather than memory-mapped and preallocated.
+
+Idempotent producers (``producer_state``): ``append`` checks a client batch with a producer id
+against the partition's producer state under the lock, before any byte is written, and records
+it after the write succeeded; a duplicate of one of the producer's last five batches is not
+written and comes back as an ``AppendInfo`` with ``duplicate=True`` and the original offsets. A
+batch without a producer id costs one field comparison. Snapshots ``<offset>.snapshot`` (the
+state below that offset) are written at every roll (at the new segment's base) and at clean
+shutdown (at the log end offset), fsynced by the next ``flush``, deleted with their segment.
+Opening the log loads the latest snapshot not beyond the log end offset (a torn or corrupt one
+is deleted and the previous one tried) and replays the batch headers after it; without any
+snapshot it replays from the log start, except after a clean shutdown (a log written before
+snapshots existed: it starts empty, as Kafka does on upgrade). Truncation reloads the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from shoal.protocol.records import (
+    ATTR_CONTROL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -66,6 +80,14 @@ from shoal.storage.cache import FileHandles, IndexCache
 from shoal.storage.config import MAX_LONG, LogConfig
 from shoal.storage.fs import DEFAULT_FS, FileSystem
 from shoal.storage.index import TIME_ENTRY, OffsetIndex, TimeIndex
+from shoal.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
+    BatchMetadata,
+    ProducerStateManager,
+    SnapshotError,
+    last_sequence,
+    snapshot_name,
+)
 
 INT32_MAX = 2**31 - 1
 _READ_CHUNK = 64 * 1024
@@ -116,6 +138,19 @@ class AppendInfo:
     offset_of_max_timestamp: int
     num_records: int
     log_start_offset: int
+    duplicate: bool = False  # an idempotent retry: nothing was written, the offsets are the original's
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One active producer of a partition (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 @dataclass(slots=True)
@@ -247,6 +282,8 @@ class PartitionLog:
         self._closed = False
         self._persisted: tuple[int, int, int, int] | None = None
         self._on_state_change = on_state_change
+        self._producers = ProducerStateManager()
+        self._snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
         self._apply_config(config)
 
     # -- opening ---------------------------------------------------------------------------------
@@ -295,6 +332,7 @@ class PartitionLog:
         fs.makedirs(self.directory)
         logs: dict[int, int] = {}
         indexes: list[tuple[int, str]] = []
+        snapshots: list[int] = []
         for e in fs.scandir(self.directory):
             if e.is_dir:
                 continue
@@ -309,6 +347,8 @@ class PartitionLog:
                 logs[int(stem)] = e.size
             elif ext in ("index", "timeindex"):
                 indexes.append((int(stem), name))
+            elif ext == "snapshot":
+                snapshots.append(int(stem))
         for base, name in indexes:
             if base not in logs:
                 self._unlink_quietly(os.path.join(self.directory, name))
@@ -325,6 +365,8 @@ class PartitionLog:
             self._recovery_point = start
             self._hw = start
             self._make_ready_empty(seg)
+            self._snapshots = sorted(snapshots)
+            self._load_producer_state(False)
             return
         for base in sorted(logs):
             seg = self._new_segment(base, now_ms)
@@ -334,6 +376,7 @@ class PartitionLog:
             self._size += seg.size
         active = self._segments[-1]
         rp = state.recovery_point if state is not None else 0
+        trusted = False
         if (
             clean
             and state is not None
@@ -342,12 +385,15 @@ class PartitionLog:
             and (state.log_end_offset > active.base or (state.log_end_offset == active.base and active.size == 0))
         ):
             self._leo = state.log_end_offset
+            trusted = True
         else:
             self._recover(rp, now_ms)
         start = max(state.log_start_offset if state is not None else 0, self._segments[0].base)
         self._log_start = min(start, self._leo)
         self._recovery_point = max(min(rp, self._leo), self._segments[0].base)
         self._hw = self._clamp(state.high_watermark if state is not None else 0)
+        self._snapshots = sorted(snapshots)
+        self._load_producer_state(trusted)
 
     def _recover(self, recovery_point: int, now_ms: int) -> None:
         """Verify every segment from the one holding ``recovery_point``; truncate at the first bad byte."""
@@ -460,8 +506,12 @@ class PartitionLog:
         """Validate (unless ``validated`` is given), assign offsets and append in one write.
 
         A ``bytearray`` is rewritten in place (offsets, leader epoch, LogAppendTime). ``client``
-        selects Kafka's client-origin validation; the broker's own appends pass False.
-        Raises InvalidRecords, or OSError if the write failed (the log is unchanged then).
+        selects Kafka's client-origin validation, including the idempotent-producer rules for
+        the (single) batch of a client; the broker's own appends pass False and their producer
+        batches are recorded without validation. A duplicate of one of the producer's last five
+        batches is not written: the result has ``duplicate=True`` and the original offsets.
+        Raises InvalidRecords, ProducerStateError, or OSError if the write failed (the log and
+        the producer state are unchanged then).
         """
         if validated is None:
             check = self._ts_before is not None or self._ts_after is not None
@@ -478,10 +528,19 @@ class PartitionLog:
         count = validated.record_count
         lat = now_ms if self._lat else None
         msg_ts = now_ms if lat is not None else validated.max_timestamp
+        headers = validated.headers
+        h0 = headers[0]
+        idempotent = h0.producer_id >= 0 or (len(headers) > 1 and any(h.producer_id >= 0 for h in headers))
         with self._lock:
             if self._closed:
                 raise LogClosed(f"{self.topic}-{self.partition} is closed")
             self._now_ms = now_ms
+            if idempotent and len(headers) == 1:
+                lseq = last_sequence(h0.base_sequence, h0.last_offset_delta)
+                if client:
+                    dup = self._producers.check(h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq)
+                    if dup is not None:
+                        return self._duplicate_info(dup)
             seg = self._segments[-1]
             if not seg.ready:
                 self._prepare_active(seg)
@@ -547,6 +606,14 @@ class PartitionLog:
             self._size += size
             self._leo = last + 1
             log_start = self._log_start
+            if idempotent:
+                if len(headers) == 1:
+                    if not h0.attributes & ATTR_CONTROL:
+                        self._producers.update(
+                            h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq, base, last, msg_ts
+                        )
+                else:
+                    self._record_producers(headers, base, lat)
         return AppendInfo(
             base,
             last,
@@ -556,6 +623,37 @@ class PartitionLog:
             count,
             log_start,
         )
+
+    def _duplicate_info(self, dup: BatchMetadata) -> AppendInfo:
+        # Kafka answers a duplicate with the original offsets and its timestamp as the log append time.
+        return AppendInfo(
+            dup.first_offset,
+            dup.last_offset,
+            dup.timestamp,
+            dup.timestamp,
+            dup.last_offset,
+            dup.last_offset - dup.first_offset + 1,
+            self._log_start,
+            True,
+        )
+
+    def _record_producers(self, headers: list[BatchHeader], base: int, lat: int | None) -> None:
+        """Record the producer batches just written from ``base`` on (under the lock)."""
+        update = self._producers.update
+        offset = base
+        for h in headers:
+            last = offset + h.last_offset_delta
+            if h.producer_id >= 0 and not h.attributes & ATTR_CONTROL:
+                update(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    last_sequence(h.base_sequence, h.last_offset_delta),
+                    offset,
+                    last,
+                    lat if lat is not None else h.max_timestamp,
+                )
+            offset = last + 1
 
     def _time_to_roll(self, seg: Segment, msg_ts: int, now_ms: int) -> bool:
         rts = seg.rolling_ts
@@ -622,6 +720,10 @@ class PartitionLog:
         self._bases.append(base)
         self._roll_pending = True
         self._dir_dirty = True
+        try:
+            self._take_snapshot(base)
+        except OSError:
+            pass  # no snapshot here only means a longer replay at the next load
         return new
 
     def roll(self, now_ms: int) -> None:
@@ -1093,7 +1195,10 @@ class PartitionLog:
         self._index_cache.forget(seg)
         seg.oi = seg.ti = None
         renamed = []
-        for suffix in (".log", ".index", ".timeindex"):
+        i = bisect_left(self._snapshots, seg.base)
+        if i < len(self._snapshots) and self._snapshots[i] == seg.base:
+            del self._snapshots[i]
+        for suffix in (".log", ".index", ".timeindex", SNAPSHOT_SUFFIX):
             path = seg.prefix + suffix
             try:
                 self._fs.rename(path, path + ".deleted")
@@ -1154,6 +1259,7 @@ class PartitionLog:
             seg.ready = True
             self._leo = scan.next_offset if seg.size else seg.base
             self._after_truncation()
+            self._load_producer_state(False)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``offset``."""
@@ -1176,6 +1282,8 @@ class PartitionLog:
         self._dir_dirty = True
         self._after_truncation()
         self._recovery_point = offset
+        self._delete_snapshots_above(-1)
+        self._producers = ProducerStateManager()
 
     def _after_truncation(self) -> None:
         self._generation += 1
@@ -1223,6 +1331,7 @@ class PartitionLog:
             segs = list(self._segments)
             target = self._leo
             rp = self._recovery_point
+            snapshots = [off for off in self._snapshots if off > rp]
             generation = self._generation
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
@@ -1236,6 +1345,8 @@ class PartitionLog:
                 fs.fsync_path(seg.prefix + ".log")
                 fs.fsync_path(seg.prefix + ".index")
                 fs.fsync_path(seg.prefix + ".timeindex")
+            for off in snapshots:
+                fs.fsync_path(os.path.join(self.directory, snapshot_name(off)))
             if dir_dirty:
                 fs.fsync_dir(self.directory)
         except BaseException:
@@ -1253,10 +1364,12 @@ class PartitionLog:
 
     def persist_indexes(self) -> None:
         """Write the active segment's indexes, with the final time index entry a closed segment
-        has, so the next clean start need not rebuild them."""
+        has, so the next clean start need not rebuild them, and a producer snapshot at the log
+        end offset (if it moved since the last one) so it need not replay batches."""
         with self._lock:
             if not self._closed:
                 self._persist_active_indexes()
+                self._snapshot_at_end()
 
     def _persist_active_indexes(self) -> None:
         active = self._segments[-1]
@@ -1281,6 +1394,8 @@ class PartitionLog:
                 return
             try:
                 self._persist_active_indexes()
+                if flush or synced:
+                    self._snapshot_at_end()
             except OSError:
                 if flush or synced:
                     raise
@@ -1297,3 +1412,132 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"{self.topic}-{self.partition} is closed")
+
+    # -- producer state --------------------------------------------------------------------------
+
+    def active_producers(self) -> list[ProducerInfo]:
+        """The producers the partition remembers (DescribeProducers)."""
+        with self._lock:
+            return [
+                ProducerInfo(e.producer_id, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+                for e in self._producers.entries()
+            ]
+
+    def producer_epoch(self, producer_id: int) -> int | None:
+        """The producer's current epoch in this partition, or None if it is unknown here."""
+        entry = self._producers.get(producer_id)
+        return entry.epoch if entry is not None else None
+
+    def producer_entry(self, producer_id: int):
+        """A copy of the producer's state (tests and tools)."""
+        with self._lock:
+            e = self._producers.get(producer_id)
+            if e is None:
+                return None
+            return type(e)(e.producer_id, e.epoch, list(e.batches), e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` (producer.id.expiration.ms); returns how many."""
+        with self._lock:
+            if self._closed or not len(self._producers):
+                return 0
+            return self._producers.remove_expired(now_ms, expiration_ms)
+
+    def snapshot_offsets(self) -> list[int]:
+        with self._lock:
+            return list(self._snapshots)
+
+    def take_snapshot(self) -> None:
+        """Write a producer snapshot at the log end offset now (if it moved since the last one)."""
+        with self._lock:
+            self._check_open()
+            self._snapshot_at_end()
+
+    def _snapshot_at_end(self) -> None:
+        latest = self._snapshots[-1] if self._snapshots else self._segments[0].base
+        if latest < self._leo:
+            self._take_snapshot(self._leo)
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, snapshot_name(offset))
+
+    def _take_snapshot(self, offset: int) -> None:
+        """Write ``<offset>.snapshot`` with the current state (under the lock). Not fsynced here:
+        ``flush`` fsyncs the snapshots above the recovery point; a torn one fails its CRC at load."""
+        self._fs.write_file(self._snapshot_path(offset), self._producers.to_snapshot())
+        i = bisect_left(self._snapshots, offset)
+        if i == len(self._snapshots) or self._snapshots[i] != offset:
+            self._snapshots.insert(i, offset)
+        self._dir_dirty = True
+
+    def _delete_snapshots_above(self, offset: int) -> None:
+        i = bisect_right(self._snapshots, offset)
+        for off in self._snapshots[i:]:
+            self._unlink_quietly(self._snapshot_path(off))
+        del self._snapshots[i:]
+
+    def _load_producer_state(self, trusted_clean: bool) -> None:
+        """Load the latest usable snapshot not beyond the log end and replay the batches after it
+        (under the lock: at open, after recovery, and after a truncation)."""
+        leo = self._leo
+        self._delete_snapshots_above(leo)
+        had_snapshots = bool(self._snapshots)
+        state: ProducerStateManager | None = None
+        start = self._segments[0].base
+        while self._snapshots:
+            off = self._snapshots[-1]
+            path = self._snapshot_path(off)
+            try:
+                state = ProducerStateManager.from_snapshot(self._fs.read_file(path) or b"")
+            except SnapshotError:
+                self._unlink_quietly(path)
+                self._snapshots.pop()
+                continue
+            start = off
+            break
+        if state is None:
+            state = ProducerStateManager()
+            if trusted_clean and not had_snapshots:
+                start = leo  # written before producer snapshots existed: start empty, as Kafka does
+        self._producers = state
+        self._replay_producers(max(start, self._segments[0].base), leo)
+        # Stray snapshots (not at a segment base: an older shutdown's) go, except the one loaded.
+        bases = set(self._bases)
+        keep = []
+        for off in self._snapshots:
+            if off in bases or off == start:
+                keep.append(off)
+            else:
+                self._unlink_quietly(self._snapshot_path(off))
+        self._snapshots = keep
+
+    def _replay_producers(self, start: int, end: int) -> None:
+        """Record the producer batches in [start, end) from their headers (under the lock)."""
+        if start >= end:
+            return
+        update = self._producers.update
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, start) - 1)
+        for j in range(i, len(segs)):
+            seg = segs[j]
+            if seg.size == 0:
+                continue
+            upper = segs[j + 1].base if j + 1 < len(segs) else self._leo
+            if upper <= start:
+                continue
+            pos = seg.oi.lookup(start - seg.base) if seg.oi is not None and start > seg.base else 0
+            fd = self._handles.get(seg)
+            for _p, h in self._iter_headers(fd, pos, seg.size):
+                if h.base_offset >= end:
+                    return
+                if h.base_offset < start or h.producer_id < 0 or h.attributes & ATTR_CONTROL:
+                    continue
+                update(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    last_sequence(h.base_sequence, h.last_offset_delta),
+                    h.base_offset,
+                    h.last_offset,
+                    h.max_timestamp,
+                )

@@ -11,6 +11,12 @@ Files in the data directory besides the ``<topic>-<partition>`` directories:
   ``load`` trust the state file and read no data; without it every partition verifies its
   segments from its recovery point on.
 
+Inside each partition directory, next to the segments, ``<offset>.snapshot`` files hold the
+idempotent producers' state (see ``shoal.storage.producer_state``); ``close`` writes one at each
+log end offset so the next start replays nothing. ``run_periodic`` forgets producers idle for
+``producer_id_expiration_ms`` (producer.id.expiration.ms), checked every
+``producer_id_expiration_check_interval_ms`` (Kafka's producer.id.expiration.check.interval.ms).
+
 ``load``, ``run_periodic`` and ``close`` block on disk and are meant for a worker thread;
 ``get``/``get_or_create``/``delete_partition`` are quick and may be called from the event loop,
 also while ``run_periodic`` runs in a thread.
@@ -46,6 +52,7 @@ class MaintenanceReport:
     rolled: int = 0
     flushed: int = 0
     purged_files: int = 0
+    expired_producers: int = 0
     checkpointed: bool = False
     errors: int = 0
 
@@ -97,6 +104,8 @@ class LogManager:
         index_cache_bytes: int = 64 * 1024 * 1024,
         checkpoint_interval_ms: int = 5000,
         retention_check_interval_ms: int = 300000,
+        producer_id_expiration_ms: int = 86400000,
+        producer_id_expiration_check_interval_ms: int = 600000,
     ) -> None:
         self.data_dir = os.fspath(data_dir)
         self.clock = clock
@@ -106,6 +115,10 @@ class LogManager:
         self.index_cache = IndexCache(index_cache_bytes)
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.retention_check_interval_ms = retention_check_interval_ms
+        # Plain attributes: the broker may change them when the dynamic config changes.
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self._last_producer_expiry_ms: int | None = None
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()  # creation and deletion of logs
         self._checkpoint_lock = threading.Lock()
@@ -228,8 +241,13 @@ class LogManager:
         do_retention = (
             self._last_retention_ms is None or now_ms - self._last_retention_ms >= self.retention_check_interval_ms
         )
+        last_expiry = self._last_producer_expiry_ms
+        do_expiry = last_expiry is None or now_ms - last_expiry >= self.producer_id_expiration_check_interval_ms
+        expiration_ms = self.producer_id_expiration_ms
         for plog in self.logs():
             try:
+                if do_expiry:
+                    report.expired_producers += plog.expire_producers(now_ms, expiration_ms)
                 if do_retention:
                     report.rolled += plog.roll_if_due(now_ms)
                     report.deleted_segments += plog.apply_retention(now_ms)
@@ -243,6 +261,8 @@ class LogManager:
                 log.exception("maintenance of %s failed", plog)
         if do_retention:
             self._last_retention_ms = now_ms
+        if do_expiry:
+            self._last_producer_expiry_ms = now_ms
         last = self._last_checkpoint_ms
         if self._state_dirty or last is None or now_ms - last >= self.checkpoint_interval_ms:
             self.checkpoint()

@@ -112,7 +112,7 @@ def test_index_lookups_over_many_segments(tmp_path) -> None:
         for o in range(info.base_offset, info.last_offset + 1):
             batch_of[o] = info.base_offset
     assert len(log.segment_bases()) > 10
-    assert all(name.endswith((".log", ".index", ".timeindex")) for name in os.listdir(log.directory))
+    assert all(name.endswith((".log", ".index", ".timeindex", ".snapshot")) for name in os.listdir(log.directory))
     for o in range(log.log_end_offset):
         got = offsets(log.read(o, 1).records)
         assert got[0] == batch_of[o] and o in got, o

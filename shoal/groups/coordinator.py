@@ -1,0 +1,874 @@
+"""The group coordinator: groups and committed offsets of the ``__consumer_offsets`` partitions this
+broker leads.
+
+One ``GroupCoordinator`` per broker. It owns a *partition* of ``__consumer_offsets`` while this
+node leads it: it replays the partition's log to rebuild the groups and offsets stored there
+(status LOADING: requests get COORDINATOR_LOAD_IN_PROGRESS), then serves them (ACTIVE); when
+leadership moves away it drops them (NOT_COORDINATOR). A group lives in partition
+``abs(hashCode(group_id)) % partitions``, Kafka's formula, so Kafka clients and tools agree.
+
+Writes go through :class:`~shoal.groups.storage.CoordinatorLog`: the record is appended before
+the operation's first ``await`` (operations keep the order the event loop ran them in, which is
+the log's order) and the operation completes only when the high watermark passes it (acks=all).
+Offsets enter the in-memory store only then. A failed write answers with Kafka's coordinator
+error mapping (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...).
+
+Group kinds: ``groups`` holds any :class:`~shoal.groups.group.Group`; the classic protocol's
+operations are in :class:`~shoal.groups.classic.ClassicGroupManager` (``self.classic``). Another
+protocol (KIP-848) adds its group class, its request handlers and its record types
+(:meth:`register_record_type`, replayed at load in log order); offsets, ListGroups,
+DescribeGroups, DeleteGroups, OffsetDelete and expiry already work on any ``Group``.
+
+Offset expiry runs every ``offsets.retention.check.interval.ms``: offsets older than
+``offsets.retention.minutes`` (counted from when an Empty group became empty, from each commit for
+simple groups and for topics a Stable consumer group no longer subscribes to) get tombstones; an
+Empty group left without offsets is deleted (group tombstone).
+
+Everything runs on the event loop that called :meth:`start`; the log replay runs in a worker
+thread. Not thread-safe.
+
+Deliberate deviations from Kafka:
+
+- the whole partition is replayed at load (there is no log compaction yet, so the log holds every
+  commit ever made until retention of tombstoned keys exists);
+- OffsetFetch with ``require_stable`` waits (up to offsets.commit.timeout.ms) for commits of the
+  group still in flight, then answers UNSTABLE_OFFSET_COMMIT for any still pending (Kafka 2.x
+  answers at once, Kafka 4 waits like this but never answers the error);
+- DeleteGroups and OffsetDelete change memory before their tombstones are committed (a failed
+  write is reported, but the in-memory state is not rolled back as Kafka's timeline structures do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from shoal.clock import Clock
+from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
+from shoal.groups.config import GroupConfig
+from shoal.groups.group import Group, OffsetAndMetadata
+from shoal.groups.offsets import OffsetStore
+from shoal.groups.records import (
+    OFFSETS_TOPIC,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OtherKey,
+    RecordFormatError,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_offset_commit_value,
+    group_metadata_key,
+    offset_commit_key,
+    partition_for,
+)
+from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
+from shoal.groups.timer import Timer
+from shoal.protocol.errors import ErrorCode
+from shoal.server.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from shoal.broker import Broker
+    from shoal.metadata import MetadataImage
+
+log = logging.getLogger("shoal.groups")
+
+EXPIRY_TIMER_KEY = ("offsets-expiration",)
+
+
+def coordinator_error(code: ErrorCode) -> ErrorCode:
+    """Kafka's ``CoordinatorOperationExceptionHelper``: what a client sees when a write failed."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    return code
+
+
+class PartitionStatus(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass
+class _Owned:
+    status: PartitionStatus
+    epoch: int  # bumps at every load, so late completions of an old incarnation are ignored
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode
+
+
+@dataclass
+class _Loaded:
+    """The final state of one partition's log, computed in the worker thread."""
+
+    groups: dict[str, GroupMetadataValue | None]
+    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
+    other: list[tuple[int, bytes, bytes | None]]
+    records: int = 0
+    skipped: int = 0
+
+
+# A replay function for a record type (key version) another group protocol owns:
+# fn(coordinator, partition, log_offset, key, value_or_None).
+RecordReplay = Callable[["GroupCoordinator", int, int, bytes, "bytes | None"], None]
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        log: CoordinatorLog,
+        config: GroupConfig | Callable[[], GroupConfig],
+        num_partitions: int | None = None,
+        new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.clock = clock
+        self.log = log
+        self._config = config
+        self.new_uuid = new_uuid
+        self.timer = Timer(clock)
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore()
+        self.classic = ClassicGroupManager(self)
+        self.num_partitions = num_partitions if num_partitions is not None else 0
+        self._owned: dict[int, _Owned] = {}
+        self._epochs = 0
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._record_types: dict[int, RecordReplay] = {}
+        self._commit_waiters = Purgatory()  # keyed by group id: a commit finished
+        self._timer_task: asyncio.Task[None] | None = None
+        self._broker: Broker | None = None
+        self._topic_id = None
+        self.active = num_partitions is not None
+
+    # -- construction for a broker ------------------------------------------------------------
+
+    @classmethod
+    def for_broker(cls, broker: "Broker") -> "GroupCoordinator":
+        cache: list = [None, None]
+
+        def config() -> GroupConfig:
+            cfg = broker.config
+            if cache[0] is not cfg:
+                cache[0], cache[1] = cfg, GroupConfig.from_broker_config(cfg)
+            return cache[1]
+
+        c = cls(clock=broker.clock, log=BrokerCoordinatorLog(broker), config=config)
+        c._broker = broker
+        return c
+
+    @property
+    def config(self) -> GroupConfig:
+        cfg = self._config
+        return cfg() if callable(cfg) else cfg
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create ``__consumer_offsets`` if missing, load the partitions this node leads, follow
+        metadata from then on, and start the timers."""
+        broker = self._broker
+        assert broker is not None, "start() is for a broker-bound coordinator (for_broker)"
+        self._timer_task = asyncio.create_task(self.timer.drive(), name="group-coordinator-timer")
+        await self._ensure_offsets_topic()
+        broker.metadata.subscribe(self._on_metadata)
+        self.active = True
+        self._reconcile(None, broker.metadata.image)
+        await self.wait_loaded()
+        self.schedule_expiry()
+
+    async def stop(self) -> None:
+        self.active = False
+        self.timer.cancel(EXPIRY_TIMER_KEY)
+        for p in list(self._owned):
+            self.unload_partition(p)
+        tasks = [t for t in (self._timer_task, *self._tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._timer_task = None
+
+    async def wait_loaded(self) -> None:
+        while self._load_tasks:
+            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+
+    async def _ensure_offsets_topic(self) -> None:
+        from shoal.metadata import MetadataError
+        from shoal.placement import assign_replicas
+
+        broker = self._broker
+        assert broker is not None
+        image = broker.metadata.image
+        if image.topic(OFFSETS_TOPIC) is not None:
+            return
+        cfg = self.config
+        brokers = sorted(image.brokers.values(), key=lambda b: b.node_id)
+        rf = max(1, min(cfg.offsets_topic_replication_factor, len(brokers)))
+        assignments = assign_replicas([(b.node_id, b.rack) for b in brokers], cfg.offsets_topic_num_partitions, rf)
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(cfg.offsets_topic_segment_bytes),
+        }
+        try:
+            await broker.metadata.create_topic(OFFSETS_TOPIC, assignments, configs, internal=True)
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, cfg.offsets_topic_num_partitions)
+        except MetadataError as e:
+            if e.code != "TOPIC_ALREADY_EXISTS":
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
+
+    # -- following metadata ---------------------------------------------------------------------
+
+    def _on_metadata(self, old: "MetadataImage", new: "MetadataImage") -> None:
+        if not self.active:
+            return
+        self._reconcile(old, new)
+
+    def _reconcile(self, old: "MetadataImage | None", new: "MetadataImage") -> None:
+        broker = self._broker
+        assert broker is not None
+        topic = new.topic(OFFSETS_TOPIC)
+        if topic is None or topic.topic_id != self._topic_id:
+            for p in list(self._owned):
+                self.unload_partition(p)
+            self._topic_id = topic.topic_id if topic is not None else None
+        self.num_partitions = len(topic.partitions) if topic is not None else 0
+        owned = {p.partition for p in topic.partitions if p.leader == broker.node_id} if topic else set()
+        for p in sorted(set(self._owned) - owned):
+            self.unload_partition(p)
+        for p in sorted(owned - set(self._owned)):
+            self.start_loading(p)
+        if old is not None:
+            gone = [
+                name for name, t in old.topics.items()
+                if name != OFFSETS_TOPIC and (new.topics.get(name) is None or new.topics[name].topic_id != t.topic_id)
+            ]
+            if gone:
+                self.on_topics_deleted(gone)
+
+    # -- partitions -----------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions) if self.num_partitions else 0
+
+    def status(self, group_id: str) -> ErrorCode:
+        """NONE when this coordinator serves ``group_id`` now, else the error to answer."""
+        if not self.active or not self.num_partitions:
+            return ErrorCode.coordinator_not_available
+        owned = self._owned.get(self.partition_for(group_id))
+        if owned is None:
+            return ErrorCode.not_coordinator
+        if owned.status is PartitionStatus.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
+
+    def owned_partitions(self) -> dict[int, PartitionStatus]:
+        return {p: o.status for p, o in self._owned.items()}
+
+    def start_loading(self, partition: int) -> asyncio.Task[None]:
+        self._epochs += 1
+        self._owned[partition] = _Owned(PartitionStatus.LOADING, self._epochs)
+        task = asyncio.ensure_future(self.load_partition(partition, self._epochs))
+        self._load_tasks[partition] = task
+
+        def forget(t: asyncio.Task[None], p: int = partition) -> None:
+            if self._load_tasks.get(p) is t:
+                del self._load_tasks[p]
+
+        task.add_done_callback(forget)
+        return task
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        started = self.clock.monotonic()
+        try:
+            loaded = await asyncio.to_thread(self._read_partition, partition)
+        except Exception:
+            log.exception("cannot load %s-%d; its groups stay unavailable", OFFSETS_TOPIC, partition)
+            return
+        owned = self._owned.get(partition)
+        if owned is None or owned.epoch != epoch:
+            return  # unloaded (or reloaded) meanwhile
+        self._apply_loaded(partition, loaded)
+        owned.status = PartitionStatus.ACTIVE
+        n_groups = sum(1 for g in self.groups.values() if g.partition == partition)
+        if loaded.records or n_groups:
+            log.info(
+                "loaded %s-%d: %d records, %d groups, %d offsets in %.3fs%s",
+                OFFSETS_TOPIC, partition, loaded.records, n_groups,
+                sum(len(v) for v in loaded.offsets.values()), self.clock.monotonic() - started,
+                f" ({loaded.skipped} records skipped)" if loaded.skipped else "",
+            )
+
+    def _read_partition(self, partition: int) -> _Loaded:
+        """Replay one partition's log to its final state (runs in a worker thread)."""
+        out = _Loaded({}, {}, [])
+        for offset, key, value in self.log.replay(partition):
+            out.records += 1
+            if key is None:
+                out.skipped += 1
+                continue
+            try:
+                k = decode_key(key)
+                if isinstance(k, OffsetCommitKey):
+                    offsets = out.offsets.setdefault(k.group, {})
+                    if value is None:
+                        offsets.pop((k.topic, k.partition), None)
+                    else:
+                        v = decode_offset_commit_value(value)
+                        offsets[(k.topic, k.partition)] = OffsetAndMetadata(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, offset
+                        )
+                elif isinstance(k, GroupMetadataKey):
+                    out.groups[k.group] = None if value is None else decode_group_metadata_value(value)
+                else:
+                    out.other.append((offset, key, value))
+            except RecordFormatError as e:
+                out.skipped += 1
+                log.warning("%s-%d offset %d: skipping a record: %s", OFFSETS_TOPIC, partition, offset, e)
+        return out
+
+    def _apply_loaded(self, partition: int, loaded: _Loaded) -> None:
+        for group_id, value in loaded.groups.items():
+            if value is None:
+                continue
+            group = self.classic.load(group_id, value)
+            self.add_group(group)
+            self.classic.on_loaded(group)
+        for group_id, offsets in loaded.offsets.items():
+            if not offsets:
+                continue
+            if group_id not in self.groups:
+                self.classic.new_group(group_id)  # offsets without group metadata: a simple group
+            for (topic, p), om in offsets.items():
+                self.offsets.put(group_id, topic, p, om)
+        for offset, key, value in loaded.other:
+            version = int.from_bytes(key[:2], "big", signed=True)
+            fn = self._record_types.get(version)
+            if fn is None:
+                log.debug("%s-%d offset %d: no replay for key version %d", OFFSETS_TOPIC, partition, offset, version)
+                continue
+            fn(self, partition, offset, key, value)
+
+    def unload_partition(self, partition: int) -> None:
+        self._owned.pop(partition, None)
+        task = self._load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        dropped = {gid for gid, g in self.groups.items() if g.partition == partition}
+        for gid in dropped:
+            self.remove_group(self.groups[gid])
+        self.offsets.clear(dropped)
+        if dropped:
+            log.info("unloaded %s-%d: %d groups", OFFSETS_TOPIC, partition, len(dropped))
+
+    def register_record_type(self, key_version: int, replay: RecordReplay) -> None:
+        """Replay records whose key starts with ``key_version`` at load (another protocol's)."""
+        self._record_types[key_version] = replay
+
+    # -- groups ---------------------------------------------------------------------------------
+
+    def add_group(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+
+    def remove_group(self, group: Group) -> None:
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        if not group.is_dead():
+            group.mark_dead()
+        if isinstance(group, ClassicGroup):
+            self.classic.cancel_timers(group)
+
+    def maybe_drop_unused_group(self, group: Group) -> None:
+        """Forget a group that never got a generation nor offsets (so no record names it)."""
+        if (
+            isinstance(group, ClassicGroup)
+            and group.is_empty()
+            and group.generation_id == 0
+            and not group.members
+            and not group.pending_join
+            and not self.offsets.has_offsets(group.group_id)
+            and not self.offsets.has_pending(group.group_id)
+        ):
+            self.remove_group(group)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def _append(self, partition: int, records: Sequence[Record]) -> tuple[int, int] | ErrorCode:
+        """Append now; (end offset, owner epoch) or the client-facing error."""
+        owned = self._owned.get(partition)
+        if owned is None or owned.status is not PartitionStatus.ACTIVE:
+            return ErrorCode.not_coordinator
+        res = self.log.append(partition, records, self.clock.now_ms())
+        if isinstance(res, ErrorCode):
+            return coordinator_error(res)
+        return res, owned.epoch
+
+    async def _committed(self, partition: int, end: int, epoch: int) -> ErrorCode:
+        code = await self.log.wait_committed(partition, end, self.config.offset_commit_timeout_ms / 1000.0)
+        if code != ErrorCode.none:
+            return coordinator_error(code)
+        owned = self._owned.get(partition)
+        if owned is None or owned.epoch != epoch:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    async def write(self, partition: int, records: Sequence[Record]) -> ErrorCode:
+        """Append ``records`` (before the first await) and wait until they are committed."""
+        res = self._append(partition, records)
+        if isinstance(res, ErrorCode):
+            return res
+        return await self._committed(partition, *res)
+
+    def persist(self, partition: int, records: Sequence[Record], on_done: Callable[[ErrorCode], None]) -> None:
+        """Append now; call ``on_done(error)`` on the loop once the records are committed (or not)."""
+        res = self._append(partition, records)
+        if isinstance(res, ErrorCode):
+            asyncio.get_running_loop().call_soon(on_done, res)
+            return
+
+        async def wait(end: int, epoch: int) -> None:
+            on_done(await self._committed(partition, end, epoch))
+
+        self._spawn(wait(*res))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("group coordinator task failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    # -- classic protocol entry points ----------------------------------------------------------
+
+    def join_group(self, req: JoinRequest) -> "asyncio.Future[JoinResult]":
+        code = self.status(req.group_id)
+        if code == ErrorCode.none and not req.group_id:
+            code = ErrorCode.invalid_group_id
+        cfg = self.config
+        if code == ErrorCode.none and not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            code = ErrorCode.invalid_session_timeout
+        group = self.groups.get(req.group_id)
+        if code == ErrorCode.none and group is not None and not isinstance(group, ClassicGroup):
+            return self.join_other_group(group, req)
+        if code != ErrorCode.none:
+            fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+            fut.set_result(JoinResult(code, req.member_id))
+            return fut
+        log.debug("group %s: JoinGroup from %r (instance %r)", req.group_id, req.member_id, req.group_instance_id)
+        return self.classic.join(req)
+
+    def join_other_group(self, group: Group, req: JoinRequest) -> "asyncio.Future[JoinResult]":
+        """A classic JoinGroup for a group of another protocol. Kafka lets classic members join a
+        KIP-848 group ("online migration"); until that exists, INCONSISTENT_GROUP_PROTOCOL."""
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, req.member_id))
+        return fut
+
+    def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> "asyncio.Future[SyncResult]":
+        code = self.status(group_id)
+        if code == ErrorCode.coordinator_load_in_progress:
+            # The rebalance's state was lost with the old coordinator: have the member rejoin
+            # (older clients do not expect COORDINATOR_LOAD_IN_PROGRESS here).
+            code = ErrorCode.rebalance_in_progress
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_group_id
+        if code != ErrorCode.none:
+            fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+            fut.set_result(SyncResult(code))
+            return fut
+        return self.classic.sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name, assignments)
+
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode:
+        code = self.status(group_id)
+        if code == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # Kafka answers blindly while loading
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_group_id
+        if code != ErrorCode.none:
+            return code
+        code = self.classic.heartbeat(group_id, member_id, instance_id, generation_id)
+        if code != ErrorCode.none:
+            log.debug("group %s: heartbeat of %s (generation %d): %s", group_id, member_id, generation_id, code.name)
+        return code
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        code = self.status(group_id)
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_group_id
+        if code != ErrorCode.none:
+            return code, []
+        return self.classic.leave(group_id, members)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_or_epoch: int,
+        commits: Sequence[CommitRequest],
+        *,
+        retention_ms: int = -1,
+        api_version: int = 9,
+    ) -> list[ErrorCode]:
+        """One error per commit, in order. Appends before the first await."""
+        code = self.status(group_id)
+        if code != ErrorCode.none:
+            return [code] * len(commits)
+        group = self.groups.get(group_id)
+        created = False
+        if group is None:
+            if generation_or_epoch < 0:
+                log.info("group %s: created as a simple group by an offset commit", group_id)
+                group = self.classic.new_group(group_id)
+                created = True
+            else:
+                # v9+ can tell the client the group is gone; older ones only know generations.
+                err = ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
+                return [err] * len(commits)
+        else:
+            err = group.validate_offset_commit(member_id, instance_id, generation_or_epoch, api_version)
+            if err != ErrorCode.none:
+                return [err] * len(commits)
+        group.on_offset_commit(member_id)
+
+        cfg = self.config
+        now = self.clock.now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        results: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[int, OffsetAndMetadata, CommitRequest]] = []
+        for c in commits:
+            meta = c.metadata if c.metadata is not None else ""
+            if c.metadata is not None and len(c.metadata) > cfg.offset_metadata_max_bytes:
+                results.append(ErrorCode.offset_metadata_too_large)
+                continue
+            om = OffsetAndMetadata(c.offset, c.leader_epoch, meta, now, expire)
+            records.append(
+                (
+                    offset_commit_key(group_id, c.topic, c.partition),
+                    encode_offset_commit_value(OffsetCommitValue(c.offset, c.leader_epoch, meta, now, expire)),
+                )
+            )
+            accepted.append((len(results), om, c))
+            results.append(ErrorCode.none)
+        if not records:
+            if created:
+                self.maybe_drop_unused_group(group)
+            return results
+        res = self._append(group.partition, records)
+        if isinstance(res, ErrorCode):
+            for i, _, _ in accepted:
+                results[i] = res
+            if created:
+                self.maybe_drop_unused_group(group)
+            return results
+        end, epoch = res
+        base = end - len(records)
+        for n, (_, _, c) in enumerate(accepted):
+            self.offsets.add_pending(group_id, c.topic, c.partition, base + n)
+        try:
+            err = await self._committed(group.partition, end, epoch)
+        finally:
+            for n, (_, _, c) in enumerate(accepted):
+                self.offsets.done_pending(group_id, c.topic, c.partition, base + n)
+        if err == ErrorCode.none and self.groups.get(group_id) is group:
+            for n, (_, om, c) in enumerate(accepted):
+                self.offsets.put(
+                    group_id, c.topic, c.partition,
+                    OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata, om.commit_timestamp, om.expire_timestamp, base + n),
+                )
+        elif created:
+            self.maybe_drop_unused_group(group)
+        self._commit_waiters.notify(group_id)
+        if err != ErrorCode.none:
+            for i, _, _ in accepted:
+                results[i] = err
+        return results
+
+    async def fetch_offsets(
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]] | None,
+        *,
+        require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> tuple[ErrorCode, list[tuple[str, list[FetchedOffset]]]]:
+        """(group error, [(topic, offsets)]); ``topics`` None means every committed offset."""
+        code = self.status(group_id)
+        if code != ErrorCode.none:
+            return code, []
+        group = self.groups.get(group_id)
+        known = group is not None
+        if group is not None:
+            code = group.validate_offset_fetch(member_id, member_epoch)
+            if code == ErrorCode.group_id_not_found:
+                known = False
+            elif code != ErrorCode.none:
+                return code, []
+
+        def pending() -> bool:
+            if topics is None:
+                return self.offsets.has_pending(group_id)
+            return any(self.offsets.is_pending(group_id, t, p) for t, ps in topics for p in ps)
+
+        if require_stable and known and pending():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.config.offset_commit_timeout_ms / 1000.0
+            while pending() and loop.time() < deadline:
+                await self._commit_waiters.wait([group_id], deadline - loop.time())
+            if self.groups.get(group_id) is not group:
+                known = False
+
+        stored = self.offsets.group_offsets(group_id) if known else {}
+        out: list[tuple[str, list[FetchedOffset]]] = []
+        wanted = (
+            [(t, sorted(parts)) for t, parts in stored.items()] if topics is None else [(t, list(ps)) for t, ps in topics]
+        )
+        for topic, parts in wanted:
+            rows = []
+            for p in parts:
+                if require_stable and known and self.offsets.is_pending(group_id, topic, p):
+                    rows.append(FetchedOffset(p, -1, -1, "", ErrorCode.unstable_offset_commit))
+                    continue
+                om = stored.get(topic, {}).get(p)
+                if om is None:
+                    rows.append(FetchedOffset(p, -1, -1, "", ErrorCode.none))
+                else:
+                    rows.append(FetchedOffset(p, om.offset, om.leader_epoch, om.metadata, ErrorCode.none))
+            out.append((topic, rows))
+        return ErrorCode.none, out
+
+    async def delete_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, ErrorCode]]]]]:
+        """OffsetDelete for topics known to exist: (group error, per-partition errors)."""
+        code = self.status(group_id)
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_group_id
+        if code != ErrorCode.none:
+            return code, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, []
+        code = group.validate_offset_delete()
+        if code != ErrorCode.none:
+            return code, []
+        out: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+        records: list[Record] = []
+        deleted: list[tuple[str, int]] = []
+        for topic, parts in topics:
+            if group.is_subscribed_to_topic(topic):
+                out.append((topic, [(p, ErrorCode.group_subscribed_to_topic) for p in parts]))
+                continue
+            rows = []
+            for p in parts:
+                rows.append((p, ErrorCode.none))
+                if self.offsets.get(group_id, topic, p) is not None or self.offsets.is_pending(group_id, topic, p):
+                    records.append((offset_commit_key(group_id, topic, p), None))
+                    deleted.append((topic, p))
+            out.append((topic, rows))
+        if records:
+            res = self._append(group.partition, records)
+            if isinstance(res, ErrorCode):
+                return res, []
+            end, epoch = res
+            base = end - len(records)
+            for n, (topic, p) in enumerate(deleted):
+                self.offsets.remove(group_id, topic, p, base + n)
+            err = await self._committed(group.partition, end, epoch)
+            if err != ErrorCode.none:
+                return err, []
+        return ErrorCode.none, out
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        by_partition: dict[int, list[Group]] = {}
+        for gid in group_ids:
+            code = self.status(gid)
+            if code != ErrorCode.none:
+                results[gid] = code
+                continue
+            group = self.groups.get(gid)
+            if group is None:
+                results[gid] = ErrorCode.group_id_not_found
+                continue
+            code = group.validate_delete()
+            if code != ErrorCode.none:
+                results[gid] = code
+                continue
+            by_partition.setdefault(group.partition, []).append(group)
+            results[gid] = ErrorCode.none
+        waits = []
+        for partition, groups in by_partition.items():
+            records: list[Record] = []
+            for group in groups:
+                for topic, p in self.offsets.remove_group(group.group_id):
+                    records.append((offset_commit_key(group.group_id, topic, p), None))
+                records.append((group_metadata_key(group.group_id), None))
+                self.remove_group(group)
+                log.info("group %s: deleted", group.group_id)
+            waits.append((groups, self.write(partition, records)))
+        for groups, wait in waits:
+            err = await wait
+            if err != ErrorCode.none:
+                for g in groups:
+                    results[g.group_id] = err
+        return results
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[ErrorCode, list[Group]]:
+        """Groups of the active partitions, filtered (case-insensitively) by state and type."""
+        if not self.active:
+            return ErrorCode.coordinator_not_available, []
+        state_filter = {s.strip().lower() for s in states}
+        type_filter = {t.strip().lower() for t in types}
+        out = []
+        for g in self.groups.values():
+            owned = self._owned.get(g.partition)
+            if owned is None or owned.status is not PartitionStatus.ACTIVE or g.is_dead():
+                continue
+            if state_filter and not g.in_states(state_filter):
+                continue
+            if type_filter and g.group_type not in type_filter:
+                continue
+            out.append(g)
+        loading = any(o.status is PartitionStatus.LOADING for o in self._owned.values())
+        return (ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none), out
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+        code = self.status(group_id)
+        if code != ErrorCode.none:
+            return code, None
+        group = self.groups.get(group_id)
+        if not isinstance(group, ClassicGroup) or group.is_dead():
+            return ErrorCode.group_id_not_found, None
+        return ErrorCode.none, group
+
+    # -- expiry ---------------------------------------------------------------------------------
+
+    def schedule_expiry(self) -> None:
+        def run() -> None:
+            try:
+                self.cleanup_expired_offsets()
+            finally:
+                self.schedule_expiry()
+
+        self.timer.schedule(EXPIRY_TIMER_KEY, self.config.offsets_retention_check_interval_ms, run)
+
+    def cleanup_expired_offsets(self) -> int:
+        """Tombstone expired offsets and delete Empty groups left without any; returns how many
+        offsets expired."""
+        now = self.clock.now_ms()
+        retention = self.config.offsets_retention_ms
+        by_partition: dict[int, list[Record]] = {}
+        expired_total = 0
+        for group in list(self.groups.values()):
+            owned = self._owned.get(group.partition)
+            if owned is None or owned.status is not PartitionStatus.ACTIVE:
+                continue
+            gid = group.group_id
+            expired: list[tuple[str, int]] = []
+            all_expired = True
+            for topic, parts in self.offsets.group_offsets(gid).items():
+                if group.is_subscribed_to_topic(topic):
+                    all_expired = False
+                    continue
+                for p, om in parts.items():
+                    base = group.offset_expiration_base(om)
+                    if base is None or self.offsets.is_pending(gid, topic, p):
+                        all_expired = False
+                        continue
+                    due = now >= om.expire_timestamp if om.expire_timestamp >= 0 else now - base >= retention
+                    if due:
+                        expired.append((topic, p))
+                    else:
+                        all_expired = False
+            records = by_partition.setdefault(group.partition, [])
+            for topic, p in expired:
+                self.offsets.remove(gid, topic, p)
+                records.append((offset_commit_key(gid, topic, p), None))
+            if expired:
+                log.info("group %s: %d committed offsets expired", gid, len(expired))
+            expired_total += len(expired)
+            if (
+                all_expired
+                and group.is_empty()
+                and not self.offsets.has_offsets(gid)
+                and not self.offsets.has_pending(gid)
+                and not (isinstance(group, ClassicGroup) and group.pending_join)
+            ):
+                records.append((group_metadata_key(gid), None))
+                self.remove_group(group)
+                log.info("group %s: removed (empty, no offsets left)", gid)
+        for partition, records in by_partition.items():
+            if records:
+                self.persist(partition, records, lambda code, p=partition: code == ErrorCode.none or log.warning(
+                    "expiry tombstones for %s-%d not written: %s", OFFSETS_TOPIC, p, code.name))
+        return expired_total
+
+    def on_topics_deleted(self, topics: Iterable[str]) -> None:
+        """Tombstone the committed offsets of deleted topics (Kafka's onPartitionsDeleted)."""
+        names = set(topics)
+        by_partition: dict[int, list[Record]] = {}
+        for gid in self.offsets.groups():
+            group = self.groups.get(gid)
+            if group is None:
+                continue
+            owned = self._owned.get(group.partition)
+            if owned is None or owned.status is not PartitionStatus.ACTIVE:
+                continue
+            for topic in [t for t in self.offsets.group_offsets(gid) if t in names]:
+                for p in list(self.offsets.group_offsets(gid).get(topic, {})):
+                    self.offsets.remove(gid, topic, p)
+                    by_partition.setdefault(group.partition, []).append((offset_commit_key(gid, topic, p), None))
+        for partition, records in by_partition.items():
+            log.info("%s-%d: %d offsets of deleted topics removed", OFFSETS_TOPIC, partition, len(records))
+            self.persist(partition, records, lambda code: None)

@@ -1,0 +1,113 @@
+"""Committed offsets of every group this coordinator owns (Kafka's ``OffsetMetadataManager`` store).
+
+An offset enters the store only once its record is in ``__consumer_offsets`` and committed (the
+high watermark passed it); until then the commit is *pending*, which OffsetFetch with
+``require_stable`` and offset expiry take into account. Two commits of one partition in flight at
+once are applied in log order (``record_offset``), whatever order their waits finish in.
+"""
+
+from __future__ import annotations
+
+from shoal.groups.group import OffsetAndMetadata
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetStore:
+    def __init__(self) -> None:
+        self._offsets: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+        # Log offsets of commits in flight, per (group, topic, partition).
+        self._pending: dict[tuple[str, str, int], list[int]] = {}
+        # A tombstone written after commits that are still in flight: those must not resurrect
+        # the offset when their wait ends (kept only while such commits exist).
+        self._floor: dict[tuple[str, str, int], int] = {}
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        return self._offsets.get(group, {}).get(topic, {}).get(partition)
+
+    def group_offsets(self, group: str) -> dict[str, dict[int, OffsetAndMetadata]]:
+        """topic → partition → offset (live view; copy before mutating the store)."""
+        return self._offsets.get(group, {})
+
+    def has_offsets(self, group: str) -> bool:
+        return bool(self._offsets.get(group))
+
+    def groups(self) -> list[str]:
+        return list(self._offsets)
+
+    def count(self, group: str) -> int:
+        return sum(len(p) for p in self._offsets.get(group, {}).values())
+
+    def is_pending(self, group: str, topic: str, partition: int) -> bool:
+        return (group, topic, partition) in self._pending
+
+    def has_pending(self, group: str) -> bool:
+        return any(k[0] == group for k in self._pending)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def put(self, group: str, topic: str, partition: int, value: OffsetAndMetadata) -> bool:
+        """Store ``value`` unless a record later in the log (a commit or a tombstone) already took
+        effect; True if stored."""
+        key = (group, topic, partition)
+        if value.record_offset >= 0 and self._floor.get(key, -1) > value.record_offset:
+            return False
+        parts = self._offsets.setdefault(group, {}).setdefault(topic, {})
+        current = parts.get(partition)
+        if current is not None and value.record_offset >= 0 and current.record_offset > value.record_offset:
+            return False
+        parts[partition] = value
+        return True
+
+    def remove(self, group: str, topic: str, partition: int, record_offset: int = -1) -> OffsetAndMetadata | None:
+        """Forget an offset; ``record_offset`` is the tombstone's place in the log, if any."""
+        key = (group, topic, partition)
+        if record_offset >= 0 and key in self._pending:
+            self._floor[key] = max(self._floor.get(key, -1), record_offset)
+        topics = self._offsets.get(group)
+        if topics is None:
+            return None
+        parts = topics.get(topic)
+        if parts is None:
+            return None
+        out = parts.pop(partition, None)
+        if not parts:
+            del topics[topic]
+        if not topics:
+            del self._offsets[group]
+        return out
+
+    def remove_group(self, group: str) -> list[TopicPartition]:
+        topics = self._offsets.pop(group, {})
+        return [(t, p) for t, parts in topics.items() for p in parts]
+
+    def add_pending(self, group: str, topic: str, partition: int, record_offset: int) -> None:
+        self._pending.setdefault((group, topic, partition), []).append(record_offset)
+
+    def done_pending(self, group: str, topic: str, partition: int, record_offset: int) -> None:
+        key = (group, topic, partition)
+        offsets = self._pending.get(key)
+        if offsets is None:
+            return
+        try:
+            offsets.remove(record_offset)
+        except ValueError:
+            pass
+        if not offsets:
+            del self._pending[key]
+            self._floor.pop(key, None)
+
+    def clear(self, groups: set[str] | None = None) -> None:
+        """Forget everything (or the given groups), e.g. when a partition is unloaded."""
+        if groups is None:
+            self._offsets.clear()
+            self._pending.clear()
+            self._floor.clear()
+            return
+        for g in groups:
+            self._offsets.pop(g, None)
+        for key in [k for k in self._pending if k[0] in groups]:
+            del self._pending[key]
+            self._floor.pop(key, None)

@@ -1,0 +1,146 @@
+"""Where the coordinator's records go: the partitions of ``__consumer_offsets``.
+
+``CoordinatorLog`` is the narrow interface the coordinator writes through:
+
+- ``append(partition, records, now_ms)`` writes one batch synchronously (so the order of
+  operations on the event loop is the order in the log) and returns the offset after it, or an
+  error code;
+- ``wait_committed(partition, offset, timeout_s)`` resolves when the high watermark reaches
+  ``offset`` (acks=all), or with REQUEST_TIMED_OUT;
+- ``replay(partition)`` yields ``(offset, key, value)`` of every record from the log start; it
+  blocks on disk reads and is run in a worker thread at load time.
+
+``BrokerCoordinatorLog`` is the real one (the broker's partition logs, high-watermark purgatory
+and flush policy); ``MemoryCoordinatorLog`` keeps records in lists, for tests of the state machine
+and for checking exactly which records an operation wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+
+from shoal.groups.records import OFFSETS_TOPIC
+from shoal.protocol.errors import ErrorCode, error_code
+from shoal.protocol.records import InvalidRecords, build_batch, iter_records, parse_batches
+
+if TYPE_CHECKING:
+    from shoal.broker import Broker
+
+log = logging.getLogger("shoal.groups")
+
+Record = tuple[bytes, bytes | None]  # (key, value); value None is a tombstone
+READ_CHUNK = 1 << 20
+
+
+class CoordinatorLog(Protocol):
+    def append(self, partition: int, records: Sequence[Record], now_ms: int) -> int | ErrorCode: ...
+
+    async def wait_committed(self, partition: int, offset: int, timeout_s: float) -> ErrorCode: ...
+
+    def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]: ...
+
+
+class BrokerCoordinatorLog:
+    """Appends to the leader's partition log of ``__consumer_offsets`` and waits for the HWM."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self._broker = broker
+
+    def _leader_log(self, partition: int):
+        broker = self._broker
+        topic = broker.metadata.image.topic(OFFSETS_TOPIC)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            return None, None, None, ErrorCode.unknown_topic_or_partition
+        pinfo = topic.partitions[partition]
+        plog = broker.partition_log(OFFSETS_TOPIC, partition) if pinfo.leader == broker.node_id else None
+        if plog is None:
+            return None, None, None, ErrorCode.not_leader_or_follower
+        return topic, pinfo, plog, ErrorCode.none
+
+    def append(self, partition: int, records: Sequence[Record], now_ms: int) -> int | ErrorCode:
+        topic, pinfo, plog, code = self._leader_log(partition)
+        if code != ErrorCode.none:
+            return code
+        batch = bytearray(build_batch([(now_ms, k, v, ()) for k, v in records]))
+        try:
+            info = plog.append(batch, now_ms=now_ms, leader_epoch=pinfo.leader_epoch, client=False)
+        except InvalidRecords as e:
+            log.warning("cannot append %d records to %s-%d: %s", len(records), OFFSETS_TOPIC, partition, e)
+            return error_code(e.code)
+        except OSError as e:
+            log.error("cannot append to %s-%d: %s", OFFSETS_TOPIC, partition, e)
+            return ErrorCode.kafka_storage_error
+        self._broker.after_leader_append(topic, pinfo, plog)
+        return info.last_offset + 1
+
+    async def wait_committed(self, partition: int, offset: int, timeout_s: float) -> ErrorCode:
+        _topic, _pinfo, plog, code = self._leader_log(partition)
+        if code != ErrorCode.none:
+            return code
+        now_ms = self._broker.clock.now_ms()
+        if plog.flush_due(now_ms):
+            await asyncio.to_thread(plog.maybe_flush, now_ms)
+        if plog.high_watermark >= offset:
+            return ErrorCode.none
+        late = await self._broker.await_high_watermarks([(OFFSETS_TOPIC, partition, offset)], timeout_s)
+        return ErrorCode.request_timed_out if late else ErrorCode.none
+
+    def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        plog = self._broker.partition_log(OFFSETS_TOPIC, partition)
+        if plog is None:
+            return
+        offset = plog.log_start_offset
+        end = plog.log_end_offset  # Kafka's loader reads to the log end offset too
+        while offset < end:
+            data = plog.read(offset, READ_CHUNK, max_offset=end).records
+            if not data:
+                break
+            for pos, h in parse_batches(data):
+                if h.is_control:
+                    offset = h.next_offset
+                    continue
+                for rec in iter_records(data[pos : pos + h.size]):
+                    if rec.offset >= offset:
+                        yield rec.offset, rec.key, rec.value
+                offset = h.next_offset
+
+
+class MemoryCoordinatorLog:
+    """Records in lists; commits complete at once unless ``hold()`` parks them."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+        self.fail_with: ErrorCode | None = None  # the next appends return this error
+        self._held: asyncio.Event | None = None
+
+    def append(self, partition: int, records: Sequence[Record], now_ms: int) -> int | ErrorCode:
+        if self.fail_with is not None:
+            return self.fail_with
+        out = self.records.setdefault(partition, [])
+        for k, v in records:
+            out.append((len(out), k, v))
+        return len(out)
+
+    def hold(self) -> None:
+        """Park every ``wait_committed`` until :meth:`release`."""
+        self._held = asyncio.Event()
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.set()
+            self._held = None
+
+    async def wait_committed(self, partition: int, offset: int, timeout_s: float) -> ErrorCode:
+        held = self._held
+        if held is not None:
+            await held.wait()
+        return ErrorCode.none
+
+    def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        yield from list(self.records.get(partition, ()))
+
+    def all(self, partition: int | None = None) -> list[tuple[bytes, bytes | None]]:
+        parts = [partition] if partition is not None else sorted(self.records)
+        return [(k, v) for p in parts for _, k, v in self.records.get(p, ())]

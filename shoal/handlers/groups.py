@@ -1,0 +1,324 @@
+"""Group coordination: FindCoordinator (10) v0-6, JoinGroup (11) v0-9, Heartbeat (12) v0-4,
+LeaveGroup (13) v0-5, SyncGroup (14) v0-5, DescribeGroups (15) v0-6, ListGroups (16) v0-5,
+DeleteGroups (42) v0-2.
+
+The handlers translate between kio entities and ``shoal.groups.GroupCoordinator`` (which knows
+nothing of the wire); a parked JoinGroup or SyncGroup is an ``await`` on the coordinator's future,
+so other requests of the same connection keep flowing (responses still leave in order).
+
+Deviations from Kafka:
+- FindCoordinator for transactions (key_type 1) answers COORDINATOR_NOT_AVAILABLE: there is no
+  transaction coordinator yet (Kafka would create ``__transaction_state`` and answer its leader);
+  share groups (key_type 2, KIP-932) answer INVALID_REQUEST, as Kafka does with share groups off.
+- DescribeGroups describes classic groups only (a KIP-848 group reads as not found / Dead).
+- ``authorized_operations`` is the full group operation set when asked for (no authorizer yet).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from shoal.groups import OFFSETS_TOPIC, ClassicGroupState, JoinRequest, JoinResult, partition_for
+from shoal.handlers.registry import api
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
+ZERO = datetime.timedelta(0)
+NOT_PROVIDED = -2147483648
+# AclOperation codes valid on a group: READ (3), DELETE (6), DESCRIBE (8).
+GROUP_OPS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def _ms(td: datetime.timedelta) -> int:
+    return int(td / datetime.timedelta(milliseconds=1))
+
+
+def _coordinator(ctx):
+    return getattr(ctx.broker, "groups", None)
+
+
+def client_host(ctx) -> str:
+    """Kafka shows the client's address as ``InetAddress.toString()``: "/127.0.0.1"."""
+    addr = ctx.client_address or ""
+    host = addr.rsplit(":", 1)[0] if ":" in addr else addr
+    return "/" + host.strip("[]")
+
+
+# -- FindCoordinator ---------------------------------------------------------------------------
+
+
+def find_coordinator(broker, listener: str, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+    """(node id, host, port, error, message) of the coordinator for ``key``."""
+    if key_type == KEY_TYPE_TRANSACTION:
+        return -1, "", -1, ErrorCode.coordinator_not_available, "Transactions are not supported yet."
+    if key_type != KEY_TYPE_GROUP:
+        return -1, "", -1, ErrorCode.invalid_request, f"Unsupported coordinator key type {key_type}."
+    image = broker.metadata.image
+    topic = image.topic(OFFSETS_TOPIC)
+    if topic is None or not topic.partitions:
+        return -1, "", -1, ErrorCode.coordinator_not_available, None
+    pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
+    node = image.brokers.get(pinfo.leader)
+    if node is None:
+        return -1, "", -1, ErrorCode.coordinator_not_available, None
+    host, port = node.endpoint(listener)
+    return node.node_id, host, port, ErrorCode.none, None
+
+
+@api(FIND_COORDINATOR, 0, 6)
+async def handle_find_coordinator(ctx, req):
+    v = ctx.api_version
+    mod = response_module(FIND_COORDINATOR, v)
+    key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
+    if v >= 4:
+        coordinators = []
+        for key in req.coordinator_keys:
+            node_id, host, port, code, message = find_coordinator(ctx.broker, ctx.listener, key_type, key)
+            coordinators.append(
+                build(mod.Coordinator, key=key, node_id=node_id, host=host, port=port, error_code=code, error_message=message)
+            )
+        return build(mod.FindCoordinatorResponse, throttle_time=ZERO, coordinators=tuple(coordinators))
+    node_id, host, port, code, message = find_coordinator(ctx.broker, ctx.listener, key_type, req.key)
+    return build(
+        mod.FindCoordinatorResponse,
+        throttle_time=ZERO,
+        error_code=code,
+        error_message=message,
+        node_id=node_id,
+        host=host,
+        port=port,
+    )
+
+
+# -- JoinGroup -----------------------------------------------------------------------------------
+
+
+def _join_response(mod, v: int, r: JoinResult):
+    members = tuple(
+        build(mod.JoinGroupResponseMember, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
+        for m in r.members
+    )
+    return build(
+        mod.JoinGroupResponse,
+        throttle_time=ZERO,
+        error_code=r.error,
+        generation_id=r.generation_id,
+        protocol_type=r.protocol_type,
+        protocol_name=r.protocol_name if v >= 7 else (r.protocol_name or ""),
+        leader=r.leader,
+        skip_assignment=r.skip_assignment,
+        member_id=r.member_id,
+        members=members,
+    )
+
+
+@api(JOIN_GROUP, 0, 9)
+async def handle_join_group(ctx, req):
+    v = ctx.api_version
+    mod = response_module(JOIN_GROUP, v)
+    coord = _coordinator(ctx)
+    if coord is None:
+        return _join_response(mod, v, JoinResult(ErrorCode.coordinator_not_available, req.member_id))
+    session_ms = _ms(req.session_timeout)
+    rebalance_ms = _ms(req.rebalance_timeout) if v >= 1 else session_ms
+    fut = coord.join_group(
+        JoinRequest(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=req.protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in req.protocols),
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            client_id=ctx.client_id or "",
+            client_host=client_host(ctx),
+            require_known_member_id=v >= 4,
+            supports_skip_assignment=v >= 9,
+            reason=getattr(req, "reason", None),
+        )
+    )
+    return _join_response(mod, v, await fut)
+
+
+# -- SyncGroup -----------------------------------------------------------------------------------
+
+
+@api(SYNC_GROUP, 0, 5)
+async def handle_sync_group(ctx, req):
+    v = ctx.api_version
+    mod = response_module(SYNC_GROUP, v)
+    coord = _coordinator(ctx)
+    if coord is None:
+        return build(mod.SyncGroupResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, assignment=b"")
+    fut = coord.sync_group(
+        req.group_id,
+        req.generation_id,
+        req.member_id,
+        getattr(req, "group_instance_id", None),
+        getattr(req, "protocol_type", None),
+        getattr(req, "protocol_name", None),
+        {a.member_id: a.assignment for a in req.assignments},
+    )
+    r = await fut
+    return build(
+        mod.SyncGroupResponse,
+        throttle_time=ZERO,
+        error_code=r.error,
+        protocol_type=r.protocol_type,
+        protocol_name=r.protocol_name,
+        assignment=r.assignment,
+    )
+
+
+# -- Heartbeat -----------------------------------------------------------------------------------
+
+
+@api(HEARTBEAT, 0, 4)
+async def handle_heartbeat(ctx, req):
+    mod = response_module(HEARTBEAT, ctx.api_version)
+    coord = _coordinator(ctx)
+    if coord is None:
+        code = ErrorCode.coordinator_not_available
+    else:
+        code = coord.heartbeat(req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id)
+    return build(mod.HeartbeatResponse, throttle_time=ZERO, error_code=code)
+
+
+# -- LeaveGroup ----------------------------------------------------------------------------------
+
+
+@api(LEAVE_GROUP, 0, 5)
+async def handle_leave_group(ctx, req):
+    v = ctx.api_version
+    mod = response_module(LEAVE_GROUP, v)
+    coord = _coordinator(ctx)
+    if v >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        leaving = [(req.member_id, None)]
+    if coord is None:
+        top, codes = ErrorCode.coordinator_not_available, []
+    else:
+        top, codes = coord.leave_group(req.group_id, leaving)
+    if v < 3:
+        if top == ErrorCode.none and codes:
+            top = codes[0]
+        return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=top)
+    members = tuple(
+        build(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=code)
+        for (mid, iid), code in zip(leaving, codes)
+    )
+    return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=top, members=members)
+
+
+# -- DescribeGroups ------------------------------------------------------------------------------
+
+
+@api(DESCRIBE_GROUPS, 0, 6)
+async def handle_describe_groups(ctx, req):
+    v = ctx.api_version
+    mod = response_module(DESCRIBE_GROUPS, v)
+    coord = _coordinator(ctx)
+    want_ops = v >= 3 and getattr(req, "include_authorized_operations", False)
+    out = []
+    for gid in req.groups:
+        if coord is None:
+            code, group = ErrorCode.coordinator_not_available, None
+        else:
+            code, group = coord.describe_group(gid)
+        if group is None:
+            not_found = code == ErrorCode.group_id_not_found
+            out.append(
+                build(
+                    mod.DescribedGroup,
+                    error_code=code if (not not_found or v >= 6) else ErrorCode.none,
+                    error_message=f"Group {gid} not found." if not_found and v >= 6 else None,
+                    group_id=gid,
+                    group_state=ClassicGroupState.DEAD.value if not_found else "",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=NOT_PROVIDED,
+                )
+            )
+            continue
+        stable = group.state is ClassicGroupState.STABLE
+        members = tuple(
+            build(
+                mod.DescribedGroupMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                member_assignment=m.assignment,
+            )
+            for m in group.members.values()
+        )
+        out.append(
+            build(
+                mod.DescribedGroup,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=gid,
+                group_state=group.state_name,
+                protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol_name or "") if stable else "",
+                members=members,
+                authorized_operations=GROUP_OPS if want_ops else NOT_PROVIDED,
+            )
+        )
+    return build(mod.DescribeGroupsResponse, throttle_time=ZERO, groups=tuple(out))
+
+
+# -- ListGroups ----------------------------------------------------------------------------------
+
+
+@api(LIST_GROUPS, 0, 5)
+async def handle_list_groups(ctx, req):
+    v = ctx.api_version
+    mod = response_module(LIST_GROUPS, v)
+    coord = _coordinator(ctx)
+    if coord is None:
+        return build(mod.ListGroupsResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, groups=())
+    code, groups = coord.list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
+    listed = tuple(
+        build(
+            mod.ListedGroup,
+            group_id=g.group_id,
+            protocol_type=g.protocol_type or "",
+            group_state=g.state_name,
+            group_type=g.group_type,
+        )
+        for g in sorted(groups, key=lambda g: g.group_id)
+    )
+    return build(mod.ListGroupsResponse, throttle_time=ZERO, error_code=code, groups=listed)
+
+
+# -- DeleteGroups --------------------------------------------------------------------------------
+
+
+@api(DELETE_GROUPS, 0, 2)
+async def handle_delete_groups(ctx, req):
+    mod = response_module(DELETE_GROUPS, ctx.api_version)
+    names = list(dict.fromkeys(req.groups_names))
+    coord = _coordinator(ctx)
+    if coord is None:
+        results = {n: ErrorCode.coordinator_not_available for n in names}
+    else:
+        results = await coord.delete_groups(names)
+    return build(
+        mod.DeleteGroupsResponse,
+        throttle_time=ZERO,
+        results=tuple(build(mod.DeletableGroupResult, group_id=n, error_code=results[n]) for n in names),
+    )

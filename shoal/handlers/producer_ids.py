@@ -1,0 +1,207 @@
+"""InitProducerId (key 22, v0-v5) and DescribeProducers (key 61, v0); the producer id allocator.
+
+Producer ids come from ``MetadataStore.allocate_producer_ids`` in blocks of 1000 (Kafka's
+AllocateProducerIds), so they are unique across restarts and, with a shared store, across brokers.
+A block not used up before a restart is abandoned, as in Kafka.
+
+InitProducerId without a transactional id:
+
+- no producer id and epoch (-1, -1): a fresh producer id with epoch 0;
+- only one of them -1: INVALID_REQUEST (Kafka's check);
+- v3+ with an existing producer id and epoch (KIP-360, sent by librdkafka when it bumps the epoch
+  of an idempotent producer): if the id is known, the epoch is bumped and the same id returned.
+  Known means issued or bumped by this broker since it started, or present in the producer state
+  of one of its partitions; the current epoch is the highest of those. An epoch older than the
+  current one is fenced: PRODUCER_FENCED (v4+) or INVALID_PRODUCER_EPOCH (v0-v3), as Kafka maps
+  it; a retry of the previous bump (its answer lost) gets the bumped epoch again. An epoch that
+  would reach Short.MAX_VALUE (exhausted) gets a fresh producer id with epoch 0.
+
+Deviations from Kafka:
+
+- Kafka's coordinator ignores the producer id and epoch when there is no transactional id and
+  always hands out a fresh id; Shoal bumps the epoch as described above (clients accept either).
+  A producer id this broker does not know (never issued, or expired everywhere) gets a fresh id,
+  which is Kafka's answer, rather than an error that would make librdkafka retry forever.
+- Transactions are not implemented. A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  (an empty one INVALID_REQUEST, as in Kafka): a fatal, immediate error that clients report
+  as "not authorized for this transactional id", instead of a retriable error
+  (COORDINATOR_NOT_AVAILABLE) that would leave ``init_transactions()`` spinning until it times out.
+  Produce answers transactional batches the same way.
+- v6 (KIP-939 two-phase commit) is not offered.
+
+DescribeProducers v0: per partition led here, the producers its state remembers (last sequence,
+last timestamp, epoch, coordinator epoch -1, current transaction start offset -1). Unknown
+partitions: UNKNOWN_TOPIC_OR_PARTITION; partitions led elsewhere: NOT_LEADER_OR_FOLLOWER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections import OrderedDict
+
+from shoal.handlers.registry import api
+from shoal.metadata import MetadataError, MetadataStore
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+
+INIT_PRODUCER_ID = 22
+DESCRIBE_PRODUCERS = 61
+BLOCK_SIZE = 1000
+# Kafka's TransactionMetadata.isEpochExhausted: an epoch of Short.MAX_VALUE - 1 cannot be bumped.
+EXHAUSTED_EPOCH = 2**15 - 2
+_REMEMBERED = 100_000
+
+log = logging.getLogger("shoal.producer_ids")
+
+
+class ProducerIdManager:
+    """Hands out producer ids from blocks reserved in the metadata store, and decides epoch bumps.
+
+    Use from one event loop. ``remembered`` bounds how many issued ids keep their epoch in memory
+    (least recently used go first; the partitions' producer state still knows active ones).
+    """
+
+    def __init__(self, store: MetadataStore, *, block_size: int = BLOCK_SIZE, remembered: int = _REMEMBERED) -> None:
+        self._store = store
+        self._block_size = block_size
+        self._next = 0
+        self._end = 0  # the current block is [_next, _end)
+        self._lock = asyncio.Lock()
+        self._remembered = remembered
+        self._epochs: OrderedDict[int, tuple[int, int]] = OrderedDict()  # pid -> (epoch, epoch before the last bump)
+
+    async def next_id(self) -> int:
+        """A producer id never handed out before. Raises MetadataError if the store cannot reserve."""
+        if self._next >= self._end:
+            async with self._lock:
+                if self._next >= self._end:
+                    first, count = await self._store.allocate_producer_ids(self._block_size)
+                    self._next, self._end = first, first + count
+        pid = self._next
+        self._next += 1
+        return pid
+
+    def _remember(self, pid: int, epoch: int, previous: int) -> None:
+        self._epochs[pid] = (epoch, previous)
+        self._epochs.move_to_end(pid)
+        while len(self._epochs) > self._remembered:
+            self._epochs.popitem(last=False)
+
+    async def fresh(self) -> tuple[int, int]:
+        pid = await self.next_id()
+        self._remember(pid, 0, -1)
+        return pid, 0
+
+    async def init_producer(self, producer_id: int, epoch: int, partition_epoch: int | None) -> tuple[str, int, int]:
+        """``(error name, producer id, epoch)`` for an InitProducerId without a transactional id.
+
+        ``partition_epoch`` is the highest epoch of ``producer_id`` in this broker's partitions
+        (None if none knows it). Fencing answers "PRODUCER_FENCED"; the handler maps it for old
+        versions.
+        """
+        if producer_id == -1 and epoch == -1:
+            return ("NONE", *await self.fresh())
+        if producer_id < 0 or epoch < 0:
+            return "INVALID_REQUEST", -1, -1
+        remembered = self._epochs.get(producer_id)
+        known = [e for e in (remembered[0] if remembered else None, partition_epoch) if e is not None]
+        if not known:
+            return ("NONE", *await self.fresh())
+        current = max(known)
+        if remembered is not None and remembered[0] == current and remembered[1] == epoch and epoch == current - 1:
+            self._epochs.move_to_end(producer_id)
+            return "NONE", producer_id, current  # a retry of the bump whose answer was lost
+        if epoch < current:
+            return "PRODUCER_FENCED", -1, -1
+        if epoch >= EXHAUSTED_EPOCH:
+            return ("NONE", *await self.fresh())
+        self._remember(producer_id, epoch + 1, epoch)
+        return "NONE", producer_id, epoch + 1
+
+
+def _partition_epoch(broker, producer_id: int) -> int | None:
+    best = None
+    for plog in broker.logs.logs():
+        e = plog.producer_epoch(producer_id)
+        if e is not None and (best is None or e > best):
+            best = e
+    return best
+
+
+@api(INIT_PRODUCER_ID, 0, 5)
+async def handle_init_producer_id(ctx, req):
+    broker = ctx.broker
+    version = ctx.api_version
+    mod = response_module(INIT_PRODUCER_ID, version)
+
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1):
+        return build(
+            mod.InitProducerIdResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=code,
+            producer_id=pid,
+            producer_epoch=epoch,
+        )
+
+    txn = req.transactional_id
+    if txn is not None:
+        return answer(ErrorCode.invalid_request if txn == "" else ErrorCode.transactional_id_authorization_failed)
+    pid = getattr(req, "producer_id", -1)
+    epoch = getattr(req, "producer_epoch", -1)
+    manager: ProducerIdManager = broker.producer_ids
+    partition_epoch = _partition_epoch(broker, pid) if pid >= 0 and epoch >= 0 else None
+    try:
+        name, pid, epoch = await manager.init_producer(pid, epoch, partition_epoch)
+    except MetadataError as e:
+        log.warning("cannot reserve producer ids: %s", e)
+        return answer(ErrorCode.coordinator_load_in_progress)  # retriable, as Kafka when no block is ready
+    if name == "PRODUCER_FENCED" and version < 4:
+        name = "INVALID_PRODUCER_EPOCH"  # older clients do not know PRODUCER_FENCED (KafkaApis does this)
+    return answer(ErrorCode[name.lower()], pid, epoch)
+
+
+@api(DESCRIBE_PRODUCERS, 0, 0)
+async def handle_describe_producers(ctx, req):
+    broker = ctx.broker
+    mod = response_module(DESCRIBE_PRODUCERS, ctx.api_version)
+    image = broker.metadata.image
+    topics = []
+    for t in req.topics:
+        topic = image.topic(t.name)
+        parts = []
+        for index in t.partition_indexes:
+            code = ErrorCode.none
+            producers: tuple = ()
+            if topic is None or not 0 <= index < len(topic.partitions):
+                code = ErrorCode.unknown_topic_or_partition
+            else:
+                pinfo = topic.partitions[index]
+                plog = broker.partition_log(t.name, index) if pinfo.leader == broker.node_id else None
+                if plog is None:
+                    code = ErrorCode.not_leader_or_follower
+                else:
+                    producers = tuple(
+                        build(
+                            mod.ProducerState,
+                            producer_id=p.producer_id,
+                            producer_epoch=p.producer_epoch,
+                            last_sequence=p.last_sequence,
+                            last_timestamp=p.last_timestamp,
+                            coordinator_epoch=p.coordinator_epoch,
+                            current_txn_start_offset=p.current_txn_start_offset,
+                        )
+                        for p in sorted(plog.active_producers(), key=lambda p: p.producer_id)
+                    )
+            parts.append(
+                build(
+                    mod.PartitionResponse,
+                    partition_index=index,
+                    error_code=code,
+                    error_message=None,
+                    active_producers=producers,
+                )
+            )
+        topics.append(build(mod.TopicResponse, name=t.name, partitions=tuple(parts)))
+    return build(mod.DescribeProducersResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))
