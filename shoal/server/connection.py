@@ -6,8 +6,10 @@ processed concurrently (a long-poll Fetch must not hold back a Heartbeat), but r
 request order: each request takes a slot in ``_pending`` and the head of that queue is written as
 soon as it is ready (Redpanda's "processing out of order, responses in order").
 
-Handlers must apply their effects before their first ``await`` when order matters (Produce appends
-synchronously), because tasks start in creation order.
+Handlers start at once, inside ``data_received`` (an eager start: no Task unless the handler has
+to wait), so everything a handler does before its first ``await`` happens in request order;
+Produce appends before it awaits anything. Code before that first ``await`` runs outside any Task
+(``asyncio.current_task()`` is None there).
 
 Bad input never takes the broker down: a frame that cannot be a request closes this connection with
 one log line naming the client and the reason; a known API at a version we do not serve gets that
@@ -44,6 +46,42 @@ class _Slot:
         self.data: bytes | None = None
         self.ready = False
         self.close_after = False
+
+
+class _Continue:
+    """Awaitable that goes on driving a coroutine already started outside any Task.
+
+    The coroutine has yielded ``first`` (the future it waits on); the Task running us sees that
+    future, and every later send/throw is passed through, exactly as if the Task had run the
+    coroutine from the start.
+    """
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Any, first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Any:
+        coro = self.coro
+        yielded = self.first
+        while True:
+            try:
+                value = yield yielded
+            except BaseException as e:  # cancellation or anything thrown in by the Task
+                try:
+                    yielded = coro.throw(e)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(value)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _finish(coro: Any, first: Any) -> Any:
+    return await _Continue(coro, first)
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -145,7 +183,14 @@ class KafkaConnection(asyncio.Protocol):
         ctx.extra["connection"] = self
         self._pending.append(slot)
         self._track_in_flight(+1)
-        task = asyncio.ensure_future(self._run(spec.handler, ctx, request, slot))
+        # Start the handler right here (an "eager task"): most requests finish without waiting,
+        # and then no Task is created at all. One that does wait continues in a Task.
+        coro = self._run(spec.handler, ctx, request, slot)
+        try:
+            awaited = coro.send(None)
+        except StopIteration:
+            return
+        task = asyncio.ensure_future(_finish(coro, awaited))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
