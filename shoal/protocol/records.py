@@ -360,7 +360,7 @@ def _check_timestamps(h: BatchHeader, now_ms: int, before: int | None, after: in
             raise InvalidRecords("INVALID_TIMESTAMP", f"timestamp {ts} is out of range around {now_ms}")
 
 
-def _count_records(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
+def _count_records_py(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
     """Number of records between pos and end, by their length prefixes; -1 unless they fill it exactly."""
     count = 0
     try:
@@ -384,6 +384,12 @@ def _count_records(buf: bytes | bytearray | memoryview, pos: int, end: int) -> i
     except (IndexError, InvalidRecords):
         return -1
     return count if pos == end else -1
+
+
+try:  # the same loop in C (shoal/_native/speedups.c): ~30x faster on batches of small records
+    from shoal._native.speedups import count_records as _count_records
+except ImportError:  # not built: pure Python
+    _count_records = _count_records_py
 
 
 # --- offset assignment --------------------------------------------------------------------------

@@ -342,3 +342,19 @@ def test_garbage_compressed_payload_is_corrupt() -> None:
 
 def test_header_struct_is_61_bytes() -> None:
     assert HEADER.size == 61
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=20))
+def test_native_record_walk_agrees_with_python(raw: bytes, start: int) -> None:
+    from shoal.protocol import records
+
+    start = min(start, len(raw))
+    assert records._count_records(raw, start, len(raw)) == records._count_records_py(raw, start, len(raw))
+
+
+def test_native_record_walk_is_built() -> None:
+    # `pip install -e .` builds it; the fallback exists for machines without a compiler.
+    from shoal._native import speedups
+
+    batch = build_batch([(1, None, b"x" * 100, []) for _ in range(50)])
+    assert speedups.count_records(batch, 61, len(batch)) == 50
