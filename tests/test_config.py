@@ -107,7 +107,7 @@ class TestBrokerConfig:
         assert c.get("unclean.leader.election.enable") is False
         assert c.get("compression.type") == "producer"
         assert c.get("delete.topic.enable") is True
-        assert c.get("group.initial.rebalance.delay.ms") == 3000
+        assert c.get("group.initial.rebalance.delay.ms") == 500  # Shoal: a new group starts fast
         assert c.get("fetch.max.bytes") == 57671680
         assert c.get("connections.max.idle.ms") == 600000
         assert c.get("log.cleanup.policy") == ("delete",)

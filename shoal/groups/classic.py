@@ -35,7 +35,9 @@ that the handlers await. Nothing here blocks or sleeps; timeouts go through the 
 Deliberate deviations from Kafka:
 
 - a member that sends a second JoinGroup (or SyncGroup) while its first is still parked gets
-  REBALANCE_IN_PROGRESS on the first one (Kafka silently drops the first callback);
+  REBALANCE_IN_PROGRESS on the first one (Kafka silently drops the first callback); a member that
+  leaves or is removed while its SyncGroup is parked gets UNKNOWN_MEMBER_ID on it (Kafka never
+  answers it);
 - member ids are ``<client.id or instance id>-<uuid4>`` like Kafka's, from an injectable source.
 """
 
@@ -582,10 +584,13 @@ class ClassicGroupManager:
         return f"{instance_id if instance_id is not None else client_id}-{self.c.new_uuid()}"
 
     def cancel_timers(self, group: ClassicGroup) -> None:
+        """Cancel the group's timers (a member's timer is cancelled whenever it leaves, so the
+        current members and pending members are all that can be left)."""
         gid = group.group_id
         self._timer.cancel(_join_key(gid))
         self._timer.cancel(_sync_key(gid))
-        self._timer.cancel_matching(lambda k: isinstance(k, tuple) and k[:2] == ("classic-heartbeat", gid))
+        for mid in [*group.members, *group.pending_join]:
+            self._timer.cancel(_hb_key(gid, mid))
 
     def reschedule_heartbeat(self, group: ClassicGroup, member: ClassicMember, timeout_ms: int | None = None) -> None:
         gid, mid = group.group_id, member.member_id
@@ -935,6 +940,7 @@ class ClassicGroupManager:
 
     def _remove_member_and_update(self, group: ClassicGroup, member: ClassicMember, reason: str) -> None:
         group.complete_join_future(member, JoinResult(ErrorCode.unknown_member_id, UNKNOWN_MEMBER_ID))
+        group.complete_sync_future(member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
         self._timer.cancel(_hb_key(group.group_id, member.member_id))
         if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
@@ -1106,6 +1112,8 @@ class ClassicGroupManager:
         member = group.members[member_id]
         self._timer.cancel(_hb_key(group.group_id, member_id))
         group.complete_join_future(member, JoinResult(ErrorCode.unknown_member_id, UNKNOWN_MEMBER_ID))
+        # Kafka leaves a parked SyncGroup of a leaving member unanswered; answer it.
+        group.complete_sync_future(member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member_id)
 
     # -- loading ---------------------------------------------------------------------------------

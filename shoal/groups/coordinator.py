@@ -24,13 +24,20 @@ Offset expiry runs every ``offsets.retention.check.interval.ms``: offsets older 
 simple groups and for topics a Stable consumer group no longer subscribes to) get tombstones; an
 Empty group left without offsets is deleted (group tombstone).
 
+After a restart (or when this node becomes leader of a partition) the replay rebuilds every group
+from its last GroupMetadataValue, as Kafka does: a group that had members comes back Stable with
+its generation, members and assignments, and each member gets a fresh session timeout. Members
+that are still running carry on heartbeating with their member id, without a rebalance; those
+that are gone expire and the group rebalances (or becomes Empty). Offsets come back as committed.
+
 Everything runs on the event loop that called :meth:`start`; the log replay runs in a worker
 thread. Not thread-safe.
 
 Deliberate deviations from Kafka:
 
-- the whole partition is replayed at load (there is no log compaction yet, so the log holds every
-  commit ever made until retention of tombstoned keys exists);
+- the whole partition is replayed at load, into its final state (Kafka does the same, but on a
+  compacted log; until Shoal's log cleaner compacts ``__consumer_offsets`` the log keeps every
+  commit ever made, so the replay grows with the number of commits);
 - OffsetFetch with ``require_stable`` waits (up to offsets.commit.timeout.ms) for commits of the
   group still in flight, then answers UNSTABLE_OFFSET_COMMIT for any still pending (Kafka 2.x
   answers at once, Kafka 4 waits like this but never answers the error);
@@ -58,7 +65,6 @@ from shoal.groups.records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
-    OtherKey,
     RecordFormatError,
     decode_group_metadata_value,
     decode_key,

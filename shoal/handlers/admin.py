@@ -393,6 +393,9 @@ def _plan_partitions(image: MetadataImage, t: Any) -> list[tuple[int, ...]]:
     topic = image.topics.get(t.name)
     if topic is None:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+    if topic.internal:
+        # Group and transaction coordinators map ids to partitions by count: it must not change.
+        raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {topic.name}.")
     current = len(topic.partitions)
     if t.count < current:
         raise AdminError(

@@ -97,6 +97,12 @@ async def handle_produce(ctx, req):
                 parts.append(_partition_response(mod, p.index, ErrorCode.unknown_topic_or_partition))
                 failed = True
                 continue
+            if topic.internal:
+                # Only the broker writes its internal topics (Kafka: "Cannot append to internal topic").
+                parts.append(_partition_response(mod, p.index, ErrorCode.invalid_topic_exception,
+                                                 message=f"Cannot append to internal topic {t.name}"))
+                failed = True
+                continue
             pinfo = topic.partitions[p.index]
             plog = broker.partition_log(t.name, p.index) if pinfo.leader == broker.node_id else None
             if plog is None:

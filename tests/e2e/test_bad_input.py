@@ -205,3 +205,20 @@ def test_produce_with_corrupted_crc(broker, make_topic, topic_name, version):
 
     got = consume(broker.bootstrap, topic, [0], expected=4)
     assert [m.value() for m in got] == [b"good-1", b"good-2", b"good-1", b"good-2"]
+
+
+def test_clients_cannot_write_or_grow_internal_topics(broker):
+    """__consumer_offsets belongs to the group coordinator: produce and CreatePartitions refuse."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    p = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 5000})
+    errors = []
+    p.produce("__consumer_offsets", b"junk", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(10)
+    assert errors and errors[0] is not None and errors[0].code() == 17  # INVALID_TOPIC_EXCEPTION
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = admin.create_partitions([NewPartitions("__consumer_offsets", 60)])["__consumer_offsets"]
+    with pytest.raises(KafkaException) as info:
+        fut.result(timeout=10)
+    assert info.value.args[0].name() == "INVALID_REQUEST"

@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from e2e_helpers import OP_TIMEOUT, create_topic
@@ -204,6 +204,29 @@ def test_commit_survives_broker_restart_and_kill(fresh_broker, topic_name):
     admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
     res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(OP_TIMEOUT)
     assert [(tp.partition, tp.offset) for tp in res.topic_partitions] == [(0, 100)]
+
+
+def test_members_carry_on_across_a_coordinator_restart(fresh_broker, topic_name):
+    """The group comes back Stable from __consumer_offsets: members keep their member id and
+    generation, heartbeat on, and nothing is lost or consumed twice."""
+    create_topic(fresh_broker.bootstrap, topic_name, 4)
+    group = f"carry-on-{topic_name}"
+    counted: list = []
+    members = [Member(f"m{i}", fresh_broker.bootstrap, group, topic_name, counted) for i in range(2)]
+    try:
+        run_until(members, assignments_are(members, [2, 2], 4), "two members")
+        produce(fresh_broker.bootstrap, topic_name, 100, partitions=4)
+        run_until(members, lambda: len(counted) >= 100, "100 messages")
+        before = [m.rebalances for m in members]
+        fresh_broker.restart()
+        produce(fresh_broker.bootstrap, topic_name, 100, 100, partitions=4)
+        run_until(members, lambda: len(counted) >= 200, "100 more messages after the restart")
+        assert [m.rebalances for m in members] == before, "the restart caused a rebalance"
+    finally:
+        for m in members:
+            m.close()
+    values = Counter(v for _, _, v in counted)
+    assert sorted(values) == list(range(200)) and max(values.values()) == 1
 
 
 def test_cooperative_sticky_rebalance_moves_only_what_it_must(broker, make_topic, topic_name):
@@ -468,3 +491,37 @@ def test_bad_group_requests_get_kafka_errors_and_leave_others_alone(broker, make
         assert sorted(v for _, _, v in counted) == list(range(20))
     finally:
         good.close()
+
+
+def test_admin_client_group_operations(broker, make_topic, topic_name):
+    """What kafka-consumer-groups.sh-style tooling does: list, describe, alter and read offsets,
+    delete a group."""
+    from confluent_kafka import ConsumerGroupState
+
+    topic = make_topic(topic_name, partitions=2)
+    group = f"admin-{topic}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tps = [TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(OP_TIMEOUT)
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(OP_TIMEOUT)
+    assert sorted((tp.partition, tp.offset) for tp in res.topic_partitions) == [(0, 5), (1, 7)]
+    listed = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(OP_TIMEOUT)
+    assert group in {g.group_id for g in listed.valid}
+    desc = admin.describe_consumer_groups([group])[group].result(OP_TIMEOUT)
+    assert desc.state == ConsumerGroupState.EMPTY and desc.members == [] and desc.is_simple_consumer_group
+
+    c = group_consumer(broker.bootstrap, group)
+    try:
+        c.subscribe([topic])
+        wait_until(lambda: len(c.assignment()) == 2, "the member", consumers=[c])
+        desc = admin.describe_consumer_groups([group])[group].result(OP_TIMEOUT)
+        assert desc.state == ConsumerGroupState.STABLE and len(desc.members) == 1
+        assert sorted(tp.partition for tp in desc.members[0].assignment.topic_partitions) == [0, 1]
+        with pytest.raises(KafkaException) as e:
+            admin.delete_consumer_groups([group])[group].result(OP_TIMEOUT)
+        assert e.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        c.close()
+    admin.delete_consumer_groups([group])[group].result(OP_TIMEOUT)
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(OP_TIMEOUT)
+    assert all(tp.offset < 0 for tp in res.topic_partitions)

@@ -114,6 +114,7 @@ async def test_sync_is_answered_only_after_the_record_is_committed():
     b = (await env.join("g0", client_id="b")).member_id
     fb, fa = env.join("g0", b), env.join("g0", a)
     ra, rb = await fa, await fb
+    assert ra.generation_id == rb.generation_id == 2
     sa = env.sync("g0", ra.generation_id, a, {a: b"1", b: b"2"})
     await settle()
     assert not sa.done() and env.group("g0").state is S.COMPLETING_REBALANCE
@@ -303,7 +304,7 @@ async def test_cooperative_second_rebalance_when_metadata_changes():
     ra, rb = await fa, await fb
     assert ra.generation_id == rb.generation_id == 3
     sa, sb = env.sync("g", 3, a, {a: b"half", b: b"other"}), env.sync("g", 3, b)
-    assert (await sb).assignment == b"other"
+    assert ((await sa).assignment, (await sb).assignment) == (b"half", b"other")
 
 
 async def test_max_group_size():
