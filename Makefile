@@ -13,11 +13,13 @@ serve: install
 install:
 	$(PIP) install -q --disable-pip-version-check -e .
 
-# Everything the tests need: Debian packages (kcat) and Python packages (the real Kafka clients).
+# Everything the tests need: Debian packages (kcat; a Java runtime for Spark when there is none) and
+# Python packages (the real Kafka clients; PySpark and pyarrow for tests/spark).
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; fi
-	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+	$(PIP) install -q --disable-pip-version-check -e '.[test,spark]'
 
 # Install what the tests need, then run the whole suite.
 test: deps

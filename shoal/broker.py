@@ -28,8 +28,9 @@ log = logging.getLogger("shoal.broker")
 def handler_modules() -> list[Any]:
     from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
     from shoal.handlers import groups, offsets  # consumer groups and committed offsets
+    from shoal.handlers import consumer_groups  # KIP-848 ConsumerGroupHeartbeat/Describe
 
-    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets]
+    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets, consumer_groups]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Broker:
             retention_check_interval_ms=int(config.get("log.retention.check.interval.ms")),
             producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")),
         )
+        self.logs.cleaner_enabled = bool(config.get("log.cleaner.enable"))
+        self.logs.cleaner_backoff_ms = int(config.get("log.cleaner.backoff.ms"))
         self.registry = Registry(handler_modules())
         from shoal.handlers.producer_ids import ProducerIdManager
 
@@ -114,6 +117,7 @@ class Broker:
 
         await asyncio.to_thread(self.logs.load, config_for)
         self._reconcile(None, self.metadata.image)
+        self._restore_high_watermarks(self.metadata.image)
         self.metadata.subscribe(self._on_metadata)
         # -- groups: the coordinator exists before clients can connect (it answers
         # COORDINATOR_NOT_AVAILABLE until started below).
@@ -125,13 +129,19 @@ class Broker:
 
         for name, host, port in self.static_config.listeners:
             server = await loop.create_server(
-                lambda name=name: KafkaConnection(self, name), host=host, port=port, reuse_address=True
+                lambda name=name: KafkaConnection(self, name),
+                host=host,
+                port=port,
+                reuse_address=True,
+                start_serving=False,  # not before this broker is registered and its groups loaded
             )
             actual = server.sockets[0].getsockname()[1]
             self.listeners.append(Listener(name, host, actual))
             self._servers.append(server)
         await self.metadata.register_broker(self._broker_info())
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
+        for server in self._servers:
+            await server.start_serving()
         self._periodic = asyncio.create_task(self._run_periodic())
         log.info(
             "broker %d started: %s, data in %s, cluster id %s",
@@ -231,6 +241,16 @@ class Broker:
                 topic = new.topics.get(name)
                 if topic is None or partition >= len(topic.partitions):
                     self.logs.delete_partition(name, partition)
+
+    def _restore_high_watermarks(self, image: MetadataImage) -> None:
+        """After a restart, a leader that is its partition's whole ISR has every logged batch
+        replicated, so its high watermark is the log end (the checkpoint may be older)."""
+        for name, topic in image.topics.items():
+            for p in topic.partitions:
+                if p.leader == self.node_id and (p.isr == (self.node_id,) or not p.isr):
+                    plog = self.logs.get(name, p.partition)
+                    if plog is not None:
+                        plog.high_watermark = plog.log_end_offset
 
     # -- partition access for handlers -----------------------------------------------------
 

@@ -455,6 +455,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("group.max.size", "int", INT_MAX, "Maximum number of members of one consumer group.", at_least(1)),
         _d("group.consumer.session.timeout.ms", "int", 45000, "Session timeout of consumer-protocol members."),
         _d("group.consumer.heartbeat.interval.ms", "int", 5000, "Heartbeat interval of consumer-protocol members."),
+        # KIP-848 (shoal.groups.consumer): server-side assignors, first = default; group size cap.
+        _d(
+            "group.consumer.assignors",
+            "list",
+            ("uniform", "range"),
+            "Server-side assignors of consumer-protocol groups, the first being the default.",
+            list_of("uniform", "range", allow_empty=False),
+        ),
+        _d("group.consumer.max.size", "int", INT_MAX, "Maximum number of members of a consumer-protocol group.", at_least(1)),
+        _d(
+            "group.coordinator.rebalance.protocols",
+            "list",
+            ("classic", "consumer"),
+            "Rebalance protocols the group coordinator accepts (consumer: KIP-848 ConsumerGroupHeartbeat).",
+            list_of("classic", "consumer", allow_empty=False),
+        ),
         _d("offsets.commit.timeout.ms", "int", 5000, "Offset commits wait this long for replication.", at_least(1)),
         _d(
             "offsets.retention.check.interval.ms",
@@ -1212,6 +1228,10 @@ def log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> "LogConfig
         "preallocate": v("preallocate"),
         "message_timestamp_before_max_ms": v("message.timestamp.before.max.ms"),
         "message_timestamp_after_max_ms": v("message.timestamp.after.max.ms"),
+        "min_cleanable_dirty_ratio": v("min.cleanable.dirty.ratio"),
+        "min_compaction_lag_ms": v("min.compaction.lag.ms"),
+        "max_compaction_lag_ms": v("max.compaction.lag.ms"),
+        "delete_retention_ms": v("delete.retention.ms"),
     }
     fields = {f.name: f for f in dataclasses.fields(LogConfig)}
     cp = fields.get("cleanup_policy")

@@ -35,9 +35,9 @@ thread. Not thread-safe.
 
 Deliberate deviations from Kafka:
 
-- the whole partition is replayed at load, into its final state (Kafka does the same, but on a
-  compacted log; until Shoal's log cleaner compacts ``__consumer_offsets`` the log keeps every
-  commit ever made, so the replay grows with the number of commits);
+- the whole partition is replayed at load, into its final state, as Kafka does; the log cleaner
+  (shoal.storage.cleaner) compacts ``__consumer_offsets`` so the replay stays proportional to the
+  live groups and offsets;
 - OffsetFetch with ``require_stable`` waits (up to offsets.commit.timeout.ms) for commits of the
   group still in flight, then answers UNSTABLE_OFFSET_COMMIT for any still pending (Kafka 2.x
   answers at once, Kafka 4 waits like this but never answers the error);
@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from shoal.clock import Clock
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from shoal.groups.config import GroupConfig
+from shoal.groups.consumer import ConsumerGroup, ConsumerGroupManager  # KIP-848
 from shoal.groups.group import Group, OffsetAndMetadata
 from shoal.groups.offsets import OffsetStore
 from shoal.groups.records import (
@@ -70,7 +71,6 @@ from shoal.groups.records import (
     decode_key,
     decode_offset_commit_value,
     encode_offset_commit_value,
-    group_metadata_key,
     offset_commit_key,
     partition_for,
 )
@@ -168,6 +168,8 @@ class GroupCoordinator:
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._record_types: dict[int, RecordReplay] = {}
+        # KIP-848: the consumer protocol's groups (registers its record types 3-8 above).
+        self.consumer = ConsumerGroupManager(self)
         self._commit_waiters = Purgatory()  # keyed by group id: a commit finished
         self._timer_task: asyncio.Task[None] | None = None
         self._broker: Broker | None = None
@@ -385,6 +387,7 @@ class GroupCoordinator:
                 log.debug("%s-%d offset %d: no replay for key version %d", OFFSETS_TOPIC, partition, offset, version)
                 continue
             fn(self, partition, offset, key, value)
+        self.consumer.on_partition_loaded(partition)  # KIP-848: install the replayed consumer groups
 
     def unload_partition(self, partition: int) -> None:
         self._owned.pop(partition, None)
@@ -500,9 +503,17 @@ class GroupCoordinator:
 
     def join_other_group(self, group: Group, req: JoinRequest) -> "asyncio.Future[JoinResult]":
         """A classic JoinGroup for a group of another protocol. Kafka lets classic members join a
-        KIP-848 group ("online migration"); until that exists, INCONSISTENT_GROUP_PROTOCOL."""
+        KIP-848 group ("online migration"); until that exists, INCONSISTENT_GROUP_PROTOCOL.
+
+        KIP-848: an *empty* consumer group is converted to a classic one first (offline
+        downgrade, as Kafka does): its records get tombstones, its offsets stay."""
+        code = ErrorCode.inconsistent_group_protocol
+        if isinstance(group, ConsumerGroup) and group.is_empty():
+            code = self.consumer.downgrade_empty_group(group)
+            if code == ErrorCode.none:
+                return self.classic.join(req)
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, req.member_id))
+        fut.set_result(JoinResult(code, req.member_id))
         return fut
 
     def sync_group(
@@ -759,7 +770,7 @@ class GroupCoordinator:
             for group in groups:
                 for topic, p in self.offsets.remove_group(group.group_id):
                     records.append((offset_commit_key(group.group_id, topic, p), None))
-                records.append((group_metadata_key(group.group_id), None))
+                records.extend(group.tombstone_records())  # KIP-848: each kind names its own records
                 self.remove_group(group)
                 log.info("group %s: deleted", group.group_id)
             waits.append((groups, self.write(partition, records)))
@@ -851,7 +862,7 @@ class GroupCoordinator:
                 and not self.offsets.has_pending(gid)
                 and not (isinstance(group, ClassicGroup) and group.pending_join)
             ):
-                records.append((group_metadata_key(gid), None))
+                records.extend(group.tombstone_records())  # KIP-848: each kind names its own records
                 self.remove_group(group)
                 log.info("group %s: removed (empty, no offsets left)", gid)
         for partition, records in by_partition.items():

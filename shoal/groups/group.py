@@ -84,3 +84,10 @@ class Group(abc.ABC):
     @abc.abstractmethod
     def mark_dead(self) -> None:
         """The group is being deleted or unloaded: fail whatever requests are parked on it."""
+
+    def tombstone_records(self) -> list[tuple[bytes, bytes | None]]:
+        """Tombstones for every record naming the group in ``__consumer_offsets`` except its
+        offsets (DeleteGroups, expiry). The classic protocol has one; KIP-848 groups several."""
+        from shoal.groups.records import group_metadata_key
+
+        return [(group_metadata_key(self.group_id), None)]

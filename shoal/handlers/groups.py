@@ -10,7 +10,9 @@ Deviations from Kafka:
 - FindCoordinator for transactions (key_type 1) answers COORDINATOR_NOT_AVAILABLE: there is no
   transaction coordinator yet (Kafka would create ``__transaction_state`` and answer its leader);
   share groups (key_type 2, KIP-932) answer INVALID_REQUEST, as Kafka does with share groups off.
-- DescribeGroups describes classic groups only (a KIP-848 group reads as not found / Dead).
+- DescribeGroups describes classic groups only: a KIP-848 group reads as Dead with GROUP_ID_NOT_FOUND
+  (v6+; no error before), exactly as Kafka answers; ConsumerGroupDescribe (69) describes it.
+  ListGroups lists both kinds (v5 ``group_type`` "classic" / "consumer").
 - ``authorized_operations`` is the full group operation set when asked for (no authorizer yet).
 """
 

@@ -14,6 +14,8 @@ class LogConfig:
     ``retention_ms``/``retention_bytes`` of -1 mean unlimited. ``flush_messages``/``flush_ms`` are
     Kafka's defaults (never fsync: the page cache and replication are the durability story).
     ``message_timestamp_{before,after}_max_ms`` bound CreateTime timestamps (INVALID_TIMESTAMP).
+    The last four drive compaction (``shoal.storage.cleaner``) when ``cleanup_policy`` has
+    ``compact``: min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms.
     """
 
     segment_bytes: int = 1073741824
@@ -31,6 +33,10 @@ class LogConfig:
     cleanup_policy: str = "delete"
     message_timestamp_before_max_ms: int = MAX_LONG
     message_timestamp_after_max_ms: int = MAX_LONG
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG
+    delete_retention_ms: int = 86400000
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
@@ -41,6 +47,12 @@ class LogConfig:
             raise ValueError("segment.index.bytes must be at least 12")
         if self.index_interval_bytes < 0:
             raise ValueError("index.interval.bytes must not be negative")
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError("min.cleanable.dirty.ratio must be between 0 and 1")
+        if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
+            raise ValueError("min.compaction.lag.ms and delete.retention.ms must not be negative")
+        if self.max_compaction_lag_ms < 1:
+            raise ValueError("max.compaction.lag.ms must be at least 1")
 
     @property
     def log_append_time(self) -> bool:
@@ -49,3 +61,7 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policy

@@ -17,6 +17,13 @@ log end offset so the next start replays nothing. ``run_periodic`` forgets produ
 ``producer_id_expiration_ms`` (producer.id.expiration.ms), checked every
 ``producer_id_expiration_check_interval_ms`` (Kafka's producer.id.expiration.check.interval.ms).
 
+Compaction (``shoal.storage.cleaner``): ``run_periodic`` also runs the log cleaner for at most
+``cleaner_time_budget_ms`` (measured on the clock's monotonic reading) per call, in steps of
+``cleaner_step_bytes``: it resumes a pass in progress, else picks the compacted log with the
+highest dirty ratio that needs cleaning (Kafka's ``grabFilthiestCompactedLog``), and when none
+does it waits ``cleaner_backoff_ms`` (log.cleaner.backoff.ms) before looking again.
+``cleaner_enabled`` is log.cleaner.enable. Each partition keeps its own cleaner checkpoint.
+
 ``load``, ``run_periodic`` and ``close`` block on disk and are meant for a worker thread;
 ``get``/``get_or_create``/``delete_partition`` are quick and may be called from the event loop,
 also while ``run_periodic`` runs in a thread.
@@ -33,6 +40,7 @@ from dataclasses import dataclass
 
 from shoal.clock import Clock
 from shoal.storage.cache import FileHandles, IndexCache
+from shoal.storage.cleaner import DEFAULT_MAX_MAP_ENTRIES
 from shoal.storage.config import LogConfig
 from shoal.storage.fs import DEFAULT_FS, FileSystem
 from shoal.storage.log import LogClosed, PartitionLog, PartitionState, parse_partition_dir
@@ -53,6 +61,8 @@ class MaintenanceReport:
     flushed: int = 0
     purged_files: int = 0
     expired_producers: int = 0
+    compacted_bytes: int = 0  # read by the cleaner (mapping and rewriting)
+    compaction_passes: int = 0  # finished passes (their checkpoints moved)
     checkpointed: bool = False
     errors: int = 0
 
@@ -106,6 +116,11 @@ class LogManager:
         retention_check_interval_ms: int = 300000,
         producer_id_expiration_ms: int = 86400000,
         producer_id_expiration_check_interval_ms: int = 600000,
+        cleaner_enabled: bool = True,
+        cleaner_time_budget_ms: int = 200,
+        cleaner_step_bytes: int = 1024 * 1024,
+        cleaner_backoff_ms: int = 15000,
+        cleaner_max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
     ) -> None:
         self.data_dir = os.fspath(data_dir)
         self.clock = clock
@@ -119,6 +134,12 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self._last_producer_expiry_ms: int | None = None
+        self.cleaner_enabled = cleaner_enabled
+        self.cleaner_time_budget_ms = cleaner_time_budget_ms
+        self.cleaner_step_bytes = cleaner_step_bytes
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.cleaner_max_map_entries = cleaner_max_map_entries
+        self._cleaner_idle_until: int | None = None
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()  # creation and deletion of logs
         self._checkpoint_lock = threading.Lock()
@@ -235,7 +256,8 @@ class LogManager:
 
     def run_periodic(self, now_ms: int) -> MaintenanceReport:
         """Retention and time rolls (every ``retention_check_interval_ms``), fsyncs due by
-        flush.ms/flush.messages or a roll, removal of retired files, and the state checkpoint.
+        flush.ms/flush.messages or a roll, removal of retired files, compaction (``run_cleaner``,
+        within ``cleaner_time_budget_ms``), and the state checkpoint.
         Blocking: run it in a worker thread."""
         report = MaintenanceReport()
         do_retention = (
@@ -261,6 +283,8 @@ class LogManager:
                 log.exception("maintenance of %s failed", plog)
         if do_retention:
             self._last_retention_ms = now_ms
+        if self.cleaner_enabled:
+            self.run_cleaner(now_ms, report)
         if do_expiry:
             self._last_producer_expiry_ms = now_ms
         last = self._last_checkpoint_ms
@@ -269,6 +293,69 @@ class LogManager:
             self._last_checkpoint_ms = now_ms
             report.checkpointed = True
         return report
+
+    def run_cleaner(self, now_ms: int, report: MaintenanceReport | None = None) -> MaintenanceReport:
+        """Compact logs for at most ``cleaner_time_budget_ms`` (see the module docstring).
+        Blocking: run it in a worker thread (``run_periodic`` calls it)."""
+        report = report if report is not None else MaintenanceReport()
+        idle = self._cleaner_idle_until
+        if idle is not None and now_ms < idle:
+            return report
+        clock = self.clock
+        deadline = clock.monotonic() + self.cleaner_time_budget_ms / 1000.0
+        skip: set[int] = set()
+        while True:
+            plog = self._log_to_clean(now_ms, skip)
+            if plog is None:
+                self._cleaner_idle_until = now_ms + self.cleaner_backoff_ms
+                break
+            self._cleaner_idle_until = None
+            try:
+                result = plog.compact(
+                    now_ms, budget_bytes=self.cleaner_step_bytes, max_map_entries=self.cleaner_max_map_entries
+                )
+            except LogClosed:
+                skip.add(id(plog))
+                continue
+            except Exception:  # a storage error, or a bug: the other logs and upkeep go on
+                report.errors += 1
+                log.exception("compaction of %s failed", plog)
+                skip.add(id(plog))
+                continue
+            report.compacted_bytes += result.stats.bytes_read
+            if result.pass_complete:
+                report.compaction_passes += 1
+                # One pass per log per call: its ratio is fresh, the others wait their turn.
+                skip.add(id(plog))
+            elif not result.started or result.aborted:
+                if result.aborted:
+                    log.info("compaction of %s restarts: %s", plog, result.aborted)
+                skip.add(id(plog))
+            if clock.monotonic() >= deadline:
+                break
+        return report
+
+    def _log_to_clean(self, now_ms: int, skip: set[int]) -> PartitionLog | None:
+        """A log with a pass in progress, else the filthiest compacted log that needs cleaning."""
+        best: PartitionLog | None = None
+        best_ratio = -1.0
+        for plog in self.logs():
+            if id(plog) in skip or plog.closed:
+                continue
+            if plog.compaction_in_progress:
+                return plog
+            try:
+                info = plog.cleanable_info(now_ms)
+            except OSError:
+                log.exception("cannot tell how dirty %s is", plog)
+                skip.add(id(plog))
+                continue
+            if info is None or not info.should_clean(plog.config.min_cleanable_dirty_ratio):
+                continue
+            ratio = 2.0 if info.needs_compaction_now else info.dirty_ratio
+            if ratio > best_ratio:
+                best, best_ratio = plog, ratio
+        return best
 
     def checkpoint(self) -> None:
         """Write ``shoal-log-state`` atomically (one writer at a time)."""

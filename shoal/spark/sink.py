@@ -1,0 +1,198 @@
+"""The ``shoal`` data source's writers: batch (``df.write``) and streaming (``df.writeStream``).
+
+A DataFrame with a ``value`` column (string or binary) and optionally ``key`` (string or binary),
+``topic`` (string), ``partition`` (int) and ``headers`` (array<struct<key string, value binary>>),
+as Spark's Kafka sink takes it; other columns are ignored. The ``topic`` option, when given,
+overrides the ``topic`` column. Rows are produced from the executors with librdkafka's idempotent
+producer (``enable.idempotence``, ``acks=all``): a retried produce request is never written twice.
+Rows without a ``partition`` go where Java's partitioner would put them (``murmur2_random``).
+
+Streaming writes and replayed micro-batches
+-------------------------------------------
+Spark commits a micro-batch in two steps: the sink's ``commit(batchId)`` on the driver, then the
+query's own commit log in the checkpoint. A query that dies between the two re-runs that batch
+when it restarts. So that such a replay is not written twice, the sink keeps its own commit log:
+a one-partition Shoal topic per query, ``__shoal-spark-sink-<query id>`` (the prefix is the
+``sinkCommitLogTopicPrefix`` option; the query id is the one stored in the checkpoint, so it is
+the same after a restart). ``commit(batchId)`` appends ``{"queryId", "batchId", "records",
+"committedAtMs"}`` to it. Each write task reads the batch id and query id from Spark's task-local
+properties (``streaming.sql.batchId``, ``sql.streaming.queryId``) and the last record of the commit
+log; if its batch is already committed, it writes nothing. Batches commit in order, so one record
+(the last) answers the question. The topic keeps its records forever (``retention.ms=-1``); delete
+it together with the checkpoint.
+
+What this does not cover: a batch whose tasks wrote some records but which never committed (the
+query died mid-batch, or a task was retried after a partial write) is written again in full when
+it is re-run. Without transactions on the broker that part stays at-least-once, as Spark's own
+Kafka sink is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from shoal.spark.kafka import CommitLog, RecordProducer
+from shoal.spark.options import OptionError, SinkOptions
+
+try:  # PySpark >= 4.1
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM = True
+except ImportError:  # PySpark 4.0: rows only
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+
+    _ARROW_STREAM = False
+
+__all__ = ["ShoalCommitMessage", "ShoalBatchWriter", "ShoalStreamWriter", "check_sink_schema", "commit_log_topic"]
+
+log = logging.getLogger("shoal.spark")
+
+DEFAULT_COMMIT_LOG_PREFIX = "__shoal-spark-sink-"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
+    """Spark's Kafka sink checks, with its wording."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("Required attribute 'value' not found")
+    text_or_bytes = (StringType(), BinaryType())
+    if fields["value"] not in text_or_bytes:
+        raise OptionError(f"value attribute type must be a string or binary, not {fields['value'].simpleString()}")
+    if "key" in fields and fields["key"] not in text_or_bytes:
+        raise OptionError(f"key attribute type must be a string or binary, not {fields['key'].simpleString()}")
+    if topic_option is None:
+        if "topic" not in fields:
+            raise OptionError(
+                "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
+            )
+    if "topic" in fields and fields["topic"] != StringType():
+        raise OptionError(f"topic attribute type must be a string, not {fields['topic'].simpleString()}")
+    if "partition" in fields and fields["partition"] != IntegerType():
+        raise OptionError(f"partition attribute type must be an int, not {fields['partition'].simpleString()}")
+    if "headers" in fields:
+        want = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
+        got = fields["headers"]
+        ok = (
+            isinstance(got, ArrayType)
+            and isinstance(got.elementType, StructType)
+            and [(f.name, f.dataType) for f in got.elementType.fields] == [(f.name, f.dataType) for f in want.elementType.fields]
+        )
+        if not ok:
+            raise OptionError(f"headers attribute type must be {want.simpleString()}, not {got.simpleString()}")
+
+
+def commit_log_topic(prefix: str | None, query_id: str) -> str:
+    return (prefix or DEFAULT_COMMIT_LOG_PREFIX) + query_id
+
+
+@dataclass
+class ShoalCommitMessage(WriterCommitMessage):
+    records: int
+    query_id: str | None = None
+    batch_id: int | None = None
+    skipped: bool = False
+
+
+def _normalised(batches: Iterator[Any]) -> Iterator[Any]:
+    """Arrow batches whose column names are lower case (Spark's columns are case-insensitive)."""
+    for b in batches:
+        names = [n.lower() for n in b.schema.names]
+        yield b if names == b.schema.names else b.rename_columns(names)
+
+
+def _produce(opts: SinkOptions, batches: Iterator[Any]) -> int:
+    producer = RecordProducer(opts.conf, opts.topic)
+    for batch in _normalised(batches):
+        producer.send_batch(batch)
+    producer.flush()
+    return producer.count
+
+
+class ShoalBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("shoal")``: every row produced once (idempotent producer)."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_sink_schema(schema, opts.topic)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
+        return ShoalCommitMessage(records=_produce(self.opts, iterator))
+
+    def commit(self, messages: list) -> None:
+        n = sum(m.records for m in messages if m is not None)
+        log.info("wrote %d records to Shoal", n)
+
+    def abort(self, messages: list) -> None:
+        n = sum(m.records for m in messages if m is not None)
+        log.warning("write job failed; %d records of its finished tasks were already produced and stay", n)
+
+
+def _rows_to_batches(rows: Iterator[Any], size: int = 4096) -> Iterator[Any]:
+    """PySpark 4.0's stream writers get Rows; group them into Arrow batches."""
+    import pyarrow as pa
+
+    chunk: list[dict] = []
+    for row in rows:
+        d = row.asDict(recursive=True)
+        if d.get("headers") is not None:
+            d["headers"] = [dict(h) for h in d["headers"]]
+        chunk.append(d)
+        if len(chunk) >= size:
+            yield pa.RecordBatch.from_pylist(chunk)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk)
+
+
+class ShoalStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
+    """``df.writeStream.format("shoal")``: micro-batches, a replayed committed one written not again."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType, clock: Callable[[], float] = time.time) -> None:
+        check_sink_schema(schema, opts.topic)
+        self.opts = opts
+        self.clock = clock
+
+    def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None
+        if batch_id is None or query_id is None:
+            raise RuntimeError("the Shoal stream writer runs outside a streaming query's task (no batch id)")
+        batch = int(batch_id)
+        commits = CommitLog(self.opts.conf, commit_log_topic(self.opts.commit_log_prefix, query_id))
+        last = commits.last_committed()
+        if last is not None and batch <= last:
+            log.warning("batch %d of query %s is already committed (commit log %s at %d); not writing it again",
+                        batch, query_id, commits.topic, last)
+            return ShoalCommitMessage(records=0, query_id=query_id, batch_id=batch, skipped=True)
+        batches = iterator if _ARROW_STREAM else _rows_to_batches(iterator)
+        return ShoalCommitMessage(records=_produce(self.opts, batches), query_id=query_id, batch_id=batch)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        done = [m for m in messages if m is not None]
+        if not done:
+            return  # nothing ran, nothing written
+        query_id = done[0].query_id
+        if all(m.skipped for m in done):
+            return  # a replay of a committed batch: already in the log
+        commits = CommitLog(self.opts.conf, commit_log_topic(self.opts.commit_log_prefix, query_id))
+        commits.ensure_topic()
+        last = commits.last_committed()
+        if last is not None and batchId <= last:
+            return
+        commits.record(query_id, batchId, sum(m.records for m in done), int(self.clock() * 1000))
+
+    def abort(self, messages: list, batchId: int) -> None:
+        n = sum(m.records for m in messages if m is not None)
+        log.warning("micro-batch %d failed; %d records of its finished tasks were already produced and stay "
+                    "(the batch is written again when re-run)", batchId, n)
