@@ -340,6 +340,10 @@ class ConsumerGroup(Group):
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
         self.deleted = True  # until a ConsumerGroupMetadata value is applied
         self.dead = False
+        # Bumped whenever a member's subscription may have changed: keys the manager's cache of
+        # the subscription metadata, so a steady heartbeat does not walk every member.
+        self.subscriptions_version = 0
+        self.sub_meta_cache: tuple[int, int, dict[str, cr.TopicMetadata]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -496,6 +500,7 @@ class ConsumerGroup(Group):
                 assert isinstance(value, cr.TargetAssignmentMemberValue)
                 self.target[mid] = _norm(value.partitions)
         elif v == cr.MEMBER_METADATA:
+            self.subscriptions_version += 1
             mid = key.member or ""
             if value is None:
                 self._remove_member(mid)
@@ -772,6 +777,21 @@ class ConsumerGroupManager:
             names |= self.resolve_regex(member.subscribed_topic_regex)
         return names
 
+    def _group_subscription_metadata(
+        self, group: ConsumerGroup, members: Mapping[str, ConsumerMember], same_subscriptions: bool
+    ) -> dict[str, cr.TopicMetadata]:
+        """The subscription metadata of ``members``; cached per (metadata version, subscriptions
+        version) when the members subscribe to what the group's members do."""
+        image = self.image()
+        if not same_subscriptions or image is None:
+            return self._subscription_metadata(members.values())
+        cached = group.sub_meta_cache
+        if cached is not None and cached[0] == image.epoch and cached[1] == group.subscriptions_version:
+            return cached[2]
+        out = self._subscription_metadata(members.values())
+        group.sub_meta_cache = (image.epoch, group.subscriptions_version, out)
+        return out
+
     def _subscription_metadata(self, members: Iterable[ConsumerMember]) -> dict[str, cr.TopicMetadata]:
         image = self.image()
         out: dict[str, cr.TopicMetadata] = {}
@@ -804,6 +824,9 @@ class ConsumerGroupManager:
                 log.info("group %s: heartbeat of %r (epoch %d): %s %s", req.group_id, req.member_id,
                          req.member_epoch, e.code.name, e.message or "")
             return HeartbeatResult(e.code, e.message)
+        except Exception as e:  # a bug: nothing was written; answer as Kafka does
+            log.exception("group %s: heartbeat of %r failed", req.group_id, req.member_id)
+            return HeartbeatResult(ErrorCode.unknown_server_error, str(e))
         err = await self._execute(plan)
         if err != ErrorCode.none:
             return HeartbeatResult(err)
@@ -967,7 +990,13 @@ class ConsumerGroupManager:
         if replaced is not None:
             members_after.pop(replaced.member_id, None)
         members_after[member_id] = updated
-        sub_meta = self._subscription_metadata(members_after.values())
+        same_subscriptions = (
+            replaced is None
+            and member_id in group.members
+            and updated.subscribed_topic_names == member.subscribed_topic_names
+            and updated.subscribed_topic_regex == member.subscribed_topic_regex
+        )
+        sub_meta = self._group_subscription_metadata(group, members_after, same_subscriptions)
         if sub_meta != group.subscription_metadata:
             records.append((cr.ConsumerKey(cr.PARTITION_METADATA, gid), cr.PartitionMetadataValue(tuple(sub_meta.values()))))
             bump = True
