@@ -29,8 +29,9 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
     from shoal.handlers import groups, offsets  # consumer groups and committed offsets
     from shoal.handlers import consumer_groups  # KIP-848 ConsumerGroupHeartbeat/Describe
+    from shoal.handlers import sasl  # auth: SaslHandshake/SaslAuthenticate, SCRAM credentials
 
-    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets, consumer_groups]
+    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets, consumer_groups, sasl]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Broker:
         )
         self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
         self.listeners: list[Listener] = []
+        self.listener_security: dict[str, Any] = {}  # auth: name -> shoal.auth.ListenerSecurity
         self._servers: list[asyncio.base_events.Server] = []
         self._config_cache: tuple[int, BrokerConfig] | None = None
         self._log_configs: dict[str, LogConfig] = {}
@@ -109,6 +111,11 @@ class Broker:
 
     async def start(self) -> None:
         await self.metadata.start()
+        # -- auth: TLS contexts and SASL settings per listener; bootstrap SCRAM users.
+        from shoal.auth import ensure_bootstrap_users, listener_security
+
+        self.listener_security = listener_security(self.static_config)
+        await ensure_bootstrap_users(self.static_config, self.metadata)
         image = self.metadata.image
 
         def config_for(topic: str) -> LogConfig:
@@ -132,6 +139,7 @@ class Broker:
                 lambda name=name: KafkaConnection(self, name),
                 host=host,
                 port=port,
+                ssl=self.listener_security[name].ssl_context,  # auth: None unless SSL/SASL_SSL
                 reuse_address=True,
                 start_serving=False,  # not before this broker is registered and its groups loaded
             )

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         cli_topics = None  # type: ignore[assignment]
     if cli_topics is not None:
         cli_topics.add_parser(sub)
+    from shoal import cli_users; cli_users.add_parser(sub)  # auth: shoal scram set|delete|describe
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -491,6 +491,35 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("controller.quorum.bootstrap.servers", "list", (), "Accepted for KRaft compatibility; informational."),
         _d("inter.broker.listener.name", "string", None, "Listener used between brokers; defaults to the first one."),
         _d("metadata.log.dir", "string", None, "Accepted for KRaft compatibility; informational."),
+        # -- auth: TLS and SASL (shoal.auth). Per listener: listener.name.<name>.<config>.
+        _d("ssl.keystore.type", "string", "PEM", "Format of the key store: PEM only (JKS and PKCS12 are refused).",
+           one_of("PEM", case_sensitive=False)),
+        _d("ssl.keystore.location", "string", None, "PEM file with the server certificate (chain) and its private key."),
+        _d("ssl.keystore.password", "password", None, "Accepted for compatibility; a PEM key store has none."),
+        _d("ssl.key.password", "password", None, "Password of an encrypted private key."),
+        _d("ssl.certificate.location", "string", None,
+           "Shoal: PEM certificate (chain) of the server, with ssl.key.location (instead of ssl.keystore.location)."),
+        _d("ssl.key.location", "string", None, "Shoal: PEM private key of the server (see ssl.certificate.location)."),
+        _d("ssl.truststore.type", "string", "PEM", "Format of the trust store: PEM only.", one_of("PEM", case_sensitive=False)),
+        _d("ssl.truststore.location", "string", None, "PEM file of the CA certificates that verify client certificates."),
+        _d("ssl.truststore.password", "password", None, "Accepted for compatibility; a PEM trust store has none."),
+        _d("ssl.client.auth", "string", "none", "Client certificates: none, requested or required.",
+           one_of("none", "requested", "required")),
+        _d("ssl.principal.mapping.rules", "string", "DEFAULT",
+           "Rules (RULE:pattern/replacement/[LU],...,DEFAULT) mapping a certificate's subject to a user name."),
+        _d("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"), "TLS versions the broker accepts.",
+           list_of("TLSv1.2", "TLSv1.3", allow_empty=False)),
+        _d("ssl.cipher.suites", "list", (), "OpenSSL cipher list for TLSv1.2 (empty: OpenSSL's defaults)."),
+        _d("sasl.enabled.mechanisms", "list", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+           "SASL mechanisms the SASL listeners accept (Kafka's default, GSSAPI, is not supported).",
+           list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        _d("connections.max.reauth.ms", "long", 0,
+           "SASL sessions expire this long after authenticating; clients re-authenticate (KIP-368). 0: never.",
+           at_least(0)),
+        _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
+        _d("shoal.sasl.bootstrap.users", "password", None,
+           "Shoal: USER:PASSWORD,... whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials are created at start-up "
+           "(salted hashes are stored, never the password), so a broker with only SASL listeners can be used."),
     ]
 }
 
@@ -874,7 +903,7 @@ class BrokerConfig:
             props.update(parse_properties(Path(path).read_text(encoding="utf-8")))
         props.update({str(k): str(v) for k, v in (overrides or {}).items()})
         for k in props:
-            if k not in BROKER_CONFIGS:
+            if k not in BROKER_CONFIGS and not k.startswith("listener.name."):
                 log.warning("unknown broker config %r is kept but not used", k)
         return cls(props)
 
@@ -1001,6 +1030,14 @@ class BrokerConfig:
         if value is None:
             return self.listeners
         return parse_listeners("advertised.listeners", value)
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """``listener.name.<listener>.<name>`` if set (auth: per-listener ssl.* / sasl.*), else ``name``."""
+        key = f"listener.name.{listener.lower()}.{name}"
+        if key in self._static:
+            d = BROKER_CONFIGS.get(name)
+            return d.parse(self._static[key]) if d is not None else self._static[key]
+        return self.get(name)
 
     @property
     def listener_security_protocols(self) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import uuid
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable, Mapping
 
 
@@ -66,6 +67,20 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A SCRAM credential (auth): salted hashes only, never the password."""
+
+    mechanism: str  # "SCRAM-SHA-256" or "SCRAM-SHA-512"
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+_NO_CREDENTIALS: Mapping[str, Mapping[str, ScramCredential]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
     controller_id: int
@@ -74,6 +89,10 @@ class MetadataImage:
     topics_by_id: Mapping[uuid.UUID, TopicInfo]
     broker_configs: Mapping[str, str]  # dynamic cluster-wide overrides (AlterConfigs on broker)
     epoch: int = 0  # bumps on every change
+    # auth: user -> mechanism -> credential (SCRAM salted hashes only)
+    scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(
+        default_factory=lambda: _NO_CREDENTIALS
+    )
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -136,3 +155,21 @@ class MetadataStore(abc.ABC):
         store, so ids are unique across brokers and restarts; the reservation is durable before
         this returns, and ids of a block a broker did not use are never handed out again.
         """
+
+    # -- auth: SCRAM credentials ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def set_scram_credential(
+        self,
+        user: str,
+        mechanism: str,
+        salt: bytes,
+        stored_key: bytes,
+        server_key: bytes,
+        iterations: int,
+    ) -> None:
+        """Create or replace ``user``'s credential for ``mechanism`` (durable on return)."""
+
+    @abc.abstractmethod
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        """Raises MetadataError("RESOURCE_NOT_FOUND", ...) if there is no such credential."""

@@ -21,6 +21,10 @@ Producer ids: ``next_producer_id`` in the file is the first id no block has been
 ``allocate_producer_ids`` moves it under the same lock and atomic write as every other change
 (without publishing a new image: the image does not carry it).
 
+SCRAM credentials (auth) are part of the image and the file, as base64 salted hashes
+(``scram_credentials``: user -> mechanism -> salt, stored_key, server_key, iterations); the
+password is never stored.
+
 Policy (names, partition counts, replication factors, config values) is the caller's business; the
 store only refuses what would corrupt its state (a duplicate name, an unknown topic).
 """
@@ -43,6 +47,7 @@ from shoal.metadata import (
     MetadataImage,
     MetadataStore,
     PartitionInfo,
+    ScramCredential,
     TopicInfo,
 )
 
@@ -185,6 +190,41 @@ def _new_partitions(first: int, assignments: list[tuple[int, ...]]) -> tuple[Par
     return tuple(out)
 
 
+# auth: SCRAM credentials
+def _credentials_to_json(creds: Mapping[str, Mapping[str, ScramCredential]]) -> dict[str, Any]:
+    b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
+    return {
+        user: {
+            mech: {
+                "salt": b64(c.salt),
+                "stored_key": b64(c.stored_key),
+                "server_key": b64(c.server_key),
+                "iterations": c.iterations,
+            }
+            for mech, c in sorted(by_mech.items())
+        }
+        for user, by_mech in sorted(creds.items())
+    }
+
+
+def _credentials_from_json(d: Mapping[str, Any]) -> dict[str, Mapping[str, ScramCredential]]:
+    out: dict[str, Mapping[str, ScramCredential]] = {}
+    for user, by_mech in d.items():
+        out[str(user)] = MappingProxyType(
+            {
+                str(mech): ScramCredential(
+                    mechanism=str(mech),
+                    salt=base64.b64decode(c["salt"]),
+                    stored_key=base64.b64decode(c["stored_key"]),
+                    server_key=base64.b64decode(c["server_key"]),
+                    iterations=int(c["iterations"]),
+                )
+                for mech, c in by_mech.items()
+            }
+        )
+    return out
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """Single-node, file-backed ``MetadataStore``. Use from one event loop.
 
@@ -264,6 +304,7 @@ class EmbeddedMetadataStore(MetadataStore):
             broker_configs = {str(k): str(v) for k, v in doc.get("broker_configs", {}).items()}
             epoch = int(doc.get("epoch", 0))
             next_producer_id = int(doc.get("next_producer_id", 0))
+            credentials = _credentials_from_json(doc.get("scram_credentials", {}))  # auth
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -281,7 +322,9 @@ class EmbeddedMetadataStore(MetadataStore):
         by_name = {t.name: t for t in topics}
         by_id = {t.topic_id: t for t in topics}
         self._next_producer_id = max(next_producer_id, 0)
-        return self._make_image(cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id)
+        return self._make_image(
+            cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id, credentials=credentials
+        )
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -357,6 +400,43 @@ class EmbeddedMetadataStore(MetadataStore):
         async with self._lock:
             old = self._writable()
             await self._publish(old, broker_configs={str(k): str(v) for k, v in configs.items()})
+
+    # auth: SCRAM credentials
+    async def set_scram_credential(
+        self,
+        user: str,
+        mechanism: str,
+        salt: bytes,
+        stored_key: bytes,
+        server_key: bytes,
+        iterations: int,
+    ) -> None:
+        async with self._lock:
+            old = self._writable()
+            cred = ScramCredential(mechanism, bytes(salt), bytes(stored_key), bytes(server_key), int(iterations))
+            creds = dict(old.scram_credentials)
+            by_mech = dict(creds.get(user, {}))
+            if by_mech.get(mechanism) == cred:
+                return
+            by_mech[mechanism] = cred
+            creds[user] = MappingProxyType(by_mech)
+            await self._publish(old, credentials=creds)
+
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        async with self._lock:
+            old = self._writable()
+            by_mech = dict(old.scram_credentials.get(user, {}))
+            if mechanism not in by_mech:
+                raise MetadataError(
+                    "RESOURCE_NOT_FOUND", "Attempt to delete a user credential that does not exist"
+                )
+            del by_mech[mechanism]
+            creds = dict(old.scram_credentials)
+            if by_mech:
+                creds[user] = MappingProxyType(by_mech)
+            else:
+                del creds[user]
+            await self._publish(old, credentials=creds)
 
     async def update_partition(
         self,
@@ -463,6 +543,7 @@ class EmbeddedMetadataStore(MetadataStore):
         *,
         epoch: int,
         by_id: Mapping[uuid.UUID, TopicInfo] | None = None,
+        credentials: Mapping[str, Mapping[str, ScramCredential]] | None = None,
     ) -> MetadataImage:
         if by_id is None:
             by_id = {t.topic_id: t for t in topics.values()}
@@ -474,6 +555,7 @@ class EmbeddedMetadataStore(MetadataStore):
             topics_by_id=MappingProxyType(dict(by_id)),
             broker_configs=MappingProxyType(dict(broker_configs)),
             epoch=epoch,
+            scram_credentials=MappingProxyType(dict(credentials or {})),
         )
 
     async def _publish(
@@ -483,6 +565,7 @@ class EmbeddedMetadataStore(MetadataStore):
         brokers: Mapping[int, BrokerInfo] | None = None,
         topics: Mapping[str, TopicInfo] | None = None,
         broker_configs: Mapping[str, str] | None = None,
+        credentials: Mapping[str, Mapping[str, ScramCredential]] | None = None,
     ) -> MetadataImage:
         new = self._make_image(
             old.cluster_id,
@@ -490,6 +573,7 @@ class EmbeddedMetadataStore(MetadataStore):
             old.topics if topics is None else topics,
             old.broker_configs if broker_configs is None else broker_configs,
             epoch=old.epoch + 1,
+            credentials=old.scram_credentials if credentials is None else credentials,
         )
         # The write runs to completion even if the caller is cancelled, and the image follows
         # the file: memory and disk never disagree. A failed write publishes nothing.
@@ -523,6 +607,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
             "broker_configs": dict(sorted(image.broker_configs.items())),
             "topics": [_topic_to_json(image.topics[n]) for n in sorted(image.topics)],
+            "scram_credentials": _credentials_to_json(image.scram_credentials),  # auth
         }
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         try:

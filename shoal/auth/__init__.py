@@ -1,0 +1,121 @@
+"""Authentication: TLS listeners, SASL (PLAIN, SCRAM-SHA-256/512) and principals.
+
+- ``scram``: SCRAM credential math (the broker stores salted hashes only) and bootstrap users.
+- ``sasl``: SASL servers and the per-connection state machine (gate, handshake, authenticate,
+  KIP-368 re-authentication), free of I/O.
+- ``principal``: ``User:<name>``; certificate subjects in RFC 2253 form and
+  ``ssl.principal.mapping.rules``.
+- ``tls``: ``SSLContext`` per SSL/SASL_SSL listener from the ``ssl.*`` configs.
+
+``ListenerSecurity`` is what the network layer needs to know about one listener; the broker builds
+one per listener at start-up (``listener_security``), and each connection asks it for a
+``SaslSession`` (SASL listeners) and its TLS principal (SSL listeners).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shoal.auth.principal import MappingError, PrincipalMapper, principal_from_peercert
+from shoal.auth.sasl import AuthenticationFailed, SaslSession
+
+if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataStore, ScramCredential
+
+log = logging.getLogger("shoal.auth")
+
+ANONYMOUS = "User:ANONYMOUS"
+
+__all__ = [
+    "ANONYMOUS",
+    "AuthenticationFailed",
+    "ListenerSecurity",
+    "SaslSession",
+    "ensure_bootstrap_users",
+    "listener_security",
+]
+
+
+@dataclass
+class ListenerSecurity:
+    name: str
+    protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    ssl_context: ssl.SSLContext | None = None
+    mapper: PrincipalMapper | None = None
+    sasl_mechanisms: tuple[str, ...] = ()
+    max_reauth_ms: int = 0
+    # Keys the fake SCRAM credentials of unknown users (stable per broker run).
+    fake_secret: bytes = field(default_factory=lambda: os.urandom(32))
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def session(self, store: "MetadataStore") -> SaslSession:
+        def lookup(user: str, mechanism: str) -> "ScramCredential | None":
+            by_mech = store.image.scram_credentials.get(user)
+            return by_mech.get(mechanism) if by_mech else None
+
+        return SaslSession(
+            self.sasl_mechanisms, lookup, max_reauth_ms=self.max_reauth_ms, fake_secret=self.fake_secret
+        )
+
+    def tls_principal(self, transport: Any) -> str:
+        """The principal of an SSL listener's connection: its client certificate, else ANONYMOUS.
+
+        Raises ``MappingError`` when no ``ssl.principal.mapping.rules`` rule applies.
+        """
+        sslobj = transport.get_extra_info("ssl_object")
+        if sslobj is None or self.mapper is None:
+            return ANONYMOUS
+        return principal_from_peercert(sslobj.getpeercert(), self.mapper)
+
+
+def listener_security(config: "BrokerConfig") -> dict[str, ListenerSecurity]:
+    """One ``ListenerSecurity`` per configured listener; raises ``TlsConfigError``/``ConfigError``."""
+    from shoal.auth.tls import principal_mapper, server_context
+
+    out: dict[str, ListenerSecurity] = {}
+    protocols = config.listener_security_protocols
+    for name, _host, _port in config.listeners:
+        protocol = protocols[name]
+        sec = ListenerSecurity(name, protocol)
+        if protocol in ("SSL", "SASL_SSL"):
+            sec.ssl_context = server_context(config, name)
+            sec.mapper = principal_mapper(config, name)
+        if sec.sasl:
+            sec.sasl_mechanisms = tuple(config.for_listener(name, "sasl.enabled.mechanisms"))
+            sec.max_reauth_ms = int(config.for_listener(name, "connections.max.reauth.ms"))
+        out[name] = sec
+    return out
+
+
+async def ensure_bootstrap_users(config: "BrokerConfig", store: "MetadataStore") -> None:
+    """``shoal.sasl.bootstrap.users``: give each listed user SCRAM-SHA-256 and -512 credentials.
+
+    A credential that already matches the configured password is kept (its salt too); otherwise a
+    new one is stored. Only salted hashes reach the store.
+    """
+    import asyncio
+
+    from shoal.auth.scram import MECHANISMS, make_credential, parse_bootstrap_users, verify_password
+
+    users = parse_bootstrap_users(config.get("shoal.sasl.bootstrap.users"))
+    for user, password in users:
+        for mechanism in MECHANISMS:
+            existing = store.image.scram_credentials.get(user, {}).get(mechanism)
+            if existing is not None and await asyncio.to_thread(verify_password, existing, password):
+                continue
+            cred = await asyncio.to_thread(make_credential, mechanism, password)
+            await store.set_scram_credential(
+                user, mechanism, cred.salt, cred.stored_key, cred.server_key, cred.iterations
+            )
+        log.info("bootstrap SCRAM credentials of user %s are in place", user)
+
+
+__all__ += ["MappingError"]

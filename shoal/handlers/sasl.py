@@ -1,0 +1,239 @@
+"""SASL and SCRAM credential APIs.
+
+- SaslHandshake (key 17) v0-v1: picks the mechanism of this connection's ``SaslSession``;
+  UNSUPPORTED_SASL_MECHANISM (with the enabled list) and then the connection closes.
+- SaslAuthenticate (key 36) v0-v2: one SASL token each way; v1+ carries ``session_lifetime_ms``
+  from ``connections.max.reauth.ms`` (KIP-368). A failure answers SASL_AUTHENTICATION_FAILED with
+  the same message for an unknown user, a wrong password or a malformed token, logs one line
+  (client address, listener, mechanism), and closes the connection after the response.
+- DescribeUserScramCredentials (key 50) v0 and AlterUserScramCredentials (key 51) v0: the
+  metadata store's SCRAM credentials. Upsertions carry the client's salted password; only
+  StoredKey/ServerKey are kept.
+
+The gate that refuses other requests before authentication is in the network layer
+(``KafkaConnection._dispatch`` asks ``SaslSession.gate``).
+
+Deviations from Kafka:
+- SaslHandshake v0 is answered (librdkafka only enables SASL when the broker lists v0), but the
+  unframed raw SASL tokens a v0-only client would send next are not: such a client's connection
+  closes as malformed. Every maintained client uses v1 with SaslAuthenticate.
+- On a listener without SASL, both APIs answer ILLEGAL_SASL_STATE.
+- Without an authorizer, Kafka lets anyone alter credentials; Shoal does too unless
+  ``super.users`` is set, in which case only those principals may describe or alter them
+  (CLUSTER_AUTHORIZATION_FAILED otherwise) until ACLs take over.
+- Alter results are per user, all-or-nothing for that user's operations in the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import Any
+
+from shoal.auth.sasl import AuthenticationFailed
+from shoal.auth.scram import MECHANISM_NAMES, MECHANISMS, check_iterations, keys_from_salted_password
+from shoal.handlers.registry import api
+from shoal.metadata import MetadataError
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+log = logging.getLogger("shoal.auth")
+
+
+def _session(ctx: Any) -> Any:
+    conn = ctx.extra.get("connection")
+    return getattr(conn, "sasl", None), conn
+
+
+@api(SASL_HANDSHAKE, 0, 1)
+async def sasl_handshake(ctx: Any, request: Any) -> Any:
+    mod = response_module(SASL_HANDSHAKE, ctx.api_version)
+    session, _conn = _session(ctx)
+    if session is None:
+        return build(mod.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+    error = session.handshake(request.mechanism)
+    if error is not None:
+        ctx.extra["close_after"] = True
+        log.warning(
+            "SASL handshake from %s on %s refused (%s): mechanism %r, enabled %s",
+            ctx.client_address, ctx.listener, error, request.mechanism, ",".join(session.enabled),
+        )
+    return build(
+        mod.SaslHandshakeResponse,
+        error_code=ErrorCode.none if error is None else getattr(ErrorCode, error.lower()),
+        mechanisms=tuple(session.enabled),
+    )
+
+
+@api(SASL_AUTHENTICATE, 0, 2)
+async def sasl_authenticate(ctx: Any, request: Any) -> Any:
+    mod = response_module(SASL_AUTHENTICATE, ctx.api_version)
+    session, conn = _session(ctx)
+
+    def reply(code: ErrorCode, message: str | None = None, data: bytes = b"", lifetime_ms: int = 0) -> Any:
+        return build(
+            mod.SaslAuthenticateResponse,
+            error_code=code,
+            error_message=message,
+            auth_bytes=data,
+            session_lifetime=datetime.timedelta(milliseconds=lifetime_ms),
+        )
+
+    if session is None:
+        return reply(ErrorCode.illegal_sasl_state, "SASL is not enabled on this listener")
+    now = ctx.broker.clock.now_ms
+    try:
+        server = session.begin_step()
+        try:
+            if server.expensive:  # PLAIN: PBKDF2 off the event loop
+                out = await asyncio.to_thread(server.evaluate, bytes(request.auth_bytes))
+            else:
+                out = server.evaluate(bytes(request.auth_bytes))
+        except AuthenticationFailed:
+            session.fail()
+            raise
+        out, lifetime = session.end_step(server, out, now())
+    except AuthenticationFailed as e:
+        log.warning(
+            "failed authentication from %s on %s with SASL mechanism %s",
+            ctx.client_address, ctx.listener, e.mechanism,
+        )
+        ctx.extra["close_after"] = True
+        return reply(ErrorCode.sasl_authentication_failed, str(e))
+    if session.authenticated and conn is not None:
+        conn.principal = session.principal
+    return reply(ErrorCode.none, None, out, lifetime)
+
+
+def _authorized(ctx: Any) -> bool:
+    supers = ctx.broker.config.get("super.users")
+    if not supers:
+        return True
+    return ctx.principal in {s.strip() for s in supers.split(";") if s.strip()}
+
+
+@api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
+    mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    if not _authorized(ctx):
+        return mod.DescribeUserScramCredentialsResponse(
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=None,
+            results=(),
+        )
+    creds = ctx.broker.metadata.image.scram_credentials
+    if request.users:
+        names = [u.name for u in request.users]
+    else:
+        names = sorted(creds)
+    results = []
+    seen: dict[str, int] = {}
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+    for name in dict.fromkeys(names):
+        if seen[name] > 1:
+            code, message, infos = (
+                ErrorCode.duplicate_resource,
+                "Cannot describe SCRAM credentials for the same user twice in a single request",
+                (),
+            )
+        elif name not in creds:
+            code, message, infos = (
+                ErrorCode.resource_not_found,
+                "Attempt to describe a user credential that does not exist",
+                (),
+            )
+        else:
+            code, message = ErrorCode.none, None
+            infos = tuple(
+                mod.CredentialInfo(mechanism=MECHANISMS[m], iterations=c.iterations)
+                for m, c in sorted(creds[name].items(), key=lambda kv: MECHANISMS.get(kv[0], 99))
+                if m in MECHANISMS
+            )
+        results.append(
+            mod.DescribeUserScramCredentialsResult(
+                user=name, error_code=code, error_message=message, credential_infos=infos
+            )
+        )
+    return mod.DescribeUserScramCredentialsResponse(
+        throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None, results=tuple(results)
+    )
+
+
+def _validate_alter(request: Any, image: Any) -> dict[str, tuple[ErrorCode, str] | None]:
+    """Per user: None when all its operations may be applied, else (error, message)."""
+    errors: dict[str, tuple[ErrorCode, str] | None] = {}
+    pairs: dict[tuple[str, int], int] = {}
+    for op in (*request.deletions, *request.upsertions):
+        errors.setdefault(op.name, None)
+        pairs[(op.name, int(op.mechanism))] = pairs.get((op.name, int(op.mechanism)), 0) + 1
+
+    def fail(user: str, code: ErrorCode, message: str) -> None:
+        if errors.get(user) is None:
+            errors[user] = (code, message)
+
+    for (user, _mech), count in pairs.items():
+        if count > 1:
+            fail(user, ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
+    for op in (*request.deletions, *request.upsertions):
+        if not op.name:
+            fail(op.name, ErrorCode.unacceptable_credential, "Username must not be empty")
+        elif int(op.mechanism) not in MECHANISM_NAMES:
+            fail(op.name, ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
+    for op in request.deletions:
+        mech = MECHANISM_NAMES.get(int(op.mechanism))
+        if mech is not None and mech not in image.scram_credentials.get(op.name, {}):
+            fail(op.name, ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
+    for op in request.upsertions:
+        why = check_iterations(int(op.iterations))
+        if why is not None:
+            fail(op.name, ErrorCode.unacceptable_credential, why)
+        elif not op.salt or not op.salted_password:
+            fail(op.name, ErrorCode.unacceptable_credential, "Salt and salted password must not be empty")
+    return errors
+
+
+@api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
+async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
+    mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    store = ctx.broker.metadata
+    if not _authorized(ctx):
+        users = dict.fromkeys(op.name for op in (*request.deletions, *request.upsertions))
+        errors = {u: (ErrorCode.cluster_authorization_failed, None) for u in users}
+    else:
+        errors = _validate_alter(request, store.image)
+    results = []
+    for user, err in errors.items():
+        if err is None:
+            try:
+                for op in request.deletions:
+                    if op.name == user:
+                        await store.delete_scram_credential(user, MECHANISM_NAMES[int(op.mechanism)])
+                for op in request.upsertions:
+                    if op.name == user:
+                        mech = MECHANISM_NAMES[int(op.mechanism)]
+                        stored_key, server_key = keys_from_salted_password(mech, bytes(op.salted_password))
+                        await store.set_scram_credential(
+                            user, mech, bytes(op.salt), stored_key, server_key, int(op.iterations)
+                        )
+            except MetadataError as e:
+                err = (getattr(ErrorCode, e.code.lower(), ErrorCode.unknown_server_error), e.message)
+        if err is None:
+            log.info("SCRAM credentials of user %s altered by %s from %s", user, ctx.principal, ctx.client_address)
+        results.append(
+            mod.AlterUserScramCredentialsResult(
+                user=user,
+                error_code=ErrorCode.none if err is None else err[0],
+                error_message=None if err is None else err[1],
+            )
+        )
+    return mod.AlterUserScramCredentialsResponse(throttle_time=_NO_THROTTLE, results=tuple(results))
