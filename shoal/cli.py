@@ -53,6 +53,8 @@ def _overrides(args) -> dict[str, str]:
 
 def cmd_serve(args) -> int:
     from shoal.broker import Broker
+    from shoal.auth.principal import MappingError
+    from shoal.auth.tls import TlsConfigError
     from shoal.config import BrokerConfig, ConfigError
 
     logging.basicConfig(
@@ -74,7 +76,11 @@ def cmd_serve(args) -> int:
 
     async def run() -> None:
         broker = Broker(config)
-        await broker.start()
+        try:
+            await broker.start()
+        except (ConfigError, OSError, ValueError, TlsConfigError, MappingError) as e:
+            # A port in use, an unreadable certificate, a bad listener: one line, no traceback.
+            raise _StartFailed(f"shoal serve: cannot start: {e}") from e
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
@@ -90,21 +96,26 @@ def cmd_serve(args) -> int:
             )
         await broker.wait_stopped()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except _StartFailed as e:
+        print(e, file=sys.stderr)
+        return 1
     return 0
+
+
+class _StartFailed(Exception):
+    pass
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    try:
-        from shoal import cli_topics
-    except ImportError:
-        cli_topics = None  # type: ignore[assignment]
-    if cli_topics is not None:
-        cli_topics.add_parser(sub)
-    from shoal import cli_users; cli_users.add_parser(sub)  # auth: shoal scram set|delete|describe
+    from shoal import cli_topics, cli_users
+
+    cli_topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
+    cli_users.add_parser(sub)  # shoal scram set|delete|describe
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
