@@ -129,7 +129,8 @@ def tenant_quota_slices(tenant_quota: float, leader_brokers: Collection[K],
         return {b: equal for b in brokers}
     floor = min_fraction * equal
     spread = (1.0 - min_fraction) * tenant_quota
-    return {b: floor + spread * max(0.0, demand.get(b, 0.0)) / total_demand for b in brokers}
+    # The share (demand / total) first: spread * demand can underflow for tiny demands.
+    return {b: floor + spread * (max(0.0, demand.get(b, 0.0)) / total_demand) for b in brokers}
 
 
 def tenant_quota_slice(tenant_quota: float, leader_brokers: Collection[K], broker: K,

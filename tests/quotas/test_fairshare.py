@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shoal.quotas.fairshare import (
@@ -182,6 +182,7 @@ def test_demand_proportional_split() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.floats(1.0, 1e9), st.lists(st.integers(0, 20), min_size=1, max_size=15, unique=True),
        st.dictionaries(st.integers(0, 20), st.floats(0, 1e6)), st.floats(0.0, 1.0))
+@example(1.5, [0], {0: 5e-324}, 0.0)  # spread * demand underflowed before the division
 def test_slices_sum_to_the_quota(quota: float, brokers: list, demand: dict, min_fraction: float) -> None:
     got = tenant_quota_slices(quota, brokers, demand, min_fraction=min_fraction)
     assert set(got) == set(brokers)
