@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from shoal.groups.records import RecordFormatError, _Reader, _str
+from shoal.protocol.records import encode_uvarint as _uvarint
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -49,18 +50,6 @@ TopicPartitions = dict[uuid.UUID, frozenset[int]]
 
 
 # -- flexible encoding ---------------------------------------------------------------------------
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _cstr(s: str | None) -> bytes:

@@ -26,6 +26,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from shoal.protocol.records import encode_uvarint as uvarint
+
 Write = Callable[[bytearray, Any], None]
 
 _B = struct.Struct(">b").pack
@@ -38,17 +40,6 @@ _Q = struct.Struct(">q").pack
 _UQ = struct.Struct(">Q").pack
 _D = struct.Struct(">d").pack
 _ZERO_UUID = b"\0" * 16
-
-
-def uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 _SMALL_UVARINT = [uvarint(i) for i in range(128)]

@@ -10,6 +10,7 @@ import crc32c
 import pytest
 
 from shoal.protocol import codec
+from shoal.protocol.records import encode_uvarint as _uvarint
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -126,18 +127,6 @@ def test_api_versions_v99_answered_in_v0(broker):
 
 
 # -- Produce with a corrupted batch --------------------------------------------------------------
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _varint(n: int) -> bytes:
