@@ -32,6 +32,7 @@ fails, PLAIN works).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -145,6 +146,13 @@ def _kafka_nonce() -> str:
     return out or "0"
 
 
+def _split_gs2(client_first: str) -> tuple[str, str]:
+    """("n,,", "n=user,r=nonce") from a client-first message."""
+    first_comma = client_first.index(",")
+    second_comma = client_first.index(",", first_comma + 1)
+    return client_first[: second_comma + 1], client_first[second_comma + 1 :]
+
+
 class ScramServer:
     """RFC 5802/7677 SCRAM-SHA-256/512 server side (two round trips), on ``scramp``.
 
@@ -181,7 +189,8 @@ class ScramServer:
         if cred is None:
             cred = self._fake(user)
         self.user = user
-        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+        self._credential = (cred.salt, cred.stored_key, cred.server_key, cred.iterations)
+        return self._credential
 
     def _fake(self, user: str) -> ScramCredential:
         h = hashlib.sha512 if self.mechanism == "SCRAM-SHA-512" else hashlib.sha256
@@ -196,13 +205,14 @@ class ScramServer:
                 self._check_gs2(msg)
                 self._server.set_client_first(msg)
                 self._step = 1
-                return self._server.get_server_first().encode("utf-8")
+                self._gs2_header, self._client_first_bare = _split_gs2(msg)
+                self._server_first = self._server.get_server_first()
+                return self._server_first.encode("utf-8")
             if self._step == 1:
                 self._step = 2
-                self._server.set_client_final(msg)
+                final = self._client_final(msg)
                 if not self._known:
                     raise AuthenticationFailed(self.mechanism)
-                final = self._server.get_server_final()
                 self.complete = True
                 return final.encode("utf-8")
         except AuthenticationFailed:
@@ -211,6 +221,35 @@ class ScramServer:
             log.debug("SCRAM step %d failed: %r", self._step, e)
             raise AuthenticationFailed(self.mechanism) from None
         raise AuthenticationFailed(self.mechanism)
+
+    def _client_final(self, msg: str) -> str:
+        """Check the client proof (RFC 5802 section 3) and answer server-final.
+
+        Done here rather than by scramp because Kafka only requires the client's nonce to END with
+        the server's combined nonce (ScramSaslServer), and older librdkafka builds (Debian's kcat)
+        send the client nonce twice; the proof covers what the client sent, so it still verifies.
+        """
+        without_proof, sep, proof_b64 = msg.rpartition(",p=")
+        if not sep:
+            raise AuthenticationFailed(self.mechanism)
+        attrs = dict(a.split("=", 1) for a in without_proof.split(",") if "=" in a)
+        combined = self._server_first.split("r=", 1)[1].split(",", 1)[0]
+        if base64.b64decode(attrs.get("c", "")) != self._gs2_header.encode("utf-8"):
+            raise AuthenticationFailed(self.mechanism)
+        if not attrs.get("r", "").endswith(combined):
+            raise AuthenticationFailed(self.mechanism)
+        salt, stored_key, server_key, _iterations = self._credential
+        h = hashlib.sha512 if self.mechanism == "SCRAM-SHA-512" else hashlib.sha256
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("utf-8")
+        client_signature = hmac.new(stored_key, auth_message, h).digest()
+        proof = base64.b64decode(proof_b64, validate=True)
+        if len(proof) != len(client_signature):
+            raise AuthenticationFailed(self.mechanism)
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature))
+        if not hmac.compare_digest(h(client_key).digest(), stored_key):
+            raise AuthenticationFailed(self.mechanism)
+        server_signature = hmac.new(server_key, auth_message, h).digest()
+        return "v=" + base64.b64encode(server_signature).decode("ascii")
 
     def _check_gs2(self, msg: str) -> None:
         # gs2-header: "n,," or "y,," (no channel binding here). Deviation: an authorization id

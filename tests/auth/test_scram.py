@@ -156,3 +156,37 @@ def test_iteration_limits_and_bootstrap_users():
     assert parse_bootstrap_users("alice:se:cret, bob:pw") == [("alice", "se:cret"), ("bob", "pw")]
     with pytest.raises(ValueError):
         parse_bootstrap_users("alice")
+
+
+def _client_final(mech, password, client_first_bare, server_first, nonce):
+    """RFC 5802 client proof for a client-final carrying ``nonce`` (whatever the client sends)."""
+    import hashlib
+    import hmac
+
+    h = hashlib.sha512 if mech == "SCRAM-SHA-512" else hashlib.sha256
+    attrs = dict(a.split("=", 1) for a in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(h().name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", h).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(h(client_key).digest(), auth, h).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+@pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_client_nonce_repeated_in_client_final_is_accepted_as_kafka_does(mech):
+    """Older librdkafka (Debian's kcat) sends r=<client nonce><client nonce><server nonce>; Kafka
+    checks only that the nonce ends with the combined one, and the proof covers what was sent."""
+    cred = make_credential(mech, "pw", salt=b"0123456789abcdef")
+    server = ScramServer(mech, lookup_for({("alice", mech): cred}), b"k")
+    server_first = server.evaluate(b"n,,n=alice,r=cnonce").decode()
+    combined = server_first.split(",")[0][2:]
+    final = _client_final(mech, "pw", "n=alice,r=cnonce", server_first, "cnonce" + combined)
+    assert server.evaluate(final.encode()).startswith(b"v=")
+    assert server.complete
+    # A nonce that does not end with the server's is still refused.
+    server = ScramServer(mech, lookup_for({("alice", mech): cred}), b"k")
+    server_first = server.evaluate(b"n,,n=alice,r=cnonce").decode()
+    with pytest.raises(AuthenticationFailed):
+        server.evaluate(_client_final(mech, "pw", "n=alice,r=cnonce", server_first, "cnonce-other").encode())
