@@ -25,9 +25,8 @@ whole exchange with a fake credential (a salt derived from the user name and a p
 so the server-first message does not reveal whether the user exists.
 
 Deviations from Kafka: no GSSAPI, OAUTHBEARER or delegation tokens; a SCRAM authorization id is
-refused; the client-final nonce must equal the server-first nonce exactly (Kafka only checks that
-it ends with it, which the librdkafka build bundled with kcat 1.7 relies on: SCRAM from that kcat
-fails, PLAIN works).
+refused. As in Kafka, the client-final nonce need only end with the server's combined nonce (the
+librdkafka build bundled with Debian's kcat 1.7 repeats its own nonce there).
 """
 
 from __future__ import annotations
