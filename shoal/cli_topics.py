@@ -37,6 +37,10 @@ def add_parser(subparsers: Any) -> None:
             help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
         )
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
+        p.add_argument(
+            "--command-config", metavar="FILE",
+            help="Kafka client properties for SSL/SASL listeners (security.protocol, sasl.*, ssl.*)",
+        )
         p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("create", help="create a topic")
@@ -103,7 +107,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from shoal.client import AdminClient
+    from shoal.cli_users import _client_props
+    from shoal.client import AdminClient, ClientSecurity
 
     handler = {
         "create": _create,
@@ -117,7 +122,11 @@ async def _run(args: argparse.Namespace) -> int:
         _parse_configs(args.config)
     if args.topics_command == "alter" and args.partitions is None and not args.config and not args.delete_config:
         raise _UsageError("nothing to alter: give --partitions, --config or --delete-config")
-    client = AdminClient(args.bootstrap_server, client_id="shoal-topics", timeout=args.timeout)
+    try:
+        security = ClientSecurity.from_properties(_client_props(args.command_config))
+    except (OSError, ValueError) as e:
+        raise _UsageError(f"--command-config: {e}") from None
+    client = AdminClient(args.bootstrap_server, client_id="shoal-topics", timeout=args.timeout, security=security)
     await client.connect()
     try:
         return await handler(client, args)

@@ -4,8 +4,9 @@ DescribeUserScramCredentials), like ``kafka-configs.sh --alter --add-config SCRA
 The password is read from stdin (``--password-stdin``, first line) and salted and hashed here
 (PBKDF2 with a random salt); only the salted password crosses the wire and the broker keeps only
 StoredKey/ServerKey. ``--command-config`` is a Kafka client properties file for brokers whose
-listener needs SASL (``security.protocol=SASL_PLAINTEXT``, ``sasl.mechanism``, ``sasl.username``,
-``sasl.password``); TLS listeners are not supported by this command yet. The first user of a
+listener needs SASL or TLS (``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
+``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``; see
+``shoal.client.ClientSecurity``). The first user of a
 SASL-only broker comes from the broker config ``shoal.sasl.bootstrap.users``.
 
 Exit status: 1 for an error the broker returned, 2 for bad arguments, 3 when the broker cannot be
@@ -63,41 +64,6 @@ def _client_props(path: str | None) -> dict[str, str]:
         return parse_properties(f.read())
 
 
-async def sasl_login(client: Any, props: dict[str, str]) -> None:
-    """Authenticate ``client``'s connection as ``props`` say (SASL_PLAINTEXT only)."""
-    from shoal.client import KafkaError
-
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
-        return
-    if protocol != "SASL_PLAINTEXT":
-        raise _UsageError(f"security.protocol={protocol} is not supported by this command (PLAINTEXT, SASL_PLAINTEXT)")
-    mech = props.get("sasl.mechanism", "PLAIN").upper()
-    user, password = props.get("sasl.username"), props.get("sasl.password")
-    if not user or password is None:
-        raise _UsageError("--command-config needs sasl.username and sasl.password")
-    resp = await client.request(17, {"mechanism": mech})
-    if resp.error_code != 0:
-        raise KafkaError.from_code(int(resp.error_code), f"SASL mechanism {mech} refused")
-
-    async def step(token: bytes) -> bytes:
-        r = await client.request(36, {"auth_bytes": token})
-        if r.error_code != 0:
-            raise KafkaError.from_code(int(r.error_code), r.error_message)
-        return bytes(r.auth_bytes)
-
-    if mech == "PLAIN":
-        await step(f"\x00{user}\x00{password}".encode())
-        return
-    import scramp
-
-    c = scramp.ScramClient([mech], user, password)
-    server_first = await step(c.get_client_first().encode())
-    c.set_server_first(server_first.decode())
-    server_final = await step(c.get_client_final().encode())
-    c.set_server_final(server_final.decode())
-
-
 def cmd_scram(args: argparse.Namespace) -> int:
     from shoal.client import ConnectionLost, KafkaError
 
@@ -116,9 +82,12 @@ def cmd_scram(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from shoal.auth.scram import MECHANISMS, check_iterations, salted_password
-    from shoal.client import AdminClient, KafkaError
+    from shoal.client import AdminClient, ClientSecurity, KafkaError
 
-    props = _client_props(args.command_config)
+    try:
+        security = ClientSecurity.from_properties(_client_props(args.command_config))
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
     body: dict[str, Any] | None = None
     if args.scram_command == "set":
         why = check_iterations(args.iterations)
@@ -143,10 +112,9 @@ async def _run(args: argparse.Namespace) -> int:
         }
     elif args.scram_command == "delete":
         body = {"deletions": [{"name": args.user, "mechanism": MECHANISMS[args.mechanism]}], "upsertions": []}
-    client = AdminClient(args.bootstrap_server, client_id="shoal-scram", timeout=args.timeout)
+    client = AdminClient(args.bootstrap_server, client_id="shoal-scram", timeout=args.timeout, security=security)
     await client.connect()
     try:
-        await sasl_login(client, props)
         if body is not None:
             resp = await client.request(51, body)
             for r in resp.results:

@@ -256,11 +256,73 @@ class CreatedTopic:
 # -- the connection --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How to reach a listener, from Kafka client properties (``--command-config`` files):
+    ``security.protocol``, ``ssl.ca.location`` (or a PEM ``ssl.truststore.location``),
+    ``ssl.certificate.location`` + ``ssl.key.location`` (mTLS), ``ssl.key.password``,
+    ``ssl.endpoint.identification.algorithm`` (``https`` or empty), ``sasl.mechanism``,
+    ``sasl.username``, ``sasl.password``."""
+
+    protocol: str = "PLAINTEXT"
+    props: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> "ClientSecurity":
+        protocol = props.get("security.protocol", "PLAINTEXT").upper()
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"security.protocol={protocol} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+        sec = cls(protocol, dict(props))
+        if sec.uses_sasl:
+            if sec.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+                raise ValueError(f"sasl.mechanism={sec.sasl_mechanism} is not supported (PLAIN, SCRAM-SHA-256/512)")
+            if not sec.sasl_username or sec.sasl_password is None:
+                raise ValueError("SASL needs sasl.username and sasl.password")
+        return sec
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def sasl_mechanism(self) -> str:
+        return self.props.get("sasl.mechanism", self.props.get("sasl.mechanisms", "PLAIN")).upper()
+
+    @property
+    def sasl_username(self) -> str | None:
+        return self.props.get("sasl.username")
+
+    @property
+    def sasl_password(self) -> str | None:
+        return self.props.get("sasl.password")
+
+    def ssl_context(self) -> "ssl.SSLContext | None":
+        if not self.uses_tls:
+            return None
+        import ssl
+
+        ca = self.props.get("ssl.ca.location") or self.props.get("ssl.truststore.location")
+        ctx = ssl.create_default_context(cafile=ca)
+        if self.props.get("ssl.endpoint.identification.algorithm", "https") == "":
+            ctx.check_hostname = False
+        cert = self.props.get("ssl.certificate.location")
+        if cert:
+            ctx.load_cert_chain(cert, self.props.get("ssl.key.location"), self.props.get("ssl.key.password"))
+        return ctx
+
+
 class _Connection:
     """One TCP connection: requests are pipelined, responses matched by correlation id."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout: float, security: "ClientSecurity | None" = None
+    ) -> None:
         self.host, self.port = host, port
+        self.security = security or ClientSecurity()
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, tuple[int, int]] = {}
@@ -274,12 +336,45 @@ class _Connection:
     async def open(self) -> None:
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self.security.ssl_context(),
+                    server_hostname=self.host if self.security.uses_tls else None,
+                ),
+                self.timeout,
             )
         except (OSError, asyncio.TimeoutError) as e:
             raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
         self._read_task = asyncio.ensure_future(self._read_loop())
         await self._negotiate()
+        if self.security.uses_sasl:
+            await self._sasl_login()
+
+    async def _sasl_login(self) -> None:
+        """SaslHandshake + SaslAuthenticate (PLAIN or SCRAM-SHA-256/512) on this connection."""
+        sec = self.security
+        mech = sec.sasl_mechanism
+        resp = await self.send(17, self.version_for(17), build_entity(codec.request_type(17, self.version_for(17)), {"mechanism": mech}))
+        if resp.error_code != 0:
+            raise KafkaError.from_code(int(resp.error_code), f"SASL mechanism {mech} refused")
+        auth_version = self.version_for(36)
+
+        async def step(token: bytes) -> bytes:
+            body = build_entity(codec.request_type(36, auth_version), {"auth_bytes": token})
+            r = await self.send(36, auth_version, body)
+            if r.error_code != 0:
+                raise KafkaError.from_code(int(r.error_code), r.error_message)
+            return bytes(r.auth_bytes)
+
+        if mech == "PLAIN":
+            await step(f"\x00{sec.sasl_username}\x00{sec.sasl_password}".encode())
+            return
+        import scramp
+
+        c = scramp.ScramClient([mech], sec.sasl_username, sec.sasl_password)
+        c.set_server_first((await step(c.get_client_first().encode())).decode())
+        c.set_server_final((await step(c.get_client_final().encode())).decode())
 
     async def _negotiate(self) -> None:
         kio_lo, kio_hi = codec.kio_versions(API_VERSIONS) or (0, 0)
@@ -413,7 +508,14 @@ def _split_hostport(address: str, default_port: int = 9092) -> tuple[str, int]:
 class AdminClient:
     """Admin operations over the Kafka protocol. Use ``async with AdminClient(...) as c:``."""
 
-    def __init__(self, bootstrap: str, client_id: str = "shoal-cli", timeout: float = 30) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        client_id: str = "shoal-cli",
+        timeout: float = 30,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        self.security = security or ClientSecurity()
         self.bootstrap = [_split_hostport(a) for a in bootstrap.split(",") if a.strip()]
         if not self.bootstrap:
             raise ValueError("empty bootstrap address")
@@ -433,7 +535,7 @@ class AdminClient:
     async def connect(self) -> None:
         errors = []
         for host, port in self.bootstrap:
-            conn = _Connection(host, port, self.client_id, self.timeout)
+            conn = _Connection(host, port, self.client_id, self.timeout, self.security)
             try:
                 await conn.open()
             except ConnectionLost as e:
@@ -476,7 +578,7 @@ class AdminClient:
         main = self._conn()
         if (host, port) == (main.host, main.port):
             return main
-        conn = _Connection(host, port, self.client_id, self.timeout)
+        conn = _Connection(host, port, self.client_id, self.timeout, self.security)
         await conn.open()
         self._nodes[node_id] = conn
         return conn

@@ -366,3 +366,35 @@ def test_cli_scram_set_then_login(auth_broker, tmp_path):
     with Raw(b.addr("SASL_PLAINTEXT")) as raw:
         assert raw.plain("carol", "carol-pw").error_code == 0
     assert "carol-pw" not in (b.workdir / "data" / "__metadata" / "metadata.json").read_text()
+
+
+def test_cli_topics_over_sasl_ssl_and_mtls(auth_broker, tmp_path):
+    """`shoal topics --command-config` reaches TLS and SASL listeners (shoal.client.ClientSecurity)."""
+    b = auth_broker
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    sasl_ssl = tmp_path / "sasl_ssl.properties"
+    sasl_ssl.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        f"sasl.username=alice\nsasl.password={USERS['alice']}\nssl.ca.location={b.pki.ca}\n"
+    )
+    mtls = tmp_path / "mtls.properties"
+    mtls.write_text(
+        f"security.protocol=SSL\nssl.ca.location={b.pki.ca}\n"
+        f"ssl.certificate.location={b.pki.client_cert}\nssl.key.location={b.pki.client_key}\n"
+    )
+
+    def topics(*args: str, listener: str, config) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "shoal", "topics", *args, "--bootstrap-server", b.addr(listener),
+             "--command-config", str(config)],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+
+    r = topics("create", "cli-over-tls", "--partitions", "2", listener="SASL_SSL", config=sasl_ssl)
+    assert r.returncode == 0, r.stderr
+    r = topics("list", listener="MTLS", config=mtls)
+    assert r.returncode == 0 and "cli-over-tls" in r.stdout.split(), r.stderr
+    bad = tmp_path / "bad.properties"
+    bad.write_text(sasl_ssl.read_text().replace(USERS["alice"], "wrong"))
+    r = topics("list", listener="SASL_SSL", config=bad)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
