@@ -76,3 +76,43 @@ def consume(
     finally:
         c.close()
     return out
+
+
+def commit_and_count(member: Any, batch: list) -> None:
+    """Commit a consumed batch; count its messages only if the commit succeeded.
+
+    A failed commit (the partition moved to another member meanwhile) seeks the member's still-owned
+    partitions back, so the messages come again to whoever owns them now: across all members every
+    produced message must then be counted exactly once, whatever the rebalances. ``member`` has
+    ``c`` (a Consumer), ``topic``, ``assignment`` (set of partitions) and ``counted`` (a list).
+    """
+    if not batch:
+        return
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for m in batch:
+        ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
+        starts[m.partition()] = min(starts.get(m.partition(), m.offset()), m.offset())
+    try:
+        member.c.commit(offsets=[TopicPartition(member.topic, p, o) for p, o in ends.items()], asynchronous=False)
+    except KafkaException:
+        for p, o in starts.items():
+            if p in member.assignment:
+                try:
+                    member.c.seek(TopicPartition(member.topic, p, o))
+                except KafkaException:
+                    pass
+        return
+    member.counted.extend((m.partition(), m.offset(), int(m.value())) for m in batch)
+
+
+def run_until(members: list, cond, what: str, timeout: float) -> None:
+    """Step every member until ``cond()`` holds; fail with each member's assignment otherwise."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what}: " + ", ".join(f"{m.name}={sorted(m.assignment)}" for m in members)
+            )
+        for m in members:
+            m.step()

@@ -26,7 +26,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from e2e_helpers import OP_TIMEOUT, create_topic
+from e2e_helpers import OP_TIMEOUT, commit_and_count, create_topic
+from e2e_helpers import run_until as _run_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -184,36 +185,14 @@ class Member:
     def step(self) -> None:
         batch = [m for m in self.c.consume(num_messages=200, timeout=0.02) if not m.error()]
         self.assignment  # noqa: B018 - notice revocations
-        if not batch:
-            return
-        ends: dict[int, int] = {}
-        starts: dict[int, int] = {}
-        for m in batch:
-            ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
-            starts[m.partition()] = min(starts.get(m.partition(), m.offset()), m.offset())
-        try:
-            self.c.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in ends.items()], asynchronous=False)
-        except KafkaException:
-            for p, o in starts.items():
-                if p in self.assignment:
-                    try:
-                        self.c.seek(TopicPartition(self.topic, p, o))
-                    except KafkaException:
-                        pass
-            return
-        self.counted.extend((m.partition(), m.offset(), int(m.value())) for m in batch)
+        commit_and_count(self, batch)
 
     def close(self) -> None:
         self.c.close()
 
 
 def run_until(members: list[Member], cond, what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}: " + ", ".join(f"{m.name}={sorted(m.assignment)}" for m in members))
-        for m in members:
-            m.step()
+    _run_until(members, cond, what, timeout)
 
 
 def split(members: list[Member], sizes: list[int], partitions: int):
