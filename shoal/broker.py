@@ -87,6 +87,7 @@ class Broker:
         self._log_configs: dict[str, LogConfig] = {}
         self._periodic: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self.admin_http: Any = None  # admin: shoal.admin.http.AdminHttpServer when configured
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -151,6 +152,13 @@ class Broker:
         for server in self._servers:
             await server.start_serving()
         self._periodic = asyncio.create_task(self._run_periodic())
+        # -- admin: the HTTP admin API (tenants), when shoal.admin.listener is set.
+        admin_listener = self.static_config.get("shoal.admin.listener")
+        if admin_listener:
+            from shoal.admin.http import AdminHttpServer, parse_listener
+
+            self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener))
+            await self.admin_http.start()
         log.info(
             "broker %d started: %s, data in %s, cluster id %s",
             self.node_id,
@@ -180,6 +188,8 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        if self.admin_http is not None:  # admin
+            await self.admin_http.stop()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):

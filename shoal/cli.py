@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cli_topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
     cli_users.add_parser(sub)  # shoal scram set|delete|describe
+    __import__("shoal.cli_tenants").cli_tenants.add_parser(sub)  # shoal tenants ...|users create|delete
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

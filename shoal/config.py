@@ -516,6 +516,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("connections.max.reauth.ms", "long", 0,
            "SASL sessions expire this long after authenticating; clients re-authenticate (KIP-368). 0: never.",
            at_least(0)),
+        _d("shoal.admin.listener", "string", None,
+           "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
+           "/openapi.json). Unset: no admin API. It has no authentication: bind it to a trusted address."),
         _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
         _d("shoal.sasl.bootstrap.users", "password", None,
            "Shoal: USER:PASSWORD,... whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials are created at start-up "

@@ -80,6 +80,22 @@ class ScramCredential:
 _NO_CREDENTIALS: Mapping[str, Mapping[str, ScramCredential]] = MappingProxyType({})
 
 
+# -- tenants: logical clusters -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TenantInfo:
+    """A tenant (logical cluster): ``tenant_id`` is ``lkc-`` + 6 random lowercase base36 chars."""
+
+    tenant_id: str
+    display_name: str
+    created_ms: int
+
+
+_NO_TENANTS: Mapping[str, TenantInfo] = MappingProxyType({})
+_NO_USER_TENANTS: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
@@ -93,6 +109,10 @@ class MetadataImage:
     scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(
         default_factory=lambda: _NO_CREDENTIALS
     )
+    # tenants: tenant id -> TenantInfo; SCRAM user -> tenant id. A user without a mapping belongs
+    # to no tenant (the operator view).
+    tenants: Mapping[str, TenantInfo] = field(default_factory=lambda: _NO_TENANTS)
+    user_tenants: Mapping[str, str] = field(default_factory=lambda: _NO_USER_TENANTS)
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -173,3 +193,40 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def delete_scram_credential(self, user: str, mechanism: str) -> None:
         """Raises MetadataError("RESOURCE_NOT_FOUND", ...) if there is no such credential."""
+
+    # -- tenants: logical clusters ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_tenant(self, display_name: str) -> TenantInfo:
+        """A new tenant with a fresh random, unique id (durable on return)."""
+
+    @abc.abstractmethod
+    async def delete_tenant(self, tenant_id: str) -> TenantInfo:
+        """Delete a tenant with its users' SCRAM credentials and user mappings.
+
+        (Its topics, groups, ACLs... are not tenant-qualified yet; deleting them is later work.)
+        Raises MetadataError("RESOURCE_NOT_FOUND", ...) for an unknown tenant.
+        """
+
+    @abc.abstractmethod
+    async def assign_user(
+        self,
+        user: str,
+        tenant_id: str,
+        credential: ScramCredential | None = None,
+        *,
+        new_user: bool = False,
+    ) -> None:
+        """Make ``user`` a member of ``tenant_id``; with ``credential``, also store it, atomically.
+
+        Raises MetadataError("RESOURCE_NOT_FOUND", ...) for an unknown tenant and
+        MetadataError("DUPLICATE_RESOURCE", ...) when the user belongs to another tenant, or (with
+        ``new_user``) when the user already has a mapping or any credential.
+        """
+
+    @abc.abstractmethod
+    async def remove_user(self, user: str) -> None:
+        """Delete ``user``'s SCRAM credentials and tenant mapping.
+
+        Raises MetadataError("RESOURCE_NOT_FOUND", ...) when there is neither.
+        """

@@ -25,6 +25,11 @@ SCRAM credentials (auth) are part of the image and the file, as base64 salted ha
 (``scram_credentials``: user -> mechanism -> salt, stored_key, server_key, iterations); the
 password is never stored.
 
+Tenants (logical clusters) are part of the image and the file too: ``tenants`` (a list of
+``tenant_id``, ``display_name``, ``created_ms``) and ``user_tenants`` (SCRAM user -> tenant id).
+Tenant ids are ``lkc-`` + 6 random lowercase base36 characters, unique within the store. Deleting
+a tenant removes its users' credentials and mappings in the same write.
+
 Policy (names, partition counts, replication factors, config values) is the caller's business; the
 store only refuses what would corrupt its state (a duplicate name, an unknown topic).
 """
@@ -36,6 +41,9 @@ import base64
 import json
 import logging
 import os
+import secrets
+import string
+import time
 import uuid
 from pathlib import Path
 from types import MappingProxyType
@@ -48,6 +56,7 @@ from shoal.metadata import (
     MetadataStore,
     PartitionInfo,
     ScramCredential,
+    TenantInfo,
     TopicInfo,
 )
 
@@ -225,6 +234,29 @@ def _credentials_from_json(d: Mapping[str, Any]) -> dict[str, Mapping[str, Scram
     return out
 
 
+# tenants
+_TENANT_ALPHABET = string.digits + string.ascii_lowercase
+
+
+def new_tenant_id(choice: Callable[[str], str] = secrets.choice) -> str:
+    return "lkc-" + "".join(choice(_TENANT_ALPHABET) for _ in range(6))
+
+
+def _tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[dict[str, Any]]:
+    return [
+        {"tenant_id": t.tenant_id, "display_name": t.display_name, "created_ms": t.created_ms}
+        for _, t in sorted(tenants.items())
+    ]
+
+
+def _tenants_from_json(items: Any) -> dict[str, TenantInfo]:
+    out: dict[str, TenantInfo] = {}
+    for d in items:
+        t = TenantInfo(str(d["tenant_id"]), str(d["display_name"]), int(d["created_ms"]))
+        out[t.tenant_id] = t
+    return out
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """Single-node, file-backed ``MetadataStore``. Use from one event loop.
 
@@ -240,12 +272,16 @@ class EmbeddedMetadataStore(MetadataStore):
         cluster_id: str | None = None,
         new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
         files: MetadataFiles | None = None,
+        new_tenant_id: Callable[[], str] = new_tenant_id,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.path = resolve_path(path)
         self.node_id = node_id
         self._wanted_cluster_id = cluster_id
         self._new_uuid = new_uuid
         self._files = files or MetadataFiles()
+        self._new_tenant_id = new_tenant_id
+        self._now_ms = now_ms
         self._lock = asyncio.Lock()
         self._listeners: list[Listener] = []
         self._image: MetadataImage | None = None
@@ -305,6 +341,8 @@ class EmbeddedMetadataStore(MetadataStore):
             epoch = int(doc.get("epoch", 0))
             next_producer_id = int(doc.get("next_producer_id", 0))
             credentials = _credentials_from_json(doc.get("scram_credentials", {}))  # auth
+            tenants = _tenants_from_json(doc.get("tenants", []))
+            user_tenants = {str(u): str(t) for u, t in doc.get("user_tenants", {}).items()}
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -323,7 +361,8 @@ class EmbeddedMetadataStore(MetadataStore):
         by_id = {t.topic_id: t for t in topics}
         self._next_producer_id = max(next_producer_id, 0)
         return self._make_image(
-            cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id, credentials=credentials
+            cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id, credentials=credentials,
+            tenants=tenants, user_tenants=user_tenants,
         )
 
     # -- writes ---------------------------------------------------------------------------------
@@ -438,6 +477,79 @@ class EmbeddedMetadataStore(MetadataStore):
                 del creds[user]
             await self._publish(old, credentials=creds)
 
+    # tenants: logical clusters
+    async def create_tenant(self, display_name: str) -> TenantInfo:
+        async with self._lock:
+            old = self._writable()
+            while True:
+                tenant_id = self._new_tenant_id()
+                if tenant_id not in old.tenants:
+                    break
+            tenant = TenantInfo(tenant_id, str(display_name), int(self._now_ms()))
+            tenants = dict(old.tenants)
+            tenants[tenant_id] = tenant
+            await self._publish(old, tenants=tenants)
+            return tenant
+
+    async def delete_tenant(self, tenant_id: str) -> TenantInfo:
+        # Only the tenant, its users' credentials and mappings for now: topics, groups, ACLs and
+        # configs are not tenant-qualified yet (name virtualization will delete them here too).
+        async with self._lock:
+            old = self._writable()
+            tenant = self._existing_tenant(old, tenant_id)
+            users = {u for u, t in old.user_tenants.items() if t == tenant_id}
+            tenants = {k: v for k, v in old.tenants.items() if k != tenant_id}
+            user_tenants = {u: t for u, t in old.user_tenants.items() if u not in users}
+            creds = {u: c for u, c in old.scram_credentials.items() if u not in users}
+            await self._publish(old, tenants=tenants, user_tenants=user_tenants, credentials=creds)
+            return tenant
+
+    async def assign_user(
+        self,
+        user: str,
+        tenant_id: str,
+        credential: ScramCredential | None = None,
+        *,
+        new_user: bool = False,
+    ) -> None:
+        async with self._lock:
+            old = self._writable()
+            self._existing_tenant(old, tenant_id)
+            if new_user and (user in old.user_tenants or user in old.scram_credentials):
+                raise MetadataError("DUPLICATE_RESOURCE", f"User '{user}' already exists.")
+            current = old.user_tenants.get(user)
+            if current is not None and current != tenant_id:
+                raise MetadataError(
+                    "DUPLICATE_RESOURCE", f"User '{user}' already belongs to tenant {current}."
+                )
+            creds = None
+            if credential is not None:
+                by_mech = dict(old.scram_credentials.get(user, {}))
+                by_mech[credential.mechanism] = credential
+                creds = dict(old.scram_credentials)
+                creds[user] = MappingProxyType(by_mech)
+            elif current == tenant_id:
+                return
+            user_tenants = dict(old.user_tenants)
+            user_tenants[user] = tenant_id
+            await self._publish(old, user_tenants=user_tenants, credentials=creds)
+
+    async def remove_user(self, user: str) -> None:
+        async with self._lock:
+            old = self._writable()
+            if user not in old.user_tenants and user not in old.scram_credentials:
+                raise MetadataError("RESOURCE_NOT_FOUND", f"User '{user}' does not exist.")
+            user_tenants = {u: t for u, t in old.user_tenants.items() if u != user}
+            creds = {u: c for u, c in old.scram_credentials.items() if u != user}
+            await self._publish(old, user_tenants=user_tenants, credentials=creds)
+
+    @staticmethod
+    def _existing_tenant(image: MetadataImage, tenant_id: str) -> TenantInfo:
+        tenant = image.tenants.get(tenant_id)
+        if tenant is None:
+            raise MetadataError("RESOURCE_NOT_FOUND", f"Tenant '{tenant_id}' does not exist.")
+        return tenant
+
     async def update_partition(
         self,
         name: str,
@@ -544,6 +656,8 @@ class EmbeddedMetadataStore(MetadataStore):
         epoch: int,
         by_id: Mapping[uuid.UUID, TopicInfo] | None = None,
         credentials: Mapping[str, Mapping[str, ScramCredential]] | None = None,
+        tenants: Mapping[str, TenantInfo] | None = None,
+        user_tenants: Mapping[str, str] | None = None,
     ) -> MetadataImage:
         if by_id is None:
             by_id = {t.topic_id: t for t in topics.values()}
@@ -556,6 +670,8 @@ class EmbeddedMetadataStore(MetadataStore):
             broker_configs=MappingProxyType(dict(broker_configs)),
             epoch=epoch,
             scram_credentials=MappingProxyType(dict(credentials or {})),
+            tenants=MappingProxyType(dict(tenants or {})),
+            user_tenants=MappingProxyType(dict(user_tenants or {})),
         )
 
     async def _publish(
@@ -566,6 +682,8 @@ class EmbeddedMetadataStore(MetadataStore):
         topics: Mapping[str, TopicInfo] | None = None,
         broker_configs: Mapping[str, str] | None = None,
         credentials: Mapping[str, Mapping[str, ScramCredential]] | None = None,
+        tenants: Mapping[str, TenantInfo] | None = None,
+        user_tenants: Mapping[str, str] | None = None,
     ) -> MetadataImage:
         new = self._make_image(
             old.cluster_id,
@@ -574,6 +692,8 @@ class EmbeddedMetadataStore(MetadataStore):
             old.broker_configs if broker_configs is None else broker_configs,
             epoch=old.epoch + 1,
             credentials=old.scram_credentials if credentials is None else credentials,
+            tenants=old.tenants if tenants is None else tenants,
+            user_tenants=old.user_tenants if user_tenants is None else user_tenants,
         )
         # The write runs to completion even if the caller is cancelled, and the image follows
         # the file: memory and disk never disagree. A failed write publishes nothing.
@@ -608,6 +728,8 @@ class EmbeddedMetadataStore(MetadataStore):
             "broker_configs": dict(sorted(image.broker_configs.items())),
             "topics": [_topic_to_json(image.topics[n]) for n in sorted(image.topics)],
             "scram_credentials": _credentials_to_json(image.scram_credentials),  # auth
+            "tenants": _tenants_to_json(image.tenants),
+            "user_tenants": dict(sorted(image.user_tenants.items())),
         }
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         try:

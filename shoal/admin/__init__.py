@@ -1,0 +1,1 @@
+"""Operator-facing admin services (the HTTP admin API)."""

@@ -1,0 +1,336 @@
+"""The HTTP admin API: tenants (logical clusters) and their SCRAM users, as JSON over HTTP/1.1.
+
+Started by the broker when ``shoal.admin.listener`` (``http://HOST:PORT``) is set. Standard library
+only (asyncio streams + json). One request per connection (``Connection: close``). Endpoints:
+
+    GET    /v1/tenants                      list tenants
+    POST   /v1/tenants                      {"display_name": ...} -> 201 tenant
+    GET    /v1/tenants/{id}                 one tenant with its users
+    DELETE /v1/tenants/{id}                 delete it, its users and their credentials
+    POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?} -> 201
+    DELETE /v1/tenants/{id}/users/{user}    delete a user of that tenant
+    GET    /openapi.json                    the OpenAPI 3.0 description of the above
+
+The password is hashed here (``make_credential``, random salt) and never stored. Errors are
+``{"error": code, "message": ...}`` with 400 (bad request), 404 (no such tenant/user/path), 405,
+409 (the user exists), 413; a request that breaks a handler gets a 500, never a dead server.
+The API has no authentication: bind it to a trusted address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from shoal.metadata import MetadataError, MetadataStore, TenantInfo
+
+log = logging.getLogger("shoal.admin.http")
+
+MAX_HEADER_BYTES = 16 * 1024
+MAX_BODY_BYTES = 64 * 1024
+READ_TIMEOUT_S = 10.0
+MAX_NAME_CHARS = 255
+DEFAULT_MECHANISM = "SCRAM-SHA-512"
+
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error"}
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """``http://HOST:PORT`` -> ``(host, port)``; ValueError for anything else."""
+    u = urlsplit(value.strip())
+    try:
+        port = u.port
+    except ValueError as e:
+        raise ValueError(f"shoal.admin.listener: bad port in {value!r}") from e
+    if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/"):
+        raise ValueError(f"shoal.admin.listener wants http://HOST:PORT, got {value!r}")
+    return u.hostname, port
+
+
+def tenant_json(t: TenantInfo, user_tenants: Any) -> dict[str, Any]:
+    return {
+        "tenant_id": t.tenant_id,
+        "display_name": t.display_name,
+        "created_ms": t.created_ms,
+        "users": sorted(u for u, tid in user_tenants.items() if tid == t.tenant_id),
+    }
+
+
+def _name(body: dict[str, Any], key: str) -> str:
+    v = body.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise HttpError(400, "bad_request", f"'{key}' must be a non-empty string")
+    if len(v) > MAX_NAME_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise HttpError(400, "bad_request", f"'{key}' must be at most {MAX_NAME_CHARS} printable characters")
+    return v
+
+
+class AdminHttpServer:
+    def __init__(self, store: MetadataStore, host: str, port: int) -> None:
+        self.store = store
+        self.host = host
+        self.port = port
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._on_connection, self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("HTTP admin API listening on http://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
+
+    # -- connection handling ----------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            try:
+                status, payload = await asyncio.wait_for(self._handle(reader), READ_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                status, payload = 400, {"error": "bad_request", "message": "request not received in time"}
+            except HttpError as e:
+                status, payload = e.status, {"error": e.code, "message": e.message}
+            except (ConnectionError, asyncio.IncompleteReadError):
+                return
+            except Exception:
+                log.exception("HTTP admin request failed")
+                status, payload = 500, {"error": "internal_error", "message": "internal error"}
+            body = json.dumps(payload, indent=1).encode("utf-8") + b"\n"
+            head = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode("ascii")
+            writer.write(head + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+
+    async def _handle(self, reader: asyncio.StreamReader) -> tuple[int, Any]:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise HttpError(413, "payload_too_large", "request headers too large") from None
+        except asyncio.IncompleteReadError as e:
+            if not e.partial:
+                raise
+            raise HttpError(400, "bad_request", "incomplete request") from None
+        if len(head) > MAX_HEADER_BYTES:
+            raise HttpError(413, "payload_too_large", "request headers too large")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise HttpError(400, "bad_request", "malformed request line")
+        method, target = parts[0], parts[1]
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if not line:
+                continue
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise HttpError(400, "bad_request", "malformed header")
+            headers[name.strip().lower()] = value.strip()
+        if "transfer-encoding" in headers:
+            raise HttpError(400, "bad_request", "send the body with Content-Length")
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            raise HttpError(400, "bad_request", "bad Content-Length") from None
+        if length < 0:
+            raise HttpError(400, "bad_request", "bad Content-Length")
+        if length > MAX_BODY_BYTES:
+            raise HttpError(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
+        raw = await reader.readexactly(length) if length else b""
+        return await self.route(method, urlsplit(target).path, raw)
+
+    # -- routing ------------------------------------------------------------------------------
+
+    async def route(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+        segs = [unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
+        if segs == ["openapi.json"]:
+            self._allow(method, "GET")
+            return 200, openapi()
+        if segs[:2] != ["v1", "tenants"] or len(segs) > 5:
+            raise HttpError(404, "not_found", f"no such path: {path}")
+        if len(segs) == 2:
+            if self._allow(method, "GET", "POST") == "GET":
+                image = self.store.image
+                return 200, {"tenants": [tenant_json(t, image.user_tenants)
+                                         for t in sorted(image.tenants.values(), key=lambda t: t.created_ms)]}
+            name = _name(self._json(raw), "display_name")
+            t = await self._store_call(self.store.create_tenant(name))
+            return 201, tenant_json(t, self.store.image.user_tenants)
+        tenant_id = segs[2]
+        if len(segs) == 3:
+            if self._allow(method, "GET", "DELETE") == "GET":
+                t = self._tenant(tenant_id)
+                return 200, tenant_json(t, self.store.image.user_tenants)
+            before = self.store.image.user_tenants
+            t = await self._store_call(self.store.delete_tenant(tenant_id))
+            return 200, tenant_json(t, before)
+        if segs[3] != "users":
+            raise HttpError(404, "not_found", f"no such path: {path}")
+        if len(segs) == 4:
+            self._allow(method, "POST")
+            return 201, await self._create_user(tenant_id, self._json(raw))
+        self._allow(method, "DELETE")
+        user = segs[4]
+        self._tenant(tenant_id)
+        if self.store.image.user_tenants.get(user) != tenant_id:
+            raise HttpError(404, "not_found", f"User '{user}' does not exist in tenant {tenant_id}.")
+        await self._store_call(self.store.remove_user(user))
+        return 200, {"user": user, "tenant_id": tenant_id}
+
+    async def _create_user(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        from shoal.auth.scram import MECHANISMS, make_credential
+
+        user = _name(body, "user")
+        password = body.get("password")
+        if not isinstance(password, str) or not password:
+            raise HttpError(400, "bad_request", "'password' must be a non-empty string")
+        mechanism = body.get("mechanism", DEFAULT_MECHANISM)
+        if mechanism not in MECHANISMS:
+            raise HttpError(400, "bad_request", f"'mechanism' must be one of {', '.join(MECHANISMS)}")
+        self._tenant(tenant_id)
+        cred = await asyncio.to_thread(make_credential, mechanism, password)
+        await self._store_call(self.store.assign_user(user, tenant_id, cred, new_user=True))
+        return {"user": user, "tenant_id": tenant_id, "mechanism": mechanism}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _allow(method: str, *allowed: str) -> str:
+        if method not in allowed:
+            raise HttpError(405, "method_not_allowed", f"{method} not allowed here (allowed: {', '.join(allowed)})")
+        return method
+
+    @staticmethod
+    def _json(raw: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw.decode("utf-8")) if raw.strip() else None
+        except (UnicodeDecodeError, ValueError):
+            raise HttpError(400, "bad_request", "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "bad_request", "body must be a JSON object")
+        return body
+
+    def _tenant(self, tenant_id: str) -> TenantInfo:
+        t = self.store.image.tenants.get(tenant_id)
+        if t is None:
+            raise HttpError(404, "not_found", f"Tenant '{tenant_id}' does not exist.")
+        return t
+
+    @staticmethod
+    async def _store_call(coro: Any) -> Any:
+        try:
+            return await coro
+        except MetadataError as e:
+            if e.code == "RESOURCE_NOT_FOUND":
+                raise HttpError(404, "not_found", e.message) from None
+            if e.code == "DUPLICATE_RESOURCE":
+                raise HttpError(409, "conflict", e.message) from None
+            raise
+
+
+# -- OpenAPI ------------------------------------------------------------------------------------
+
+
+def openapi() -> dict[str, Any]:
+    def ref(name: str) -> dict[str, str]:
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def resp(desc: str, schema: str) -> dict[str, Any]:
+        return {"description": desc, "content": {"application/json": {"schema": ref(schema)}}}
+
+    def errors(*codes: int) -> dict[str, Any]:
+        return {str(c): resp(_REASONS[c], "Error") for c in codes}
+
+    def body(schema: str) -> dict[str, Any]:
+        return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
+
+    tenant_id = {"name": "tenant_id", "in": "path", "required": True,
+                 "schema": {"type": "string", "pattern": "^lkc-[0-9a-z]{6}$"}}
+    user = {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}}
+    string = {"type": "string"}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Shoal admin API", "version": "1",
+                 "description": "Tenants (logical clusters) and their SCRAM users."},
+        "paths": {
+            "/v1/tenants": {
+                "get": {"operationId": "listTenants", "summary": "List tenants",
+                        "responses": {"200": resp("The tenants", "TenantList")}},
+                "post": {"operationId": "createTenant", "summary": "Create a tenant",
+                         "requestBody": body("TenantCreate"),
+                         "responses": {"201": resp("The new tenant", "Tenant"), **errors(400)}},
+            },
+            "/v1/tenants/{tenant_id}": {
+                "parameters": [tenant_id],
+                "get": {"operationId": "describeTenant", "summary": "Describe a tenant",
+                        "responses": {"200": resp("The tenant", "Tenant"), **errors(404)}},
+                "delete": {"operationId": "deleteTenant",
+                           "summary": "Delete a tenant with its users and their credentials",
+                           "responses": {"200": resp("The deleted tenant", "Tenant"), **errors(404)}},
+            },
+            "/v1/tenants/{tenant_id}/users": {
+                "parameters": [tenant_id],
+                "post": {"operationId": "createUser",
+                         "summary": "Create a SCRAM user in the tenant (the password is hashed, never stored)",
+                         "requestBody": body("UserCreate"),
+                         "responses": {"201": resp("The new user", "User"), **errors(400, 404, 409)}},
+            },
+            "/v1/tenants/{tenant_id}/users/{user}": {
+                "parameters": [tenant_id, user],
+                "delete": {"operationId": "deleteUser", "summary": "Delete a user of the tenant",
+                           "responses": {"200": resp("The deleted user", "User"), **errors(404)}},
+            },
+        },
+        "components": {
+            "schemas": {
+                "Tenant": {"type": "object", "required": ["tenant_id", "display_name", "created_ms", "users"],
+                           "properties": {"tenant_id": string, "display_name": string,
+                                          "created_ms": {"type": "integer", "format": "int64"},
+                                          "users": {"type": "array", "items": string}}},
+                "TenantList": {"type": "object", "required": ["tenants"],
+                               "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}},
+                "TenantCreate": {"type": "object", "required": ["display_name"],
+                                 "properties": {"display_name": string}},
+                "UserCreate": {"type": "object", "required": ["user", "password"],
+                               "properties": {"user": string, "password": {"type": "string", "format": "password"},
+                                              "mechanism": {"type": "string", "default": DEFAULT_MECHANISM,
+                                                            "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}}},
+                "User": {"type": "object", "required": ["user", "tenant_id"],
+                         "properties": {"user": string, "tenant_id": string, "mechanism": string}},
+                "Error": {"type": "object", "required": ["error", "message"],
+                          "properties": {"error": string, "message": string}},
+            }
+        },
+    }

@@ -1,0 +1,133 @@
+"""``shoal tenants create|list|describe|delete`` and ``shoal users create|delete``: tenants (logical
+clusters) and their SCRAM users, through the broker's HTTP admin API (``shoal.admin.listener``).
+
+The password is read from stdin (``--password-stdin``, first line) and sent to the admin API, which
+hashes it and stores only the salted keys.
+
+Exit status: 1 for an error the API returned (unknown tenant, user exists...), 2 for bad arguments,
+3 when the admin API cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+DEFAULT_ADMIN_URL = "http://127.0.0.1:9644"
+EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+MECHS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class _Failed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def add_parser(subparsers: Any) -> None:
+    def common(p: argparse.ArgumentParser, func: Any) -> None:
+        p.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="the broker's shoal.admin.listener")
+        p.add_argument("--timeout", type=float, default=30.0)
+        p.set_defaults(func=func)
+
+    tenants = subparsers.add_parser("tenants", help="create, list, describe and delete tenants (logical clusters)")
+    sub = tenants.add_subparsers(dest="tenants_command", required=True)
+    p = sub.add_parser("create", help="create a tenant; prints its id")
+    p.add_argument("name", metavar="NAME", help="display name")
+    common(p, cmd_tenants)
+    p = sub.add_parser("list", help="list tenants")
+    common(p, cmd_tenants)
+    p = sub.add_parser("describe", help="a tenant and its users")
+    p.add_argument("tenant_id", metavar="ID")
+    common(p, cmd_tenants)
+    p = sub.add_parser("delete", help="delete a tenant with its users")
+    p.add_argument("tenant_id", metavar="ID")
+    common(p, cmd_tenants)
+
+    users = subparsers.add_parser("users", help="create and delete the SCRAM users of tenants")
+    sub = users.add_subparsers(dest="users_command", required=True)
+    p = sub.add_parser("create", help="create a SCRAM user in a tenant")
+    p.add_argument("user", metavar="USER")
+    p.add_argument("--tenant", required=True, metavar="ID")
+    p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
+    p.add_argument("--mechanism", choices=MECHS, default="SCRAM-SHA-512")
+    common(p, cmd_users)
+    p = sub.add_parser("delete", help="delete a user (and its credentials)")
+    p.add_argument("user", metavar="USER")
+    p.add_argument("--tenant", metavar="ID", help="the user's tenant (default: looked up)")
+    common(p, cmd_users)
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    url = args.admin_url.rstrip("/") + path
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read()).get("message") or str(e)
+        except (ValueError, AttributeError):
+            message = str(e)
+        raise _Failed(EXIT_ERROR, message) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}") from None
+
+
+def _print_tenant(t: dict[str, Any]) -> None:
+    print(f"{t['tenant_id']}\t{t['display_name']}\tusers={','.join(t.get('users', []))}")
+
+
+def cmd_tenants(args: argparse.Namespace) -> int:
+    try:
+        cmd = args.tenants_command
+        if cmd == "create":
+            t = _call(args, "POST", "/v1/tenants", {"display_name": args.name})
+            print(t["tenant_id"])
+        elif cmd == "list":
+            for t in _call(args, "GET", "/v1/tenants")["tenants"]:
+                _print_tenant(t)
+        elif cmd == "describe":
+            t = _call(args, "GET", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
+            print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {t['created_ms']}\n"
+                  f"Users: {', '.join(t['users'])}")
+        else:
+            t = _call(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
+            print(f"tenant {t['tenant_id']} deleted")
+        return 0
+    except _Failed as e:
+        print(f"shoal tenants {args.tenants_command}: {e}", file=sys.stderr)
+        return e.status
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    try:
+        if args.users_command == "create":
+            line = sys.stdin.readline()
+            password = line[:-1] if line.endswith("\n") else line
+            if not password:
+                print("shoal users create: empty password on stdin", file=sys.stderr)
+                return EXIT_USAGE
+            _call(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users",
+                  {"user": args.user, "password": password, "mechanism": args.mechanism})
+            print(f"user {args.user} created in tenant {args.tenant} ({args.mechanism})")
+        else:
+            tenant = args.tenant
+            if tenant is None:
+                owners = [t["tenant_id"] for t in _call(args, "GET", "/v1/tenants")["tenants"]
+                          if args.user in t.get("users", [])]
+                if not owners:
+                    raise _Failed(EXIT_ERROR, f"user {args.user} belongs to no tenant")
+                tenant = owners[0]
+            _call(args, "DELETE", f"/v1/tenants/{quote(tenant, safe='')}/users/{quote(args.user, safe='')}")
+            print(f"user {args.user} deleted from tenant {tenant}")
+        return 0
+    except _Failed as e:
+        print(f"shoal users {args.users_command}: {e}", file=sys.stderr)
+        return e.status

@@ -1,0 +1,220 @@
+"""The HTTP admin API and ``shoal tenants|users`` end to end: a real broker subprocess, real HTTP
+requests (urllib), restart persistence, and a user created through the API authenticating with
+confluent-kafka SCRAM over SASL_PLAINTEXT."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AdminBroker:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.kafka_port = _free_port()
+        self.admin_port = _free_port()
+        self.url = f"http://127.0.0.1:{self.admin_port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "shoal", "serve", "--log-dirs", str(self.workdir / "data"),
+                "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{self.kafka_port}",
+                "--override", "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT",
+                "--override", "shoal.sasl.bootstrap.users=admin:admin-secret",
+                "--override", f"shoal.admin.listener={self.url}"]
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        with open(self.workdir / "broker.log", "ab") as log:
+            self.proc = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited:\n{self.log()}")
+            try:
+                if http(self, "GET", "/openapi.json")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"broker not ready:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log(self) -> str:
+        return (self.workdir / "broker.log").read_text(errors="replace")
+
+
+def http(b: AdminBroker, method: str, path: str, body=None, raw: bytes | None = None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(b.url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def admin_broker(tmp_path_factory):
+    b = AdminBroker(tmp_path_factory.mktemp("shoal-admin"))
+    b.start()
+    yield b
+    b.stop()
+
+
+def _error(resp, status: int, code: str) -> None:
+    assert resp[0] == status, resp
+    assert resp[1]["error"] == code and resp[1]["message"], resp
+
+
+def test_tenant_endpoints_and_errors(admin_broker):
+    b = admin_broker
+    status, t = http(b, "POST", "/v1/tenants", {"display_name": "Payments"})
+    assert status == 201 and re.fullmatch(r"lkc-[0-9a-z]{6}", t["tenant_id"])
+    assert t["display_name"] == "Payments" and t["users"] == [] and t["created_ms"] > 0
+    tid = t["tenant_id"]
+    status, listing = http(b, "GET", "/v1/tenants")
+    assert status == 200 and t in listing["tenants"]
+    assert http(b, "GET", f"/v1/tenants/{tid}") == (200, t)
+
+    _error(http(b, "GET", "/v1/tenants/lkc-zzzzzz"), 404, "not_found")
+    _error(http(b, "DELETE", "/v1/tenants/lkc-zzzzzz"), 404, "not_found")
+    _error(http(b, "GET", "/v2/nothing"), 404, "not_found")
+    _error(http(b, "POST", "/v1/tenants", raw=b"{not json"), 400, "bad_request")
+    _error(http(b, "POST", "/v1/tenants", raw=b"[1]"), 400, "bad_request")
+    _error(http(b, "POST", "/v1/tenants", {"display_name": ""}), 400, "bad_request")
+    _error(http(b, "POST", "/v1/tenants", {"display_name": 7}), 400, "bad_request")
+    _error(http(b, "PUT", "/v1/tenants"), 405, "method_not_allowed")
+
+    users = f"/v1/tenants/{tid}/users"
+    _error(http(b, "POST", users, {"user": "u1"}), 400, "bad_request")
+    _error(http(b, "POST", users, {"user": "u1", "password": "p", "mechanism": "MD5"}), 400, "bad_request")
+    _error(http(b, "POST", "/v1/tenants/lkc-zzzzzz/users", {"user": "u1", "password": "p"}), 404, "not_found")
+    assert http(b, "POST", users, {"user": "u1", "password": "p"}) == (
+        201, {"user": "u1", "tenant_id": tid, "mechanism": "SCRAM-SHA-512"})
+    _error(http(b, "POST", users, {"user": "u1", "password": "p"}), 409, "conflict")
+    _error(http(b, "POST", users, {"user": "admin", "password": "p"}), 409, "conflict")  # operator user
+    assert http(b, "GET", f"/v1/tenants/{tid}")[1]["users"] == ["u1"]
+    _error(http(b, "DELETE", f"{users}/nobody"), 404, "not_found")
+    assert http(b, "DELETE", f"{users}/u1") == (200, {"user": "u1", "tenant_id": tid})
+    _error(http(b, "DELETE", f"{users}/u1"), 404, "not_found")
+
+    assert http(b, "POST", users, {"user": "u2", "password": "p", "mechanism": "SCRAM-SHA-256"})[0] == 201
+    status, deleted = http(b, "DELETE", f"/v1/tenants/{tid}")
+    assert status == 200 and deleted["users"] == ["u2"]
+    _error(http(b, "GET", f"/v1/tenants/{tid}"), 404, "not_found")
+    # the deleted tenant's user is gone with it: the name is free again
+    status, t2 = http(b, "POST", "/v1/tenants", {"display_name": "Other"})
+    assert http(b, "POST", f"/v1/tenants/{t2['tenant_id']}/users", {"user": "u2", "password": "p"})[0] == 201
+
+
+def test_openapi_describes_the_endpoints(admin_broker):
+    status, doc = http(admin_broker, "GET", "/openapi.json")
+    assert status == 200 and doc["openapi"].startswith("3.0")
+    assert {p: sorted(k for k in ops if k != "parameters") for p, ops in doc["paths"].items()} == {
+        "/v1/tenants": ["get", "post"],
+        "/v1/tenants/{tenant_id}": ["delete", "get"],
+        "/v1/tenants/{tenant_id}/users": ["post"],
+        "/v1/tenants/{tenant_id}/users/{user}": ["delete"],
+    }
+
+
+def test_garbage_does_not_crash_the_server(admin_broker):
+    b = admin_broker
+    for junk in (b"\r\n\r\n", b"GET\r\n\r\n", b"GET / HTTP/1.1\r\nbroken header\r\n\r\n",
+                 b"POST /v1/tenants HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+                 b"POST /v1/tenants HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
+                 b"POST /v1/tenants HTTP/1.1\r\nContent-Length: 4\r\n\r\n\xff\xfe\x00\x01",
+                 b"GET /v1/tenants/%ff%fe HTTP/1.1\r\n\r\n", b"\x00" * 70000, b"GET / HTTP/1.1\r\n"):
+        with socket.create_connection(("127.0.0.1", b.admin_port), timeout=15) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 4"), (junk[:40], reply[:100])
+    assert http(b, "GET", "/v1/tenants")[0] == 200
+
+
+def _confluent_metadata(b: AdminBroker, user: str, password: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{b.kafka_port}", "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password})
+    admin.list_topics(timeout=10)
+
+
+def test_api_user_authenticates_and_everything_survives_restart(admin_broker):
+    from confluent_kafka import KafkaException
+
+    b = admin_broker
+    tid = http(b, "POST", "/v1/tenants", {"display_name": "Durable"})[1]["tenant_id"]
+    assert http(b, "POST", f"/v1/tenants/{tid}/users", {"user": "dora", "password": "dora-pw"})[0] == 201
+    _confluent_metadata(b, "dora", "dora-pw")
+    with pytest.raises(KafkaException):
+        _confluent_metadata(b, "dora", "wrong")
+    data = (b.workdir / "data" / "__metadata" / "metadata.json").read_bytes()
+    assert b"dora-pw" not in data
+    b.stop()
+    b.start()
+    t = http(b, "GET", f"/v1/tenants/{tid}")[1]
+    assert t["display_name"] == "Durable" and t["users"] == ["dora"]
+    _confluent_metadata(b, "dora", "dora-pw")
+
+
+def test_cli(admin_broker):
+    b = admin_broker
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def shoal(*args: str, stdin: str = ""):
+        return subprocess.run([sys.executable, "-m", "shoal", *args, "--admin-url", b.url], input=stdin,
+                              capture_output=True, text=True, timeout=30, env=env)
+
+    r = shoal("tenants", "create", "Cli Co")
+    assert r.returncode == 0, r.stderr
+    tid = r.stdout.strip()
+    assert re.fullmatch(r"lkc-[0-9a-z]{6}", tid)
+    r = shoal("users", "create", "carl", "--tenant", tid, "--password-stdin", stdin="carl-pw\n")
+    assert r.returncode == 0, r.stderr
+    r = shoal("users", "create", "carl", "--tenant", tid, "--password-stdin", stdin="x\n")
+    assert r.returncode == 1 and "already" in r.stderr
+    r = shoal("tenants", "list")
+    assert r.returncode == 0 and f"{tid}\tCli Co\tusers=carl" in r.stdout.splitlines()
+    r = shoal("tenants", "describe", tid)
+    assert r.returncode == 0 and "Users: carl" in r.stdout and "Name: Cli Co" in r.stdout
+    _confluent_metadata(b, "carl", "carl-pw")
+    assert shoal("users", "delete", "carl").returncode == 0
+    assert "Users: \n" in shoal("tenants", "describe", tid).stdout + "\n"
+    assert shoal("tenants", "delete", tid).returncode == 0
+    r = shoal("tenants", "describe", tid)
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url",
+                        f"http://127.0.0.1:{_free_port()}"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 3 and "cannot reach" in r.stderr
