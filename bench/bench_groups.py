@@ -43,6 +43,7 @@ if HERE not in sys.path:
 import _util  # noqa: E402
 from _util import fmt_num, percentile, render_table  # noqa: E402
 from bench_brokers import (  # noqa: E402
+    csv_list,
     ALL_BROKERS,
     CLIENT_LOG,
     BrokerFactory,
@@ -748,10 +749,6 @@ def report(machine: dict, rows: list[dict], brokers: list[str], failures: list) 
     text = "\n".join(out)
     print(text, flush=True)
     return text
-
-
-def csv_list(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
 
 
 def parse_args(argv=None) -> argparse.Namespace:

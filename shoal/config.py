@@ -228,14 +228,13 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 # Definitions
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
+class _TypedDef:
+    """What broker and topic config definitions share: a typed, validated value."""
+
+    __slots__ = ()
     name: str
-    type: str  # int long short double boolean string list password class
-    default: Any  # typed; None = no default
-    doc: str
-    validator: Validator | None = None
-    dynamic: bool = False  # may be changed cluster-wide at run time (AlterConfigs on broker "")
+    type: str
+    validator: "Validator | None"
 
     @property
     def sensitive(self) -> bool:
@@ -250,6 +249,17 @@ class ConfigDef:
         if self.validator is not None and value is not None:
             self.validator(self.name, value)
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef(_TypedDef):
+    name: str
+    type: str  # int long short double boolean string list password class
+    default: Any  # typed; None = no default
+    doc: str
+    validator: Validator | None = None
+    dynamic: bool = False  # may be changed cluster-wide at run time (AlterConfigs on broker "")
+
 
 
 def _d(name, type_, default, doc, validator=None, dynamic=False) -> ConfigDef:
@@ -545,26 +555,13 @@ def broker_synonyms(name: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class TopicConfigDef:
+class TopicConfigDef(_TypedDef):
     name: str
     type: str
     broker: str  # the broker config it falls back to
     doc: str
     validator: Validator | None = None
 
-    @property
-    def sensitive(self) -> bool:
-        return self.type == "password"
-
-    @property
-    def config_type(self) -> ConfigType:
-        return _TYPE_IDS[self.type]
-
-    def parse(self, raw: Any) -> Any:
-        value = parse_value(self.name, self.type, raw)
-        if self.validator is not None and value is not None:
-            self.validator(self.name, value)
-        return value
 
 
 def _t(name, type_, broker, doc, validator=None) -> TopicConfigDef:
