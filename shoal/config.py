@@ -530,6 +530,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
            "/openapi.json). Unset: no admin API. It has no authentication: bind it to a trusted address."),
         _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
+        _d("authorizer.class.name", "string", "",
+           "Non-empty: enforce ACLs (Shoal's built-in authorizer answers to any class name, e.g. "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer). Empty: no authorization, as in Kafka."),
+        _d("allow.everyone.if.no.acl.found", "boolean", False,
+           "With an authorizer: allow a resource that has no ACL at all to everyone."),
         _d("shoal.sasl.bootstrap.users", "password", None,
            "Shoal: USER:PASSWORD,... whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials are created at start-up "
            "(salted hashes are stored, never the password), so a broker with only SASL listeners can be used."),

@@ -17,12 +17,23 @@ class RequestContext:
     client_address: str  # "host:port" of the peer
     listener: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
-    tenant: Any = None  # set by the tenancy layer once authentication exists
+    tenant: Any = None  # the connection's tenant id (None: the physical cluster)
+    # shoal.tenancy.scope.Scope: names and authorization of this request's view
+    scope: Any = None
     # Filled by handlers that want the connection muted / response delayed (quotas).
     throttle_ms: int = 0
     # Set by a handler (Produce with acks=0) when no response must be sent.
     no_response: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scope is None:
+            from shoal.tenancy.scope import Scope
+
+            self.scope = Scope(
+                self.broker.metadata.image, self.broker.config, self.principal,
+                self.client_address.rpartition(":")[0], self.tenant,
+            )
 
     @property
     def api_version(self) -> int:

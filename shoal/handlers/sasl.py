@@ -108,8 +108,8 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
         )
         ctx.extra["close_after"] = True
         return reply(ErrorCode.sasl_authentication_failed, str(e))
-    if session.authenticated and conn is not None:
-        conn.principal = session.principal
+    if session.authenticated and conn is not None and conn.principal != session.principal:
+        conn.bind_principal(session.principal)
     return reply(ErrorCode.none, None, out, lifetime)
 
 

@@ -15,7 +15,7 @@ import abc
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 class MetadataError(Exception):
@@ -90,6 +90,57 @@ class TenantInfo:
     tenant_id: str
     display_name: str
     created_ms: int
+    # The tenant's own defaults for topic configs (``retention.ms`` ...): below namespaces, above
+    # the broker. Keys are topic config names.
+    configs: Mapping[str, str] = field(default_factory=dict)
+    # Create-topic policy (KIP-108 style), see ``shoal.tenancy.policy``; JSON-able values only.
+    policy: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """A KIP-37 namespace (``payments:eu``); ``name`` is physical (tenant-qualified)."""
+
+    name: str
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """One ACL binding, with Kafka's numeric codes (``shoal.tenancy.acl`` names them).
+
+    ``tenant`` is the logical cluster the binding belongs to (None: the physical cluster);
+    ``resource_name`` and ``principal`` are as that tenant's clients see them (unqualified).
+    """
+
+    tenant: str | None
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+# A client quota entity: sorted ((entity_type, name or None for the default), ...), entity types
+# "user", "client-id", "ip" as Kafka's, plus Shoal's "tenant". Names are physical.
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
+
+def tenant_prefix(tenant_id: str) -> str:
+    """The prefix of every physical name a tenant owns: topics, groups, transactional ids,
+    namespaces and the SCRAM users it creates (``lkc-3f9a2c_users``)."""
+    return tenant_id + "_"
+
+
+def owner_tenant(physical: str, tenants: Mapping[str, Any]) -> str | None:
+    """The tenant whose prefix ``physical`` carries, if that tenant exists."""
+    if len(physical) > 11 and physical[10] == "_" and physical.startswith("lkc-"):
+        tid = physical[:10]
+        if tid in tenants:
+            return tid
+    return None
 
 
 _NO_TENANTS: Mapping[str, TenantInfo] = MappingProxyType({})
@@ -113,6 +164,14 @@ class MetadataImage:
     # to no tenant (the operator view).
     tenants: Mapping[str, TenantInfo] = field(default_factory=lambda: _NO_TENANTS)
     user_tenants: Mapping[str, str] = field(default_factory=lambda: _NO_USER_TENANTS)
+    # users that administer their tenant (tenant super users)
+    tenant_admins: frozenset[str] = frozenset()
+    # namespaces by physical name (tenant-qualified)
+    namespaces: Mapping[str, NamespaceInfo] = field(default_factory=lambda: MappingProxyType({}))
+    acls: tuple[AclEntry, ...] = ()
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -202,9 +261,11 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_tenant(self, tenant_id: str) -> TenantInfo:
-        """Delete a tenant with its users' SCRAM credentials and user mappings.
+        """Delete a tenant and everything it owns, in one change: its users (mapped or
+        tenant-qualified) with their SCRAM credentials, its topics and namespaces (physical names
+        with the tenant's prefix), its ACLs and its client quotas. (Groups live in the group
+        coordinator; the broker deletes them when it sees the tenant go.)
 
-        (Its topics, groups, ACLs... are not tenant-qualified yet; deleting them is later work.)
         Raises MetadataError("RESOURCE_NOT_FOUND", ...) for an unknown tenant.
         """
 
@@ -230,3 +291,48 @@ class MetadataStore(abc.ABC):
 
         Raises MetadataError("RESOURCE_NOT_FOUND", ...) when there is neither.
         """
+
+    @abc.abstractmethod
+    async def update_tenant(
+        self,
+        tenant_id: str,
+        *,
+        display_name: str | None = None,
+        configs: Mapping[str, str] | None = None,
+        policy: Mapping[str, Any] | None = None,
+    ) -> TenantInfo:
+        """Replace what is given (``configs``/``policy`` replace the whole mapping)."""
+
+    @abc.abstractmethod
+    async def set_tenant_admin(self, user: str, admin: bool) -> None:
+        """Make ``user`` (mapped to a tenant) an administrator of its tenant, or not."""
+
+    # -- namespaces (KIP-37) ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_namespaces(self, names: list[str]) -> None:
+        """Create the physical namespaces that do not exist yet (callers pass every ancestor)."""
+
+    @abc.abstractmethod
+    async def delete_namespaces(self, names: list[str], topics: list[str]) -> None:
+        """Delete namespaces and topics together, in one change."""
+
+    @abc.abstractmethod
+    async def set_namespace_configs(self, name: str, configs: Mapping[str, str]) -> NamespaceInfo:
+        """Replace a namespace's configs; RESOURCE_NOT_FOUND for an unknown namespace."""
+
+    @abc.abstractmethod
+    async def rename_topic(self, old: str, new: str) -> TopicInfo:
+        """Rename a topic, keeping its id, partitions and configs (namespace moves)."""
+
+    # -- ACLs and client quotas -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def alter_acls(self, add: list[AclEntry], remove: list[AclEntry]) -> None:
+        """Add and remove ACL bindings in one change (adding an existing one is a no-op)."""
+
+    @abc.abstractmethod
+    async def alter_client_quotas(
+        self, changes: list[tuple[QuotaEntity, Mapping[str, float | None]]]
+    ) -> None:
+        """Set (float) or remove (None) quota values per entity, all in one change."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -50,7 +51,10 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from shoal.metadata import (
+    AclEntry,
     BrokerInfo,
+    NamespaceInfo,
+    QuotaEntity,
     MetadataError,
     MetadataImage,
     MetadataStore,
@@ -58,6 +62,8 @@ from shoal.metadata import (
     ScramCredential,
     TenantInfo,
     TopicInfo,
+    owner_tenant,
+    tenant_prefix,
 )
 
 log = logging.getLogger(__name__)
@@ -244,7 +250,13 @@ def new_tenant_id(choice: Callable[[str], str] = secrets.choice) -> str:
 
 def _tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[dict[str, Any]]:
     return [
-        {"tenant_id": t.tenant_id, "display_name": t.display_name, "created_ms": t.created_ms}
+        {
+            "tenant_id": t.tenant_id,
+            "display_name": t.display_name,
+            "created_ms": t.created_ms,
+            "configs": dict(sorted(t.configs.items())),
+            "policy": dict(t.policy),
+        }
         for _, t in sorted(tenants.items())
     ]
 
@@ -252,8 +264,39 @@ def _tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[dict[str, Any]]:
 def _tenants_from_json(items: Any) -> dict[str, TenantInfo]:
     out: dict[str, TenantInfo] = {}
     for d in items:
-        t = TenantInfo(str(d["tenant_id"]), str(d["display_name"]), int(d["created_ms"]))
+        t = TenantInfo(
+            str(d["tenant_id"]),
+            str(d["display_name"]),
+            int(d["created_ms"]),
+            MappingProxyType({str(k): str(v) for k, v in d.get("configs", {}).items()}),
+            MappingProxyType(dict(d.get("policy", {}))),
+        )
         out[t.tenant_id] = t
+    return out
+
+
+def _acl_to_json(a: AclEntry) -> list[Any]:
+    return [a.tenant, a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+            a.operation, a.permission_type]
+
+
+def _acl_from_json(d: list[Any]) -> AclEntry:
+    t, rt, rn, pt, pr, h, op, perm = d
+    return AclEntry(None if t is None else str(t), int(rt), str(rn), int(pt), str(pr), str(h), int(op), int(perm))
+
+
+def _quotas_to_json(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> list[Any]:
+    return [
+        {"entity": [list(e) for e in entity], "values": dict(sorted(values.items()))}
+        for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))
+    ]
+
+
+def _quotas_from_json(items: Any) -> dict[QuotaEntity, Mapping[str, float]]:
+    out: dict[QuotaEntity, Mapping[str, float]] = {}
+    for d in items:
+        entity = tuple((str(t), None if n is None else str(n)) for t, n in d["entity"])
+        out[entity] = MappingProxyType({str(k): float(v) for k, v in d["values"].items()})
     return out
 
 
@@ -343,6 +386,15 @@ class EmbeddedMetadataStore(MetadataStore):
             credentials = _credentials_from_json(doc.get("scram_credentials", {}))  # auth
             tenants = _tenants_from_json(doc.get("tenants", []))
             user_tenants = {str(u): str(t) for u, t in doc.get("user_tenants", {}).items()}
+            extra = {
+                "tenant_admins": frozenset(str(u) for u in doc.get("tenant_admins", [])),
+                "namespaces": MappingProxyType({
+                    str(n): NamespaceInfo(str(n), MappingProxyType({str(k): str(v) for k, v in c.items()}))
+                    for n, c in doc.get("namespaces", {}).items()
+                }),
+                "acls": tuple(_acl_from_json(a) for a in doc.get("acls", [])),
+                "client_quotas": MappingProxyType(_quotas_from_json(doc.get("client_quotas", []))),
+            }
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -360,10 +412,11 @@ class EmbeddedMetadataStore(MetadataStore):
         by_name = {t.name: t for t in topics}
         by_id = {t.topic_id: t for t in topics}
         self._next_producer_id = max(next_producer_id, 0)
-        return self._make_image(
+        image = self._make_image(
             cluster_id, {}, by_name, broker_configs, epoch=epoch, by_id=by_id, credentials=credentials,
             tenants=tenants, user_tenants=user_tenants,
         )
+        return dataclasses.replace(image, **extra)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -492,17 +545,140 @@ class EmbeddedMetadataStore(MetadataStore):
             return tenant
 
     async def delete_tenant(self, tenant_id: str) -> TenantInfo:
-        # Only the tenant, its users' credentials and mappings for now: topics, groups, ACLs and
-        # configs are not tenant-qualified yet (name virtualization will delete them here too).
         async with self._lock:
             old = self._writable()
             tenant = self._existing_tenant(old, tenant_id)
+            prefix = tenant_prefix(tenant_id)
             users = {u for u, t in old.user_tenants.items() if t == tenant_id}
+            users |= {u for u in old.scram_credentials if u.startswith(prefix)}
             tenants = {k: v for k, v in old.tenants.items() if k != tenant_id}
             user_tenants = {u: t for u, t in old.user_tenants.items() if u not in users}
             creds = {u: c for u, c in old.scram_credentials.items() if u not in users}
-            await self._publish(old, tenants=tenants, user_tenants=user_tenants, credentials=creds)
+            topics = {n: t for n, t in old.topics.items() if not n.startswith(prefix)}
+            namespaces = {n: v for n, v in old.namespaces.items() if not n.startswith(prefix)}
+            acls = tuple(a for a in old.acls if a.tenant != tenant_id)
+            quotas = {
+                e: v for e, v in old.client_quotas.items()
+                if not any(n is not None and (n == tenant_id or n.startswith(prefix)) for _, n in e)
+            }
+            await self._publish(
+                old, tenants=tenants, user_tenants=user_tenants, credentials=creds, topics=topics,
+                namespaces=namespaces, acls=acls, client_quotas=quotas,
+                tenant_admins=old.tenant_admins - users,
+            )
             return tenant
+
+    async def update_tenant(
+        self,
+        tenant_id: str,
+        *,
+        display_name: str | None = None,
+        configs: Mapping[str, str] | None = None,
+        policy: Mapping[str, Any] | None = None,
+    ) -> TenantInfo:
+        async with self._lock:
+            old = self._writable()
+            t = self._existing_tenant(old, tenant_id)
+            new = TenantInfo(
+                t.tenant_id,
+                t.display_name if display_name is None else str(display_name),
+                t.created_ms,
+                t.configs if configs is None else MappingProxyType({str(k): str(v) for k, v in configs.items()}),
+                t.policy if policy is None else MappingProxyType(dict(policy)),
+            )
+            if new != t:
+                tenants = dict(old.tenants)
+                tenants[tenant_id] = new
+                await self._publish(old, tenants=tenants)
+            return new
+
+    async def set_tenant_admin(self, user: str, admin: bool) -> None:
+        async with self._lock:
+            old = self._writable()
+            if user not in old.user_tenants and not (
+                admin is False or owner_tenant(user, old.tenants)
+            ):
+                raise MetadataError("RESOURCE_NOT_FOUND", f"User '{user}' belongs to no tenant.")
+            admins = old.tenant_admins | {user} if admin else old.tenant_admins - {user}
+            if admins != old.tenant_admins:
+                await self._publish(old, tenant_admins=admins)
+
+    # namespaces (KIP-37)
+    async def create_namespaces(self, names: list[str]) -> None:
+        async with self._lock:
+            old = self._writable()
+            missing = [n for n in names if n not in old.namespaces]
+            if missing:
+                namespaces = dict(old.namespaces)
+                for n in missing:
+                    namespaces[n] = NamespaceInfo(n, MappingProxyType({}))
+                await self._publish(old, namespaces=namespaces)
+
+    async def delete_namespaces(self, names: list[str], topics: list[str]) -> None:
+        async with self._lock:
+            old = self._writable()
+            gone_ns, gone_topics = set(names), set(topics)
+            await self._publish(
+                old,
+                namespaces={n: v for n, v in old.namespaces.items() if n not in gone_ns},
+                topics={n: t for n, t in old.topics.items() if n not in gone_topics},
+            )
+
+    async def set_namespace_configs(self, name: str, configs: Mapping[str, str]) -> NamespaceInfo:
+        async with self._lock:
+            old = self._writable()
+            if name not in old.namespaces:
+                raise MetadataError("RESOURCE_NOT_FOUND", f"Namespace '{name}' does not exist.")
+            ns = NamespaceInfo(name, MappingProxyType({str(k): str(v) for k, v in configs.items()}))
+            namespaces = dict(old.namespaces)
+            namespaces[name] = ns
+            await self._publish(old, namespaces=namespaces)
+            return ns
+
+    async def rename_topic(self, old_name: str, new_name: str) -> TopicInfo:
+        async with self._lock:
+            old = self._writable()
+            topic = self._existing(old, old_name)
+            if new_name in old.topics:
+                raise MetadataError("TOPIC_ALREADY_EXISTS", f"Topic '{new_name}' already exists.")
+            new = dataclasses.replace(topic, name=new_name)
+            topics = {n: t for n, t in old.topics.items() if n != old_name}
+            topics[new_name] = new
+            await self._publish(old, topics=topics)
+            return new
+
+    # ACLs and client quotas
+    async def alter_acls(self, add: list[AclEntry], remove: list[AclEntry]) -> None:
+        async with self._lock:
+            old = self._writable()
+            gone = set(remove)
+            acls = [a for a in old.acls if a not in gone]
+            present = set(acls)
+            for a in add:
+                if a not in present:
+                    acls.append(a)
+                    present.add(a)
+            if tuple(acls) != old.acls:
+                await self._publish(old, acls=tuple(acls))
+
+    async def alter_client_quotas(
+        self, changes: list[tuple[QuotaEntity, Mapping[str, float | None]]]
+    ) -> None:
+        async with self._lock:
+            old = self._writable()
+            quotas = {e: dict(v) for e, v in old.client_quotas.items()}
+            for entity, values in changes:
+                current = quotas.setdefault(tuple(entity), {})
+                for key, value in values.items():
+                    if value is None:
+                        current.pop(key, None)
+                    else:
+                        current[key] = float(value)
+                if not current:
+                    del quotas[tuple(entity)]
+            frozen = {e: MappingProxyType(v) for e, v in quotas.items()}
+            if frozen != dict(old.client_quotas):
+                await self._publish(old, client_quotas=frozen)
 
     async def assign_user(
         self,
@@ -541,7 +717,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise MetadataError("RESOURCE_NOT_FOUND", f"User '{user}' does not exist.")
             user_tenants = {u: t for u, t in old.user_tenants.items() if u != user}
             creds = {u: c for u, c in old.scram_credentials.items() if u != user}
-            await self._publish(old, user_tenants=user_tenants, credentials=creds)
+            await self._publish(
+                old, user_tenants=user_tenants, credentials=creds, tenant_admins=old.tenant_admins - {user}
+            )
 
     @staticmethod
     def _existing_tenant(image: MetadataImage, tenant_id: str) -> TenantInfo:
@@ -684,7 +862,10 @@ class EmbeddedMetadataStore(MetadataStore):
         credentials: Mapping[str, Mapping[str, ScramCredential]] | None = None,
         tenants: Mapping[str, TenantInfo] | None = None,
         user_tenants: Mapping[str, str] | None = None,
+        **other: Any,
     ) -> MetadataImage:
+        """Publish ``old`` with the given parts replaced. ``other`` names further image fields
+        (``tenant_admins``, ``namespaces``, ``acls``, ``client_quotas``), stored as given."""
         new = self._make_image(
             old.cluster_id,
             old.brokers if brokers is None else brokers,
@@ -695,6 +876,15 @@ class EmbeddedMetadataStore(MetadataStore):
             tenants=old.tenants if tenants is None else tenants,
             user_tenants=old.user_tenants if user_tenants is None else user_tenants,
         )
+        new = dataclasses.replace(
+            new,
+            tenant_admins=frozenset(other.pop("tenant_admins", old.tenant_admins)),
+            namespaces=MappingProxyType(dict(other.pop("namespaces", old.namespaces))),
+            acls=tuple(other.pop("acls", old.acls)),
+            client_quotas=MappingProxyType(dict(other.pop("client_quotas", old.client_quotas))),
+        )
+        if other:
+            raise TypeError(f"unknown image fields {sorted(other)}")
         # The write runs to completion even if the caller is cancelled, and the image follows
         # the file: memory and disk never disagree. A failed write publishes nothing.
         cancelled = False
@@ -730,6 +920,10 @@ class EmbeddedMetadataStore(MetadataStore):
             "scram_credentials": _credentials_to_json(image.scram_credentials),  # auth
             "tenants": _tenants_to_json(image.tenants),
             "user_tenants": dict(sorted(image.user_tenants.items())),
+            "tenant_admins": sorted(image.tenant_admins),
+            "namespaces": {n: dict(sorted(ns.configs.items())) for n, ns in sorted(image.namespaces.items())},
+            "acls": [_acl_to_json(a) for a in image.acls],
+            "client_quotas": _quotas_to_json(image.client_quotas),
         }
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         try:

@@ -106,6 +106,7 @@ class KafkaConnection(asyncio.Protocol):
         self.principal = "User:ANONYMOUS"
         self.tenant: Any = None
         self.sasl: Any = None  # auth: shoal.auth.SaslSession on SASL listeners
+        self._scope: Any = None  # tenancy: the last Scope (reused while the image is the same)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -127,6 +128,8 @@ class KafkaConnection(asyncio.Protocol):
                     self.principal = security.tls_principal(transport)
                 except MappingError as e:
                     self._reject(str(e))
+                    return
+                self.bind_principal(self.principal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -160,6 +163,31 @@ class KafkaConnection(asyncio.Protocol):
         return None
 
     # -- request pipeline -----------------------------------------------------------------
+
+    def bind_principal(self, principal: str) -> None:
+        """Authentication is done: this connection acts as ``principal``, in its user's tenant
+        (fixed for the connection's life; losing it closes the connection)."""
+        from shoal.tenancy.scope import tenant_of
+
+        self.principal = principal
+        self.tenant = tenant_of(self.broker.metadata.image, principal)
+        self._scope = None
+
+    def scope(self) -> Any:
+        """This connection's ``Scope`` at the current image; None (and the connection closes)
+        when its tenant or its user's membership is gone."""
+        image = self.broker.metadata.image
+        s = self._scope
+        if s is not None and s.epoch == image.epoch:
+            return s
+        from shoal.tenancy.scope import resolve
+
+        s = resolve(image, self.broker.config, self.principal, self.peer.rpartition(":")[0], self.tenant)
+        if s is None:
+            self._reject(f"principal {self.principal} no longer belongs to tenant {self.tenant}")
+            return None
+        self._scope = s
+        return s
 
     def _reject(self, reason: str) -> None:
         """Close this connection because of what the client sent; one log line says why."""
@@ -196,6 +224,9 @@ class KafkaConnection(asyncio.Protocol):
         except codec.MalformedRequest as e:
             self._reject(str(e))
             return
+        scope = self.scope()
+        if scope is None:
+            return
         ctx = RequestContext(
             broker=self.broker,
             header=header,
@@ -203,6 +234,7 @@ class KafkaConnection(asyncio.Protocol):
             listener=self.listener,
             principal=self.principal,
             tenant=self.tenant,
+            scope=scope,
         )
         ctx.extra["connection"] = self
         self._pending.append(slot)

@@ -1,0 +1,5 @@
+"""Tenancy: logical clusters over one physical cluster (the multi-tenancy document, KIP-37).
+
+- ``scope``: a request's view (tenant, name qualification) and its authorization.
+- ``acl``: Kafka's ACL model and the authorizer's decision.
+"""
