@@ -30,8 +30,13 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import groups, offsets  # consumer groups and committed offsets
     from shoal.handlers import consumer_groups  # KIP-848 ConsumerGroupHeartbeat/Describe
     from shoal.handlers import sasl  # auth: SaslHandshake/SaslAuthenticate, SCRAM credentials
+    from shoal.handlers import acls  # tenancy: CreateAcls/DescribeAcls/DeleteAcls
+    from shoal.handlers import client_quotas  # quotas: Describe/AlterClientQuotas
 
-    return [api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets, consumer_groups, sasl]
+    return [
+        api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
+        consumer_groups, sasl, acls, client_quotas,
+    ]
 
 
 @dataclass(frozen=True)

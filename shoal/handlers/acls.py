@@ -1,0 +1,1 @@
+"""ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""

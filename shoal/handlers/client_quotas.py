@@ -1,0 +1,1 @@
+"""Client quota APIs (DescribeClientQuotas, AlterClientQuotas)."""
