@@ -19,7 +19,12 @@ Deliberate deviations from Kafka:
 - Per-broker dynamic configs (BROKER resource named by a node id) are refused with INVALID_REQUEST:
   only the cluster-wide default (resource name "") can be altered.
 - Internal topics cannot be deleted (INVALID_REQUEST), as ZooKeeper-mode Kafka refused.
-- No create/alter policies (``create.topic.policy.class.name``) and no ACL checks yet.
+- No ``create.topic.policy.class.name``; tenants have their own create-topic policy.
+
+Scoped (``ctx.scope``): a tenant creates, deletes and alters only its own topics, named as it
+names them (stored with its prefix); another tenant's topic, by name or id, does not exist for it.
+Authorization as Kafka's KafkaApis: CreateTopics needs CREATE on the cluster or the topic,
+DeleteTopics DELETE, CreatePartitions ALTER on the topic (TOPIC_AUTHORIZATION_FAILED).
 - BROKER_LOGGER resources are described as empty and cannot be altered.
 """
 
@@ -49,6 +54,8 @@ from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.placement import PlacementError, assign_replicas, start_index_for_new_partitions
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
+from shoal.metadata import owner_tenant
+from shoal.tenancy.acl import Operation, ResourceType
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -81,16 +88,16 @@ class AdminError(Exception):
 # Shared policy
 
 
-def validate_topic_name(name: str | None) -> None:
-    """Kafka's ``Topic.validate``."""
+def validate_topic_name(name: str | None, max_length: int = MAX_TOPIC_NAME_LENGTH) -> None:
+    """Kafka's ``Topic.validate``; a tenant's names are shorter by its prefix (``max_length``)."""
     if name is None or name == "":
         raise AdminError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
         raise AdminError("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
+    if len(name) > max_length:
         raise AdminError(
             "INVALID_TOPIC_EXCEPTION",
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+            f"Topic name is illegal, it can't be longer than {max_length} characters, "
             f"topic name: {name}",
         )
     if not _LEGAL_TOPIC.match(name):
@@ -162,14 +169,19 @@ def _metadata_error(e: MetadataError) -> AdminError:
 # CreateTopics
 
 
-def _plan_topic(image: MetadataImage, cfg: Any, t: Any) -> tuple[list[tuple[int, ...]], dict[str, str]]:
-    """Validate one CreatableTopic; return its replica assignment and config overrides."""
+def _plan_topic(
+    image: MetadataImage, cfg: Any, t: Any, scope: Any
+) -> tuple[list[tuple[int, ...]], dict[str, str]]:
+    """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
+    assignment and config overrides."""
     name = t.name
-    validate_topic_name(name)
-    if name in image.topics:
+    validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
+    if scope.topic(image, name) is not None:
         raise AdminError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+    if scope.physical_view and not scope.superuser and owner_tenant(name, image.tenants):
+        raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic name '{name}' is reserved for a tenant.")
     key = _collision_key(name)
-    for existing in image.topics:
+    for existing, _info in scope.topics(image):
         if _collision_key(existing) == key:
             raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {existing}")
     configs: dict[str, str] = {}
@@ -229,7 +241,7 @@ def _plan_topic(image: MetadataImage, cfg: Any, t: Any) -> tuple[list[tuple[int,
             f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
             f"cannot be reached because only {len(brokers)} broker(s) are registered.",
         )
-    seed = _placement_seed(name)
+    seed = _placement_seed(scope.physical(name))
     try:
         assignment = assign_replicas(
             brokers,
@@ -288,13 +300,19 @@ async def handle_create_topics(ctx, req):
                 results.append(result(t.name, code="INVALID_REQUEST", message="Duplicate topic name."))
                 continue
             cfg = broker.config
+            scope = ctx.scope
             try:
-                assignment, configs = _plan_topic(store.image, cfg, t)
+                if not (
+                    scope.allowed_cluster(Operation.CREATE)
+                    or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
+                ):
+                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                assignment, configs = _plan_topic(store.image, cfg, t, scope)
                 if req.validate_only:
                     topic_id = None
                 else:
                     try:
-                        info = await store.create_topic(t.name, assignment, configs)
+                        info = await store.create_topic(scope.physical(t.name), assignment, configs)
                     except MetadataError as e:
                         raise _metadata_error(e) from None
                     topic_id = info.topic_id
@@ -357,22 +375,27 @@ async def handle_delete_topics(ctx, req):
                 if (name is not None and names_seen[name] > 1) or (tid != _ZERO_UUID and ids_seen[tid] > 1):
                     raise AdminError("INVALID_REQUEST", "Duplicate topic name or id in request.")
                 image = store.image
+                scope = ctx.scope
                 if name is not None:
-                    topic = image.topics.get(name)
+                    if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, name):
+                        raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                    topic = scope.topic(image, name)
                     if topic is None:
                         raise AdminError(
                             "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                         )
                 else:
-                    topic = image.topics_by_id.get(tid)
+                    topic = scope.topic_by_id(image, tid)
                     if topic is None:
                         raise AdminError("UNKNOWN_TOPIC_ID", "This server does not host this topic ID.")
-                name, tid = topic.name, topic.topic_id
+                    if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, scope.visible(topic.name)):
+                        raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                name, tid = scope.visible(topic.name), topic.topic_id
                 if not enabled:
                     raise AdminError("TOPIC_DELETION_DISABLED", "Topic deletion is disabled.")
                 if topic.internal:
                     raise AdminError(
-                        "INVALID_REQUEST", f"Topic {topic.name} is an internal topic and cannot be deleted."
+                        "INVALID_REQUEST", f"Topic {name} is an internal topic and cannot be deleted."
                     )
                 try:
                     await store.delete_topic(topic.name)
@@ -389,13 +412,13 @@ async def handle_delete_topics(ctx, req):
 # CreatePartitions
 
 
-def _plan_partitions(image: MetadataImage, t: Any) -> list[tuple[int, ...]]:
-    topic = image.topics.get(t.name)
+def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> list[tuple[int, ...]]:
+    topic = scope.topic(image, t.name)
     if topic is None:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
     if topic.internal:
         # Group and transaction coordinators map ids to partitions by count: it must not change.
-        raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {topic.name}.")
+        raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {t.name}.")
     current = len(topic.partitions)
     if t.count < current:
         raise AdminError(
@@ -452,10 +475,12 @@ async def handle_create_partitions(ctx, req):
             try:
                 if counts[t.name] > 1:
                     raise AdminError("INVALID_REQUEST", "Duplicate topic name.")
-                assignment = _plan_partitions(store.image, t)
+                if not ctx.scope.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
+                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                assignment = _plan_partitions(store.image, t, ctx.scope)
                 if not req.validate_only:
                     try:
-                        await store.add_partitions(t.name, assignment)
+                        await store.add_partitions(ctx.scope.physical(t.name), assignment)
                     except MetadataError as e:
                         raise _metadata_error(e) from None
             except AdminError as e:
@@ -500,15 +525,20 @@ async def handle_describe_configs(ctx, req):
     results = []
     for res in req.resources:
         try:
+            scope = ctx.scope
             if res.resource_type == RESOURCE_TOPIC:
                 validate_topic_name(res.resource_name)
-                topic = image.topics.get(res.resource_name)
+                if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name):
+                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                topic = scope.topic(image, res.resource_name)
                 if topic is None:
                     raise AdminError(
                         "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                     )
                 entries = describe_topic_configs(cfg, topic.configs)
             elif res.resource_type == RESOURCE_BROKER:
+                if not scope.allowed_cluster(Operation.DESCRIBE_CONFIGS):
+                    raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
                 cluster_default = _broker_resource(ctx, res.resource_name)
                 entries = describe_broker_configs(cfg, cluster_default=cluster_default)
             elif res.resource_type == RESOURCE_BROKER_LOGGER:
@@ -619,9 +649,12 @@ async def _alter_resource(
     """Compute the resource's new overrides from its current ones, validate, store."""
     broker = ctx.broker
     store = broker.metadata
+    scope = ctx.scope
     if resource_type == RESOURCE_TOPIC:
         validate_topic_name(resource_name)
-        topic: TopicInfo | None = store.image.topics.get(resource_name)
+        if not scope.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, resource_name):
+            raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+        topic: TopicInfo | None = scope.topic(store.image, resource_name)
         if topic is None:
             raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
         cfg = broker.config
@@ -637,10 +670,13 @@ async def _alter_resource(
         if validate_only or dict(new) == dict(topic.configs):
             return
         try:
-            await store.set_topic_configs(resource_name, new)
+            await store.set_topic_configs(topic.name, new)
         except MetadataError as e:
             raise _metadata_error(e) from None
     elif resource_type == RESOURCE_BROKER:
+        if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER_CONFIGS):
+            # A tenant never alters the physical broker's configs.
+            raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
         if not _broker_resource(ctx, resource_name):
             raise AdminError(
                 "INVALID_REQUEST",

@@ -8,6 +8,11 @@ can make progress past a batch larger than its limits (Kafka's KIP-74 rule).
 If fewer than ``min_bytes`` are ready the request waits in the purgatory until a producer appends
 to one of its partitions or ``max_wait`` passes, then answers with what there is.
 
+Scoped: topic names and ids are the tenant's (``ctx.scope``): another tenant's topic id is
+UNKNOWN_TOPIC_ID, its name resolves to this tenant's own (missing) topic. Reading needs READ on the
+topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does). A fetch session belongs
+to the scope and principal that created it: any other caller gets FETCH_SESSION_ID_NOT_FOUND.
+
 Deviations from Kafka:
 - READ_COMMITTED reads up to the high watermark: there are no transactions yet, so LSO == HWM.
 - The follower fields (replica_state, diverging epochs) are answered as a consumer's; replication
@@ -27,6 +32,7 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.storage import OffsetOutOfRange
+from shoal.tenancy.acl import Operation, ResourceType
 
 KEY = 1
 ZERO_UUID = uuid.UUID(int=0)
@@ -48,6 +54,7 @@ class _SessionPartition:
 class FetchSession:
     session_id: int
     epoch: int  # the epoch the next request must carry
+    owner: tuple = ()  # (tenant id, principal) of the creator: nobody else may use the session
     partitions: "OrderedDict[tuple[str, int], _SessionPartition]" = field(default_factory=OrderedDict)
 
 
@@ -58,11 +65,11 @@ class FetchSessionCache:
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
 
-    def new(self) -> FetchSession:
+    def new(self, owner: tuple = ()) -> FetchSession:
         sid = 0
         while sid == 0 or sid in self._sessions:
             sid = secrets.randbits(31)
-        session = FetchSession(sid, 1)
+        session = FetchSession(sid, 1, owner)
         self._sessions[sid] = session
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
@@ -114,18 +121,26 @@ async def handle_fetch(ctx, req):
 
     # -- resolve the request's partitions (by name or id) and the session --------------------
     image = broker.metadata.image
+    scope = ctx.scope
+    owner = (scope.tenant_id, ctx.principal)
     wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
     unknown_ids: list[tuple[uuid.UUID, int]] = []
+    denied: list[tuple[str | None, uuid.UUID | None, int]] = []
     for t in req.topics:
         if use_ids:
-            info = image.topics_by_id.get(t.topic_id)
+            info = scope.topic_by_id(image, t.topic_id)
             if info is None:
                 unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
                 continue
             name = info.name
+            visible = scope.visible(name)
         else:
-            name = t.topic
+            visible = t.topic
+            name = scope.physical(visible)
         tid = t.topic_id if use_ids else None
+        if not scope.allowed(Operation.READ, ResourceType.TOPIC, visible):
+            denied.extend((visible, tid, p.partition) for p in t.partitions)
+            continue
         for p in t.partitions:
             wanted[(name, p.partition)] = _SessionPartition(p.fetch_offset, p.partition_max_bytes, tid)
 
@@ -135,10 +150,12 @@ async def handle_fetch(ctx, req):
     incremental = False
     if session_id == 0:
         if session_epoch == INITIAL_EPOCH and v >= 7:
-            session = sessions.new()
+            session = sessions.new(owner)
             session.partitions = wanted
     else:
         existing = sessions.get(session_id)
+        if existing is not None and existing.owner != owner:
+            return _top_error(mod, ErrorCode.fetch_session_id_not_found)
         if session_epoch == FINAL_EPOCH:
             sessions.remove(session_id)
         elif existing is None:
@@ -155,10 +172,10 @@ async def handle_fetch(ctx, req):
                 session.partitions[key] = sp
             for ft in getattr(req, "forgotten_topics_data", ()) or ():
                 if use_ids:
-                    info = image.topics_by_id.get(ft.topic_id)
+                    info = scope.topic_by_id(image, ft.topic_id)
                     fname = info.name if info is not None else None
                 else:
-                    fname = ft.topic
+                    fname = scope.physical(ft.topic)
                 for part in ft.partitions:
                     session.partitions.pop((fname, part), None)
             session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
@@ -206,9 +223,21 @@ async def handle_fetch(ctx, req):
             )
         )
     topics = [
-        build(mod.FetchableTopicResponse, topic=name, topic_id=topic_ids.get(name) or ZERO_UUID, partitions=tuple(parts))
+        build(
+            mod.FetchableTopicResponse, topic=scope.visible(name), topic_id=topic_ids.get(name) or ZERO_UUID,
+            partitions=tuple(parts),
+        )
         for name, parts in by_topic.items()
     ]
+    for visible, tid, index in denied:
+        topics.append(
+            build(
+                mod.FetchableTopicResponse,
+                topic=visible,
+                topic_id=tid or ZERO_UUID,
+                partitions=(_partition_data(mod, index, ErrorCode.topic_authorization_failed),),
+            )
+        )
     for tid, index in unknown_ids:
         topics.append(
             build(

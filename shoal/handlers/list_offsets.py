@@ -5,6 +5,9 @@ ISR is the log end offset), -2 earliest (log start offset), -3 max timestamp (KI
 local (KIP-405; no tiered storage, so the log start offset), -5 latest tiered (KIP-1005; nothing is
 tiered: offset -1). A timestamp >= 0 finds the first record whose timestamp is at least it.
 
+Scoped: topic names are the tenant's (``ctx.scope``). ListOffsets needs DESCRIBE on the topic,
+DeleteRecords needs DELETE (TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka answers).
+
 Deviation: v11 (KIP-1023 timeout field) is not offered yet.
 """
 
@@ -16,14 +19,21 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.storage import OffsetOutOfRange
+from shoal.tenancy.acl import Operation, ResourceType
 
 LIST_OFFSETS = 2
 DELETE_RECORDS = 21
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _resolve(broker, name: str, index: int):
-    """(partition log, partition info, error) for a partition this broker must lead."""
+def _resolve(ctx, name: str, index: int, operation: int):
+    """(partition log, partition info, error) for a partition this broker must lead; ``name`` is
+    the scope's, ``operation`` the one the caller needs on the topic."""
+    scope = ctx.scope
+    if not scope.allowed(operation, ResourceType.TOPIC, name):
+        return None, None, ErrorCode.topic_authorization_failed
+    broker = ctx.broker
+    name = scope.physical(name)
     topic = broker.metadata.image.topic(name)
     if topic is None or not 0 <= index < len(topic.partitions):
         return None, None, ErrorCode.unknown_topic_or_partition
@@ -36,13 +46,12 @@ def _resolve(broker, name: str, index: int):
 
 @api(LIST_OFFSETS, 1, 10)
 async def handle_list_offsets(ctx, req):
-    broker = ctx.broker
     mod = response_module(LIST_OFFSETS, ctx.api_version)
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, pinfo, code = _resolve(broker, t.name, p.partition_index)
+            plog, pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DESCRIBE)
             offset, ts = -1, -1
             epoch = pinfo.leader_epoch if pinfo is not None else -1
             current = getattr(p, "current_leader_epoch", -1)
@@ -82,13 +91,12 @@ async def handle_list_offsets(ctx, req):
 
 @api(DELETE_RECORDS, 0, 2)
 async def handle_delete_records(ctx, req):
-    broker = ctx.broker
     mod = response_module(DELETE_RECORDS, ctx.api_version)
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, _pinfo, code = _resolve(broker, t.name, p.partition_index)
+            plog, _pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DELETE)
             low = -1
             if code == ErrorCode.none:
                 target = plog.high_watermark if p.offset == -1 else p.offset

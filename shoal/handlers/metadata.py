@@ -1,9 +1,13 @@
 """Metadata (key 3, v0-v13) and DescribeCluster (key 60, v0-v2).
 
+Scoped (``ctx.scope``): a tenant sees only its own topics, under their unqualified names, and its
+logical cluster id; another tenant's topic, by name or by id, is answered exactly as a topic that
+does not exist. Authorization as Kafka's: all-topics lists only topics the principal may DESCRIBE;
+a named topic without DESCRIBE is TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE on the
+cluster or the topic. authorized_operations bit sets are computed when asked for.
+
 Deviations from Kafka:
 - Brokers are listed with the endpoint of the listener the request arrived on.
-- topic_authorized_operations / cluster_authorized_operations are -2147483648 ("not provided")
-  until the authorizer exists; a request that asks for them gets the full set of operations.
 """
 
 from __future__ import annotations
@@ -16,14 +20,20 @@ from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
+from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60
 ZERO_UUID = uuid.UUID(int=0)
 NOT_PROVIDED = -2147483648
 # Kafka's bit set of every operation on topics / the cluster (AclOperation codes).
-ALL_TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-ALL_CLUSTER_OPS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))
+TOPIC_OPS = (3, 4, 5, 6, 7, 8, 10, 11)
+CLUSTER_OPS = (4, 5, 7, 8, 9, 10, 11, 12)
+
+
+def authorized_operations(scope, resource_type: int, name: str, ops: tuple[int, ...]) -> int:
+    """Kafka's authorized_operations bit set of ``name`` for this request's principal."""
+    return sum(1 << op for op in ops if scope.allowed(op, resource_type, name))
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -56,7 +66,7 @@ def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
     return tuple(out)
 
 
-def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool):
+def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str):
     parts = []
     for p in topic.partitions:
         offline = tuple(r for r in p.replicas if r not in image.brokers)
@@ -76,11 +86,13 @@ def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool):
     return build(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
-        name=topic.name,
+        name=name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
         partitions=tuple(parts),
-        topic_authorized_operations=ALL_TOPIC_OPS if include_ops else NOT_PROVIDED,
+        topic_authorized_operations=authorized_operations(scope, ResourceType.TOPIC, name, TOPIC_OPS)
+        if include_ops
+        else NOT_PROVIDED,
     )
 
 
@@ -107,11 +119,13 @@ async def handle_metadata(ctx, req):
     # Auto-creation: v0-v3 always allow it; v4+ as the request says.
     allow_auto = v < 4 or bool(getattr(req, "allow_auto_topic_creation", True))
     allow_auto = allow_auto and bool(broker.config.get("auto.create.topics.enable"))
+    scope = ctx.scope
     topics = []
     if all_topics:
         image = broker.metadata.image
-        for topic in sorted(image.topics.values(), key=lambda t: t.name):
-            topics.append(_topic(mod, topic, image, include_ops))
+        for name, topic in sorted(scope.topics(image)):
+            if scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_topic(mod, topic, image, include_ops, scope, name))
     else:
         for t in req.topics:
             name = getattr(t, "name", None)
@@ -120,44 +134,57 @@ async def handle_metadata(ctx, req):
                 topic_id = None
             image = broker.metadata.image
             if name is None and topic_id is not None:
-                info = image.topics_by_id.get(topic_id)
+                info = scope.topic_by_id(image, topic_id)
                 if info is None:
                     topics.append(_missing(mod, None, topic_id, ErrorCode.unknown_topic_id))
+                    continue
+                name = scope.visible(info.name)
+                if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                    topics.append(_missing(mod, None, topic_id, ErrorCode.topic_authorization_failed))
                 else:
-                    topics.append(_topic(mod, info, image, include_ops))
+                    topics.append(_topic(mod, info, image, include_ops, scope, name))
                 continue
             if name is None:
                 topics.append(_missing(mod, None, None, ErrorCode.invalid_request))
                 continue
-            info = image.topic(name)
+            if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_missing(mod, name, None, ErrorCode.topic_authorization_failed))
+                continue
+            info = scope.topic(image, name)
             if info is None:
-                if topic_name_error(name):
+                if topic_name_error(scope.physical(name)):
                     topics.append(_missing(mod, name, None, ErrorCode.invalid_topic_exception))
                     continue
                 if allow_auto:
+                    if not (
+                        scope.allowed_cluster(Operation.CREATE)
+                        or scope.allowed(Operation.CREATE, ResourceType.TOPIC, name)
+                    ):
+                        topics.append(_missing(mod, name, None, ErrorCode.topic_authorization_failed))
+                        continue
                     try:
-                        await broker.auto_create_topic(name)
+                        await broker.auto_create_topic(scope.physical(name))
                     except MetadataError as e:
                         topics.append(_missing(mod, name, None, error_code(e.code)))
                         continue
                     # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created; our
                     # creation is synchronous, so the topic is ready and we describe it.
                     image = broker.metadata.image
-                    info = image.topic(name)
+                    info = scope.topic(image, name)
                 if info is None:
                     topics.append(_missing(mod, name, None, ErrorCode.unknown_topic_or_partition))
                     continue
-            topics.append(_topic(mod, info, image, include_ops))
+            topics.append(_topic(mod, info, image, include_ops, scope, name))
     image = broker.metadata.image
     return build(
         mod.MetadataResponse,
         error_code=ErrorCode.none,  # v13+ (KIP-1102)
         throttle_time=datetime.timedelta(0),
         brokers=_brokers(mod.MetadataResponseBroker, image, ctx.listener),
-        cluster_id=image.cluster_id,
+        cluster_id=scope.cluster_id(image),
         controller_id=image.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=ALL_CLUSTER_OPS
+        cluster_authorized_operations=authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
         if getattr(req, "include_cluster_authorized_operations", False)
         else NOT_PROVIDED,
     )
@@ -167,6 +194,19 @@ async def handle_metadata(ctx, req):
 async def handle_describe_cluster(ctx, req):
     mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
     image = ctx.broker.metadata.image
+    scope = ctx.scope
+    if not scope.allowed_cluster(Operation.DESCRIBE):
+        return build(
+            mod.DescribeClusterResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=None,
+            endpoint_type=getattr(req, "endpoint_type", 1),
+            cluster_id=scope.cluster_id(image),
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=NOT_PROVIDED,
+        )
     endpoint_type = getattr(req, "endpoint_type", 1)
     if endpoint_type != 1:
         # 1 = brokers; 2 = controllers (KIP-919) which a single embedded store does not expose.
@@ -176,7 +216,7 @@ async def handle_describe_cluster(ctx, req):
             error_code=ErrorCode.unsupported_endpoint_type,
             error_message="Shoal exposes broker endpoints only",
             endpoint_type=endpoint_type,
-            cluster_id=image.cluster_id,
+            cluster_id=scope.cluster_id(image),
             controller_id=-1,
             brokers=(),
             cluster_authorized_operations=NOT_PROVIDED,
@@ -187,10 +227,10 @@ async def handle_describe_cluster(ctx, req):
         error_code=ErrorCode.none,
         error_message=None,
         endpoint_type=1,
-        cluster_id=image.cluster_id,
+        cluster_id=scope.cluster_id(image),
         controller_id=image.controller_id,
         brokers=_brokers(mod.DescribeClusterBroker, image, ctx.listener),
-        cluster_authorized_operations=ALL_CLUSTER_OPS
+        cluster_authorized_operations=authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
         if req.include_cluster_authorized_operations
         else NOT_PROVIDED,
     )

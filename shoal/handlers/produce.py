@@ -12,6 +12,9 @@ and INVALID_PRODUCER_EPOCH as Kafka answers them; a retry of one of the producer
 batches is answered NONE with the original base offset (and, as Kafka does, the original batch's
 timestamp as log_append_time) without writing anything.
 
+Scoped: topic names are the tenant's (``ctx.scope``); writing needs WRITE on the topic
+(TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka answers).
+
 Deviations from Kafka:
 - Transactional produce is not supported yet: a transactional id, or a batch with the
   transactional bit, gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka answers that too when the
@@ -31,6 +34,7 @@ from shoal.protocol.errors import ErrorCode, error_code
 from shoal.protocol.records import InvalidRecords
 from shoal.storage import OffsetOutOfRange
 from shoal.storage.producer_state import ProducerStateError
+from shoal.tenancy.acl import Operation, ResourceType
 
 KEY = 0
 log = logging.getLogger("shoal.produce")
@@ -89,9 +93,17 @@ async def handle_produce(ctx, req):
             )
         return build(mod.ProduceResponse, responses=tuple(responses), throttle_time=datetime.timedelta(0))
 
+    scope = ctx.scope
     for t in req.topic_data:
-        topic = image.topic(t.name)
+        physical = scope.physical(t.name)
         parts = []
+        if not scope.allowed(Operation.WRITE, ResourceType.TOPIC, t.name):
+            for p in t.partition_data:
+                parts.append(_partition_response(mod, p.index, ErrorCode.topic_authorization_failed))
+            failed = True
+            responses.append((t.name, parts))
+            continue
+        topic = image.topics.get(physical)
         for p in t.partition_data:
             if topic is None or not 0 <= p.index < len(topic.partitions):
                 parts.append(_partition_response(mod, p.index, ErrorCode.unknown_topic_or_partition))
@@ -104,7 +116,7 @@ async def handle_produce(ctx, req):
                 failed = True
                 continue
             pinfo = topic.partitions[p.index]
-            plog = broker.partition_log(t.name, p.index) if pinfo.leader == broker.node_id else None
+            plog = broker.partition_log(physical, p.index) if pinfo.leader == broker.node_id else None
             if plog is None:
                 parts.append(_partition_response(mod, p.index, ErrorCode.not_leader_or_follower))
                 failed = True
@@ -138,7 +150,7 @@ async def handle_produce(ctx, req):
                     code = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
                 log.warning(
                     "rejected produce to %s-%d from %s (client %s): %s",
-                    t.name, p.index, ctx.client_address, ctx.client_id, e,
+                    physical, p.index, ctx.client_address, ctx.client_id, e,
                 )
                 parts.append(_partition_response(mod, p.index, error_code(code), message=str(e)))
                 failed = True
@@ -146,7 +158,7 @@ async def handle_produce(ctx, req):
             except ProducerStateError as e:
                 log.info(
                     "rejected produce to %s-%d from %s (client %s): %s",
-                    t.name, p.index, ctx.client_address, ctx.client_id, e,
+                    physical, p.index, ctx.client_address, ctx.client_id, e,
                 )
                 parts.append(_partition_response(mod, p.index, error_code(e.code), message=e.message))
                 failed = True
@@ -158,14 +170,14 @@ async def handle_produce(ctx, req):
             if info.duplicate:
                 log.debug(
                     "duplicate batch to %s-%d from %s answered with its original offsets %d-%d",
-                    t.name, p.index, ctx.client_address, info.base_offset, info.last_offset,
+                    physical, p.index, ctx.client_address, info.base_offset, info.last_offset,
                 )
             else:
                 broker.after_leader_append(topic, pinfo, plog)
                 if plog.flush_due(now_ms):
                     to_flush.append(plog)
             if acks == -1:
-                waits.append((t.name, p.index, info.last_offset + 1))
+                waits.append((physical, p.index, info.last_offset + 1))
             parts.append((p.index, info))
         responses.append((t.name, parts))
 
@@ -184,10 +196,11 @@ async def handle_produce(ctx, req):
     topics = []
     for name, parts in responses:
         out = []
+        physical = scope.physical(name)
         for part in parts:
             if not isinstance(part, tuple):
                 out.append(part)
-            elif (name, part[0]) in timed_out:
+            elif (physical, part[0]) in timed_out:
                 out.append(_partition_response(mod, part[0], ErrorCode.request_timed_out))
             else:
                 index, info = part

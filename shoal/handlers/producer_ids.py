@@ -45,6 +45,7 @@ from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataStore
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.tenancy.acl import Operation, ResourceType
 
 INIT_PRODUCER_ID = 22
 DESCRIBE_PRODUCERS = 61
@@ -121,9 +122,14 @@ class ProducerIdManager:
         return "NONE", producer_id, epoch + 1
 
 
-def _partition_epoch(broker, producer_id: int) -> int | None:
+def _partition_epoch(broker, producer_id: int, scope) -> int | None:
+    """The producer's highest epoch in the partitions this scope owns (a tenant cannot learn of,
+    or bump, another tenant's producers)."""
     best = None
+    prefix = scope.prefix
     for plog in broker.logs.logs():
+        if prefix and not plog.topic.startswith(prefix):
+            continue
         e = plog.producer_epoch(producer_id)
         if e is not None and (best is None or e > best):
             best = e
@@ -148,10 +154,14 @@ async def handle_init_producer_id(ctx, req):
     txn = req.transactional_id
     if txn is not None:
         return answer(ErrorCode.invalid_request if txn == "" else ErrorCode.transactional_id_authorization_failed)
+    scope = ctx.scope
+    # Idempotent producers: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679).
+    if not (scope.allowed_cluster(Operation.IDEMPOTENT_WRITE) or scope.allowed_any_topic(Operation.WRITE)):
+        return answer(ErrorCode.cluster_authorization_failed)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     manager: ProducerIdManager = broker.producer_ids
-    partition_epoch = _partition_epoch(broker, pid) if pid >= 0 and epoch >= 0 else None
+    partition_epoch = _partition_epoch(broker, pid, scope) if pid >= 0 and epoch >= 0 else None
     try:
         name, pid, epoch = await manager.init_producer(pid, epoch, partition_epoch)
     except MetadataError as e:
@@ -167,18 +177,22 @@ async def handle_describe_producers(ctx, req):
     broker = ctx.broker
     mod = response_module(DESCRIBE_PRODUCERS, ctx.api_version)
     image = broker.metadata.image
+    scope = ctx.scope
     topics = []
     for t in req.topics:
-        topic = image.topic(t.name)
+        topic = scope.topic(image, t.name)
+        readable = scope.allowed(Operation.READ, ResourceType.TOPIC, t.name)
         parts = []
         for index in t.partition_indexes:
             code = ErrorCode.none
             producers: tuple = ()
-            if topic is None or not 0 <= index < len(topic.partitions):
+            if not readable:
+                code = ErrorCode.topic_authorization_failed
+            elif topic is None or not 0 <= index < len(topic.partitions):
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 pinfo = topic.partitions[index]
-                plog = broker.partition_log(t.name, index) if pinfo.leader == broker.node_id else None
+                plog = broker.partition_log(topic.name, index) if pinfo.leader == broker.node_id else None
                 if plog is None:
                     code = ErrorCode.not_leader_or_follower
                 else:

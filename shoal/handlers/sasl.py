@@ -37,6 +37,7 @@ from shoal.handlers.registry import api
 from shoal.metadata import MetadataError
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.tenancy.acl import Operation
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -113,24 +114,33 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
     return reply(ErrorCode.none, None, out, lifetime)
 
 
-def _authorized(ctx: Any) -> bool:
-    supers = ctx.broker.config.get("super.users")
-    if not supers:
+def _authorized(ctx: Any, operation: int) -> bool:
+    scope = ctx.scope
+    if not scope.allowed_cluster(operation):
+        return False
+    if not scope.physical_view or scope.superuser:
         return True
-    return ctx.principal in {s.strip() for s in supers.split(";") if s.strip()}
+    # Without an authorizer, ``super.users`` (when set) still guards the physical view's users.
+    return not ctx.broker.config.get("super.users")
 
 
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
-    if not _authorized(ctx):
+    if not _authorized(ctx, Operation.DESCRIBE):
         return mod.DescribeUserScramCredentialsResponse(
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=None,
             results=(),
         )
-    creds = ctx.broker.metadata.image.scram_credentials
+    image = ctx.broker.metadata.image
+    scope = ctx.scope
+    creds = {}
+    for physical, by_mech in image.scram_credentials.items():  # the scope's users, as it names them
+        visible = scope.visible_user(image, physical)
+        if visible is not None:
+            creds[visible] = by_mech
     if request.users:
         names = [u.name for u in request.users]
     else:
@@ -169,8 +179,9 @@ async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     )
 
 
-def _validate_alter(request: Any, image: Any) -> dict[str, tuple[ErrorCode, str] | None]:
-    """Per user: None when all its operations may be applied, else (error, message)."""
+def _validate_alter(request: Any, image: Any, physical: Any) -> dict[str, tuple[ErrorCode, str] | None]:
+    """Per user: None when all its operations may be applied, else (error, message).
+    ``physical(name)`` is the stored name of the user the client names."""
     errors: dict[str, tuple[ErrorCode, str] | None] = {}
     pairs: dict[tuple[str, int], int] = {}
     for op in (*request.deletions, *request.upsertions):
@@ -191,7 +202,7 @@ def _validate_alter(request: Any, image: Any) -> dict[str, tuple[ErrorCode, str]
             fail(op.name, ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
     for op in request.deletions:
         mech = MECHANISM_NAMES.get(int(op.mechanism))
-        if mech is not None and mech not in image.scram_credentials.get(op.name, {}):
+        if mech is not None and mech not in image.scram_credentials.get(physical(op.name), {}):
             fail(op.name, ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
     for op in request.upsertions:
         why = check_iterations(int(op.iterations))
@@ -206,29 +217,35 @@ def _validate_alter(request: Any, image: Any) -> dict[str, tuple[ErrorCode, str]
 async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
     store = ctx.broker.metadata
-    if not _authorized(ctx):
+    scope = ctx.scope
+
+    def physical(name: str) -> str:
+        return scope.physical_user(store.image, name)
+
+    if not _authorized(ctx, Operation.ALTER):
         users = dict.fromkeys(op.name for op in (*request.deletions, *request.upsertions))
         errors = {u: (ErrorCode.cluster_authorization_failed, None) for u in users}
     else:
-        errors = _validate_alter(request, store.image)
+        errors = _validate_alter(request, store.image, physical)
     results = []
     for user, err in errors.items():
         if err is None:
+            stored = physical(user)
             try:
                 for op in request.deletions:
                     if op.name == user:
-                        await store.delete_scram_credential(user, MECHANISM_NAMES[int(op.mechanism)])
+                        await store.delete_scram_credential(stored, MECHANISM_NAMES[int(op.mechanism)])
                 for op in request.upsertions:
                     if op.name == user:
                         mech = MECHANISM_NAMES[int(op.mechanism)]
                         stored_key, server_key = keys_from_salted_password(mech, bytes(op.salted_password))
                         await store.set_scram_credential(
-                            user, mech, bytes(op.salt), stored_key, server_key, int(op.iterations)
+                            stored, mech, bytes(op.salt), stored_key, server_key, int(op.iterations)
                         )
             except MetadataError as e:
                 err = (getattr(ErrorCode, e.code.lower(), ErrorCode.unknown_server_error), e.message)
         if err is None:
-            log.info("SCRAM credentials of user %s altered by %s from %s", user, ctx.principal, ctx.client_address)
+            log.info("SCRAM credentials of user %s altered by %s from %s", stored, ctx.principal, ctx.client_address)
         results.append(
             mod.AlterUserScramCredentialsResult(
                 user=user,

@@ -122,6 +122,20 @@ class Scope:
             return None
         return t
 
+    def physical_user(self, image: "MetadataImage", name: str) -> str:
+        """The stored name of a SCRAM user this scope calls ``name``: a user the control plane
+        put in this tenant keeps its name; any other name is one the tenant creates itself."""
+        if not self.prefix or image.user_tenants.get(name) == self.tenant_id:
+            return name
+        return self.prefix + name
+
+    def visible_user(self, image: "MetadataImage", physical: str) -> str | None:
+        if not self.prefix:
+            return physical
+        if image.user_tenants.get(physical) == self.tenant_id:
+            return physical
+        return self.visible(physical)
+
     def cluster_id(self, image: "MetadataImage") -> str:
         """The id of the cluster this scope sees: its tenant's logical cluster id, else the
         physical cluster's."""
