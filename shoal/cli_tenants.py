@@ -56,6 +56,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--tenant", required=True, metavar="ID")
     p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
     p.add_argument("--mechanism", choices=MECHS, default="SCRAM-SHA-512")
+    p.add_argument("--admin", action="store_true", help="the user administers its tenant (may do anything in it)")
     common(p, cmd_users)
     p = sub.add_parser("delete", help="delete a user (and its credentials)")
     p.add_argument("user", metavar="USER")
@@ -115,8 +116,9 @@ def cmd_users(args: argparse.Namespace) -> int:
                 print("shoal users create: empty password on stdin", file=sys.stderr)
                 return EXIT_USAGE
             _call(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users",
-                  {"user": args.user, "password": password, "mechanism": args.mechanism})
-            print(f"user {args.user} created in tenant {args.tenant} ({args.mechanism})")
+                  {"user": args.user, "password": password, "mechanism": args.mechanism, "admin": args.admin})
+            role = ", tenant administrator" if args.admin else ""
+            print(f"user {args.user} created in tenant {args.tenant} ({args.mechanism}{role})")
         else:
             tenant = args.tenant
             if tenant is None:

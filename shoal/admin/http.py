@@ -7,7 +7,7 @@ only (asyncio streams + json). One request per connection (``Connection: close``
     POST   /v1/tenants                      {"display_name": ...} -> 201 tenant
     GET    /v1/tenants/{id}                 one tenant with its users
     DELETE /v1/tenants/{id}                 delete it, its users and their credentials
-    POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?} -> 201
+    POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?, "admin"?} -> 201
     DELETE /v1/tenants/{id}/users/{user}    delete a user of that tenant
     GET    /openapi.json                    the OpenAPI 3.0 description of the above
 
@@ -57,12 +57,14 @@ def parse_listener(value: str) -> tuple[str, int]:
     return u.hostname, port
 
 
-def tenant_json(t: TenantInfo, user_tenants: Any) -> dict[str, Any]:
+def tenant_json(t: TenantInfo, user_tenants: Any, admins: Any = frozenset()) -> dict[str, Any]:
+    users = sorted(u for u, tid in user_tenants.items() if tid == t.tenant_id)
     return {
         "tenant_id": t.tenant_id,
         "display_name": t.display_name,
         "created_ms": t.created_ms,
-        "users": sorted(u for u, tid in user_tenants.items() if tid == t.tenant_id),
+        "users": users,
+        "admins": [u for u in users if u in admins],
     }
 
 
@@ -183,16 +185,16 @@ class AdminHttpServer:
         if len(segs) == 2:
             if self._allow(method, "GET", "POST") == "GET":
                 image = self.store.image
-                return 200, {"tenants": [tenant_json(t, image.user_tenants)
+                return 200, {"tenants": [tenant_json(t, image.user_tenants, image.tenant_admins)
                                          for t in sorted(image.tenants.values(), key=lambda t: t.created_ms)]}
             name = _name(self._json(raw), "display_name")
             t = await self._store_call(self.store.create_tenant(name))
-            return 201, tenant_json(t, self.store.image.user_tenants)
+            return 201, tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
         tenant_id = segs[2]
         if len(segs) == 3:
             if self._allow(method, "GET", "DELETE") == "GET":
                 t = self._tenant(tenant_id)
-                return 200, tenant_json(t, self.store.image.user_tenants)
+                return 200, tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
             before = self.store.image.user_tenants
             t = await self._store_call(self.store.delete_tenant(tenant_id))
             return 200, tenant_json(t, before)
@@ -219,10 +221,17 @@ class AdminHttpServer:
         mechanism = body.get("mechanism", DEFAULT_MECHANISM)
         if mechanism not in MECHANISMS:
             raise HttpError(400, "bad_request", f"'mechanism' must be one of {', '.join(MECHANISMS)}")
+        admin = body.get("admin", False)
+        if not isinstance(admin, bool):
+            raise HttpError(400, "bad_request", "'admin' must be true or false")
+        if user.startswith("lkc-") and "_" in user:
+            raise HttpError(400, "bad_request", "user names starting with 'lkc-' and containing '_' are reserved")
         self._tenant(tenant_id)
         cred = await asyncio.to_thread(make_credential, mechanism, password)
         await self._store_call(self.store.assign_user(user, tenant_id, cred, new_user=True))
-        return {"user": user, "tenant_id": tenant_id, "mechanism": mechanism}
+        if admin:  # a tenant administrator may do anything within its tenant
+            await self._store_call(self.store.set_tenant_admin(user, True))
+        return {"user": user, "tenant_id": tenant_id, "mechanism": mechanism, "admin": admin}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -318,7 +327,8 @@ def openapi() -> dict[str, Any]:
                 "Tenant": {"type": "object", "required": ["tenant_id", "display_name", "created_ms", "users"],
                            "properties": {"tenant_id": string, "display_name": string,
                                           "created_ms": {"type": "integer", "format": "int64"},
-                                          "users": {"type": "array", "items": string}}},
+                                          "users": {"type": "array", "items": string},
+                                          "admins": {"type": "array", "items": string}}},
                 "TenantList": {"type": "object", "required": ["tenants"],
                                "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}},
                 "TenantCreate": {"type": "object", "required": ["display_name"],
@@ -326,9 +336,11 @@ def openapi() -> dict[str, Any]:
                 "UserCreate": {"type": "object", "required": ["user", "password"],
                                "properties": {"user": string, "password": {"type": "string", "format": "password"},
                                               "mechanism": {"type": "string", "default": DEFAULT_MECHANISM,
-                                                            "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}}},
+                                                            "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
+                                              "admin": {"type": "boolean", "default": False}}},
                 "User": {"type": "object", "required": ["user", "tenant_id"],
-                         "properties": {"user": string, "tenant_id": string, "mechanism": string}},
+                         "properties": {"user": string, "tenant_id": string, "mechanism": string,
+                                        "admin": {"type": "boolean"}}},
                 "Error": {"type": "object", "required": ["error", "message"],
                           "properties": {"error": string, "message": string}},
             }

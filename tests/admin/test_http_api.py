@@ -118,10 +118,17 @@ def test_tenant_endpoints_and_errors(admin_broker):
     _error(http(b, "POST", users, {"user": "u1", "password": "p", "mechanism": "MD5"}), 400, "bad_request")
     _error(http(b, "POST", "/v1/tenants/lkc-zzzzzz/users", {"user": "u1", "password": "p"}), 404, "not_found")
     assert http(b, "POST", users, {"user": "u1", "password": "p"}) == (
-        201, {"user": "u1", "tenant_id": tid, "mechanism": "SCRAM-SHA-512"})
+        201, {"user": "u1", "tenant_id": tid, "mechanism": "SCRAM-SHA-512", "admin": False})
+    _error(http(b, "POST", users, {"user": "u9", "password": "p", "admin": "yes"}), 400, "bad_request")
+    _error(http(b, "POST", users, {"user": "lkc-abcdef_x", "password": "p"}), 400, "bad_request")
     _error(http(b, "POST", users, {"user": "u1", "password": "p"}), 409, "conflict")
     _error(http(b, "POST", users, {"user": "admin", "password": "p"}), 409, "conflict")  # operator user
     assert http(b, "GET", f"/v1/tenants/{tid}")[1]["users"] == ["u1"]
+    assert http(b, "POST", users, {"user": "boss", "password": "p", "admin": True})[1]["admin"] is True
+    t_now = http(b, "GET", f"/v1/tenants/{tid}")[1]
+    assert t_now["users"] == ["boss", "u1"] and t_now["admins"] == ["boss"]
+    assert http(b, "DELETE", f"{users}/boss")[0] == 200
+    assert http(b, "GET", f"/v1/tenants/{tid}")[1]["admins"] == []
     _error(http(b, "DELETE", f"{users}/nobody"), 404, "not_found")
     assert http(b, "DELETE", f"{users}/u1") == (200, {"user": "u1", "tenant_id": tid})
     _error(http(b, "DELETE", f"{users}/u1"), 404, "not_found")
