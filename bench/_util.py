@@ -75,6 +75,19 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / CLK_TCK
 
 
+def system_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat ``cpu`` line: everything but
+    idle and iowait); the difference over a window, minus the CPU of the processes measured,
+    is what the rest of the machine used meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return 0.0
+    vals = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(vals) - vals[3] - vals[4]) / CLK_TCK
+
+
 def status_kib(pids: Iterable[int], field: str) -> int:
     """Sum of a ``/proc/<pid>/status`` kB field (VmRSS, VmHWM, ...) over pids, in KiB."""
     total = 0

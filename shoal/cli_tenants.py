@@ -29,11 +29,15 @@ class _Failed(Exception):
         self.status = status
 
 
+def admin_api_arguments(p: argparse.ArgumentParser, func: Any) -> None:
+    """``--admin-url`` and ``--timeout`` of a command that speaks the HTTP admin API, which runs ``func``."""
+    p.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="the broker's shoal.admin.listener")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.set_defaults(func=func)
+
+
 def add_parser(subparsers: Any) -> None:
-    def common(p: argparse.ArgumentParser, func: Any) -> None:
-        p.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="the broker's shoal.admin.listener")
-        p.add_argument("--timeout", type=float, default=30.0)
-        p.set_defaults(func=func)
+    common = admin_api_arguments
 
     tenants = subparsers.add_parser("tenants", help="create, list, describe and delete tenants (logical clusters)")
     sub = tenants.add_subparsers(dest="tenants_command", required=True)

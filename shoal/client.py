@@ -47,6 +47,8 @@ __all__ = [
     "PartitionDescription",
     "RESOURCE_TOPIC",
     "RESOURCE_BROKER",
+    "AclBinding",
+    "AclFilter",
 ]
 
 # Api keys used here.
@@ -54,6 +56,10 @@ PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 32, 33, 37
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+# DescribeClientQuotas match types: a name, the <default> entity, any entity of the type.
+MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 # ConfigResource types (DescribeConfigs / AlterConfigs).
 RESOURCE_TOPIC = 2
@@ -254,6 +260,53 @@ class CreatedTopic:
 
 
 # -- the connection --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """An ACL binding with Kafka's codes (``shoal.tenancy.acl`` names them)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True)
+class AclFilter:
+    """Kafka's AclBindingFilter: codes 1 (ANY) and None match anything; pattern_type 2 (MATCH)
+    selects the bindings that apply to ``resource_name``."""
+
+    resource_type: int = 1
+    resource_name: str | None = None
+    pattern_type: int = 1
+    principal: str | None = None
+    host: str | None = None
+    operation: int = 1
+    permission_type: int = 1
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "resource_type_filter": self.resource_type,
+            "resource_name_filter": self.resource_name,
+            "pattern_type_filter": self.pattern_type,
+            "principal_filter": self.principal,
+            "host_filter": self.host,
+            "operation": self.operation,
+            "permission_type": self.permission_type,
+        }
+
+
+def _binding(r: Any, resource: Any = None) -> AclBinding:
+    """An AclBinding from a DeleteAcls matching ACL, or a DescribeAcls ACL of ``resource``."""
+    where = resource if resource is not None else r
+    return AclBinding(
+        int(where.resource_type), where.resource_name, int(where.pattern_type), r.principal, r.host,
+        int(r.operation), int(r.permission_type),
+    )
 
 
 @dataclass(frozen=True)
@@ -903,6 +956,102 @@ class AdminClient:
             (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
             for r in resp.responses
         }
+        return _finish(out, raise_errors)
+
+    # -- ACLs ----------------------------------------------------------------------------------
+
+    async def create_acls(
+        self, bindings: Iterable[AclBinding], *, raise_errors: bool = True
+    ) -> dict[AclBinding, None | KafkaError]:
+        """Create ACL bindings; each maps to None or its error (INVALID_REQUEST, ...)."""
+        bindings = list(bindings)
+        resp = await self.request(
+            CREATE_ACLS,
+            {
+                "creations": [
+                    {
+                        "resource_type": b.resource_type,
+                        "resource_name": b.resource_name,
+                        "resource_pattern_type": b.pattern_type,
+                        "principal": b.principal,
+                        "host": b.host,
+                        "operation": b.operation,
+                        "permission_type": b.permission_type,
+                    }
+                    for b in bindings
+                ]
+            },
+        )
+        out = {
+            b: _check(r.error_code, r.error_message, b.resource_name) for b, r in zip(bindings, resp.results)
+        }
+        return _finish(out, raise_errors)
+
+    async def describe_acls(self, acl_filter: AclFilter = AclFilter()) -> list[AclBinding]:
+        """The bindings that match ``acl_filter`` (every binding by default)."""
+        resp = await self.request(DESCRIBE_ACLS, acl_filter.fields())
+        err = _check(resp.error_code, resp.error_message)
+        if err:
+            raise err
+        return [_binding(a, r) for r in resp.resources for a in r.acls]
+
+    async def delete_acls(
+        self, filters: Iterable[AclFilter], *, raise_errors: bool = True
+    ) -> dict[AclFilter, list[AclBinding] | KafkaError]:
+        """Delete the bindings each filter matches; returns them per filter."""
+        filters = list(filters)
+        resp = await self.request(DELETE_ACLS, {"filters": [f.fields() for f in filters]})
+        out: dict[AclFilter, list[AclBinding] | KafkaError] = {}
+        for f, r in zip(filters, resp.filter_results):
+            err = _check(r.error_code, r.error_message)
+            out[f] = err if err else [_binding(m) for m in r.matching_acls]
+        return _finish(out, raise_errors)
+
+    # -- client quotas -------------------------------------------------------------------------
+    # An entity is a tuple of (entity type, name) pairs, name None for <default>: (("user", "alice"),),
+    # (("client-id", "app"), ("user", None)); types user, client-id, ip (and Shoal's tenant).
+
+    async def describe_client_quotas(
+        self, components: Iterable[tuple[str, int, str | None]] = (), *, strict: bool = False
+    ) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        """The quotas of the entities a filter matches: ``(entity type, MATCH_EXACT|MATCH_DEFAULT|
+        MATCH_ANY, name or None)`` per component; ``strict``: entities with no other type."""
+        resp = await self.request(DESCRIBE_CLIENT_QUOTAS, {
+            "components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+            "strict": strict,
+        })
+        err = _check(resp.error_code, resp.error_message)
+        if err:
+            raise err
+        return {
+            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {v.key: v.value for v in entry.values}
+            for entry in resp.entries or ()
+        }
+
+    async def alter_client_quotas(
+        self,
+        alterations: Iterable[tuple[Iterable[tuple[str, str | None]], Mapping[str, float | None]]],
+        *,
+        validate_only: bool = False,
+        raise_errors: bool = True,
+    ) -> dict[tuple[tuple[str, str | None], ...], None | KafkaError]:
+        """Set (a value) or remove (None) quota keys per entity; each entity maps to None or its
+        error (INVALID_REQUEST, CLUSTER_AUTHORIZATION_FAILED, ...)."""
+        items = [(tuple((t, n) for t, n in entity), dict(ops)) for entity, ops in alterations]
+        resp = await self.request(ALTER_CLIENT_QUOTAS, {
+            "entries": [
+                {
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                    "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                            for k, v in ops.items()],
+                }
+                for entity, ops in items
+            ],
+            "validate_only": validate_only,
+        })
+        out: dict[tuple[tuple[str, str | None], ...], None | KafkaError] = {}
+        for (entity, _ops), r in zip(items, resp.entries):
+            out[tuple(sorted(entity))] = _check(r.error_code, r.error_message, str(dict(entity)))
         return _finish(out, raise_errors)
 
     # -- partitions ----------------------------------------------------------------------------

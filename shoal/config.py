@@ -299,7 +299,30 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("queued.max.requests", "int", 500, "Requests queued before network reads block.", at_least(1)),
         _d("socket.request.max.bytes", "int", 104857600, "Maximum bytes in a socket request.", at_least(1)),
         _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
-        _d("max.connections", "int", INT_MAX, "Maximum connections the broker accepts.", at_least(0), True),
+        # -- connection limits (KIP-402, KIP-612; shoal.server.limits). Listener-level values:
+        # listener.name.<listener>.max.connections / .max.connection.creation.rate.
+        _d("max.connections", "int", INT_MAX,
+           "The maximum number of connections we allow in the broker at any time. This limit is applied in "
+           "addition to any per-ip limits configured using max.connections.per.ip. Listener-level limits may "
+           "also be configured by prefixing the config name with the listener prefix, for example, "
+           "listener.name.internal.max.connections. New connections are blocked if either the listener or "
+           "broker limit is reached. Connections on the inter-broker listener are permitted even if the "
+           "broker-wide limit is reached; the oldest connection on another listener is closed then.",
+           at_least(0), True),
+        _d("max.connections.per.ip", "int", INT_MAX,
+           "The maximum number of connections we allow from each ip address. This can be set to 0 if there "
+           "are overrides configured using max.connections.per.ip.overrides property. New connections from "
+           "the ip address are dropped if the limit is reached.", at_least(0), True),
+        _d("max.connections.per.ip.overrides", "string", "",
+           "A comma-separated list of per-ip or hostname overrides to the default maximum number of "
+           "connections. An example value is \"hostName:100,127.0.0.1:200\"", None, True),
+        _d("max.connection.creation.rate", "int", INT_MAX,
+           "The maximum connection creation rate we allow in the broker at any time. Listener-level limits "
+           "may also be configured by prefixing the config name with the listener prefix, for example, "
+           "listener.name.internal.max.connection.creation.rate. New connections will be throttled (their "
+           "accept delayed) if either the listener or the broker limit is reached, with the exception of "
+           "the inter-broker listener, throttled only when its listener-level rate limit is reached.",
+           at_least(0), True),
         # -- logs
         _d(
             "log.dirs",
@@ -529,6 +552,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.admin.listener", "string", None,
            "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
            "/openapi.json). Unset: no admin API. It has no authentication: bind it to a trusted address."),
+        # -- quotas: client quota sensors and metrics (shoal.quotas.manager, shoal.admin.metrics)
+        _d("shoal.metrics.listener", "string", None,
+           "Shoal: http://HOST:PORT of the Prometheus endpoint (/metrics): byte rates, request time, throttle "
+           "time and quotas per tenant, user and client id, and broker-wide usage. Unset: no endpoint."),
+        _d("shoal.quota.smoothing", "boolean", True,
+           "Shoal: smooth byte-rate quotas: during a client's first quota.window.num - 1 windows of activity, "
+           "pace it with a token bucket one window deep (instead of Kafka's burst of quota.window.num - 1 "
+           "windows followed by a long throttle), and let one fetch return at most an eighth of a window of "
+           "quota. false: Kafka's behaviour exactly."),
+        _d("shoal.quota.sensor.expiration.ms", "long", 3600000,
+           "Shoal: a client's quota sensors (and its metrics series) are dropped after this long without a "
+           "request (Kafka: one hour).", at_least(1000)),
         _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
         _d("authorizer.class.name", "string", "",
            "Non-empty: enforce ACLs (Shoal's built-in authorizer answers to any class name, e.g. "
@@ -538,6 +573,42 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.sasl.bootstrap.users", "password", None,
            "Shoal: USER:PASSWORD,... whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials are created at start-up "
            "(salted hashes are stored, never the password), so a broker with only SASL listeners can be used."),
+        # -- quotas: sample windows (client quotas and connection rates share Kafka's quota.window.*)
+        _d("quota.window.num", "int", 11, "The number of samples to retain in memory for client quotas.",
+           at_least(1)),
+        _d("quota.window.size.seconds", "int", 1, "The time span of each sample for client quotas.", at_least(1)),
+        _d("controller.quota.window.num", "int", 11,
+           "The number of samples to retain in memory for controller mutation quotas.", at_least(1)),
+        _d("controller.quota.window.size.seconds", "int", 1,
+           "The time span of each sample for controller mutations quotas.", at_least(1)),
+        # -- broker-wide protection and auto-tuned tenant quotas (shoal.quotas.autotune; the
+        # multi-tenancy document, seeds/000)
+        _d("shoal.broker.produce.byte.rate.limit", "long", LONG_MAX,
+           "Shoal: broker-wide limit on the produce bandwidth of all tenants together (bytes/s). When their "
+           "combined usage exceeds it, tenant produce quotas are auto-tuned to weighted fair shares.",
+           at_least(1), True),
+        _d("shoal.broker.fetch.byte.rate.limit", "long", LONG_MAX,
+           "Shoal: broker-wide limit on the consume (fetch) bandwidth of all tenants together (bytes/s), "
+           "enforced the same way.", at_least(1), True),
+        _d("shoal.broker.request.queue.threshold", "int", 250,
+           "Shoal: request queue size (requests in flight on this broker) above which the broker-wide "
+           "request quota is reduced every tuning interval; it is raised back once the queue drains.",
+           at_least(1), True),
+        _d("shoal.broker.request.quota.step", "double", 0.1,
+           "Shoal: fraction by which the broker-wide request quota is reduced per interval while the queue is "
+           "above the threshold (and of its common-case value by which it is raised back).",
+           between(0.001, 1), True),
+        _d("shoal.quota.autotune.interval.ms", "long", 5000,
+           "Shoal: how often the broker-wide limits are checked and tenant quotas auto-tuned.", at_least(10), True),
+        _d("shoal.tenant.active.window.ms", "long", 300000,
+           "Shoal: a tenant that produced or fetched within this window is active and takes part in "
+           "auto-tuning; an inactive tenant gets its configured quota back.", at_least(0), True),
+        _d("shoal.quota.autotune.headroom", "double", 1.1,
+           "Shoal: a tenant using less than its fair share gets this multiple of its usage as dynamic quota, "
+           "so a rise in its demand is seen next interval.", at_least(1), True),
+        _d("shoal.quota.autotune.min.share", "double", 0.01,
+           "Shoal: smallest dynamic quota an active tenant is tuned to, as a fraction of the broker-wide limit.",
+           between(0, 1), True),
     ]
 }
 
@@ -557,6 +628,15 @@ def broker_synonyms(name: str) -> list[str]:
     """Kafka's ``brokerConfigSynonyms``: the names that set ``name``, highest precedence first."""
     group = _GROUP_OF.get(name)
     return [n for n, _ in group] if group else [name]
+
+
+def synonym_factor(name: str) -> tuple[str, int]:
+    """``(primary name, factor)``: a value of ``name`` times ``factor`` is in the primary's unit
+    (``log.retention.hours`` -> ``("log.retention.ms", 3600000)``); ``(name, 1)`` if no group."""
+    group = _GROUP_OF.get(name)
+    if group is None:
+        return name, 1
+    return group[0][0], dict(group)[name]
 
 
 @dataclass(frozen=True, slots=True)

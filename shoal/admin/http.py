@@ -9,6 +9,9 @@ only (asyncio streams + json). One request per connection (``Connection: close``
     DELETE /v1/tenants/{id}                 delete it, its users and their credentials
     POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?, "admin"?} -> 201
     DELETE /v1/tenants/{id}/users/{user}    delete a user of that tenant
+    .../v1/tenants/{id}/namespaces|topics|configs|policy   KIP-37 namespaces, topic moves, the
+                                            tenant's config defaults and create-topic policy
+                                            (``shoal.admin.http_namespaces``)
     GET    /openapi.json                    the OpenAPI 3.0 description of the above
 
 The password is hashed here (``make_credential``, random salt) and never stored. Errors are
@@ -22,9 +25,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+from shoal.admin.http_namespaces import SECTIONS as TENANCY_SECTIONS, TenancyRoutes
+from shoal.admin.http_namespaces import openapi_paths as tenancy_openapi
+from shoal.config import BrokerConfig
 from shoal.metadata import MetadataError, MetadataStore, TenantInfo
 
 log = logging.getLogger("shoal.admin.http")
@@ -45,15 +51,15 @@ class HttpError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def parse_listener(value: str) -> tuple[str, int]:
-    """``http://HOST:PORT`` -> ``(host, port)``; ValueError for anything else."""
+def parse_listener(value: str, config: str = "shoal.admin.listener") -> tuple[str, int]:
+    """``http://HOST:PORT`` -> ``(host, port)``; ValueError (naming ``config``) for anything else."""
     u = urlsplit(value.strip())
     try:
         port = u.port
     except ValueError as e:
-        raise ValueError(f"shoal.admin.listener: bad port in {value!r}") from e
+        raise ValueError(f"{config}: bad port in {value!r}") from e
     if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/"):
-        raise ValueError(f"shoal.admin.listener wants http://HOST:PORT, got {value!r}")
+        raise ValueError(f"{config} wants http://HOST:PORT, got {value!r}")
     return u.hostname, port
 
 
@@ -78,10 +84,13 @@ def _name(body: dict[str, Any], key: str) -> str:
 
 
 class AdminHttpServer:
-    def __init__(self, store: MetadataStore, host: str, port: int) -> None:
+    def __init__(self, store: MetadataStore, host: str, port: int, *,
+                 broker_config: Callable[[], BrokerConfig] | None = None) -> None:
         self.store = store
         self.host = host
         self.port = port
+        # namespaces, topic moves, tenant defaults and policy (shoal.admin.http_namespaces)
+        self.tenancy = TenancyRoutes(self, broker_config)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -171,15 +180,18 @@ class AdminHttpServer:
         if length > MAX_BODY_BYTES:
             raise HttpError(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
         raw = await reader.readexactly(length) if length else b""
-        return await self.route(method, urlsplit(target).path, raw)
+        url = urlsplit(target)
+        return await self.route(method, url.path, raw, url.query)
 
     # -- routing ------------------------------------------------------------------------------
 
-    async def route(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+    async def route(self, method: str, path: str, raw: bytes, query: str = "") -> tuple[int, Any]:
         segs = [unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
         if segs == ["openapi.json"]:
             self._allow(method, "GET")
             return 200, openapi()
+        if segs[:2] == ["v1", "tenants"] and len(segs) > 3 and segs[3] in TENANCY_SECTIONS:
+            return await self.tenancy.route(method, segs[2], segs[3:], query, raw)
         if segs[:2] != ["v1", "tenants"] or len(segs) > 5:
             raise HttpError(404, "not_found", f"no such path: {path}")
         if len(segs) == 2:
@@ -289,7 +301,7 @@ def openapi() -> dict[str, Any]:
                  "schema": {"type": "string", "pattern": "^lkc-[0-9a-z]{6}$"}}
     user = {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}}
     string = {"type": "string"}
-    return {
+    doc = {
         "openapi": "3.0.3",
         "info": {"title": "Shoal admin API", "version": "1",
                  "description": "Tenants (logical clusters) and their SCRAM users."},
@@ -346,3 +358,7 @@ def openapi() -> dict[str, Any]:
             }
         },
     }
+    paths, schemas = tenancy_openapi(ref, resp, errors, body, tenant_id)
+    doc["paths"].update(paths)
+    doc["components"]["schemas"].update(schemas)
+    return doc

@@ -43,6 +43,11 @@ Unicode classes such as ``\\pL`` are not supported (INVALID_REGULAR_EXPRESSION).
 never match. A regex is resolved against the current metadata at every heartbeat (cached per
 metadata version), so new matching topics join the assignment at the next heartbeat.
 
+Tenancy: the manager sees physical names only (the handlers qualify a tenant's group id and
+subscribed topic names). A regex of a tenant's group matches the names the tenant sees (its own
+topics, unqualified), never another tenant's, and, with an authorizer, only the topics the member
+whose heartbeat came last may describe (Kafka's ``filterTopicDescribeAuthorizedTopics``).
+
 Single-threaded: everything runs on the coordinator's event loop. Not thread-safe.
 
 Deliberate deviations from Kafka:
@@ -68,11 +73,11 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
 
 from shoal.groups import consumer_records as cr
 from shoal.groups.assignors import ASSIGNORS, MemberSpec
-from shoal.groups.group import Group, OffsetAndMetadata
+from shoal.groups.group import Group, OffsetAndMetadata, tenant_of_group
 from shoal.groups.records import RecordFormatError, group_metadata_key
 from shoal.protocol.errors import ErrorCode
 
@@ -90,6 +95,7 @@ PROTOCOL_TYPE = "consumer"
 INT_MAX = 2**31 - 1
 
 TopicPartitions = dict[uuid.UUID, frozenset[int]]
+TopicFilter = tuple[Hashable, Callable[[str], bool]]
 EMPTY: TopicPartitions = {}
 
 
@@ -344,6 +350,8 @@ class ConsumerGroup(Group):
         # the subscription metadata, so a steady heartbeat does not walk every member.
         self.subscriptions_version = 0
         self.sub_meta_cache: tuple[int, int, dict[str, cr.TopicMetadata]] | None = None
+        # tenancy: the topic filter of the last heartbeat (HeartbeatRequest.topic_filter)
+        self.regex_filter: TopicFilter | None = None
 
     def __repr__(self) -> str:
         return (
@@ -386,7 +394,7 @@ class ConsumerGroup(Group):
         for m in self.members.values():
             names.update(m.subscribed_topic_names)
             if m.subscribed_topic_regex and self._manager is not None:
-                names.update(self._manager.resolve_regex(m.subscribed_topic_regex))
+                names.update(self._manager.resolve_regex(m.subscribed_topic_regex, self))
         return names
 
     def preferred_assignor(self, default: str) -> str:
@@ -603,6 +611,11 @@ class HeartbeatRequest:
     owned: TopicPartitions | None = None  # None: not sent (unchanged)
     client_id: str = ""
     client_host: str = ""
+    # tenancy: (key, allowed(visible topic name)) of the heartbeating member, when an authorizer
+    # decides which topics it may describe: a regex subscription resolves only to those (Kafka
+    # filters a group's regex matches with the member whose heartbeat refreshed them). The key
+    # tells two members' filters apart (cache).
+    topic_filter: "TopicFilter | None" = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -752,14 +765,22 @@ class ConsumerGroupManager:
 
     # -- topics and regular expressions --------------------------------------------------------
 
-    def resolve_regex(self, pattern: str) -> frozenset[str]:
+    def resolve_regex(self, pattern: str, group: ConsumerGroup | None = None) -> frozenset[str]:
+        """Physical names of the non-internal topics ``pattern`` fully matches.
+
+        tenancy: a tenant's group (its id carries the tenant's prefix) matches the names its
+        members see: the tenant's own topics, unqualified; and with a topic filter (the last
+        heartbeat's), only the topics that filter allows."""
         image = self.image()
         if image is None:
             return frozenset()
         if image.epoch != self._regex_cache_epoch:
             self._regex_cache.clear()
             self._regex_cache_epoch = image.epoch
-        key = (pattern, image.epoch)
+        tenant = tenant_of_group(group.group_id) if group is not None else None
+        prefix = tenant + "_" if tenant else ""
+        flt = group.regex_filter if group is not None else None
+        key = (pattern, prefix, flt[0] if flt is not None else None)
         hit = self._regex_cache.get(key)
         if hit is None:
             try:
@@ -767,14 +788,19 @@ class ConsumerGroupManager:
             except ValueError:
                 hit = frozenset()
             else:
-                hit = frozenset(n for n, t in image.topics.items() if not t.internal and rx.fullmatch(n))
+                n = len(prefix)
+                hit = frozenset(
+                    name for name, t in image.topics.items()
+                    if not t.internal and name.startswith(prefix) and rx.fullmatch(name[n:])
+                    and (flt is None or flt[1](name[n:]))
+                )
             self._regex_cache[key] = hit
         return hit
 
-    def member_topics(self, member: ConsumerMember) -> set[str]:
+    def member_topics(self, member: ConsumerMember, group: ConsumerGroup | None = None) -> set[str]:
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            names |= self.resolve_regex(member.subscribed_topic_regex)
+            names |= self.resolve_regex(member.subscribed_topic_regex, group)
         return names
 
     def _group_subscription_metadata(
@@ -784,21 +810,23 @@ class ConsumerGroupManager:
         version) when the members subscribe to what the group's members do."""
         image = self.image()
         if not same_subscriptions or image is None:
-            return self._subscription_metadata(members.values())
+            return self._subscription_metadata(members.values(), group)
         cached = group.sub_meta_cache
         if cached is not None and cached[0] == image.epoch and cached[1] == group.subscriptions_version:
             return cached[2]
-        out = self._subscription_metadata(members.values())
+        out = self._subscription_metadata(members.values(), group)
         group.sub_meta_cache = (image.epoch, group.subscriptions_version, out)
         return out
 
-    def _subscription_metadata(self, members: Iterable[ConsumerMember]) -> dict[str, cr.TopicMetadata]:
+    def _subscription_metadata(
+        self, members: Iterable[ConsumerMember], group: ConsumerGroup | None = None
+    ) -> dict[str, cr.TopicMetadata]:
         image = self.image()
         out: dict[str, cr.TopicMetadata] = {}
         if image is None:
             return out
         for m in members:
-            for name in self.member_topics(m):
+            for name in self.member_topics(m, group):
                 if name in out:
                     continue
                 t = image.topics.get(name)
@@ -894,6 +922,10 @@ class ConsumerGroupManager:
         create = req.member_epoch == JOIN_GROUP_MEMBER_EPOCH
         raw: list[RawRecord] = []
         group, replaces = self._group_for_heartbeat(gid, create, raw)
+        flt = req.topic_filter
+        if (group.regex_filter or (None,))[0] != (flt or (None,))[0]:
+            group.subscriptions_version += 1  # a regex may resolve differently now
+        group.regex_filter = flt
         plan = _Plan(group, raw_before=raw, replaces=replaces)
         records = plan.records
 
@@ -1107,7 +1139,7 @@ class ConsumerGroupManager:
             current = group.target.get(mid, EMPTY)
             if mid == updated.member_id and replaced is not None:
                 current = group.target.get(replaced.member_id, EMPTY)
-            subscribed = frozenset(ids[n] for n in self.member_topics(m) if n in ids)
+            subscribed = frozenset(ids[n] for n in self.member_topics(m, group) if n in ids)
             specs[mid] = MemberSpec(subscribed, m.instance_id, m.rack_id, current)
         result = assign(specs, {tm.topic_id: tm.num_partitions for tm in sub_meta.values()})
         gid = group.group_id
@@ -1161,7 +1193,7 @@ class ConsumerGroupManager:
         plan = _Plan(group)
         self._remove_member_records(gid, member.member_id, plan.records)
         rest = [m for mid, m in group.members.items() if mid != member.member_id]
-        sub_meta = self._subscription_metadata(rest)
+        sub_meta = self._subscription_metadata(rest, group)
         if sub_meta != group.subscription_metadata:
             plan.records.append((cr.ConsumerKey(cr.PARTITION_METADATA, gid), cr.PartitionMetadataValue(tuple(sub_meta.values()))))
         plan.records.append((cr.ConsumerKey(cr.GROUP_METADATA, gid), cr.GroupMetadataValue(group.group_epoch + 1)))

@@ -30,6 +30,11 @@ its generation, members and assignments, and each member gets a fresh session ti
 that are still running carry on heartbeating with their member id, without a rebalance; those
 that are gone expire and the group rebalances (or becomes Empty). Offsets come back as committed.
 
+Tenancy: the coordinator knows only physical names (a tenant's group ``g`` is ``lkc-3f9a2c_g``; the
+handlers translate). When a tenant leaves the metadata image, its groups are deleted with their
+offsets, whatever their state (:meth:`delete_tenant_groups`); a partition loaded later drops those
+of tenants that no longer exist.
+
 Everything runs on the event loop that called :meth:`start`; the log replay runs in a worker
 thread. Not thread-safe.
 
@@ -52,13 +57,13 @@ import enum
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Sequence
 
 from shoal.clock import Clock
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from shoal.groups.config import GroupConfig
 from shoal.groups.consumer import ConsumerGroup, ConsumerGroupManager  # KIP-848
-from shoal.groups.group import Group, OffsetAndMetadata
+from shoal.groups.group import Group, OffsetAndMetadata, tenant_of_group
 from shoal.groups.offsets import OffsetStore
 from shoal.groups.records import (
     OFFSETS_TOPIC,
@@ -284,6 +289,8 @@ class GroupCoordinator:
             ]
             if gone:
                 self.on_topics_deleted(gone)
+            if old.tenants is not new.tenants and not set(old.tenants) <= set(new.tenants):
+                self.delete_tenant_groups(new.tenants)  # tenancy: a tenant was deleted
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -329,6 +336,8 @@ class GroupCoordinator:
             return  # unloaded (or reloaded) meanwhile
         self._apply_loaded(partition, loaded)
         owned.status = PartitionStatus.ACTIVE
+        if self._broker is not None:  # tenancy: groups of tenants deleted while we did not own them
+            self.delete_tenant_groups(self._broker.metadata.image.tenants, [partition])
         n_groups = sum(1 for g in self.groups.values() if g.partition == partition)
         if loaded.records or n_groups:
             log.info(
@@ -766,20 +775,52 @@ class GroupCoordinator:
             results[gid] = ErrorCode.none
         waits = []
         for partition, groups in by_partition.items():
-            records: list[Record] = []
-            for group in groups:
-                for topic, p in self.offsets.remove_group(group.group_id):
-                    records.append((offset_commit_key(group.group_id, topic, p), None))
-                records.extend(group.tombstone_records())  # KIP-848: each kind names its own records
-                self.remove_group(group)
-                log.info("group %s: deleted", group.group_id)
-            waits.append((groups, self.write(partition, records)))
+            waits.append((groups, self.write(partition, self._delete_group_records(groups, "deleted"))))
         for groups, wait in waits:
             err = await wait
             if err != ErrorCode.none:
                 for g in groups:
                     results[g.group_id] = err
         return results
+
+    def _delete_group_records(self, groups: Iterable[Group], what: str) -> list[Record]:
+        """Forget ``groups`` now; the tombstones of everything naming them in the log: their
+        offsets (committed, and commits still in flight, whose records precede these) and the
+        group's own records."""
+        records: list[Record] = []
+        for group in groups:
+            gid = group.group_id
+            keys = dict.fromkeys(self.offsets.remove_group(gid))
+            keys.update(dict.fromkeys(self.offsets.pending_keys(gid)))
+            records.extend((offset_commit_key(gid, topic, p), None) for topic, p in keys)
+            records.extend(group.tombstone_records())  # KIP-848: each kind names its own records
+            self.remove_group(group)
+            log.info("group %s: %s", gid, what)
+        return records
+
+    # -- tenants (tenancy) ------------------------------------------------------------------------
+
+    def delete_tenant_groups(self, tenants: Container[str], partitions: Iterable[int] | None = None) -> int:
+        """Delete every group (any state, members or not) of the active partitions (or of
+        ``partitions``) whose id carries the prefix of a tenant not in ``tenants``, with its
+        offsets; returns how many. A deleted tenant's groups go this way when its deletion reaches
+        the metadata image, and again after a load (a tenant deleted while this node was not
+        their coordinator), so a tenant created later never sees them. Parked requests of their
+        members fail (NOT_COORDINATOR); their connections are closed by then anyway."""
+        wanted = None if partitions is None else set(partitions)
+        by_partition: dict[int, list[Group]] = {}
+        for group in self.groups.values():
+            tid = tenant_of_group(group.group_id)
+            if tid is None or tid in tenants or (wanted is not None and group.partition not in wanted):
+                continue
+            owned = self._owned.get(group.partition)
+            if owned is not None and owned.status is PartitionStatus.ACTIVE:
+                by_partition.setdefault(group.partition, []).append(group)
+        for partition, groups in by_partition.items():
+            records = self._delete_group_records(groups, "deleted: its tenant is gone")
+            self.persist(partition, records, lambda code, p=partition: code == ErrorCode.none or log.warning(
+                "tombstones of deleted tenants' groups in %s-%d not written: %s", OFFSETS_TOPIC, p, code.name))
+        return sum(len(g) for g in by_partition.values())
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[ErrorCode, list[Group]]:
         """Groups of the active partitions, filtered (case-insensitively) by state and type."""

@@ -30,6 +30,14 @@ class OffsetAndMetadata:
     record_offset: int = -1  # where its record sits in __consumer_offsets (orders replays/applies)
 
 
+def tenant_of_group(group_id: str) -> str | None:
+    """The tenant id a physical group id is qualified with (``lkc-3f9a2c_g`` -> ``lkc-3f9a2c``),
+    whether or not that tenant exists (``shoal.metadata.owner_tenant`` asks the image)."""
+    if len(group_id) > 11 and group_id[10] == "_" and group_id.startswith("lkc-"):
+        return group_id[:10]
+    return None
+
+
 class Group(abc.ABC):
     """A group of any protocol, as the offset and admin APIs see it."""
 

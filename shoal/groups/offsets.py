@@ -46,6 +46,10 @@ class OffsetStore:
     def has_pending(self, group: str) -> bool:
         return any(k[0] == group for k in self._pending)
 
+    def pending_keys(self, group: str) -> list[TopicPartition]:
+        """(topic, partition) of the group's commits in flight."""
+        return [(t, p) for g, t, p in self._pending if g == group]
+
     # -- writes ------------------------------------------------------------------------------
 
     def put(self, group: str, topic: str, partition: int, value: OffsetAndMetadata) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Callable
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -343,3 +344,75 @@ def subscription_topics(metadata: bytes) -> list[str]:
     if n < 0:
         raise RecordFormatError("null topic list")
     return [r.string(False) or "" for _ in range(n)]
+
+
+# -- topic names inside the consumer protocol's bytes (tenancy) ----------------------------------
+#
+# A classic group with protocol type "consumer" carries topic names inside opaque bytes: the
+# members' ``ConsumerProtocolSubscription`` (topics; v1+ owned partitions) and the leader's
+# ``ConsumerProtocolAssignment``. A tenant's clients write the names they see; the coordinator
+# stores physical names (so OffsetDelete, expiry and the operator's view see real topics). These
+# rewrite every topic name with ``rename`` (None drops that topic) and keep every other byte: user
+# data, generation id, rack id, and fields of versions newer than this module knows.
+
+Rename = Callable[[str], "str | None"]
+
+
+def _nullable_bytes_end(r: _Reader) -> int:
+    n = r.int32()
+    if n >= 0:
+        r._take(n)
+    elif n != -1:
+        raise RecordFormatError(f"invalid bytes length {n}")
+    return r.pos
+
+
+def _topic_partitions(r: _Reader, rename: Rename) -> tuple[int, bytes]:
+    """(entries kept, their bytes) of a ``[]TopicPartition`` array (topic, []int32)."""
+    out = []
+    kept = 0
+    for _ in range(r.array_len(False)):
+        topic = r.string(False) or ""
+        n = r.array_len(False)
+        parts = r._take(4 * n)
+        new = rename(topic)
+        if new is not None:
+            kept += 1
+            out.append(_str(new) + _I32.pack(n) + parts)
+    return kept, b"".join(out)
+
+
+def _version(r: _Reader) -> int:
+    version = r.int16()
+    if version < 0:
+        raise RecordFormatError(f"negative consumer protocol version {version}")
+    return version
+
+
+def rename_subscription(metadata: bytes, rename: Rename) -> bytes:
+    """A ``ConsumerProtocolSubscription`` with its topic names renamed; raises RecordFormatError
+    when the bytes are not one."""
+    r = _Reader(metadata)
+    version = _version(r)
+    topics = [r.string(False) or "" for _ in range(r.array_len(False))]
+    start = r.pos
+    user_data = r.buf[start:_nullable_bytes_end(r)]
+    renamed = [n for n in map(rename, topics) if n is not None]
+    out = [_I16.pack(version), _I32.pack(len(renamed)), *map(_str, renamed), user_data]
+    if version >= 1:
+        kept, owned = _topic_partitions(r, rename)
+        out += [_I32.pack(kept), owned]
+    out.append(r.buf[r.pos:])
+    return b"".join(out)
+
+
+def rename_assignment(assignment: bytes, rename: Rename) -> bytes:
+    """A ``ConsumerProtocolAssignment`` with its topic names renamed (an empty one, as a
+    follower's SyncGroup may carry, stays empty); raises RecordFormatError when the bytes are not
+    one."""
+    if not assignment:
+        return assignment
+    r = _Reader(assignment)
+    version = _version(r)
+    kept, parts = _topic_partitions(r, rename)
+    return b"".join((_I16.pack(version), _I32.pack(kept), parts, r.buf[r.pos:]))

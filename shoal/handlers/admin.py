@@ -26,13 +26,27 @@ names them (stored with its prefix); another tenant's topic, by name or id, does
 Authorization as Kafka's KafkaApis: CreateTopics needs CREATE on the cluster or the topic,
 DeleteTopics DELETE, CreatePartitions ALTER on the topic (TOPIC_AUTHORIZATION_FAILED).
 - BROKER_LOGGER resources are described as empty and cannot be altered.
+
+KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.tenancy.policy``):
+- Topic names may be ``<namespace>:<topic>``; CreateTopics refuses a topic whose namespace does not
+  exist (INVALID_TOPIC_EXCEPTION "Namespace 'a:b' does not exist", KIP-37's InvalidNamespaceException).
+- A topic's configs it does not set are inherited (namespace, parents, tenant default, broker):
+  DescribeConfigs reports an inherited value as DYNAMIC_DEFAULT_BROKER_CONFIG (3), with one synonym
+  per layer that sets it and the layer in ``documentation`` ("inherited from namespace payments:eu").
+- A TOPIC resource named ``<namespace>:`` is the namespace's configs (Describe/Alter/Incremental,
+  topic config names; DESCRIBE_CONFIGS/ALTER_CONFIGS on the NAMESPACE resource).
+- A tenant's BROKER resource "" is its topic config defaults (topic names or their broker synonyms;
+  other broker configs POLICY_VIOLATION; DESCRIBE_CONFIGS/ALTER_CONFIGS on the cluster). So is its
+  BROKER resource named by this broker's id, since librdkafka refuses an empty resource name; a
+  tenant never sees nor alters the physical broker's configs.
+- The tenant's create-topic policy: CreateTopics (validate_only too) and CreatePartitions answer
+  POLICY_VIOLATION with the limit's message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import re
 import uuid
 import zlib
 from typing import Any, Callable, Mapping
@@ -55,7 +69,10 @@ from shoal.placement import PlacementError, assign_replicas, start_index_for_new
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.metadata import owner_tenant
-from shoal.tenancy.acl import Operation, ResourceType
+from shoal.tenancy.acl import NAMESPACE_SEP, Operation, ResourceType
+from shoal.tenancy import namespaces
+from shoal.tenancy import policy as tenancy_policy
+from shoal.quotas import mutation
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -72,7 +89,6 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS_PER_TOPIC = 100_000
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _ZERO_UUID = uuid.UUID(int=0)  # kio decodes the zero uuid as None
 _NO_THROTTLE = datetime.timedelta(0)
 
@@ -89,23 +105,11 @@ class AdminError(Exception):
 
 
 def validate_topic_name(name: str | None, max_length: int = MAX_TOPIC_NAME_LENGTH) -> None:
-    """Kafka's ``Topic.validate``; a tenant's names are shorter by its prefix (``max_length``)."""
-    if name is None or name == "":
-        raise AdminError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise AdminError("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
-    if len(name) > max_length:
-        raise AdminError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"Topic name is illegal, it can't be longer than {max_length} characters, "
-            f"topic name: {name}",
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise AdminError(
-            "INVALID_TOPIC_EXCEPTION",
-            f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
-            "'.', '_' and '-'",
-        )
+    """Kafka's ``Topic.validate``, with KIP-37 names (``payments:eu:orders``); a tenant's names are
+    shorter by its prefix (``max_length``)."""
+    why = namespaces.topic_name_error(name, max_length)
+    if why is not None:
+        raise AdminError("INVALID_TOPIC_EXCEPTION", why)
 
 
 def _collision_key(name: str) -> str:
@@ -165,6 +169,14 @@ def _metadata_error(e: MetadataError) -> AdminError:
     return AdminError(e.code, e.message)
 
 
+def _charge_mutations(quota: Any, partitions: int) -> None:
+    """KIP-599: charge the caller's controller mutation quota (shoal.quotas.mutation)."""
+    try:
+        quota.record(partitions)
+    except mutation.ThrottlingQuotaExceeded:
+        raise AdminError("THROTTLING_QUOTA_EXCEEDED", mutation.THROTTLING_QUOTA_EXCEEDED_MESSAGE) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # CreateTopics
 
@@ -180,6 +192,9 @@ def _plan_topic(
         raise AdminError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
     if scope.physical_view and not scope.superuser and owner_tenant(name, image.tenants):
         raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic name '{name}' is reserved for a tenant.")
+    missing = namespaces.missing_namespace_error(image, scope.physical(name), scope.prefix)
+    if missing is not None:  # KIP-37's InvalidNamespaceException: no auto-creation of namespaces
+        raise AdminError("INVALID_TOPIC_EXCEPTION", missing)
     key = _collision_key(name)
     for existing, _info in scope.topics(image):
         if _collision_key(existing) == key:
@@ -255,9 +270,34 @@ def _plan_topic(
     return assignment, configs
 
 
-def _creatable_configs(mod: Any, cfg: Any, overrides: Mapping[str, str]) -> tuple:
+def _create_policy_error(image: MetadataImage, scope: Any, name: str, assignment: list, configs: Mapping[str, str]) -> str | None:
+    """The tenant's create-topic policy (``shoal.tenancy.policy``) on one planned topic."""
+    tenant = image.tenants.get(scope.tenant_id) if scope.tenant_id else None
+    if tenant is None or not tenant.policy:
+        return None
+    request = tenancy_policy.CreateRequest(name, len(assignment), len(assignment[0]) if assignment else 0, configs)
+    return tenancy_policy.check_create(tenant.policy, tenancy_policy.tenant_state(image, tenant.tenant_id), request)
+
+
+def _partitions_policy_error(image: MetadataImage, scope: Any, name: str, count: int) -> str | None:
+    """The tenant's policy on growing ``name`` to ``count`` partitions (CreatePartitions)."""
+    tenant = image.tenants.get(scope.tenant_id) if scope.tenant_id else None
+    topic = scope.topic(image, name)
+    if tenant is None or not tenant.policy or topic is None:
+        return None
+    state = tenancy_policy.tenant_state(image, tenant.tenant_id)
+    return tenancy_policy.check_partitions(tenant.policy, state, name, len(topic.partitions), count)
+
+
+def _creatable_configs(
+    mod: Any, cfg: Any, overrides: Mapping[str, str], image: MetadataImage | None = None, physical: str = ""
+) -> tuple:
     if not hasattr(mod, "CreatableTopicConfigs"):  # v5+
         return ()
+    if image is not None:  # the new topic's configs with what it inherits (KIP-37)
+        entries = namespaces.describe_layered(cfg, namespaces.config_layers(image, physical, overrides))
+    else:
+        entries = describe_topic_configs(cfg, overrides)
     return tuple(
         build(
             mod.CreatableTopicConfigs,
@@ -267,7 +307,7 @@ def _creatable_configs(mod: Any, cfg: Any, overrides: Mapping[str, str]) -> tupl
             config_source=int(e.source),
             is_sensitive=e.is_sensitive,
         )
-        for e in describe_topic_configs(cfg, overrides)
+        for e in entries
     )
 
 
@@ -276,6 +316,7 @@ async def handle_create_topics(ctx, req):
     mod = response_module(CREATE_TOPICS, ctx.api_version)
     broker = ctx.broker
     store = broker.metadata
+    quota = mutation.request_quota(ctx, CREATE_TOPICS)  # quotas: KIP-599
     results = []
     counts: dict[str, int] = {}
     for t in req.topics:
@@ -308,9 +349,13 @@ async def handle_create_topics(ctx, req):
                 ):
                     raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
                 assignment, configs = _plan_topic(store.image, cfg, t, scope)
+                policy_error = _create_policy_error(store.image, scope, t.name, assignment, configs)
+                if policy_error is not None:
+                    raise AdminError("POLICY_VIOLATION", policy_error)
                 if req.validate_only:
                     topic_id = None
                 else:
+                    _charge_mutations(quota, len(assignment))
                     try:
                         info = await store.create_topic(scope.physical(t.name), assignment, configs)
                     except MetadataError as e:
@@ -325,10 +370,10 @@ async def handle_create_topics(ctx, req):
                     topic_id=topic_id,
                     partitions=len(assignment),
                     rf=len(assignment[0]) if assignment else 0,
-                    configs=_creatable_configs(mod, cfg, configs),
+                    configs=_creatable_configs(mod, cfg, configs, store.image, scope.physical(t.name)),
                 )
             )
-    return build(mod.CreateTopicsResponse, throttle_time=_NO_THROTTLE, topics=tuple(results))
+    return build(mod.CreateTopicsResponse, throttle_time=mutation.response_throttle(ctx, quota), topics=tuple(results))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +385,7 @@ async def handle_delete_topics(ctx, req):
     mod = response_module(DELETE_TOPICS, ctx.api_version)
     broker = ctx.broker
     store = broker.metadata
+    quota = mutation.request_quota(ctx, DELETE_TOPICS)  # quotas: KIP-599
     by_id = ctx.api_version >= 6
     if by_id:
         wanted = [(t.name, t.topic_id if t.topic_id is not None else _ZERO_UUID) for t in req.topics]
@@ -397,6 +443,7 @@ async def handle_delete_topics(ctx, req):
                     raise AdminError(
                         "INVALID_REQUEST", f"Topic {name} is an internal topic and cannot be deleted."
                     )
+                _charge_mutations(quota, len(topic.partitions))
                 try:
                     await store.delete_topic(topic.name)
                 except MetadataError as e:
@@ -405,7 +452,7 @@ async def handle_delete_topics(ctx, req):
                 results.append(result(name, tid, e.code, e.message))
                 continue
             results.append(result(name, tid))
-    return build(mod.DeleteTopicsResponse, throttle_time=_NO_THROTTLE, responses=tuple(results))
+    return build(mod.DeleteTopicsResponse, throttle_time=mutation.response_throttle(ctx, quota), responses=tuple(results))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +509,7 @@ async def handle_create_partitions(ctx, req):
     mod = response_module(CREATE_PARTITIONS, ctx.api_version)
     broker = ctx.broker
     store = broker.metadata
+    quota = mutation.request_quota(ctx, CREATE_PARTITIONS)  # quotas: KIP-599
     counts: dict[str, int] = {}
     for t in req.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
@@ -478,7 +526,11 @@ async def handle_create_partitions(ctx, req):
                 if not ctx.scope.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
                     raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
                 assignment = _plan_partitions(store.image, t, ctx.scope)
+                policy_error = _partitions_policy_error(store.image, ctx.scope, t.name, t.count)
+                if policy_error is not None:
+                    raise AdminError("POLICY_VIOLATION", policy_error)
                 if not req.validate_only:
+                    _charge_mutations(quota, len(assignment))
                     try:
                         await store.add_partitions(ctx.scope.physical(t.name), assignment)
                     except MetadataError as e:
@@ -487,7 +539,7 @@ async def handle_create_partitions(ctx, req):
                 results.append(result(t.name, e.code, e.message))
                 continue
             results.append(result(t.name))
-    return build(mod.CreatePartitionsResponse, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return build(mod.CreatePartitionsResponse, throttle_time=mutation.response_throttle(ctx, quota), results=tuple(results))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,6 +566,69 @@ def _resource_type_error(resource_type: int) -> AdminError:
     return AdminError("INVALID_REQUEST", f"Unsupported resource type: {resource_type}")
 
 
+def _is_namespace(resource_type: int, name: str | None) -> bool:
+    """A TOPIC resource named ``<namespace>:`` (``payments:eu:``) addresses a KIP-37 namespace."""
+    return resource_type == RESOURCE_TOPIC and bool(name) and name.endswith(NAMESPACE_SEP)  # type: ignore[union-attr]
+
+
+def _namespace_resource(scope: Any, image: MetadataImage, resource_name: str, operation: int) -> str:
+    """The physical name of the namespace a ``<namespace>:`` resource addresses, authorized for
+    ``operation`` on the NAMESPACE resource."""
+    ns = resource_name[:-1]
+    why = namespaces.namespace_name_error(ns)
+    if why is not None:
+        raise AdminError("INVALID_TOPIC_EXCEPTION", why)
+    if not scope.allowed(operation, ResourceType.NAMESPACE, ns):
+        raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+    physical = scope.physical(ns)
+    if physical not in image.namespaces:
+        raise AdminError("INVALID_TOPIC_EXCEPTION", f"Namespace '{ns}' does not exist")
+    return physical
+
+
+def _tenant_configs(scope: Any, image: MetadataImage) -> Mapping[str, str]:
+    tenant = image.tenants.get(scope.tenant_id)
+    if tenant is None:  # gone meanwhile: the connection is about to be closed
+        raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
+    return tenant.configs
+
+
+def _tenant_default_key(name: str, value: str | None) -> tuple[str, str | None]:
+    try:
+        return namespaces.tenant_default_key(name, value)
+    except namespaces.NamespaceError as e:
+        raise AdminError(e.code, e.message) from None
+
+
+def _same_key(name: str, value: str | None) -> tuple[str, str | None]:
+    return name, value
+
+
+def _effective_topic_value(cfg: Any, inherited: Mapping[str, str]) -> Callable[[str], str | None]:
+    """A topic config's value below the resource being altered (what APPEND/SUBTRACT start from)."""
+
+    def effective(name: str) -> str | None:
+        return format_value(TOPIC_CONFIGS[name].type, topic_config_value(cfg, inherited, name))
+
+    return effective
+
+
+async def _store_topic_configs(current: Mapping[str, str], new: dict[str, str], validate_only: bool,
+                               write: Callable[[dict[str, str]], Any]) -> None:
+    """Validate topic configs (of a topic, a namespace or a tenant's defaults) and store them
+    with ``write`` unless only validating or nothing changed."""
+    try:
+        validate_topic_configs(new)
+    except ConfigError as e:
+        raise AdminError(e.code, e.message) from None
+    if validate_only or new == dict(current):
+        return
+    try:
+        await write(new)
+    except MetadataError as e:
+        raise _metadata_error(e) from None
+
+
 @api(DESCRIBE_CONFIGS, 1, 4)
 async def handle_describe_configs(ctx, req):
     mod = response_module(DESCRIBE_CONFIGS, ctx.api_version)
@@ -524,9 +639,14 @@ async def handle_describe_configs(ctx, req):
     include_docs = bool(getattr(req, "include_documentation", False))
     results = []
     for res in req.resources:
+        tenant_defaults = False
         try:
             scope = ctx.scope
-            if res.resource_type == RESOURCE_TOPIC:
+            if _is_namespace(res.resource_type, res.resource_name):  # KIP-37 namespace configs
+                physical = _namespace_resource(scope, image, res.resource_name, Operation.DESCRIBE_CONFIGS)
+                layers = namespaces.namespace_layers(image, physical)
+                entries = namespaces.describe_layered(cfg, layers, own=namespaces.NAMESPACE)
+            elif res.resource_type == RESOURCE_TOPIC:
                 validate_topic_name(res.resource_name)
                 if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name):
                     raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
@@ -535,12 +655,18 @@ async def handle_describe_configs(ctx, req):
                     raise AdminError(
                         "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                     )
-                entries = describe_topic_configs(cfg, topic.configs)
+                entries = namespaces.describe_layered(cfg, namespaces.config_layers(image, topic.name))
             elif res.resource_type == RESOURCE_BROKER:
                 if not scope.allowed_cluster(Operation.DESCRIBE_CONFIGS):
                     raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
                 cluster_default = _broker_resource(ctx, res.resource_name)
-                entries = describe_broker_configs(cfg, cluster_default=cluster_default)
+                # A tenant's broker resource ("", or this broker's id, as librdkafka refuses an
+                # empty name) holds its topic config defaults.
+                tenant_defaults = scope.tenant_id is not None
+                if tenant_defaults:
+                    entries = namespaces.describe_tenant_defaults(_tenant_configs(scope, image))
+                else:
+                    entries = describe_broker_configs(cfg, cluster_default=cluster_default)
             elif res.resource_type == RESOURCE_BROKER_LOGGER:
                 _broker_resource(ctx, res.resource_name)
                 entries = []
@@ -561,7 +687,8 @@ async def handle_describe_configs(ctx, req):
         keys = res.configuration_keys
         if keys:
             wanted = set(keys)
-            entries = [e for e in entries if e.name in wanted]
+            # a tenant default is found by its broker synonym too (log.retention.ms: retention.ms)
+            entries = [e for e in entries if e.name in wanted or (tenant_defaults and e.synonyms[-1].name in wanted)]
         configs = tuple(
             build(
                 mod.DescribeConfigsResourceResult,
@@ -650,29 +777,25 @@ async def _alter_resource(
     broker = ctx.broker
     store = broker.metadata
     scope = ctx.scope
-    if resource_type == RESOURCE_TOPIC:
+    if _is_namespace(resource_type, resource_name):  # KIP-37 namespace configs
+        image = store.image
+        physical = _namespace_resource(scope, image, resource_name, Operation.ALTER_CONFIGS)
+        current = image.namespaces[physical].configs
+        inherited = namespaces.inherited_overrides(namespaces.namespace_layers(image, physical)[1:])
+        new = compute(current, True, _effective_topic_value(broker.config, inherited))
+        await _store_topic_configs(current, new, validate_only, lambda c: store.set_namespace_configs(physical, c))
+    elif resource_type == RESOURCE_BROKER and scope.tenant_id is not None:
+        await _alter_tenant_defaults(ctx, resource_name, compute, validate_only)
+    elif resource_type == RESOURCE_TOPIC:
         validate_topic_name(resource_name)
         if not scope.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, resource_name):
             raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
         topic: TopicInfo | None = scope.topic(store.image, resource_name)
         if topic is None:
             raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
-        cfg = broker.config
-
-        def effective(name: str) -> str | None:
-            return format_value(TOPIC_CONFIGS[name].type, topic_config_value(cfg, {}, name))
-
-        new = compute(topic.configs, True, effective)
-        try:
-            validate_topic_configs(new)
-        except ConfigError as e:
-            raise AdminError(e.code, e.message) from None
-        if validate_only or dict(new) == dict(topic.configs):
-            return
-        try:
-            await store.set_topic_configs(topic.name, new)
-        except MetadataError as e:
-            raise _metadata_error(e) from None
+        inherited = namespaces.topic_overrides(store.image, topic.name, {})  # what APPEND starts from
+        new = compute(topic.configs, True, _effective_topic_value(broker.config, inherited))
+        await _store_topic_configs(topic.configs, new, validate_only, lambda c: store.set_topic_configs(topic.name, c))
     elif resource_type == RESOURCE_BROKER:
         if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER_CONFIGS):
             # A tenant never alters the physical broker's configs.
@@ -704,6 +827,21 @@ async def _alter_resource(
         raise AdminError("INVALID_REQUEST", "Altering broker loggers is not supported.")
     else:
         raise _resource_type_error(resource_type)
+
+
+async def _alter_tenant_defaults(ctx, resource_name: str, compute: Callable[..., dict[str, str]],
+                                 validate_only: bool) -> None:
+    """A tenant's BROKER resource "" (or this broker's id: librdkafka refuses an empty resource
+    name) holds its topic config defaults, named as topic configs or as their broker synonyms
+    (``log.retention.hours`` sets ``retention.ms``); other broker configs are a POLICY_VIOLATION."""
+    scope = ctx.scope
+    store = ctx.broker.metadata
+    if not scope.allowed_cluster(Operation.ALTER_CONFIGS):
+        raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
+    _broker_resource(ctx, resource_name)
+    current = _tenant_configs(scope, store.image)
+    new = compute(current, True, _effective_topic_value(ctx.broker.config, {}), _tenant_default_key)
+    await _store_topic_configs(current, new, validate_only, lambda c: store.update_tenant(scope.tenant_id, configs=c))
 
 
 async def _alter(ctx, mod, req, compute_for) -> Any:
@@ -739,12 +877,13 @@ async def handle_alter_configs(ctx, req):
     mod = response_module(ALTER_CONFIGS, ctx.api_version)
 
     def compute_for(res):
-        def compute(current, topic, effective):
+        def compute(current, topic, effective, key=_same_key):
             out: dict[str, str] = {}
             for c in res.configs:
                 if c.value is None:
                     raise AdminError("INVALID_REQUEST", f"Null value not supported for : {c.name}")
-                out[c.name] = c.value
+                name, value = key(c.name, c.value)
+                out[name] = value
             return out
 
         return compute
@@ -758,11 +897,12 @@ async def handle_incremental_alter_configs(ctx, req):
     mod = response_module(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
 
     def compute_for(res):
-        def compute(current, topic, effective):
-            names = [c.name for c in res.configs]
+        def compute(current, topic, effective, key=_same_key):
+            keyed = [key(c.name, c.value) for c in res.configs]
+            names = [name for name, _v in keyed]
             if len(names) != len(set(names)):
                 raise AdminError("INVALID_REQUEST", "Error due to duplicate config keys")
-            ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
+            ops = [(name, int(c.config_operation), value) for (name, value), c in zip(keyed, res.configs)]
             return _apply_incremental(current, ops, topic=topic, effective=effective)
 
         return compute

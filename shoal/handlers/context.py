@@ -20,8 +20,13 @@ class RequestContext:
     tenant: Any = None  # the connection's tenant id (None: the physical cluster)
     # shoal.tenancy.scope.Scope: names and authorization of this request's view
     scope: Any = None
-    # Filled by handlers that want the connection muted / response delayed (quotas).
+    # Filled by handlers that want the connection muted / response delayed (quotas): the
+    # connection combines it with the request-time throttle, sets the response's throttle_time
+    # and mutes the connection (shoal.server.connection, KIP-219).
     throttle_ms: int = 0
+    request_size: int = 0  # quotas: bytes of the request frame (what Produce quotas count)
+    handling_ns: int = 0  # quotas: time spent on the request so far (KIP-124), when measured
+    step_start_ns: int = 0
     # Set by a handler (Produce with acks=0) when no response must be sent.
     no_response: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

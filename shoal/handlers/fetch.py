@@ -17,6 +17,8 @@ Deviations from Kafka:
 - READ_COMMITTED reads up to the high watermark: there are no transactions yet, so LSO == HWM.
 - The follower fields (replica_state, diverging epochs) are answered as a consumer's; replication
   is a later issue.
+- Quotas: the fetch quota counts the record bytes of the response (Kafka: the whole response's
+  size), and a fetch throttled only by the request quota keeps its data (Kafka empties it too).
 """
 
 from __future__ import annotations
@@ -189,6 +191,13 @@ async def handle_fetch(ctx, req):
     min_bytes = max(req.min_bytes, 0)
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, int(broker.config.get("fetch.max.bytes")))
+    # quotas: one fetch returns no more than the consumer's quota allows (Kafka caps max_bytes
+    # with getMaxValueInQuotaWindow); followers are exempt
+    follower = _from_follower(req)
+    cap = None if follower else broker.quotas.fetch_cap(ctx, broker.clock.now_ms())
+    if cap is not None:
+        max_bytes = min(max_bytes, cap)
+        min_bytes = min(min_bytes, max_bytes)
     while True:
         results, total, must_answer = _read_all(broker, targets, max_bytes)
         if must_answer or total >= min_bytes or loop.time() >= deadline or not targets:
@@ -197,6 +206,14 @@ async def handle_fetch(ctx, req):
         if not notified:
             results, total, _ = _read_all(broker, targets, max_bytes)
             break
+
+    # quotas: over the consumer's quota, the bytes are taken back and the answer is empty, with
+    # the throttle time (Kafka's getThrottledResponse: a new session is not kept)
+    if not follower and broker.quotas.record_fetch(ctx, total, broker.clock.now_ms()):
+        if session is not None and not incremental:
+            sessions.remove(session.session_id)
+            session = None
+        return _top_error(mod, ErrorCode.none, session.session_id if session is not None else 0)
 
     # -- build the response ----------------------------------------------------------------
     by_topic: "OrderedDict[str, list]" = OrderedDict()
@@ -256,15 +273,22 @@ async def handle_fetch(ctx, req):
     )
 
 
-def _top_error(mod, code: ErrorCode):
+def _top_error(mod, code: ErrorCode, session_id: int = 0):
     return build(
         mod.FetchResponse,
         throttle_time=datetime.timedelta(0),
         error_code=code,
-        session_id=0,
+        session_id=session_id,
         responses=(),
         node_endpoints=(),
     )
+
+
+def _from_follower(req) -> bool:
+    """A replica's fetch (exempt from client quotas): replica_id >= 0 (v15+: in replica_state)."""
+    state = getattr(req, "replica_state", None)
+    replica = state.replica_id if state is not None else getattr(req, "replica_id", -1)
+    return replica is not None and replica >= 0
 
 
 @dataclass(slots=True)

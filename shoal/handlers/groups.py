@@ -13,17 +13,38 @@ Deviations from Kafka:
 - DescribeGroups describes classic groups only: a KIP-848 group reads as Dead with GROUP_ID_NOT_FOUND
   (v6+; no error before), exactly as Kafka answers; ConsumerGroupDescribe (69) describes it.
   ListGroups lists both kinds (v5 ``group_type`` "classic" / "consumer").
-- ``authorized_operations`` is the full group operation set when asked for (no authorizer yet).
+
+Tenancy (``ctx.scope``): group ids arrive as the client sees them and reach the coordinator
+qualified (``scope.physical``); responses carry the client's names. ListGroups lists the scope's
+groups only; another tenant's group is exactly a group that does not exist. In a classic group of
+protocol type "consumer", the topic names inside the members' subscriptions and the leader's
+assignments are qualified on the way in and unqualified on the way out
+(``shoal.groups.records.rename_subscription``/``rename_assignment``), so the coordinator and the
+operator's view see real topics. FindCoordinator qualifies group and transactional ids alike.
+
+Authorization, as Kafka's ``KafkaApis``: READ on the group for JoinGroup, SyncGroup, Heartbeat and
+LeaveGroup; DESCRIBE on the group for DescribeGroups and FindCoordinator (DESCRIBE on the
+transactional id for key type 1); DELETE on the group for DeleteGroups; ListGroups shows every
+group with DESCRIBE on the cluster, else those with DESCRIBE on the group. Denied:
+GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). ``authorized_operations`` is
+Kafka's bit field of the group operations the caller may do.
 """
 
 from __future__ import annotations
 
 import datetime
 
+import logging
+
 from shoal.groups import OFFSETS_TOPIC, ClassicGroupState, JoinRequest, JoinResult, partition_for
+from shoal.groups.classic import CONSUMER_PROTOCOL_TYPE
+from shoal.groups.records import RecordFormatError, rename_assignment, rename_subscription
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.tenancy.acl import Operation, ResourceType
+
+log = logging.getLogger("shoal.handlers.groups")
 
 FIND_COORDINATOR = 10
 JOIN_GROUP = 11
@@ -37,8 +58,6 @@ DELETE_GROUPS = 42
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 ZERO = datetime.timedelta(0)
 NOT_PROVIDED = -2147483648
-# AclOperation codes valid on a group: READ (3), DELETE (6), DESCRIBE (8).
-GROUP_OPS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -47,6 +66,41 @@ def _ms(td: datetime.timedelta) -> int:
 
 def _coordinator(ctx):
     return getattr(ctx.broker, "groups", None)
+
+
+# -- tenancy: names, messages, authorization -------------------------------------------------------
+
+
+def visible_message(scope, message: str | None) -> str | None:
+    """A coordinator's message as the scope may read it: qualified names lose their prefix."""
+    if message and scope.prefix:
+        return message.replace(scope.prefix, "")
+    return message
+
+
+def group_operations(scope, group_id: str) -> int:
+    """Kafka's ``authorizedOperations`` of a group: the bit field of READ, DELETE, DESCRIBE as
+    allowed to the caller."""
+    ops = 0
+    for op in (Operation.READ, Operation.DELETE, Operation.DESCRIBE):
+        if scope.allowed(op, ResourceType.GROUP, group_id):
+            ops |= 1 << op
+    return ops
+
+
+def consumer_protocol_names(scope, protocol_type: str | None, data: bytes, assignment: bool, inbound: bool) -> bytes:
+    """A consumer-protocol subscription (or assignment) with its topic names qualified (inbound)
+    or unqualified (outbound) for a tenant's scope. The physical view, other protocol types and
+    bytes that are no consumer-protocol payload pass unchanged."""
+    if not scope.prefix or protocol_type != CONSUMER_PROTOCOL_TYPE or not data:
+        return data
+    try:
+        rename = rename_assignment if assignment else rename_subscription
+        return rename(data, scope.physical if inbound else scope.visible)
+    except RecordFormatError as e:
+        log.debug("tenant %s: a consumer protocol %s that does not parse (%s) is passed as is",
+                  scope.tenant_id, "assignment" if assignment else "subscription", e)
+        return data
 
 
 def client_host(ctx) -> str:
@@ -77,6 +131,19 @@ def find_coordinator(broker, listener: str, key_type: int, key: str) -> tuple[in
     return node.node_id, host, port, ErrorCode.none, None
 
 
+def _scoped_coordinator(ctx, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+    """``find_coordinator`` for a key as the client names it: authorized (Kafka's
+    ``getCoordinator``), then qualified."""
+    scope = ctx.scope
+    if key_type == KEY_TYPE_GROUP and not scope.allowed(Operation.DESCRIBE, ResourceType.GROUP, key):
+        return -1, "", -1, ErrorCode.group_authorization_failed, None
+    if key_type == KEY_TYPE_TRANSACTION and not scope.allowed(
+        Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return -1, "", -1, ErrorCode.transactional_id_authorization_failed, None
+    return find_coordinator(ctx.broker, ctx.listener, key_type, scope.physical(key))
+
+
 @api(FIND_COORDINATOR, 0, 6)
 async def handle_find_coordinator(ctx, req):
     v = ctx.api_version
@@ -85,12 +152,12 @@ async def handle_find_coordinator(ctx, req):
     if v >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            node_id, host, port, code, message = find_coordinator(ctx.broker, ctx.listener, key_type, key)
+            node_id, host, port, code, message = _scoped_coordinator(ctx, key_type, key)
             coordinators.append(
                 build(mod.Coordinator, key=key, node_id=node_id, host=host, port=port, error_code=code, error_message=message)
             )
         return build(mod.FindCoordinatorResponse, throttle_time=ZERO, coordinators=tuple(coordinators))
-    node_id, host, port, code, message = find_coordinator(ctx.broker, ctx.listener, key_type, req.key)
+    node_id, host, port, code, message = _scoped_coordinator(ctx, key_type, req.key)
     return build(
         mod.FindCoordinatorResponse,
         throttle_time=ZERO,
@@ -105,9 +172,13 @@ async def handle_find_coordinator(ctx, req):
 # -- JoinGroup -----------------------------------------------------------------------------------
 
 
-def _join_response(mod, v: int, r: JoinResult):
+def _join_response(mod, v: int, r: JoinResult, scope=None):
     members = tuple(
-        build(mod.JoinGroupResponseMember, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
+        build(
+            mod.JoinGroupResponseMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
+            metadata=m.metadata if scope is None else consumer_protocol_names(
+                scope, r.protocol_type, m.metadata, assignment=False, inbound=False),
+        )
         for m in r.members
     )
     return build(
@@ -129,17 +200,23 @@ async def handle_join_group(ctx, req):
     v = ctx.api_version
     mod = response_module(JOIN_GROUP, v)
     coord = _coordinator(ctx)
+    scope = ctx.scope
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return _join_response(mod, v, JoinResult(ErrorCode.group_authorization_failed, ""))
     if coord is None:
         return _join_response(mod, v, JoinResult(ErrorCode.coordinator_not_available, req.member_id))
     session_ms = _ms(req.session_timeout)
     rebalance_ms = _ms(req.rebalance_timeout) if v >= 1 else session_ms
     fut = coord.join_group(
         JoinRequest(
-            group_id=req.group_id,
+            group_id=scope.physical(req.group_id),
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
             protocol_type=req.protocol_type,
-            protocols=tuple((p.name, p.metadata) for p in req.protocols),
+            protocols=tuple(
+                (p.name, consumer_protocol_names(scope, req.protocol_type, p.metadata, assignment=False, inbound=True))
+                for p in req.protocols
+            ),
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms,
             client_id=ctx.client_id or "",
@@ -149,7 +226,7 @@ async def handle_join_group(ctx, req):
             reason=getattr(req, "reason", None),
         )
     )
-    return _join_response(mod, v, await fut)
+    return _join_response(mod, v, await fut, scope)
 
 
 # -- SyncGroup -----------------------------------------------------------------------------------
@@ -160,16 +237,25 @@ async def handle_sync_group(ctx, req):
     v = ctx.api_version
     mod = response_module(SYNC_GROUP, v)
     coord = _coordinator(ctx)
+    scope = ctx.scope
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return build(mod.SyncGroupResponse, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed, assignment=b"")
     if coord is None:
         return build(mod.SyncGroupResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, assignment=b"")
+    group_id = scope.physical(req.group_id)
+    group = coord.groups.get(group_id)
+    protocol_type = group.protocol_type if group is not None else getattr(req, "protocol_type", None)
     fut = coord.sync_group(
-        req.group_id,
+        group_id,
         req.generation_id,
         req.member_id,
         getattr(req, "group_instance_id", None),
         getattr(req, "protocol_type", None),
         getattr(req, "protocol_name", None),
-        {a.member_id: a.assignment for a in req.assignments},
+        {
+            a.member_id: consumer_protocol_names(scope, protocol_type, a.assignment, assignment=True, inbound=True)
+            for a in req.assignments
+        },
     )
     r = await fut
     return build(
@@ -178,7 +264,8 @@ async def handle_sync_group(ctx, req):
         error_code=r.error,
         protocol_type=r.protocol_type,
         protocol_name=r.protocol_name,
-        assignment=r.assignment,
+        assignment=consumer_protocol_names(
+            scope, r.protocol_type or protocol_type, r.assignment, assignment=True, inbound=False),
     )
 
 
@@ -189,10 +276,15 @@ async def handle_sync_group(ctx, req):
 async def handle_heartbeat(ctx, req):
     mod = response_module(HEARTBEAT, ctx.api_version)
     coord = _coordinator(ctx)
-    if coord is None:
+    scope = ctx.scope
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        code = ErrorCode.group_authorization_failed
+    elif coord is None:
         code = ErrorCode.coordinator_not_available
     else:
-        code = coord.heartbeat(req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id)
+        code = coord.heartbeat(
+            scope.physical(req.group_id), req.member_id, getattr(req, "group_instance_id", None), req.generation_id
+        )
     return build(mod.HeartbeatResponse, throttle_time=ZERO, error_code=code)
 
 
@@ -208,10 +300,13 @@ async def handle_leave_group(ctx, req):
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         leaving = [(req.member_id, None)]
-    if coord is None:
+    scope = ctx.scope
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        top, codes = ErrorCode.group_authorization_failed, []
+    elif coord is None:
         top, codes = ErrorCode.coordinator_not_available, []
     else:
-        top, codes = coord.leave_group(req.group_id, leaving)
+        top, codes = coord.leave_group(scope.physical(req.group_id), leaving)
     if v < 3:
         if top == ErrorCode.none and codes:
             top = codes[0]
@@ -231,30 +326,35 @@ async def handle_describe_groups(ctx, req):
     v = ctx.api_version
     mod = response_module(DESCRIBE_GROUPS, v)
     coord = _coordinator(ctx)
+    scope = ctx.scope
     want_ops = v >= 3 and getattr(req, "include_authorized_operations", False)
-    out = []
+
+    def error_row(gid: str, code: ErrorCode, state: str, message: str | None):
+        return build(
+            mod.DescribedGroup, error_code=code, error_message=message, group_id=gid, group_state=state,
+            protocol_type="", protocol_data="", members=(), authorized_operations=NOT_PROVIDED,
+        )
+
+    denied, out = [], []  # Kafka answers the denied groups first
     for gid in req.groups:
+        if not scope.allowed(Operation.DESCRIBE, ResourceType.GROUP, gid):
+            denied.append(error_row(gid, ErrorCode.group_authorization_failed, "", None))
+            continue
         if coord is None:
             code, group = ErrorCode.coordinator_not_available, None
         else:
-            code, group = coord.describe_group(gid)
+            code, group = coord.describe_group(scope.physical(gid))
         if group is None:
             not_found = code == ErrorCode.group_id_not_found
-            out.append(
-                build(
-                    mod.DescribedGroup,
-                    error_code=code if (not not_found or v >= 6) else ErrorCode.none,
-                    error_message=f"Group {gid} not found." if not_found and v >= 6 else None,
-                    group_id=gid,
-                    group_state=ClassicGroupState.DEAD.value if not_found else "",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=NOT_PROVIDED,
-                )
-            )
+            out.append(error_row(
+                gid,
+                code if (not not_found or v >= 6) else ErrorCode.none,
+                ClassicGroupState.DEAD.value if not_found else "",
+                f"Group {gid} not found." if not_found and v >= 6 else None,
+            ))
             continue
         stable = group.state is ClassicGroupState.STABLE
+        ptype = group.protocol_type
         members = tuple(
             build(
                 mod.DescribedGroupMember,
@@ -262,8 +362,10 @@ async def handle_describe_groups(ctx, req):
                 group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
                 client_host=m.client_host,
-                member_metadata=m.metadata(group.protocol_name) if stable else b"",
-                member_assignment=m.assignment,
+                member_metadata=consumer_protocol_names(
+                    scope, ptype, m.metadata(group.protocol_name), assignment=False, inbound=False
+                ) if stable else b"",
+                member_assignment=consumer_protocol_names(scope, ptype, m.assignment, assignment=True, inbound=False),
             )
             for m in group.members.values()
         )
@@ -274,13 +376,13 @@ async def handle_describe_groups(ctx, req):
                 error_message=None,
                 group_id=gid,
                 group_state=group.state_name,
-                protocol_type=group.protocol_type or "",
+                protocol_type=ptype or "",
                 protocol_data=(group.protocol_name or "") if stable else "",
                 members=members,
-                authorized_operations=GROUP_OPS if want_ops else NOT_PROVIDED,
+                authorized_operations=group_operations(scope, gid) if want_ops else NOT_PROVIDED,
             )
         )
-    return build(mod.DescribeGroupsResponse, throttle_time=ZERO, groups=tuple(out))
+    return build(mod.DescribeGroupsResponse, throttle_time=ZERO, groups=tuple(denied + out))
 
 
 # -- ListGroups ----------------------------------------------------------------------------------
@@ -293,16 +395,23 @@ async def handle_list_groups(ctx, req):
     coord = _coordinator(ctx)
     if coord is None:
         return build(mod.ListGroupsResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, groups=())
+    scope = ctx.scope
     code, groups = coord.list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
+    every = scope.allowed_cluster(Operation.DESCRIBE)  # else only groups it may describe (Kafka)
+    named = []
+    for g in groups:
+        name = scope.visible(g.group_id)
+        if name is not None and (every or scope.allowed(Operation.DESCRIBE, ResourceType.GROUP, name)):
+            named.append((name, g))
     listed = tuple(
         build(
             mod.ListedGroup,
-            group_id=g.group_id,
+            group_id=name,
             protocol_type=g.protocol_type or "",
             group_state=g.state_name,
             group_type=g.group_type,
         )
-        for g in sorted(groups, key=lambda g: g.group_id)
+        for name, g in sorted(named, key=lambda ng: ng[0])
     )
     return build(mod.ListGroupsResponse, throttle_time=ZERO, error_code=code, groups=listed)
 
@@ -313,14 +422,20 @@ async def handle_list_groups(ctx, req):
 @api(DELETE_GROUPS, 0, 2)
 async def handle_delete_groups(ctx, req):
     mod = response_module(DELETE_GROUPS, ctx.api_version)
+    scope = ctx.scope
     names = list(dict.fromkeys(req.groups_names))
+    allowed, denied = [], []
+    for n in names:
+        (allowed if scope.allowed(Operation.DELETE, ResourceType.GROUP, n) else denied).append(n)
     coord = _coordinator(ctx)
     if coord is None:
-        results = {n: ErrorCode.coordinator_not_available for n in names}
+        results = {n: ErrorCode.coordinator_not_available for n in allowed}
     else:
-        results = await coord.delete_groups(names)
+        by_physical = await coord.delete_groups([scope.physical(n) for n in allowed])
+        results = {n: by_physical[scope.physical(n)] for n in allowed}
+    results.update((n, ErrorCode.group_authorization_failed) for n in denied)  # after the others, as Kafka
     return build(
         mod.DeleteGroupsResponse,
         throttle_time=ZERO,
-        results=tuple(build(mod.DeletableGroupResult, group_id=n, error_code=results[n]) for n in names),
+        results=tuple(build(mod.DeletableGroupResult, group_id=n, error_code=c) for n, c in results.items()),
     )

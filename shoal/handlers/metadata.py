@@ -13,7 +13,6 @@ Deviations from Kafka:
 from __future__ import annotations
 
 import datetime
-import re
 import uuid
 
 from shoal.handlers.registry import api
@@ -21,6 +20,9 @@ from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
+# Kafka's Topic.validate with KIP-37 names; a namespace that does not exist is refused by
+# auto-creation (Broker.auto_create_topic), not here.
+from shoal.tenancy.namespaces import topic_name_error
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60
@@ -34,25 +36,6 @@ CLUSTER_OPS = (4, 5, 7, 8, 9, 10, 11, 12)
 def authorized_operations(scope, resource_type: int, name: str, ops: tuple[int, ...]) -> int:
     """Kafka's authorized_operations bit set of ``name`` for this request's principal."""
     return sum(1 << op for op in ops if scope.allowed(op, resource_type, name))
-
-LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-def topic_name_error(name: str) -> str | None:
-    """Kafka's Topic.validate: the reason a name is not legal, or None."""
-    if not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return "Topic name cannot be \".\" or \"..\""
-    if len(name) > MAX_TOPIC_NAME:
-        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
-    if not LEGAL_TOPIC.match(name):
-        return (
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-    return None
 
 
 def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:

@@ -8,6 +8,18 @@ request (each with its own error); v10 names topics by id (OffsetCommit v10 too)
 
 A commit is answered once its record is in ``__consumer_offsets`` and the high watermark passed it.
 
+Tenancy (``ctx.scope``): group ids and topic names arrive as the client sees them and reach the
+coordinator qualified; topic ids resolve only to the scope's topics (another tenant's id is
+UNKNOWN_TOPIC_ID); responses carry the client's names. OffsetFetch of all topics lists only the
+scope's topics. Another tenant's group is exactly a group that does not exist.
+
+Authorization, as Kafka's ``KafkaApis``: OffsetCommit needs READ on the group, then READ on each
+topic; OffsetFetch DESCRIBE on the group, then DESCRIBE on each topic (for all topics, the topics
+without it are left out); OffsetDelete DELETE on the group, then READ on each topic. A denied group
+is GROUP_AUTHORIZATION_FAILED (OffsetCommit: on every partition; OffsetFetch v1: on every
+requested partition), a denied topic TOPIC_AUTHORIZATION_FAILED on its partitions, checked before
+whether the topic exists.
+
 Deviations from Kafka:
 - OffsetCommit v0-v1 and OffsetFetch v0 are not offered (Kafka 4 removed them too, KIP-896).
 - OffsetFetch v10 for all topics lists only topics that still exist (others have no id to show).
@@ -21,6 +33,7 @@ from shoal.groups import CommitRequest
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.tenancy.acl import Operation, ResourceType
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -44,21 +57,35 @@ async def handle_offset_commit(ctx, req):
     v = ctx.api_version
     mod = response_module(OFFSET_COMMIT, v)
     image = ctx.broker.metadata.image
+    scope = ctx.scope
     by_id = v >= 10
+    group_denied = not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id)
     # Per request topic: (name or id, [(partition, error or None=to commit)])
     layout: list[tuple[object, list[tuple[int, ErrorCode | None]]]] = []
     commits: list[CommitRequest] = []
     for t in req.topics:
         if by_id:
-            info = image.topics_by_id.get(t.topic_id)
+            info = scope.topic_by_id(image, t.topic_id)
+            name = scope.visible(info.name) if info is not None else None
             missing = ErrorCode.unknown_topic_id
         else:
-            info = image.topic(t.name)
+            name = t.name
+            info = scope.topic(image, name)
             missing = ErrorCode.unknown_topic_or_partition
+        if group_denied:
+            topic_error = ErrorCode.group_authorization_failed
+        elif by_id and info is None:
+            topic_error = missing
+        elif not scope.allowed(Operation.READ, ResourceType.TOPIC, name):
+            topic_error = ErrorCode.topic_authorization_failed
+        elif info is None:
+            topic_error = missing
+        else:
+            topic_error = None
         rows: list[tuple[int, ErrorCode | None]] = []
         for p in t.partitions:
-            if info is None:
-                rows.append((p.partition_index, missing))
+            if topic_error is not None:
+                rows.append((p.partition_index, topic_error))
             elif not 0 <= p.partition_index < len(info.partitions):
                 rows.append((p.partition_index, ErrorCode.unknown_topic_or_partition))
             else:
@@ -82,7 +109,7 @@ async def handle_offset_commit(ctx, req):
         else:
             retention = _ms(req.retention_time) if 2 <= v <= 4 else -1
             codes = await coord.commit_offsets(
-                req.group_id,
+                scope.physical(req.group_id),
                 req.member_id,
                 getattr(req, "group_instance_id", None),
                 req.generation_id_or_member_epoch,
@@ -109,8 +136,9 @@ async def handle_offset_commit(ctx, req):
 
 
 async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stable: bool, member_id, member_epoch):
-    """(group error, response topics) for one group."""
+    """(group error, response topics) for one group, named as the client names it."""
     image = ctx.broker.metadata.image
+    scope = ctx.scope
     by_id = v >= 10
     coord = _coordinator(ctx)
     topics_cls = mod.OffsetFetchResponseTopics if v >= 8 else mod.OffsetFetchResponseTopic
@@ -124,48 +152,62 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
             return build(topics_cls, topic_id=key, partitions=tuple(parts))
         return build(topics_cls, name=key, partitions=tuple(parts))
 
-    wanted = None
-    unknown: dict[object, list[int]] = {}
-    order: list[object] = []
-    if req_topics is not None:
-        wanted = []
-        for t in req_topics:
-            if by_id:
-                info = image.topics_by_id.get(t.topic_id)
-                order.append(t.topic_id)
-                if info is None:
-                    unknown[t.topic_id] = list(t.partition_indexes)
-                    continue
-                wanted.append((info.name, list(t.partition_indexes)))
-            else:
-                order.append(t.name)
-                wanted.append((t.name, list(t.partition_indexes)))
-    if coord is None:
-        code, fetched = ErrorCode.coordinator_not_available, []
-    else:
-        code, fetched = await coord.fetch_offsets(
-            group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
-        )
-    if code != ErrorCode.none:
+    def group_error(code: ErrorCode):
         if v >= 2:
             return code, ()
         # v1 has no group-level error: every requested partition carries it.
         return code, tuple(topic(t.name, [part(p, code=code) for p in t.partition_indexes]) for t in req_topics or ())
-    results: dict[object, list] = {}
-    for name, rows in fetched:
-        key = name
-        if by_id:
-            info = image.topic(name)
-            if info is None:
+
+    if not scope.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return group_error(ErrorCode.group_authorization_failed)
+    wanted = None
+    errors: dict[object, list] = {}  # response key -> partitions answered here
+    keys: dict[str, object] = {}  # physical topic name -> response key (name or id)
+    order: list[object] = []
+    if req_topics is not None:
+        wanted = []
+        for t in req_topics:
+            key = t.topic_id if by_id else t.name
+            order.append(key)
+            if by_id:
+                info = scope.topic_by_id(image, t.topic_id)
+                if info is None:
+                    errors[key] = [part(p, code=ErrorCode.unknown_topic_id) for p in t.partition_indexes]
+                    continue
+                name = scope.visible(info.name)
+            else:
+                name = t.name
+            if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                errors[key] = [part(p, code=ErrorCode.topic_authorization_failed) for p in t.partition_indexes]
                 continue
-            key = info.topic_id
+            keys[scope.physical(name)] = key
+            wanted.append((scope.physical(name), list(t.partition_indexes)))
+    if coord is None:
+        code, fetched = ErrorCode.coordinator_not_available, []
+    else:
+        code, fetched = await coord.fetch_offsets(
+            scope.physical(group_id), wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
+        )
+    if code != ErrorCode.none:
+        return group_error(code)
+    results: dict[object, list] = {}
+    for physical, rows in fetched:
+        key = keys.get(physical)
+        if key is None:  # all topics: the scope's, those it may describe, with an id for v10
+            name = scope.visible(physical)
+            if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                continue
+            key = name
+            if by_id:
+                info = image.topic(physical)
+                if info is None:
+                    continue
+                key = info.topic_id
         results[key] = [part(r.partition, r.offset, r.leader_epoch, r.metadata, r.error) for r in rows]
-    for key, parts in unknown.items():
-        results[key] = [part(p, code=ErrorCode.unknown_topic_id) for p in parts]
-    keys = order if req_topics is not None else list(results)
+    results.update(errors)
     seen = set()
     out = []
-    for key in keys:
+    for key in (order if req_topics is not None else list(results)):
         if key in seen or key not in results:
             continue
         seen.add(key)
@@ -198,32 +240,40 @@ async def handle_offset_fetch(ctx, req):
 async def handle_offset_delete(ctx, req):
     mod = response_module(OFFSET_DELETE, ctx.api_version)
     image = ctx.broker.metadata.image
+    scope = ctx.scope
+    if not scope.allowed(Operation.DELETE, ResourceType.GROUP, req.group_id):
+        return build(mod.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO, topics=())
     known: list[tuple[str, list[int]]] = []
-    unknown: dict[str, list[int]] = {}
+    names: dict[str, str] = {}  # physical -> as requested
+    answered_here: dict[str, list[tuple[int, ErrorCode]]] = {}
     for t in req.topics:
-        info = image.topic(t.name)
         parts = [p.partition_index for p in t.partitions]
+        if not scope.allowed(Operation.READ, ResourceType.TOPIC, t.name):
+            answered_here.setdefault(t.name, []).extend((p, ErrorCode.topic_authorization_failed) for p in parts)
+            continue
+        info = scope.topic(image, t.name)
         if info is None:
-            unknown.setdefault(t.name, []).extend(parts)
+            answered_here.setdefault(t.name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in parts)
             continue
         good = [p for p in parts if 0 <= p < len(info.partitions)]
         bad = [p for p in parts if not 0 <= p < len(info.partitions)]
         if bad:
-            unknown.setdefault(t.name, []).extend(bad)
+            answered_here.setdefault(t.name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in bad)
         if good:
-            known.append((t.name, good))
+            known.append((info.name, good))
+            names[info.name] = t.name
     coord = _coordinator(ctx)
     if coord is None:
         code, deleted = ErrorCode.coordinator_not_available, []
     else:
-        code, deleted = await coord.delete_offsets(req.group_id, known)
+        code, deleted = await coord.delete_offsets(scope.physical(req.group_id), known)
     if code != ErrorCode.none:
         return build(mod.OffsetDeleteResponse, error_code=code, throttle_time=ZERO, topics=())
     rows: dict[str, list[tuple[int, ErrorCode]]] = {}
-    for name, parts in deleted:
+    for physical, parts in deleted:
+        rows.setdefault(names[physical], []).extend(parts)
+    for name, parts in answered_here.items():
         rows.setdefault(name, []).extend(parts)
-    for name, parts in unknown.items():
-        rows.setdefault(name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in parts)
     topics = tuple(
         build(
             mod.OffsetDeleteResponseTopic,

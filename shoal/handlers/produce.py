@@ -181,6 +181,10 @@ async def handle_produce(ctx, req):
             parts.append((p.index, info))
         responses.append((t.name, parts))
 
+    # quotas: the whole request's size counts against producer_byte_rate (acks=0 too: no
+    # response, but the connection is muted all the same); the throttle goes in ctx.throttle_ms.
+    broker.quotas.record_produce(ctx, now_ms)
+
     if acks == 0:
         # No response for acks=0. On an error Kafka closes the connection so the client notices.
         ctx.no_response = True

@@ -71,7 +71,8 @@ class ProducerIdManager:
         self._end = 0  # the current block is [_next, _end)
         self._lock = asyncio.Lock()
         self._remembered = remembered
-        self._epochs: OrderedDict[int, tuple[int, int]] = OrderedDict()  # pid -> (epoch, epoch before the last bump)
+        # pid -> (epoch, epoch before the last bump, owner: the tenant the id was issued to)
+        self._epochs: OrderedDict[int, tuple[int, int, str | None]] = OrderedDict()
 
     async def next_id(self) -> int:
         """A producer id never handed out before. Raises MetadataError if the store cannot reserve."""
@@ -84,32 +85,37 @@ class ProducerIdManager:
         self._next += 1
         return pid
 
-    def _remember(self, pid: int, epoch: int, previous: int) -> None:
-        self._epochs[pid] = (epoch, previous)
+    def _remember(self, pid: int, epoch: int, previous: int, owner: str | None = None) -> None:
+        self._epochs[pid] = (epoch, previous, owner)
         self._epochs.move_to_end(pid)
         while len(self._epochs) > self._remembered:
             self._epochs.popitem(last=False)
 
-    async def fresh(self) -> tuple[int, int]:
+    async def fresh(self, owner: str | None = None) -> tuple[int, int]:
         pid = await self.next_id()
-        self._remember(pid, 0, -1)
+        self._remember(pid, 0, -1, owner)
         return pid, 0
 
-    async def init_producer(self, producer_id: int, epoch: int, partition_epoch: int | None) -> tuple[str, int, int]:
+    async def init_producer(
+        self, producer_id: int, epoch: int, partition_epoch: int | None, owner: str | None = None
+    ) -> tuple[str, int, int]:
         """``(error name, producer id, epoch)`` for an InitProducerId without a transactional id.
 
         ``partition_epoch`` is the highest epoch of ``producer_id`` in this broker's partitions
         (None if none knows it). Fencing answers "PRODUCER_FENCED"; the handler maps it for old
-        versions.
+        versions. ``owner`` is the caller's tenant: an id issued to another tenant is unknown to it
+        (it gets a fresh id and cannot fence or bump the other tenant's producer).
         """
         if producer_id == -1 and epoch == -1:
-            return ("NONE", *await self.fresh())
+            return ("NONE", *await self.fresh(owner))
         if producer_id < 0 or epoch < 0:
             return "INVALID_REQUEST", -1, -1
         remembered = self._epochs.get(producer_id)
+        if remembered is not None and remembered[2] != owner:
+            remembered = None
         known = [e for e in (remembered[0] if remembered else None, partition_epoch) if e is not None]
         if not known:
-            return ("NONE", *await self.fresh())
+            return ("NONE", *await self.fresh(owner))
         current = max(known)
         if remembered is not None and remembered[0] == current and remembered[1] == epoch and epoch == current - 1:
             self._epochs.move_to_end(producer_id)
@@ -117,8 +123,8 @@ class ProducerIdManager:
         if epoch < current:
             return "PRODUCER_FENCED", -1, -1
         if epoch >= EXHAUSTED_EPOCH:
-            return ("NONE", *await self.fresh())
-        self._remember(producer_id, epoch + 1, epoch)
+            return ("NONE", *await self.fresh(owner))
+        self._remember(producer_id, epoch + 1, epoch, owner)
         return "NONE", producer_id, epoch + 1
 
 
@@ -163,7 +169,7 @@ async def handle_init_producer_id(ctx, req):
     manager: ProducerIdManager = broker.producer_ids
     partition_epoch = _partition_epoch(broker, pid, scope) if pid >= 0 and epoch >= 0 else None
     try:
-        name, pid, epoch = await manager.init_producer(pid, epoch, partition_epoch)
+        name, pid, epoch = await manager.init_producer(pid, epoch, partition_epoch, scope.tenant_id)
     except MetadataError as e:
         log.warning("cannot reserve producer ids: %s", e)
         return answer(ErrorCode.coordinator_load_in_progress)  # retriable, as Kafka when no block is ready

@@ -82,13 +82,18 @@ def water_fill(limit: float, demands: Mapping[K, float], weights: Mapping[K, flo
 
 
 def dynamic_quotas(limit: float, tenants: Mapping[K, TenantUsage], *,
-                   headroom: float = DEFAULT_HEADROOM, min_quota: float = 0.0) -> dict[K, float]:
-    """One auto-tuning step: the dynamic quota of every tenant (see the module doc)."""
+                   headroom: float = DEFAULT_HEADROOM, min_quota: float = 0.0,
+                   engaged: bool = False) -> dict[K, float]:
+    """One auto-tuning step: the dynamic quota of every tenant (see the module doc).
+
+    ``engaged``: tune even though the combined usage is within the limit — the caller's
+    hysteresis (tenants held at their dynamic quotas use no more than the limit, so without it
+    every other interval would hand back the configured quotas)."""
     if headroom < 1.0:
         raise ValueError(f"headroom must be >= 1, got {headroom}")
     result = {k: t.quota for k, t in tenants.items()}
     active = {k: t for k, t in tenants.items() if t.active}
-    if math.fsum(t.usage for t in active.values()) <= limit:
+    if not engaged and math.fsum(t.usage for t in active.values()) <= limit:
         return result
     demands = {k: min(t.quota, max(headroom * t.usage, min_quota)) for k, t in active.items()}
     weights = {k: t.quota for k, t in active.items()}

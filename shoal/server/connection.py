@@ -20,6 +20,16 @@ certificate when the connection is made; on a SASL listener a ``SaslSession`` ga
 before it is decoded (only ApiVersions, SaslHandshake and SaslAuthenticate before authentication;
 nothing but re-authentication once ``connections.max.reauth.ms`` has expired the session) and
 anything it refuses closes the connection with one log line.
+
+Quotas (``shoal.quotas.manager``): handlers record byte rates and leave their throttle in
+``ctx.throttle_ms``; when the response is ready the request's handling time is recorded against
+the request quota (KIP-124; the time of every step of the handler, not the time it waits), the
+larger throttle goes into the response's ``throttle_time_ms``, and the connection is *muted*:
+nothing more is read from it until the throttle time has passed (Kafka mutes the channel), which
+is what holds back clients that ignore ``throttle_time_ms``. Requests already in the buffer wait
+too. A client that throttles itself (KIP-219: Produce v6+, Fetch v8+, ...) gets its response at
+once; an older version gets it when the mute ends. The mute and the in-flight limit both pause
+reading; reading resumes when neither holds.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.handlers.context import RequestContext
 from shoal.protocol import codec
 from shoal.protocol.errors import ErrorCode, error_response
+from shoal.quotas.manager import client_throttles, with_throttle_time
 
 if TYPE_CHECKING:
     from shoal.broker import Broker
@@ -60,34 +71,42 @@ class _Continue:
     The coroutine has yielded ``first`` (the future it waits on); the Task running us sees that
     future, and every later send/throw is passed through, exactly as if the Task had run the
     coroutine from the start.
+
+    quotas: with ``ctx`` given, the time of every step is added to ``ctx.handling_ns`` (KIP-124
+    request time: the time the broker works on the request, not the time it waits).
     """
 
-    __slots__ = ("coro", "first")
+    __slots__ = ("coro", "first", "ctx")
 
-    def __init__(self, coro: Any, first: Any) -> None:
+    def __init__(self, coro: Any, first: Any, ctx: RequestContext | None = None) -> None:
         self.coro = coro
         self.first = first
+        self.ctx = ctx
 
     def __await__(self) -> Any:
         coro = self.coro
         yielded = self.first
+        ctx = self.ctx
         while True:
             try:
                 value = yield yielded
             except BaseException as e:  # cancellation or anything thrown in by the Task
-                try:
-                    yielded = coro.throw(e)
-                except StopIteration as stop:
-                    return stop.value
+                step, value = coro.throw, e
             else:
-                try:
-                    yielded = coro.send(value)
-                except StopIteration as stop:
-                    return stop.value
+                step = coro.send
+            if ctx is not None:
+                ctx.step_start_ns = ctx.broker.clock.nanos()
+            try:
+                yielded = step(value)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                if ctx is not None:
+                    ctx.handling_ns += ctx.broker.clock.nanos() - ctx.step_start_ns
 
 
-async def _finish(coro: Any, first: Any) -> Any:
-    return await _Continue(coro, first)
+async def _finish(coro: Any, first: Any, ctx: RequestContext | None = None) -> Any:
+    return await _Continue(coro, first, ctx)
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -99,7 +118,9 @@ class KafkaConnection(asyncio.Protocol):
         self._buf = bytearray()
         self._pending: deque[_Slot] = deque()
         self._in_flight = 0
-        self._paused = False
+        self._paused = False  # reading is paused (too many requests in flight, or muted)
+        self._in_flight_full = False
+        self._mute: asyncio.TimerHandle | None = None  # quotas: muted until this fires
         self._closed = False
         self._max_request = int(broker.config.get("socket.request.max.bytes"))
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -134,15 +155,23 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        if self._mute is not None:
+            self._mute.cancel()
+            self._mute = None
         for t in list(self._tasks):
             t.cancel()
 
     def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._mute is None:
+            self._frames()
+
+    def _frames(self) -> None:
+        """Dispatch the whole frames in the buffer; stop while muted (quotas)."""
         buf = self._buf
-        buf += data
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
+        while n - pos >= 4 and self._mute is None:
             (size,) = _I32.unpack_from(buf, pos)
             if size < 0 or size > self._max_request:
                 self._reject(
@@ -201,6 +230,9 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.close()
 
     def _dispatch(self, frame: bytes) -> None:
+        # quotas: measure the time spent on the request when a request quota may apply (KIP-124)
+        measure = self.broker.quotas.request.active
+        start_ns = self.broker.clock.nanos() if measure else 0
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
@@ -237,16 +269,21 @@ class KafkaConnection(asyncio.Protocol):
             scope=scope,
         )
         ctx.extra["connection"] = self
+        ctx.request_size = len(frame)
+        if measure:
+            ctx.step_start_ns = start_ns
         self._pending.append(slot)
         self._track_in_flight(+1)
         # Start the handler right here (an "eager task"): most requests finish without waiting,
         # and then no Task is created at all. One that does wait continues in a Task.
-        coro = self._run(spec.handler, ctx, request, slot)
+        coro = self._run(spec.handler, ctx, request, slot, measure)
         try:
             awaited = coro.send(None)
         except StopIteration:
             return
-        task = asyncio.ensure_future(_finish(coro, awaited))
+        if measure:
+            ctx.handling_ns += self.broker.clock.nanos() - start_ns
+        task = asyncio.ensure_future(_finish(coro, awaited, ctx if measure else None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -276,10 +313,16 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._reject(f"api {api_key} v{api_version} is not a version this broker can parse")
 
-    async def _run(self, handler: Any, ctx: RequestContext, request: Any, slot: _Slot) -> None:
+    async def _run(self, handler: Any, ctx: RequestContext, request: Any, slot: _Slot, measure: bool) -> None:
         hdr = ctx.header
+        throttle_ms = 0
         try:
             response = await handler(ctx, request)
+            if measure or ctx.throttle_ms:  # quotas: request time and byte-rate throttles
+                nanos = ctx.handling_ns + self.broker.clock.nanos() - ctx.step_start_ns if measure else None
+                throttle_ms = self.broker.quotas.response_throttle(ctx, nanos, self.broker.clock.now_ms())
+                if throttle_ms and response is not None:
+                    response = with_throttle_time(response, throttle_ms)
             if ctx.no_response:
                 data = None
             else:
@@ -302,7 +345,53 @@ class KafkaConnection(asyncio.Protocol):
                 return
         finally:
             self._track_in_flight(-1)
-        self._complete(slot, data, close_after=bool(ctx.extra.get("close_after")))
+        close_after = bool(ctx.extra.get("close_after"))
+        if throttle_ms:
+            self._throttle(slot, data, close_after, throttle_ms, client_throttles(hdr.api_key, hdr.api_version))
+            return
+        self._complete(slot, data, close_after=close_after)
+
+    # -- quotas: muting -----------------------------------------------------------------------
+
+    def _throttle(self, slot: _Slot, data: bytes | None, close_after: bool, throttle_ms: int,
+                  client_throttles: bool) -> None:
+        """Mute the connection for ``throttle_ms`` (read nothing more from it); a client that
+        throttles itself (KIP-219) gets its response now, an older one when the mute ends."""
+        self._mute_for(throttle_ms)
+        if data is None or client_throttles:
+            self._complete(slot, data, close_after=close_after)
+        else:
+            asyncio.get_running_loop().call_later(throttle_ms / 1000.0, self._complete, slot, data, close_after)
+
+    def _mute_for(self, ms: int) -> None:
+        if self._closed or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ms / 1000.0
+        if self._mute is not None:
+            if self._mute.when() >= until:
+                return
+            self._mute.cancel()
+        self._mute = loop.call_at(until, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._mute = None
+        if self._closed:
+            return
+        self._update_reading()
+        if self._buf:
+            self._frames()  # requests that arrived before the mute
+
+    def _update_reading(self) -> None:
+        """Read while neither muted nor too many requests are in flight."""
+        pause = self._in_flight_full or self._mute is not None
+        if pause != self._paused and self.transport is not None:
+            self._paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     def _complete(self, slot: _Slot, data: bytes | None, close_after: bool = False) -> None:
         slot.data = data
@@ -323,9 +412,9 @@ class KafkaConnection(asyncio.Protocol):
         self._in_flight += delta
         if self.transport is None or self._closed:
             return
-        if not self._paused and self._in_flight >= MAX_IN_FLIGHT:
-            self._paused = True
-            self.transport.pause_reading()
-        elif self._paused and self._in_flight < MAX_IN_FLIGHT // 2:
-            self._paused = False
-            self.transport.resume_reading()
+        if not self._in_flight_full and self._in_flight >= MAX_IN_FLIGHT:
+            self._in_flight_full = True
+            self._update_reading()
+        elif self._in_flight_full and self._in_flight < MAX_IN_FLIGHT // 2:
+            self._in_flight_full = False
+            self._update_reading()

@@ -31,6 +31,7 @@ also while ``run_periodic`` runs in a thread.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "shoal-log-state"
 CLEAN_SHUTDOWN_FILE = ".shoal-clean-shutdown"
+PARTITION_METADATA = "partition.metadata"  # Kafka's: the topic id a partition directory holds
 _STATE_HEADER = "shoal-log-state 1"
 
 
@@ -211,15 +213,7 @@ class LogManager:
                     if not self._dir_made:
                         self.fs.makedirs(self.data_dir)
                         self._dir_made = True
-                    plog = PartitionLog.open(
-                        path,
-                        config or self.default_config,
-                        now_ms=self.clock.now_ms(),
-                        fs=self.fs,
-                        handles=self.handles,
-                        index_cache=self.index_cache,
-                        on_state_change=self._mark_dirty,
-                    )
+                    plog = self._open(path, config)
                     self._logs[key] = plog
                     self._state_dirty = True
                     return plog
@@ -242,6 +236,79 @@ class LogManager:
         self.fs.rmtree(doomed)
         self._state_dirty = True
         return True
+
+    # -- topic ids and renames (KIP-37 moves) -----------------------------------------------------
+
+    def write_topic_id(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+        """Write Kafka's ``partition.metadata`` (``version: 0``, ``topic_id: <base64>``) into the
+        partition's directory, so a restart can tell which topic a directory holds after its topic
+        was renamed. Not fsynced: without it a rename interrupted by a crash is not finished."""
+        path = os.path.join(self.data_dir, f"{topic}-{partition}", PARTITION_METADATA)
+        text = f"version: 0\ntopic_id: {base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip('=')}\n"
+        self.fs.write_file(path, text.encode("ascii"))
+
+    def read_topic_id(self, topic: str, partition: int) -> uuid.UUID | None:
+        """The topic id in the directory's ``partition.metadata``, None if absent or unreadable."""
+        raw = self.fs.read_file(os.path.join(self.data_dir, f"{topic}-{partition}", PARTITION_METADATA))
+        if not raw:
+            return None
+        for line in raw.decode("ascii", "replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "topic_id":
+                value = value.strip()
+                try:
+                    return uuid.UUID(bytes=base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+                except ValueError:
+                    return None
+        return None
+
+    def rename_partition(self, old_topic: str, new_topic: str, partition: int,
+                         config: LogConfig | None = None) -> PartitionLog | None:
+        """Move a partition's log to the directory of its topic's new name (a namespace move).
+
+        The log is flushed and closed (producer snapshot written), its directory renamed (atomic,
+        then the data directory fsynced) and opened again under the new name from its exact state,
+        so nothing is read back. A crash before the rename leaves the old directory, which
+        ``partition.metadata`` lets the broker adopt at start-up; after it, the new one.
+        Returns the reopened log, or None when there was no log under the old name.
+        """
+        old_key, new_key = (old_topic, partition), (new_topic, partition)
+        old_path = os.path.join(self.data_dir, f"{old_topic}-{partition}")
+        new_path = os.path.join(self.data_dir, f"{new_topic}-{partition}")
+        if parse_partition_dir(os.path.basename(new_path)) != new_key:
+            raise ValueError(f"invalid topic or partition: {new_topic!r} {partition!r}")
+        with self._lock:
+            if new_key in self._logs or self.fs.exists(new_path):
+                raise FileExistsError(f"{new_path} already exists")
+            plog = self._logs.pop(old_key, None)
+        state = None
+        if plog is not None:
+            plog.close(flush=True)
+            state = plog.state()
+            config = config or plog.config
+        if not self.fs.exists(old_path):
+            return None
+        self.fs.rename(old_path, new_path)
+        self.fs.fsync_dir(self.data_dir)
+        with self._lock:
+            plog = self._open(new_path, config, state)
+            self._logs[new_key] = plog
+        self._state_dirty = True
+        return plog
+
+    def _open(self, path: str, config: LogConfig | None, state: PartitionState | None = None) -> PartitionLog:
+        """Open one of this manager's logs (with ``state``: exactly as it was closed, nothing read)."""
+        return PartitionLog.open(
+            path,
+            config or self.default_config,
+            now_ms=self.clock.now_ms(),
+            fs=self.fs,
+            state=state,
+            clean_shutdown=state is not None,
+            handles=self.handles,
+            index_cache=self.index_cache,
+            on_state_change=self._mark_dirty,
+        )
 
     def partitions(self) -> list[tuple[str, int]]:
         return list(self._logs)

@@ -21,7 +21,13 @@ READ, WRITE, DELETE or ALTER implies DESCRIBE; an ALLOW of ALTER_CONFIGS implies
 DESCRIBE_CONFIGS. DENY implies nothing beyond ALL.
 
 A namespace binding (type NAMESPACE) names a namespace (``payments:eu``); it covers that namespace
-and every namespace under it.
+and every namespace under it, both as the gate of step 3 and when the resource asked about is a
+namespace itself. Only a binding that could decide the operation gates it: an ALLOW that grants it
+(implications included) or a DENY that hits it.
+
+Binding filters (DescribeAcls, DeleteAcls) are Kafka's ``AclBindingFilter``, except that resource
+type ANY leaves NAMESPACE bindings out: standard clients cannot parse Shoal's type code, so those
+bindings are returned only to a filter that names NAMESPACE.
 """
 
 from __future__ import annotations
@@ -172,10 +178,11 @@ def authorize(
     ns_allow = False
     entity_any = False
     entity_allow = False
+    entity_matches = _namespace_binding_matches if resource_type == ResourceType.NAMESPACE else pattern_matches
     for a in acls:
         rt = a.resource_type
         if rt == resource_type:
-            if not pattern_matches(a.pattern_type, a.resource_name, name):
+            if not entity_matches(a.pattern_type, a.resource_name, name):
                 continue
             entity_any = True
             if not _who_matches(a, principal, host):
@@ -188,7 +195,12 @@ def authorize(
         elif rt == ResourceType.NAMESPACE and chain:
             if not any(_namespace_binding_matches(a.pattern_type, a.resource_name, ns) for ns in chain):
                 continue
-            relevant = _allow_grants(a.operation, operation) or _deny_hits(a.operation, operation)
+            # Only a binding that could decide this operation gates it: a DENY of READ says nothing
+            # about DESCRIBE, though an ALLOW of READ would grant it.
+            if a.permission_type == Permission.DENY:
+                relevant = _deny_hits(a.operation, operation)
+            else:
+                relevant = _allow_grants(a.operation, operation)
             if not relevant:
                 continue
             ns_bindings = True
@@ -218,10 +230,15 @@ def binding_matches_filter(
 ) -> bool:
     """Kafka's ``AclBindingFilter.matches`` (DescribeAcls/DeleteAcls filters).
 
-    ANY matches every value; a None name/principal/host matches any; pattern MATCH selects the
-    bindings that would apply to ``resource_name``: the literal name, ``*``, and prefixes of it.
+    ANY matches every value (but resource type ANY no NAMESPACE binding); a None
+    name/principal/host matches any; pattern MATCH selects the bindings that would apply to
+    ``resource_name``: the literal name, ``*``, and prefixes of it (for a namespace, also the
+    namespaces above it).
     """
-    if resource_type != ResourceType.ANY and acl.resource_type != resource_type:
+    if resource_type == ResourceType.ANY:
+        if acl.resource_type == ResourceType.NAMESPACE:
+            return False
+    elif acl.resource_type != resource_type:
         return False
     if operation != Operation.ANY and acl.operation != operation:
         return False
@@ -234,6 +251,8 @@ def binding_matches_filter(
     if pattern_type == PatternType.MATCH:
         if resource_name is None:
             return True
+        if acl.resource_type == ResourceType.NAMESPACE:
+            return _namespace_binding_matches(acl.pattern_type, acl.resource_name, resource_name)
         if acl.pattern_type == PatternType.LITERAL:
             return acl.resource_name == resource_name or acl.resource_name == WILDCARD
         if acl.pattern_type == PatternType.PREFIXED:
@@ -242,3 +261,76 @@ def binding_matches_filter(
     if pattern_type != PatternType.ANY and acl.pattern_type != pattern_type:
         return False
     return resource_name is None or acl.resource_name == resource_name
+
+
+# -- validation of what clients send (CreateAcls bindings, DescribeAcls/DeleteAcls filters) ---------
+
+
+def code_name(enum_cls: type[enum.IntEnum], code: int) -> str:
+    """The enum member's name for ``code``, or the number when it is not one."""
+    try:
+        return enum_cls(code).name
+    except ValueError:
+        return str(code)
+
+
+def format_pattern(resource_type: int, name: str, pattern_type: int) -> str:
+    """Kafka's ``ResourcePattern.toString`` (as ``kafka-acls.sh`` prints it)."""
+    return (
+        f"ResourcePattern(resourceType={code_name(ResourceType, resource_type)}, name={name}, "
+        f"patternType={code_name(PatternType, pattern_type)})"
+    )
+
+
+def format_entry(principal: str, host: str, operation: int, permission_type: int) -> str:
+    """Kafka's ``AccessControlEntry.toString``."""
+    return (
+        f"(principal={principal}, host={host}, operation={code_name(Operation, operation)}, "
+        f"permissionType={code_name(Permission, permission_type)})"
+    )
+
+
+def binding_error(binding: "AclEntry") -> str | None:
+    """Why a binding cannot be created (the INVALID_REQUEST message), or None when it can.
+
+    Kafka's checks (``AclControlManager.validateNewAcl``, ``AclCommand``): a concrete resource type,
+    pattern LITERAL or PREFIXED, a concrete operation that the resource type supports (or ALL),
+    ALLOW or DENY, a non-empty name (``kafka-cluster`` for CLUSTER), a ``Type:name`` principal, a
+    non-empty host. PREFIXED ``*`` is refused: ``*`` is a wildcard only as a LITERAL.
+    """
+    b = binding
+    if b.resource_type not in SUPPORTED_OPERATIONS:
+        return f"Invalid resource type {code_name(ResourceType, b.resource_type)}"
+    rt = ResourceType(b.resource_type)
+    if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid pattern type {code_name(PatternType, b.pattern_type)}"
+    if b.operation != Operation.ALL and b.operation not in SUPPORTED_OPERATIONS[rt]:
+        return f"Operation {code_name(Operation, b.operation)} is not supported for resource type {rt.name}"
+    if b.permission_type not in (Permission.ALLOW, Permission.DENY):
+        return f"Invalid permission type {code_name(Permission, b.permission_type)}"
+    if not b.resource_name:
+        return "Resource name should not be empty"
+    if rt == ResourceType.CLUSTER and b.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if b.pattern_type == PatternType.PREFIXED and b.resource_name == WILDCARD:
+        return "A PREFIXED pattern cannot name the wildcard '*' (use LITERAL '*' for every resource)"
+    kind, sep, who = (b.principal or "").partition(":")
+    if not sep or not kind or not who:
+        return f"Could not parse principal {b.principal!r}: expected Type:name (e.g. User:alice)"
+    if not b.host:
+        return "Host should not be empty (use '*' for any host)"
+    return None
+
+
+def filter_error(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> str | None:
+    """Why a DescribeAcls/DeleteAcls filter is invalid (UNKNOWN or unknown codes), or None."""
+    for what, enum_cls, code in (
+        ("resource type", ResourceType, resource_type),
+        ("pattern type", PatternType, pattern_type),
+        ("operation", Operation, operation),
+        ("permission type", Permission, permission_type),
+    ):
+        name = code_name(enum_cls, code)
+        if name in ("UNKNOWN", str(code)):
+            return f"Invalid {what} {name} in the filter"
+    return None

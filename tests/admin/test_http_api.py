@@ -4,7 +4,6 @@ confluent-kafka SCRAM over SASL_PLAINTEXT."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -12,11 +11,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from broker_process import http_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,14 +70,7 @@ class AdminBroker:
 
 
 def http(b: AdminBroker, method: str, path: str, body=None, raw: bytes | None = None):
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(b.url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http_json(b.url, method, path, body, raw)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +142,31 @@ def test_openapi_describes_the_endpoints(admin_broker):
         "/v1/tenants/{tenant_id}": ["delete", "get"],
         "/v1/tenants/{tenant_id}/users": ["post"],
         "/v1/tenants/{tenant_id}/users/{user}": ["delete"],
+        # namespaces, moves, tenant defaults and policy (shoal.admin.http_namespaces)
+        "/v1/tenants/{tenant_id}/namespaces": ["get", "post"],
+        "/v1/tenants/{tenant_id}/namespaces/{namespace}": ["delete", "get"],
+        "/v1/tenants/{tenant_id}/namespaces/{namespace}/configs": ["get", "patch", "put"],
+        "/v1/tenants/{tenant_id}/namespaces/{namespace}/move": ["post"],
+        "/v1/tenants/{tenant_id}/topics/{topic}/move": ["post"],
+        "/v1/tenants/{tenant_id}/topics/{topic}/configs": ["get"],
+        "/v1/tenants/{tenant_id}/configs": ["get", "patch", "put"],
+        "/v1/tenants/{tenant_id}/policy": ["get", "put"],
     }
+    schemas = doc["components"]["schemas"]
+    refs = {v for v in _refs(doc["paths"]) if v.startswith("#/components/schemas/")}
+    assert refs and all(r.rsplit("/", 1)[1] in schemas for r in refs)  # no dangling $ref
+
+
+def _refs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
 
 
 def test_garbage_does_not_crash_the_server(admin_broker):

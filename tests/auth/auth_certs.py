@@ -21,6 +21,7 @@ class Pki:
     server_pem: Path  # certificate + key in one file (ssl.keystore.type=PEM)
     client_cert: Path
     client_key: Path
+    ca_key: Path | None = None  # to sign more client certificates (make_client_cert)
 
 
 def _name(**attrs: str) -> x509.Name:
@@ -68,11 +69,25 @@ def make_pki(directory: Path, client_subject: dict[str, str] | None = None) -> P
     cli = _cert(_name(**subject), cli_key, ca_name, ca_key)
     pem = lambda c: c.public_bytes(serialization.Encoding.PEM)  # noqa: E731
     out = Pki(directory / "ca.pem", directory / "server.crt", directory / "server.key",
-              directory / "server.pem", directory / "client.crt", directory / "client.key")
+              directory / "server.pem", directory / "client.crt", directory / "client.key", directory / "ca.key")
     out.ca.write_bytes(pem(ca))
+    out.ca_key.write_bytes(_pem_key(ca_key))
     out.server_cert.write_bytes(pem(srv))
     out.server_key.write_bytes(_pem_key(srv_key))
     out.server_pem.write_bytes(pem(srv) + _pem_key(srv_key))
     out.client_cert.write_bytes(pem(cli))
     out.client_key.write_bytes(_pem_key(cli_key))
     return out
+
+
+def make_client_cert(pki: Pki, stem: str, subject: dict[str, str]) -> tuple[Path, Path]:
+    """Another client certificate signed by ``pki``'s CA: ``(<stem>.crt, <stem>.key)`` next to it."""
+    assert pki.ca_key is not None, "this Pki was not made by make_pki"
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    key = _key()
+    cert = _cert(_name(**subject), key, ca.subject, ca_key)
+    cert_path, key_path = pki.ca.parent / f"{stem}.crt", pki.ca.parent / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(_pem_key(key))
+    return cert_path, key_path

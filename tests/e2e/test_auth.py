@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import ssl
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ pytest.importorskip("cryptography")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "auth"))
 from auth_certs import make_pki  # noqa: E402
 
-from shoal.protocol import codec  # noqa: E402
+from raw_client import RawClient  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
@@ -99,48 +98,11 @@ class AuthBroker:
         return self.log_path.read_text(errors="replace")
 
 
-class Raw:
+class Raw(RawClient):
     """A bare socket speaking Shoal's codec: for exact error codes and closes."""
 
     def __init__(self, address: str) -> None:
-        host, port = address.split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=5)
-        self.cid = 0
-
-    def __enter__(self) -> "Raw":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.sock.close()
-
-    def send(self, key: int, version: int, fields: dict) -> int:
-        self.cid += 1
-        body = codec.request_type(key, version)(**fields)
-        self.sock.sendall(codec.encode_request(key, version, self.cid, "auth-test", body))
-        return self.cid
-
-    def recv(self, key: int, version: int):
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return codec.decode_response(key, version, self._exactly(size))[1]
-
-    def call(self, key: int, version: int, fields: dict):
-        self.send(key, version, fields)
-        return self.recv(key, version)
-
-    def closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("closed")
-            buf += chunk
-        return buf
+        super().__init__(address, client_id="auth-test")
 
     def plain(self, user: str, password: str, version: int = 2):
         assert self.call(17, 1, {"mechanism": "PLAIN"}).error_code == 0

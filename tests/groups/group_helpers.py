@@ -136,3 +136,22 @@ async def stable_group(env: Env, group_id: str = "g", n: int = 1, **join_kw) -> 
         await s
     assert env.group(group_id).state_name == "Stable"
     return [leader] + [m for m in ids if m != leader]
+
+
+async def handler_call(broker, api_key: int, version: int, /, *, principal: str = "User:ANONYMOUS",
+                       tenant: str | None = None, **values):
+    """One request to an in-process broker's handler as ``principal`` (of ``tenant``), through the
+    codec both ways, so each version's request and response are valid on the wire."""
+    from shoal.client import build_entity
+    from shoal.handlers.context import RequestContext
+    from shoal.protocol.codec import decode_request, decode_response, encode_request, encode_response, request_type
+
+    req = build_entity(request_type(api_key, version), values)
+    frame = encode_request(api_key, version, 7, "handler-test", req)
+    header, decoded = decode_request(api_key, version, memoryview(frame)[4:])
+    spec = broker.registry.lookup(api_key)
+    assert spec is not None and spec.min_version <= version <= spec.max_version
+    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:5555", principal=principal, tenant=tenant)
+    resp = await spec.handler(ctx, decoded)
+    _, back = decode_response(api_key, version, memoryview(encode_response(7, api_key, version, resp))[4:])
+    return back

@@ -14,12 +14,14 @@ OP_TIMEOUT = 15.0
 QUERY_TIMEOUT = 90.0
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+def admin(bootstrap: str, security: dict[str, str] | None = None) -> AdminClient:
+    """``security``: librdkafka settings of the client's listener (SASL, TLS), as ``kafka.*`` without the prefix."""
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, **(security or {})})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
-    client = admin(bootstrap)
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
+                 security: dict[str, str] | None = None) -> str:
+    client = admin(bootstrap, security)
     fs = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
                               request_timeout=OP_TIMEOUT)
     fs[name].result(timeout=OP_TIMEOUT)
@@ -39,10 +41,11 @@ def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> N
         f.result(timeout=OP_TIMEOUT)
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[dict[str, Any]]) -> int:
+def produce(bootstrap: str, topic: str, records: Iterable[dict[str, Any]],
+            security: dict[str, str] | None = None) -> int:
     """Each record: value, and optionally key, partition, headers, timestamp (ms)."""
     errors: list = []
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True, **(security or {})})
     n = 0
     for r in records:
         kwargs = {k: r[k] for k in ("key", "partition", "headers", "timestamp") if r.get(k) is not None}

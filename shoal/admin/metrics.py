@@ -1,0 +1,157 @@
+"""The Prometheus endpoint: ``GET /metrics`` on ``shoal.metrics.listener`` (``http://HOST:PORT``).
+
+Quota metrics, named after Kafka's (metric group ``Produce``/``Fetch``/``Request``, names
+``byte-rate``, ``request-time``, ``throttle-time``), as gauges:
+
+==========================================  ==========================  =================================
+name                                        labels                      value
+==========================================  ==========================  =================================
+``shoal_produce_byte_rate``                 tenant, user, client_id     bytes/s in the client's sensor
+``shoal_fetch_byte_rate``                   tenant, user, client_id     bytes/s
+``shoal_request_request_time``              tenant, user, client_id     % of one thread's time (KIP-124)
+``shoal_<type>_throttle_time_avg`` / _max   tenant, user, client_id     ms, over the quota window
+``shoal_<type>_quota``                      tenant, user, client_id     the quota that applies (if any)
+``shoal_tenant_<type>_byte_rate`` ...       tenant                      the tenant's usage on this broker
+``shoal_tenant_<type>_quota``               tenant                      this broker's bound on the tenant
+``shoal_broker_<type>_byte_rate`` ...       (none)                      broker-wide usage
+``shoal_request_exempt_request_time``       (none)                      time of exempt requests
+==========================================  ==========================  =================================
+
+Labels are Kafka's metric tags: ``user``/``client_id`` are "" where the quota's level has none
+(a user quota's sensor is shared by all the user's client ids), ``tenant`` is "" for the
+physical view. Series exist only for live sensors: a client idle for
+``shoal.quota.sensor.expiration.ms`` disappears, which bounds the label sets. While the endpoint
+is on, usage is recorded even without quotas. Samples are taken on the event loop (sensors are not
+thread-safe), so no prometheus_client HTTP thread is used: a small asyncio server answers.
+Throttle times are 0 (not NaN) while nothing was throttled in the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
+
+from shoal.admin.http import parse_listener
+from shoal.quotas.manager import QuotaManagers, QuotaType
+
+if TYPE_CHECKING:
+    from shoal.broker import Broker
+
+log = logging.getLogger("shoal.admin.metrics")
+
+MAX_HEADER_BYTES = 16 * 1024
+READ_TIMEOUT_S = 10.0
+
+
+def _base(qtype: QuotaType) -> str:
+    return f"{qtype.group}_{qtype.metric.replace('-', '_')}"
+
+
+def quota_metric_values(managers: QuotaManagers, now_ms: int) -> Iterator[tuple[str, str, Mapping[str, str], float]]:
+    """Every sample: (name, help, labels, value); see the module doc."""
+    for m in managers.managers():
+        q = m.qtype
+        unit = "percent of one thread's time" if q is QuotaType.REQUEST else "bytes per second"
+        for (tenant, user, client), s in m.client_sensors():
+            labels = {"tenant": tenant or "", "user": user, "client_id": client}
+            yield f"shoal_{_base(q)}", f"{q.group} {q.metric} per user and client id ({unit})", labels, \
+                s.rate.measure(now_ms)
+            yield f"shoal_{q.group}_throttle_time_avg", f"average {q.group} throttle time (ms)", labels, \
+                s.throttles.avg(now_ms)
+            yield f"shoal_{q.group}_throttle_time_max", f"maximum {q.group} throttle time (ms)", labels, \
+                s.throttles.max(now_ms)
+            if s.bound is not None:
+                yield f"shoal_{q.group}_quota", f"{q.key} that applies ({unit})", labels, s.bound
+        for tenant, s in m.tenant_sensors():
+            labels = {"tenant": tenant}
+            yield f"shoal_tenant_{_base(q)}", f"tenant-wide {q.group} {q.metric} ({unit})", labels, \
+                s.rate.measure(now_ms)
+            if s.bound is not None:
+                yield f"shoal_tenant_{q.group}_quota", \
+                    f"this broker's bound on the tenant: its slice of the tenant quota, or the dynamic quota ({unit})", \
+                    labels, s.bound
+        yield f"shoal_broker_{_base(q)}", f"broker-wide {q.group} {q.metric} of clients ({unit})", {}, \
+            m.broker_sensor.rate.measure(now_ms)
+    yield "shoal_request_exempt_request_time", \
+        "time of requests exempt from throttling (percent of one thread's time)", {}, \
+        managers.exempt_sensor.rate.measure(now_ms)
+
+
+class QuotaCollector:
+    """A prometheus_client collector reading the broker's quota managers at scrape time."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for name, doc, labels, value in quota_metric_values(self.broker.quotas, self.broker.clock.now_ms()):
+            keys = sorted(labels)
+            fam = families.get(name)
+            if fam is None:
+                fam = families[name] = GaugeMetricFamily(name, doc, labels=keys)
+            fam.add_metric([labels[k] for k in keys], value)
+        yield from families.values()
+
+
+def render(broker: "Broker") -> bytes:
+    """The text exposition of the broker's metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QuotaCollector(broker))
+    return generate_latest(registry)
+
+
+class MetricsHttpServer:
+    """``GET /metrics`` over HTTP/1.1, one request per connection."""
+
+    def __init__(self, broker: "Broker", listener: str) -> None:
+        self.broker = broker
+        self.host, self.port = parse_listener(listener, "shoal.metrics.listener")
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self.broker.quotas.set_record_usage(True)
+        self._server = await asyncio.start_server(self._on_connection, self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            status, ctype, body = self._answer(parts)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            writer.close()
+            return
+        except Exception:
+            log.exception("metrics request failed")
+            status, ctype, body = "500 Internal Server Error", "text/plain", b"internal error\n"
+        head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n").encode("latin-1")
+        try:
+            writer.write(head_out + body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, parts: list[str]) -> tuple[str, str, Any]:
+        if len(parts) != 3:
+            return "400 Bad Request", "text/plain", b"bad request\n"
+        method, target, _version = parts
+        if target.split("?", 1)[0] not in ("/metrics", "/"):
+            return "404 Not Found", "text/plain", b"not found: try /metrics\n"
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+        return "200 OK", CONTENT_TYPE_LATEST, render(self.broker)

@@ -1,0 +1,412 @@
+"""The broker's client quota managers (Kafka's ``ClientQuotaManager`` and
+``ClientRequestQuotaManager``): one per quota type, fed by the metadata image, asked once per
+request.
+
+* :class:`ClientQuotaManager` — produce (``producer_byte_rate``), fetch (``consumer_byte_rate``)
+  or request time (``request_percentage``, KIP-124). For a request of ``(tenant, user,
+  client-id)`` it finds the configured quota with Kafka's eight levels in the caller's scope
+  (:mod:`shoal.quotas.entities`), records the value in the sensor named by the metric tags of
+  that level (so a user quota is shared by the user's client ids, a (user, client-id) quota is
+  not, ...), and for a tenant also in the tenant's sensor, whose bound is this broker's slice of
+  the tenant-wide quota (:func:`~shoal.quotas.fairshare.tenant_quota_slice` over the brokers
+  leading the tenant's partitions: a pure function of metadata; on one node the whole quota),
+  lowered to the auto-tuner's dynamic quota when one is set. The throttle is the larger of the
+  client's and the tenant's (:func:`~shoal.quotas.precedence.combine_throttles`).
+* Sensors are the hot-path :class:`~shoal.quotas.sensor.Sensor` (Kafka-exact, O(1) while
+  clearly within the quota, smoothing for byte rates). A quota change keeps a sensor's
+  history (its bound is updated in place, as Kafka updates the metric config); a change of metric
+  tags starts a new sensor, as in Kafka. Sensors idle for ``shoal.quota.sensor.expiration.ms``
+  are dropped (Kafka: one hour), which also bounds the label sets of the metrics.
+* As Kafka's ``quotasEnabled``, nothing is recorded while no quota of the type exists, unless
+  ``record_usage`` is set (the Prometheus endpoint and the auto-tuner want usage anyway).
+* :class:`QuotaManagers` holds the three for a broker, with Kafka's request-quota exemptions and
+  KIP-219's per-version rule for who throttles (:func:`client_throttles`).
+
+Interface for the broker-wide auto-tuner: :meth:`ClientQuotaManager.tenant_usage`,
+:meth:`ClientQuotaManager.tenant_quota` (the configured per-broker slice),
+:meth:`ClientQuotaManager.set_dynamic_tenant_quota`; :attr:`ClientQuotaManager.broker_sensor`
+(broker-wide usage) and, for the request quota, :attr:`QuotaManagers.exempt_sensor` (time of
+requests exempt from throttling, in percent of a thread).
+
+Not thread-safe: the broker's event loop owns every manager and sensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from shoal.quotas.entities import (
+    FETCH_KEY,
+    PRODUCE_KEY,
+    REQUEST_KEY,
+    QuotaIndex,
+    quota_index,
+    quota_user,
+    tenant_leaders,
+)
+from shoal.quotas.fairshare import tenant_quota_slice
+from shoal.quotas.precedence import select_quota, select_tenant_quota
+from shoal.quotas.rate import RateConfig
+from shoal.quotas.sensor import Sensor
+from shoal.quotas.throttle import nanos_to_percentage
+
+if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataImage
+
+DEFAULT_EXPIRATION_MS = 3_600_000  # Kafka's InactiveSensorExpirationTimeSeconds
+SWEEP_INTERVAL_MS = 30_000
+
+
+class QuotaType(enum.Enum):
+    """Quota type: (quota key, Kafka's metric group, Kafka's metric name)."""
+
+    PRODUCE = (PRODUCE_KEY, "produce", "byte-rate")
+    FETCH = (FETCH_KEY, "fetch", "byte-rate")
+    REQUEST = (REQUEST_KEY, "request", "request-time")
+
+    @property
+    def key(self) -> str:
+        return self.value[0]
+
+    @property
+    def group(self) -> str:
+        return self.value[1]
+
+    @property
+    def metric(self) -> str:
+        return self.value[2]
+
+
+@dataclass(slots=True)
+class _Handle:
+    """What one (tenant, user, client-id) records into, valid for one manager epoch."""
+
+    client: Sensor
+    tenant: Sensor | None
+    epoch: int
+
+
+class ClientQuotaManager:
+    """One quota type's sensors and configured quotas (see the module doc)."""
+
+    def __init__(self, qtype: QuotaType, *, node_id: int, config: RateConfig = RateConfig(),
+                 pacing: bool = True, expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+        self.qtype = qtype
+        self.node_id = node_id
+        self.config = config
+        self.byte_rate = qtype is not QuotaType.REQUEST
+        self.pacing = pacing and self.byte_rate
+        self.max_throttle_ms = None if self.byte_rate else config.window_ms
+        self.expiration_ms = expiration_ms
+        self.enabled = False  # some quota of this type is configured (Kafka's quotasEnabled)
+        self.record_usage = False  # record even without quotas (metrics, auto-tuner)
+        self.broker_sensor = Sensor(None, config)  # everything recorded here: broker-wide usage
+        self._index = QuotaIndex()
+        self._image: MetadataImage | None = None
+        self._epoch = 0
+        self._clients: dict[tuple[str | None, str, str], Sensor] = {}
+        self._tenants: dict[str, Sensor] = {}
+        self._handles: dict[tuple[str | None, str, str], _Handle] = {}
+        self._tenant_bounds: dict[str, float | None] = {}
+        self._dynamic: dict[str, float] = {}
+        self._last_sweep_ms = 0
+
+    # -- configuration --------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Whether requests must be recorded at all."""
+        return self.enabled or self.record_usage
+
+    def update(self, image: "MetadataImage", old: "MetadataImage | None" = None) -> None:
+        """Follow a new metadata image: quotas may have changed, and tenant slices follow
+        partition leadership."""
+        quotas_changed = old is None or old.client_quotas != image.client_quotas
+        if quotas_changed:
+            self._index = quota_index(image.client_quotas, self.qtype.key)
+            self.enabled = not self._index.empty
+        leaders_may_move = old is None or old.topics is not image.topics or old.brokers is not image.brokers
+        self._image = image
+        if quotas_changed or (leaders_may_move and self._index.tenants):
+            self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._epoch += 1
+        self._tenant_bounds.clear()
+
+    def set_dynamic_tenant_quota(self, tenant: str, value: float | None) -> None:
+        """The auto-tuner's dynamic quota of ``tenant`` on this broker (None: back to the
+        configured one). The tenant's bound is the smaller of the two."""
+        if value is None:
+            if self._dynamic.pop(tenant, None) is None:
+                return
+        elif self._dynamic.get(tenant) == value:
+            return
+        else:
+            self._dynamic[tenant] = value
+        self._invalidate()
+
+    def tenant_quota(self, tenant: str) -> float | None:
+        """This broker's slice of the tenant-wide quota as configured (no dynamic quota)."""
+        value, _key = select_tenant_quota(self._index.tenants, tenant)
+        if value is None or not self.byte_rate or self._image is None:
+            return value
+        return tenant_quota_slice(value, tenant_leaders(self._image, tenant), self.node_id)
+
+    def _tenant_bound(self, tenant: str) -> float | None:
+        if tenant in self._tenant_bounds:
+            return self._tenant_bounds[tenant]
+        bound = self.tenant_quota(tenant)
+        dynamic = self._dynamic.get(tenant)
+        if dynamic is not None:
+            bound = dynamic if bound is None else min(bound, dynamic)
+        self._tenant_bounds[tenant] = bound
+        return bound
+
+    def quota(self, tenant: str | None, user: str, client_id: str) -> tuple[float | None, float | None]:
+        """(client quota, tenant bound) that apply to a request now; None is unlimited."""
+        h = self._handle(tenant, user, client_id)
+        return h.client.bound, (h.tenant.bound if h.tenant is not None else None)
+
+    # -- sensors ------------------------------------------------------------------------------
+
+    def _new_sensor(self, bound: float | None) -> Sensor:
+        return Sensor(bound, self.config, max_throttle_ms=self.max_throttle_ms, pacing=self.pacing)
+
+    def _handle(self, tenant: str | None, user: str, client_id: str) -> _Handle:
+        key = (tenant, user, client_id)
+        h = self._handles.get(key)
+        if h is not None and h.epoch == self._epoch:
+            return h
+        selection = select_quota(self._index.scopes.get(tenant, {}), user, client_id)
+        tags = (tenant, *selection.metric_tags(user, client_id))
+        client = self._clients.get(tags)
+        if client is None:
+            client = self._clients[tags] = self._new_sensor(selection.value)
+        else:
+            client.bound = selection.value
+        tenant_sensor = None
+        if tenant is not None:
+            bound = self._tenant_bound(tenant)
+            tenant_sensor = self._tenants.get(tenant)
+            if tenant_sensor is None:
+                tenant_sensor = self._tenants[tenant] = self._new_sensor(bound)
+            else:
+                tenant_sensor.bound = bound
+        h = self._handles[key] = _Handle(client, tenant_sensor, self._epoch)
+        return h
+
+    def record(self, tenant: str | None, user: str, client_id: str, value: float, now_ms: int) -> tuple[int, int]:
+        """Record ``value`` for a request; return ``(quota throttle, pacing throttle)`` in ms,
+        each the larger of the client's and the tenant's (Kafka's throttle, and the warm-up
+        pacer's; see :mod:`shoal.quotas.sensor`)."""
+        if now_ms - self._last_sweep_ms >= SWEEP_INTERVAL_MS:
+            self.sweep(now_ms)
+        h = self._handle(tenant, user, client_id)
+        self.broker_sensor.record(value, now_ms)
+        quota_ms, pace_ms = h.client.record(value, now_ms)
+        t = h.tenant
+        if t is not None:
+            tq, tp = t.record(value, now_ms)
+            if tq > quota_ms:
+                quota_ms = tq
+            if tp > pace_ms:
+                pace_ms = tp
+        return quota_ms, pace_ms
+
+    def record_and_get_throttle_ms(self, tenant: str | None, user: str, client_id: str, value: float,
+                                   now_ms: int) -> int:
+        """Kafka's ``recordAndGetThrottleTimeMs``, with the tenant bound and pacing: the time
+        the request must be throttled (0 when within every bound)."""
+        return max(self.record(tenant, user, client_id, value, now_ms))
+
+    def unrecord(self, tenant: str | None, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back a recorded value (Kafka's ``unrecordQuotaSensor``: a throttled fetch)."""
+        h = self._handle(tenant, user, client_id)
+        self.broker_sensor.unrecord(value, now_ms)
+        h.client.unrecord(value, now_ms)
+        if h.tenant is not None:
+            h.tenant.unrecord(value, now_ms)
+
+    def max_value_in_quota_window(self, tenant: str | None, user: str, client_id: str, now_ms: int) -> float:
+        """The most one fetch may return (Kafka's ``getMaxValueInQuotaWindow``), over both
+        the client and the tenant bounds."""
+        h = self._handle(tenant, user, client_id)
+        cap = h.client.max_value_in_quota_window(now_ms)
+        if h.tenant is not None:
+            cap = min(cap, h.tenant.max_value_in_quota_window(now_ms))
+        return cap
+
+    def record_throttle(self, tenant: str | None, user: str, client_id: str, throttle_ms: int, now_ms: int) -> None:
+        """Note a throttle applied for this quota type (the throttle-time metrics)."""
+        self._handle(tenant, user, client_id).client.throttles.record(throttle_ms, now_ms)
+
+    def sweep(self, now_ms: int) -> None:
+        """Drop sensors idle for ``expiration_ms``."""
+        self._last_sweep_ms = now_ms
+        horizon = now_ms - self.expiration_ms
+        for table in (self._clients, self._tenants):
+            stale = [k for k, s in table.items() if s.last_ms is None or s.last_ms < horizon]
+            for k in stale:
+                del table[k]
+            if stale:
+                self._handles.clear()
+
+    # -- what the metrics and the auto-tuner read -----------------------------------------------
+
+    def client_sensors(self) -> Iterator[tuple[tuple[str | None, str, str], Sensor]]:
+        """((tenant, user tag, client-id tag), sensor) of every live client sensor."""
+        return iter(list(self._clients.items()))
+
+    def tenant_sensors(self) -> Iterator[tuple[str, Sensor]]:
+        return iter(list(self._tenants.items()))
+
+    def tenant_usage(self, now_ms: int) -> dict[str, tuple[float, int | None]]:
+        """tenant -> (rate now, time of its last request) for every tenant with a sensor."""
+        return {t: (s.rate.measure(now_ms), s.last_ms) for t, s in list(self._tenants.items())}
+
+
+# -- the broker's three managers -------------------------------------------------------------------
+
+# Requests never throttled by the request quota, only recorded as exempt (Kafka: ApiVersions,
+# SASL, and the cluster actions; a follower fetch is exempt too).
+EXEMPT_APIS = frozenset({
+    17, 18, 36,  # SaslHandshake, ApiVersions, SaslAuthenticate
+    4, 5, 6, 7, 27, 52, 53, 54, 56, 57, 58, 62, 63, 67,  # LeaderAndIsr ... AllocateProducerIds
+})
+
+# KIP-219: from these versions on the client throttles itself, so the broker answers at once
+# (throttle_time_ms set) and then mutes the connection; for older versions, and for APIs not
+# listed, the broker holds the response for the throttle time. (Kafka's
+# ``AbstractResponse.shouldClientThrottle`` overrides.)
+_CLIENT_THROTTLES_FROM = {
+    0: 6, 1: 8, 2: 3, 3: 6, 8: 4, 9: 4, 10: 2, 11: 3, 12: 2, 13: 2, 14: 2, 15: 2, 16: 2, 18: 2,
+    19: 3, 20: 2, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 28: 1, 29: 1, 30: 1, 31: 1, 32: 2,
+    33: 1, 34: 1, 35: 1, 37: 1, 38: 1, 39: 1, 40: 1, 41: 1, 42: 1, 43: 0, 44: 0, 45: 0, 46: 0,
+    47: 0, 50: 0, 51: 0, 62: 0, 63: 0, 64: 0, 75: 0,
+}
+
+
+def client_throttles(api_key: int, version: int) -> bool:
+    """KIP-219: does a client at this version throttle itself (Kafka's ``shouldClientThrottle``)?"""
+    first = _CLIENT_THROTTLES_FROM.get(api_key)
+    return first is not None and version >= first
+
+
+class QuotaManagers:
+    """Produce, fetch and request quota managers of one broker, following its metadata."""
+
+    def __init__(self, config: "BrokerConfig", node_id: int) -> None:
+        rate = RateConfig(samples=int(config.get("quota.window.num")),
+                          window_ms=int(config.get("quota.window.size.seconds")) * 1000)
+        pacing = bool(config.get("shoal.quota.smoothing"))
+        expiration = int(config.get("shoal.quota.sensor.expiration.ms"))
+        self.rate_config = rate
+        self.produce = ClientQuotaManager(QuotaType.PRODUCE, node_id=node_id, config=rate, pacing=pacing,
+                                          expiration_ms=expiration)
+        self.fetch = ClientQuotaManager(QuotaType.FETCH, node_id=node_id, config=rate, pacing=pacing,
+                                        expiration_ms=expiration)
+        self.request = ClientQuotaManager(QuotaType.REQUEST, node_id=node_id, config=rate,
+                                          expiration_ms=expiration)
+        # Kafka's exempt-request-time sensor: never expires, never throttles.
+        self.exempt_sensor = Sensor(None, rate)
+
+    def managers(self) -> tuple[ClientQuotaManager, ...]:
+        return (self.produce, self.fetch, self.request)
+
+    def update(self, image: "MetadataImage", old: "MetadataImage | None" = None) -> None:
+        for m in self.managers():
+            m.update(image, old)
+
+    def on_metadata(self, old: "MetadataImage", new: "MetadataImage") -> None:
+        self.update(new, old)
+
+    def set_record_usage(self, on: bool) -> None:
+        for m in self.managers():
+            m.record_usage = on
+
+    def record_request_time(self, tenant: str | None, user: str, client_id: str, api_key: int,
+                            nanos: int, now_ms: int, *, exempt: bool = False) -> int:
+        """KIP-124: record a request's handling time; its throttle (0 if exempt or within)."""
+        value = nanos_to_percentage(nanos)
+        if exempt or api_key in EXEMPT_APIS:
+            self.exempt_sensor.record(value, now_ms)
+            return 0
+        return max(self.request.record(tenant, user, client_id, value, now_ms))
+
+    # -- per request (handlers and the connection) ---------------------------------------------
+
+    @staticmethod
+    def identity(ctx: Any) -> tuple[str | None, str, str]:
+        """(tenant, user, client-id) a request's quotas are looked up for."""
+        return ctx.scope.tenant_id, quota_user(ctx.principal), ctx.header.client_id or ""
+
+    @staticmethod
+    def _throttle_ctx(ctx: Any, manager: ClientQuotaManager, throttle_ms: int) -> None:
+        if throttle_ms > ctx.throttle_ms:
+            ctx.throttle_ms = throttle_ms
+            ctx.extra["throttle_quota"] = manager
+
+    def record_produce(self, ctx: Any, now_ms: int) -> None:
+        """Produce: record the request's size (Kafka counts the whole request) and leave the
+        throttle, if any, in ``ctx.throttle_ms``."""
+        if self.produce.active:
+            throttle = max(self.produce.record(*self.identity(ctx), ctx.request_size, now_ms))
+            if throttle:
+                self._throttle_ctx(ctx, self.produce, throttle)
+
+    def fetch_cap(self, ctx: Any, now_ms: int) -> int | None:
+        """The most a consumer's fetch may return now (Kafka caps ``max_bytes`` with
+        ``getMaxValueInQuotaWindow``), or None when no fetch quota applies."""
+        if not self.fetch.enabled:
+            return None
+        cap = self.fetch.max_value_in_quota_window(*self.identity(ctx), now_ms)
+        return None if cap == math.inf else max(int(cap), 1)
+
+    def record_fetch(self, ctx: Any, size: int, now_ms: int) -> bool:
+        """Fetch: record the response's size; True when the fetch is throttled by the quota
+        (Kafka then takes the bytes back and answers an empty response). A throttle from the
+        warm-up pacer alone keeps the data and only mutes. The throttle is left in
+        ``ctx.throttle_ms``."""
+        if not self.fetch.active:
+            return False
+        who = self.identity(ctx)
+        quota_ms, pace_ms = self.fetch.record(*who, size, now_ms)
+        if quota_ms:
+            self.fetch.unrecord(*who, size, now_ms)
+        throttle = max(quota_ms, pace_ms)
+        if throttle:
+            self._throttle_ctx(ctx, self.fetch, throttle)
+        return quota_ms > 0
+
+    def response_throttle(self, ctx: Any, nanos: int | None, now_ms: int) -> int:
+        """A request whose response is ready: record its handling time (when measured; a
+        Produce with acks=0 counts as exempt, as in Kafka) and return the throttle to apply, the
+        larger of the handler's byte-rate throttle and the request-time throttle, noted in the
+        throttle-time metrics of the quota it came from."""
+        tenant, user, client = self.identity(ctx)
+        request_ms = 0
+        if nanos is not None:
+            request_ms = self.record_request_time(tenant, user, client, ctx.header.api_key, nanos, now_ms,
+                                                  exempt=ctx.no_response)
+        if request_ms > ctx.throttle_ms:
+            self.request.record_throttle(tenant, user, client, request_ms, now_ms)
+            return request_ms
+        if ctx.throttle_ms:
+            ctx.extra.get("throttle_quota", self.produce).record_throttle(tenant, user, client, ctx.throttle_ms,
+                                                                          now_ms)
+        return ctx.throttle_ms
+
+
+def with_throttle_time(response: Any, throttle_ms: int) -> Any:
+    """The response with ``throttle_time_ms`` set (responses without the field are unchanged)."""
+    if not hasattr(response, "throttle_time"):
+        return response
+    return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+

@@ -1,0 +1,165 @@
+"""A real Shoal broker in a subprocess (``python -m shoal serve``), restartable: the broker of the
+``broker``/``fresh_broker`` fixtures (tests/conftest.py) and the base of the ones with more
+listeners (tests/e2e/tenancy_fixtures.py). Imported as ``broker_process``: tests/ is on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 20.0
+LOG_TAIL_LINES = 150
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
+    """A TCP connect and an ApiVersions v0 round trip with error_code 0."""
+    from shoal.protocol import codec
+
+    body = codec.request_type(18, 0)()
+    frame = codec.encode_request(18, 0, 1, "shoal-tests", body)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(frame)
+            size = struct.unpack(">i", _recv_exactly(s, 4))[0]
+            payload = _recv_exactly(s, size)
+    except (OSError, EOFError):
+        return False
+    correlation_id, resp = codec.decode_response(18, 0, payload)
+    return correlation_id == 1 and resp.error_code == 0
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+class BrokerProcess:
+    """``python -m shoal serve`` on a fixed port and directory, restartable."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / "broker.log"
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def serve_args(self) -> list[str]:
+        """``shoal serve`` arguments; subclasses add listeners and overrides. ``self.port`` must
+        stay a PLAINTEXT listener: readiness is an ApiVersions round trip on it."""
+        return ["--listeners", f"PLAINTEXT://{self.host}:{self.port}", "--log-dirs", str(self.data_dir)]
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "shoal", "serve", *self.serve_args()],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with status {self.proc.returncode} while starting\n{self.log_tail()}"
+                )
+            if api_versions_ok(self.host, self.port, timeout=1.0):
+                return
+            time.sleep(0.05)
+        self._terminate(signal.SIGKILL)
+        raise RuntimeError(f"broker not answering ApiVersions after {START_TIMEOUT}s\n{self.log_tail()}")
+
+    def _terminate(self, sig: int, wait: float = 15.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            with open(self.log_path, "ab") as log:
+                log.write(f"\n===== no exit {wait}s after signal {sig}; SIGKILL =====\n".encode())
+            proc.kill()
+            proc.wait(10)
+
+    def stop(self) -> None:
+        self._terminate(signal.SIGTERM)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def kill9(self) -> None:
+        """SIGKILL (no shutdown hooks run), then start again on the same port and directory."""
+        self._terminate(signal.SIGKILL)
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no broker log)"
+        return f"--- {self.log_path} (last {lines} lines) ---\n" + "\n".join(text[-lines:])
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def http_json(base_url: str, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    """One call to the broker's HTTP admin API: (status, decoded JSON body), errors included."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(base_url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
