@@ -4,6 +4,9 @@ clusters) and their SCRAM users, through the broker's HTTP admin API (``shoal.ad
 The password is read from stdin (``--password-stdin``, first line) and sent to the admin API, which
 hashes it and stores only the salted keys.
 
+With ``shoal.admin.authentication=basic`` the credentials come from the environment:
+``SHOAL_ADMIN_USER`` and ``SHOAL_ADMIN_PASSWORD``.
+
 Exit status: 1 for an error the API returned (unknown tenant, user exists...), 2 for bad arguments,
 3 when the admin API cannot be reached.
 """
@@ -11,6 +14,8 @@ Exit status: 1 for an error the API returned (unknown tenant, user exists...), 2
 from __future__ import annotations
 
 import argparse
+import base64
+import os
 import json
 import sys
 import urllib.error
@@ -71,7 +76,12 @@ def add_parser(subparsers: Any) -> None:
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
     url = args.admin_url.rstrip("/") + path
     data = None if body is None else json.dumps(body).encode("utf-8")
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    user = os.environ.get("SHOAL_ADMIN_USER")
+    if user:  # shoal.admin.authentication=basic
+        token = f"{user}:{os.environ.get('SHOAL_ADMIN_PASSWORD', '')}".encode("utf-8")
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=args.timeout) as resp:
             return json.loads(resp.read() or b"null")

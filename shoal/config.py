@@ -551,7 +551,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            at_least(0)),
         _d("shoal.admin.listener", "string", None,
            "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
-           "/openapi.json). Unset: no admin API. It has no authentication: bind it to a trusted address."),
+           "/openapi.json). Unset: no admin API. See shoal.admin.authentication."),
+        _d("shoal.admin.authentication", "string", "none",
+           "Shoal: none (no authentication: bind shoal.admin.listener to a trusted address) or basic "
+           "(HTTP Basic credentials of a SCRAM user; super users may do everything, tenant administrators "
+           "manage their own tenant).", one_of("none", "basic")),
         # -- quotas: client quota sensors and metrics (shoal.quotas.manager, shoal.admin.metrics)
         _d("shoal.metrics.listener", "string", None,
            "Shoal: http://HOST:PORT of the Prometheus endpoint (/metrics): byte rates, request time, throttle "
@@ -607,7 +611,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: a tenant using less than its fair share gets this multiple of its usage as dynamic quota, "
            "so a rise in its demand is seen next interval.", at_least(1), True),
         _d("shoal.quota.autotune.min.share", "double", 0.01,
-           "Shoal: smallest dynamic quota an active tenant is tuned to, as a fraction of the broker-wide limit.",
+           "Shoal: smallest dynamic quota an active tenant is tuned to, as a fraction of its configured quota.",
            between(0, 1), True),
     ]
 }

@@ -5,6 +5,7 @@ listeners (tests/e2e/tenancy_fixtures.py). Imported as ``broker_process``: tests
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -154,10 +155,15 @@ class BrokerProcess:
             return ""
 
 
-def http_json(base_url: str, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
-    """One call to the broker's HTTP admin API: (status, decoded JSON body), errors included."""
+def http_json(base_url: str, method: str, path: str, body: Any = None, raw: bytes | None = None,
+              auth: tuple[str, str] | None = None) -> tuple[int, Any]:
+    """One call to the broker's HTTP admin API: (status, decoded JSON body), errors included;
+    ``auth`` = (user, password) sends HTTP Basic credentials."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(base_url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    req = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())

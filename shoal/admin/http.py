@@ -17,7 +17,9 @@ only (asyncio streams + json). One request per connection (``Connection: close``
 The password is hashed here (``make_credential``, random salt) and never stored. Errors are
 ``{"error": code, "message": ...}`` with 400 (bad request), 404 (no such tenant/user/path), 405,
 409 (the user exists), 413; a request that breaks a handler gets a 500, never a dead server.
-The API has no authentication: bind it to a trusted address.
+Authentication: ``shoal.admin.authentication=basic`` requires HTTP Basic credentials of a SCRAM
+user (super users: everything; a tenant's administrators: their own tenant), see
+``shoal.admin.http_auth``; the default ``none`` has none: bind the listener to a trusted address.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ READ_TIMEOUT_S = 10.0
 MAX_NAME_CHARS = 255
 DEFAULT_MECHANISM = "SCRAM-SHA-512"
 
-_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+            404: "Not Found", 405: "Method Not Allowed",
             409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error"}
 
 
@@ -91,6 +94,9 @@ class AdminHttpServer:
         self.port = port
         # namespaces, topic moves, tenant defaults and policy (shoal.admin.http_namespaces)
         self.tenancy = TenancyRoutes(self, broker_config)
+        from shoal.admin.http_auth import HttpAuth
+
+        self.auth = HttpAuth(store, broker_config)  # shoal.admin.authentication
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -116,7 +122,9 @@ class AdminHttpServer:
         self._tasks.add(task)
         try:
             try:
-                status, payload = await asyncio.wait_for(self._handle(reader), READ_TIMEOUT_S)
+                peer = writer.get_extra_info("peername")
+                peer_s = f"{peer[0]}:{peer[1]}" if peer else "?"
+                status, payload = await asyncio.wait_for(self._handle(reader, peer_s), READ_TIMEOUT_S)
             except asyncio.TimeoutError:
                 status, payload = 400, {"error": "bad_request", "message": "request not received in time"}
             except HttpError as e:
@@ -145,7 +153,7 @@ class AdminHttpServer:
             except (ConnectionError, asyncio.CancelledError):
                 pass
 
-    async def _handle(self, reader: asyncio.StreamReader) -> tuple[int, Any]:
+    async def _handle(self, reader: asyncio.StreamReader, peer: str = "?") -> tuple[int, Any]:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
@@ -181,6 +189,13 @@ class AdminHttpServer:
             raise HttpError(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
         raw = await reader.readexactly(length) if length else b""
         url = urlsplit(target)
+        from shoal.admin.http_auth import AuthError
+
+        segs = [unquote(s) for s in url.path.strip("/").split("/")] if url.path.strip("/") else []
+        try:
+            await self.auth.check(headers, method, segs, peer)
+        except AuthError as e:
+            raise HttpError(e.status, e.code, e.message) from None
         return await self.route(method, url.path, raw, url.query)
 
     # -- routing ------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ def _free_port() -> int:
 
 
 class AdminBroker:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.overrides = overrides or {}
         self.kafka_port = _free_port()
         self.admin_port = _free_port()
         self.url = f"http://127.0.0.1:{self.admin_port}"
@@ -40,6 +41,8 @@ class AdminBroker:
                 "--override", "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT",
                 "--override", "shoal.sasl.bootstrap.users=admin:admin-secret",
                 "--override", f"shoal.admin.listener={self.url}"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.workdir / "broker.log", "ab") as log:
             self.proc = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -241,3 +244,49 @@ def test_cli(admin_broker):
     r = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url",
                         f"http://127.0.0.1:{_free_port()}"], capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 3 and "cannot reach" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def basic_auth_broker(tmp_path_factory):
+    b = AdminBroker(tmp_path_factory.mktemp("shoal-admin-auth"),
+                    {"shoal.admin.authentication": "basic", "super.users": "User:admin"})
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_basic_authentication_and_tenant_administrators(basic_auth_broker):
+    b = basic_auth_broker
+    op = ("admin", "admin-secret")  # the bootstrap user, a super user
+    assert http_json(b.url, "GET", "/v1/tenants")[0] == 401  # no credentials
+    _error(http_json(b.url, "GET", "/v1/tenants", auth=("admin", "wrong")), 401, "unauthorized")
+    _error(http_json(b.url, "GET", "/v1/tenants", auth=("nobody", "x")), 401, "unauthorized")
+    status, t = http_json(b.url, "POST", "/v1/tenants", {"display_name": "A"}, auth=op)
+    assert status == 201
+    tid = t["tenant_id"]
+    other = http_json(b.url, "POST", "/v1/tenants", {"display_name": "B"}, auth=op)[1]["tenant_id"]
+    assert http_json(b.url, "POST", f"/v1/tenants/{tid}/users",
+                     {"user": "boss", "password": "pw", "admin": True}, auth=op)[0] == 201
+    assert http_json(b.url, "POST", f"/v1/tenants/{tid}/users", {"user": "worker", "password": "pw"}, auth=op)[0] == 201
+    boss = ("boss", "pw")
+    # a tenant administrator reads its tenant and manages its users ...
+    assert http_json(b.url, "GET", f"/v1/tenants/{tid}", auth=boss)[1]["admins"] == ["boss"]
+    assert http_json(b.url, "POST", f"/v1/tenants/{tid}/users", {"user": "w2", "password": "pw"}, auth=boss)[0] == 201
+    # ... but not the tenant list, another tenant (existing or not), or deleting its own tenant
+    for method, path in (("GET", "/v1/tenants"), ("GET", f"/v1/tenants/{other}"),
+                         ("GET", "/v1/tenants/lkc-zzzzzz"), ("DELETE", f"/v1/tenants/{tid}"),
+                         ("POST", f"/v1/tenants/{other}/users")):
+        _error(http_json(b.url, method, path, {"user": "x", "password": "y"} if method == "POST" else None,
+                         auth=boss), 403, "forbidden")
+    # an ordinary tenant user may do nothing here
+    _error(http_json(b.url, "GET", f"/v1/tenants/{tid}", auth=("worker", "pw")), 403, "forbidden")
+    assert "failed authentication" in b.log() and "'nobody'" in b.log()
+    # the CLI sends the credentials from the environment
+    env = dict(os.environ, SHOAL_ADMIN_USER="admin", SHOAL_ADMIN_PASSWORD="admin-secret")
+    out = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url", b.url],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 0 and tid in out.stdout, out.stderr
+    env["SHOAL_ADMIN_PASSWORD"] = "bad"
+    out = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url", b.url],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 1 and "authentication failed" in out.stderr
