@@ -68,7 +68,6 @@ from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.placement import PlacementError, assign_replicas, start_index_for_new_partitions
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
-from shoal.metadata import owner_tenant
 from shoal.tenancy.acl import NAMESPACE_SEP, Operation, ResourceType
 from shoal.tenancy import namespaces
 from shoal.tenancy import policy as tenancy_policy
@@ -190,8 +189,8 @@ def _plan_topic(
     validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
     if scope.topic(image, name) is not None:
         raise AdminError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
-    if scope.physical_view and not scope.superuser and owner_tenant(name, image.tenants):
-        raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic name '{name}' is reserved for a tenant.")
+    if scope.reserved_name(image, name):
+        raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic name '{name}' is reserved.")
     missing = namespaces.missing_namespace_error(image, scope.physical(name), scope.prefix)
     if missing is not None:  # KIP-37's InvalidNamespaceException: no auto-creation of namespaces
         raise AdminError("INVALID_TOPIC_EXCEPTION", missing)

@@ -135,7 +135,7 @@ async def handle_metadata(ctx, req):
                 continue
             info = scope.topic(image, name)
             if info is None:
-                if topic_name_error(scope.physical(name)):
+                if topic_name_error(scope.physical(name)) or scope.reserved_name(image, name):
                     topics.append(_missing(mod, name, None, ErrorCode.invalid_topic_exception))
                     continue
                 if allow_auto:

@@ -17,6 +17,7 @@ Kafka allows everything without one. Decisions are cached per metadata image.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator
 
 from shoal.metadata import owner_tenant, tenant_prefix
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from shoal.metadata import MetadataImage, TopicInfo
 
 INTERNAL_TOPIC_PREFIX = "__"
+_TENANT_SHAPED = re.compile(r"lkc-[0-9a-z]{6}_")
 
 
 def principal_user(principal: str) -> str | None:
@@ -101,6 +103,14 @@ class Scope:
         if physical.startswith(self.prefix):
             return physical[len(self.prefix):]
         return None
+
+    def reserved_name(self, image: "MetadataImage", name: str) -> bool:
+        """Names shaped like another tenant's physical names (``lkc-xxxxxx_…``) are not for
+        tenants to create (they would only confuse), nor for the physical view's non-super users
+        when that tenant exists."""
+        if self.prefix:
+            return _TENANT_SHAPED.match(name) is not None
+        return not self.superuser and owner_tenant(name, image.tenants) is not None
 
     def topics(self, image: "MetadataImage") -> Iterator[tuple[str, "TopicInfo"]]:
         """(visible name, topic) of every topic this scope can see exists (not yet authorized)."""
