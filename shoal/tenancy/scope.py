@@ -191,6 +191,6 @@ def resolve(image: "MetadataImage", config: "BrokerConfig", principal: str, host
     """The scope of a request, or None when the connection's tenant (or its user's membership)
     is gone: the caller closes such a connection."""
     tid = tenant_of(image, principal)
-    if bound_tenant is not None and tid != bound_tenant:
+    if tid != bound_tenant or (tid is not None and tid not in image.tenants):
         return None
     return Scope(image, config, principal, host, tid)
