@@ -185,13 +185,6 @@ def authorize(
             if not entity_matches(a.pattern_type, a.resource_name, name):
                 continue
             entity_any = True
-            if not _who_matches(a, principal, host):
-                continue
-            if a.permission_type == Permission.DENY:
-                if _deny_hits(a.operation, operation):
-                    return False
-            elif a.permission_type == Permission.ALLOW and _allow_grants(a.operation, operation):
-                entity_allow = True
         elif rt == ResourceType.NAMESPACE and chain:
             if not any(_namespace_binding_matches(a.pattern_type, a.resource_name, ns) for ns in chain):
                 continue
@@ -204,12 +197,17 @@ def authorize(
             if not relevant:
                 continue
             ns_bindings = True
-            if not _who_matches(a, principal, host):
-                continue
-            if a.permission_type == Permission.DENY:
-                if _deny_hits(a.operation, operation):
-                    return False
-            elif a.permission_type == Permission.ALLOW and _allow_grants(a.operation, operation):
+        else:
+            continue
+        if not _who_matches(a, principal, host):
+            continue
+        if a.permission_type == Permission.DENY:
+            if _deny_hits(a.operation, operation):
+                return False
+        elif a.permission_type == Permission.ALLOW and _allow_grants(a.operation, operation):
+            if rt == resource_type:
+                entity_allow = True
+            else:
                 ns_allow = True
     if ns_bindings:
         return ns_allow
