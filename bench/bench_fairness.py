@@ -25,9 +25,12 @@ Reported per run
     Jain       Jain's index of achieved / ideal over all tenants, and of achieved / weight over
                the saturated tenants (the "weighted shares"), both over the last ``--tail``
                seconds; target >= 0.99;
-    converged  the first time after which the achieved rates, averaged over ``--smooth`` s (one
-               quota window, 11 s: the rate a quota bounds), keep Jain(achieved / ideal) >= 0.99
-               and their sum within 5% above the limit; counted from the start of the load;
+    settled    (simulated) the first tuning time after which every tenant's quota in effect stays
+               within 5% of its final value (or 0.2% of the limit);
+    converged  the first time after which the achieved rates, averaged over ``--smooth`` s (two
+               quota windows: Kafka's throttling lets a greedy client send in bursts about one
+               quota window apart), keep Jain(achieved / ideal) >= 0.99 and their sum within 5%
+               above the limit; counted from the start of the load;
     worst      the largest |achieved / ideal - 1| over the tail;
     usage      sum of achieved rates over the tail / limit.
 
@@ -92,6 +95,23 @@ def scenario(n: int, seed: int, limit_fraction: float) -> Scenario:
     return Scenario(quotas, demand, limit_fraction * fits)
 
 
+def quota_convergence(history: list[tuple[float, dict[str, float]]], limit: float,
+                      tolerance: float = 0.05) -> float | None:
+    """The time from which every tenant's quota in effect stays within ``tolerance`` of its final
+    value, or within 0.2% of the limit of it (a tenant sending 50 KB/s in 64 KiB requests has a
+    noisy rate), i.e. the tuner has settled."""
+    if not history:
+        return None
+    final = history[-1][1]
+    settled = None
+    for t, quotas in reversed(history):
+        if any(abs(q / final[k] - 1) > tolerance and abs(q - final[k]) > 0.002 * limit
+               for k, q in quotas.items()):
+            break
+        settled = t
+    return settled
+
+
 def score(sc: Scenario, series: dict[str, list[float]], tail: int, smooth: int) -> dict:
     """``series``: per tenant, bytes achieved in each 1-s bucket."""
     ideal = sc.ideal
@@ -133,7 +153,8 @@ def score(sc: Scenario, series: dict[str, list[float]], tail: int, smooth: int) 
 # simulated: the broker's sensors and tuner on an injected clock
 # --------------------------------------------------------------------------
 
-def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int, tick_ms: int = 5) -> dict[str, list[float]]:
+def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int,
+             tick_ms: int = 5) -> tuple[dict[str, list[float]], list[tuple[float, dict[str, float]]]]:
     rate_cfg = RateConfig()  # quota.window.num 11 x 1 s, as the broker
     sensors = {t: Sensor(q, rate_cfg, pacing=True) for t, q in sc.quotas.items()}
     usage = {t: 0.0 for t in sc.quotas}
@@ -147,6 +168,7 @@ def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int, tick_ms: 
     muted_until = {t: 0 for t in sc.quotas}
     credit = {t: 0.0 for t in sc.quotas}  # bytes the tenant's demand allows it to have sent
     buckets = {t: [0.0] * seconds for t in sc.quotas}
+    quotas_in_effect: list[tuple[float, dict[str, float]]] = []
     now = 1_700_000_000_000
     start = now
     next_tune = now + interval_ms
@@ -167,21 +189,23 @@ def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int, tick_ms: 
             tuner.tune(now, tuner.record_activity(now))
             for t, sensor in sensors.items():
                 sensor.bound = tuner.dynamic_tenant_quota(t) or sc.quotas[t]
+            quotas_in_effect.append(((now - start) / 1000, {t: s.bound for t, s in sensors.items()}))
             next_tune += interval_ms
         now += tick_ms
-    return buckets
+    return buckets, quotas_in_effect
 
 
 # --------------------------------------------------------------------------
 # real: a broker, 4 tenants, 4 producer processes
 # --------------------------------------------------------------------------
 
-def _producer(bootstrap: str, security: dict, topic: str, seconds: float, size: int, t0: float, out) -> None:
+def produce_flat_out(conf: dict, topic: str, seconds: float, size: int, t0: float) -> list[int]:
+    """A confluent-kafka producer sending ``size``-byte messages as fast as it can from
+    monotonic time ``t0`` for ``seconds``: bytes delivered in each second (by delivery time)."""
     from confluent_kafka import Producer
 
     buckets = [0] * int(seconds + 1)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.kbytes": 16384,
-                  **security})
+    p = Producer({"linger.ms": 5, "acks": 1, "queue.buffering.max.kbytes": 16384, **conf})
     payload = os.urandom(size)
 
     def done(err, msg):
@@ -200,7 +224,11 @@ def _producer(bootstrap: str, security: dict, topic: str, seconds: float, size: 
             continue
         p.poll(0)
     p.flush(30)
-    out.put((topic, buckets[: int(seconds)]))
+    return buckets[: int(seconds)]
+
+
+def _producer(bootstrap: str, security: dict, topic: str, seconds: float, size: int, t0: float, out) -> None:
+    out.put((topic, produce_flat_out({"bootstrap.servers": bootstrap, **security}, topic, seconds, size, t0)))
 
 
 def run_real(args) -> tuple[Scenario, dict[str, list[float]]]:
@@ -253,6 +281,8 @@ def run_real(args) -> tuple[Scenario, dict[str, list[float]]]:
 
 def fmt(r: dict) -> str:
     conv = "never" if r["converged_s"] is None else f"{r['converged_s']} s"
+    if r.get("settled_s") is not None:
+        conv += f" (quotas settled after {r['settled_s']:.0f} s)"
     return (f"tenants {r['tenants']:>3}  limit {r['limit_MBps']:.1f} MB/s  Jain(achieved/ideal) {r['jain_ideal']:.4f}"
             f"  Jain(weighted, {r['saturated']} saturated) {r['jain_weighted']:.4f}  worst {r['worst_dev'] * 100:.1f}%"
             f"  usage {r['usage_of_limit'] * 100:.1f}% of limit  converged after {conv}")
@@ -266,7 +296,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit-fraction", type=float, default=0.5, help="broker limit / demand within quotas")
     ap.add_argument("--chunk", type=int, default=64 * 1024, help="simulated produce request size (bytes)")
     ap.add_argument("--tail", type=int, default=44, help="seconds scored at the end (4 quota windows)")
-    ap.add_argument("--smooth", type=int, default=11, help="moving average (s) for convergence (one quota window)")
+    ap.add_argument("--smooth", type=int, default=22, help="moving average (s) for convergence (two quota windows)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--real", action="store_true", help="also run 4 real tenants against a broker")
     ap.add_argument("--real-seconds", type=int, default=90)
@@ -280,9 +310,10 @@ def main(argv=None) -> int:
     for n in [int(x) for x in args.tenants.split(",") if x]:
         sc = scenario(n, args.seed, args.limit_fraction)
         t = time.perf_counter()
-        series = simulate(sc, args.seconds, args.interval_ms, args.chunk)
+        series, history = simulate(sc, args.seconds, args.interval_ms, args.chunk)
         r = score(sc, series, args.tail, args.smooth)
-        r.update(kind="simulated", interval_ms=args.interval_ms, cpu_s=time.perf_counter() - t)
+        r.update(kind="simulated", interval_ms=args.interval_ms, cpu_s=time.perf_counter() - t,
+                 settled_s=quota_convergence(history, sc.limit))
         print("simulated", fmt(r), flush=True)
         if r["tail"]:
             print("   tail MB/s (achieved, ideal):", {k: (round(a, 2), round(b, 2)) for k, (a, b) in r["tail"].items()})

@@ -143,6 +143,7 @@ class AutoTuner:
         self.engaged = False
         self._dynamic: dict[str, float] = {}
         self.target: dict[str, float] = {}  # the fair allocation of the last step (before MAX_CUT)
+        self._last_usage: Mapping[str, float] = {}
 
     @property
     def saturation(self) -> float:
@@ -180,7 +181,11 @@ class AutoTuner:
         total = math.fsum(max(0.0, usage.get(t, 0.0)) for t in active)
         if not self.limited:
             return self._publish(False, {}, limit, total)
-        held = {t for t, q in self._dynamic.items() if usage.get(t, 0.0) >= self.saturation * q}
+        # Held at its dynamic quota in this or the previous interval (one reading can fall in a
+        # dip of the bursty rate Kafka's throttling gives a greedy client).
+        previous, self._last_usage = self._last_usage, dict(usage)
+        held = {t for t, q in self._dynamic.items()
+                if max(usage.get(t, 0.0), previous.get(t, 0.0)) >= self.saturation * q}
         engaged = total > limit or (self.engaged and (bool(held) or total * self.headroom > limit))
         if not engaged:
             return self._publish(False, {}, limit, total)
@@ -195,9 +200,10 @@ class AutoTuner:
             used = measured[t] = max(0.0, usage.get(t, 0.0))
             if t in held:
                 used = quota  # held at its dynamic quota: its demand is unknown, let it bid for a share
+            # the demand floor (min.share of its own quota), so an idle active tenant is not at 0
+            used = max(used, self.min_share * quota / self.headroom)
             tenants[t] = TenantUsage(quota=quota, usage=used)
-        self.target = dynamic_quotas(limit, tenants, headroom=self.headroom, min_quota=self.min_share * limit,
-                                     engaged=True)
+        self.target = dynamic_quotas(limit, tenants, headroom=self.headroom, engaged=True)
         # Move toward the target by at most MAX_CUT of the tenant's usage per interval.
         published = {t: max(q, min(tenants[t].quota, (1.0 - MAX_CUT) * measured[t]))
                      for t, q in self.target.items()}

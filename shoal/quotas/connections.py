@@ -41,7 +41,6 @@ from shoal.quotas.throttle import QuotaSensor
 
 INT_MAX = 2**31 - 1
 UNLIMITED = INT_MAX  # Kafka's default for every connection limit and rate
-IP_CONNECTION_RATE_KEY = "connection_creation_rate"  # the "ip" quota entity's config key
 
 
 def parse_ip_overrides(text: str | None) -> dict[str, int]:
@@ -260,6 +259,10 @@ class ConnectionQuotas:
 
     def ip_sensor(self, ip: str) -> QuotaSensor | None:
         return self._ip_rate.get(ip)
+
+    @property
+    def ip_sensor_count(self) -> int:
+        return len(self._ip_rate)
 
     def forget_idle_ips(self, now_ms: int) -> None:
         """Drop the rate sensors of IPs with no connection and nothing in their window (keeps the

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.metadata import MetadataImage
 from shoal.quotas.connections import (
-    IP_CONNECTION_RATE_KEY,
     ConnectionLimitsConfig,
     ConnectionQuotas,
     ListenerLimits,
     Verdict,
     parse_ip_overrides,
 )
+from shoal.quotas.entities import CONNECTION_RATE_KEY
 from shoal.quotas.rate import RateConfig
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ log = logging.getLogger("shoal.server.limits")
 
 LISTEN_BACKLOG = 128
 LOG_INTERVAL_S = 1.0
+MAX_IP_SENSORS = 1024  # beyond this many per-IP rate sensors, drop the idle ones
 
 
 def _is_ip(text: str) -> bool:
@@ -105,8 +106,8 @@ def ip_connection_rates(image: MetadataImage) -> dict[str | None, float]:
     """``connection_creation_rate`` of every ("ip", address) entity; None = the default."""
     out: dict[str | None, float] = {}
     for entity, values in image.client_quotas.items():
-        if len(entity) == 1 and entity[0][0] == "ip" and IP_CONNECTION_RATE_KEY in values:
-            out[entity[0][1]] = float(values[IP_CONNECTION_RATE_KEY])
+        if len(entity) == 1 and entity[0][0] == "ip" and CONNECTION_RATE_KEY in values:
+            out[entity[0][1]] = float(values[CONNECTION_RATE_KEY])
     return out
 
 
@@ -118,6 +119,8 @@ class _LogLimiter:
         self._last: dict[Any, tuple[float, int]] = {}
 
     def log(self, key: Any, now: float, level: int, msg: str, *args: Any) -> None:
+        if len(self._last) > 4096:  # keys name IPs: forget the quiet ones
+            self._last = {k: v for k, v in self._last.items() if now - v[0] < self.interval_s}
         last, skipped = self._last.get(key, (-1e18, 0))
         if now - last < self.interval_s:
             self._last[key] = (last, skipped + 1)
@@ -234,7 +237,10 @@ class ConnectionLimits:
         """Per-IP checks on an accepted socket: True if counted (the caller serves it); else the
         socket is closed (now, or after the IP's throttle time)."""
         loop = asyncio.get_running_loop()
-        verdict, throttle_ms, limit = self.quotas.admit(listener, ip, self.broker.clock.now_ms())
+        now_ms = self.broker.clock.now_ms()
+        if self.quotas.ip_sensor_count > MAX_IP_SENSORS:
+            self.quotas.forget_idle_ips(now_ms)
+        verdict, throttle_ms, limit = self.quotas.admit(listener, ip, now_ms)
         if verdict is Verdict.ACCEPTED:
             return True
         if verdict is Verdict.TOO_MANY:
@@ -388,7 +394,11 @@ async def _listening_sockets(host: str, port: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as err:  # the message asyncio's create_server gives
+                raise OSError(err.errno, f"error while attempting to bind on address {address!r}: "
+                                         f"{(err.strerror or str(err)).lower()}") from None
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
     except OSError:
