@@ -24,9 +24,10 @@ reached.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any, Iterable
+
+from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 from shoal.tenancy.acl import (
     CLUSTER_NAME,
@@ -39,16 +40,11 @@ from shoal.tenancy.acl import (
     format_pattern,
 )
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
-
 _OPERATIONS = {op.name.replace("_", ""): op for op in Operation if op not in (Operation.UNKNOWN, Operation.ANY)}
 _PATTERNS = {"literal": PatternType.LITERAL, "prefixed": PatternType.PREFIXED, "match": PatternType.MATCH,
              "any": PatternType.ANY}
 
-
-class _UsageError(Exception):
-    pass
+_UsageError = UsageError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -65,11 +61,7 @@ def add_parser(subparsers: Any) -> None:
                        help="a KIP-37 namespace, e.g. payments:eu (repeatable)")
         p.add_argument("--resource-pattern-type", choices=sorted(_PATTERNS), default="literal",
                        help="literal (default) or prefixed names; list and remove also take match and any")
-        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                       help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
-        p.add_argument("--command-config", metavar="FILE",
-                       help="Kafka client properties for SSL/SASL listeners (security.protocol, sasl.*, ssl.*)")
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
+        add_connection_args(p)
         p.set_defaults(func=cmd_acls)
 
     def entries(p: argparse.ArgumentParser, verb: str) -> None:
@@ -228,57 +220,36 @@ def print_bindings(bindings: Iterable[Any], heading: str = "Current ACLs for res
 
 
 def cmd_acls(args: argparse.Namespace) -> int:
-    from shoal.client import ConnectionLost, KafkaError
-
-    command = args.acls_command
-    try:
-        return asyncio.run(_run(args))
-    except _UsageError as e:
-        print(f"shoal acls {command}: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConnectionLost as e:
-        print(f"shoal acls {command}: {e.message or e}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except KafkaError as e:
-        print(f"shoal acls {command}: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE if e.code_name == "SASL_AUTHENTICATION_FAILED" else EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
-
-
-async def _run(args: argparse.Namespace) -> int:
-    from shoal.cli_users import _client_props
-    from shoal.client import AdminClient, ClientSecurity, KafkaError
-
+    name = f"shoal acls {args.acls_command}"
     # Check arguments before connecting, so a typo does not wait on the network.
-    plan = {"add": bindings_to_add, "list": filters_to_list, "remove": filters_to_remove}[args.acls_command](args)
     try:
-        security = ClientSecurity.from_properties(_client_props(args.command_config))
-    except (OSError, ValueError) as e:
-        raise _UsageError(f"--command-config: {e}") from None
-    client = AdminClient(args.bootstrap_server, client_id="shoal-acls", timeout=args.timeout, security=security)
-    await client.connect()
-    try:
-        if args.acls_command == "add":
-            result = await client.create_acls(plan, raise_errors=False)
-            failed = {b: e for b, e in result.items() if isinstance(e, KafkaError)}
-            print_bindings([b for b in plan if b not in failed], "Adding ACLs for resource")
-            for b, e in failed.items():
-                print(f"shoal acls add: {format_pattern(b.resource_type, b.resource_name, b.pattern_type)} "
-                      f"{format_entry(b.principal, b.host, b.operation, b.permission_type)}: {e}", file=sys.stderr)
-            return EXIT_ERROR if failed else 0
-        if args.acls_command == "list":
-            found: dict[Any, None] = {}
-            for f in plan:
-                found.update(dict.fromkeys(await client.describe_acls(f)))
-            print_bindings(found)
-            return 0
-        removed = await client.delete_acls(plan)
-        gone = dict.fromkeys(b for bs in removed.values() for b in bs)
-        if gone:
-            print_bindings(gone, "Removed ACLs for resource")
-        else:
-            print("No ACL matched; nothing removed.")
+        plan = {"add": bindings_to_add, "list": filters_to_list, "remove": filters_to_remove}[args.acls_command](args)
+    except _UsageError as e:
+        return usage_error(name, e)
+    return run_admin(args, name, "shoal-acls", lambda client: _run(client, args, plan))
+
+
+async def _run(client: Any, args: argparse.Namespace, plan: list[Any]) -> int:
+    from shoal.client import KafkaError
+
+    if args.acls_command == "add":
+        result = await client.create_acls(plan, raise_errors=False)
+        failed = {b: e for b, e in result.items() if isinstance(e, KafkaError)}
+        print_bindings([b for b in plan if b not in failed], "Adding ACLs for resource")
+        for b, e in failed.items():
+            print(f"shoal acls add: {format_pattern(b.resource_type, b.resource_name, b.pattern_type)} "
+                  f"{format_entry(b.principal, b.host, b.operation, b.permission_type)}: {e}", file=sys.stderr)
+        return EXIT_ERROR if failed else 0
+    if args.acls_command == "list":
+        found: dict[Any, None] = {}
+        for f in plan:
+            found.update(dict.fromkeys(await client.describe_acls(f)))
+        print_bindings(found)
         return 0
-    finally:
-        await client.close()
+    removed = await client.delete_acls(plan)
+    gone = dict.fromkeys(b for bs in removed.values() for b in bs)
+    if gone:
+        print_bindings(gone, "Removed ACLs for resource")
+    else:
+        print("No ACL matched; nothing removed.")
+    return 0

@@ -27,6 +27,7 @@ class RequestContext:
     request_size: int = 0  # quotas: bytes of the request frame (what Produce quotas count)
     handling_ns: int = 0  # quotas: time spent on the request so far (KIP-124), when measured
     step_start_ns: int = 0
+    quota_id: Any = None  # quotas: (tenant, user, client-id), set when first needed
     # Set by a handler (Produce with acks=0) when no response must be sent.
     no_response: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

@@ -52,8 +52,8 @@ from shoal.quotas.entities import (
 from shoal.quotas.fairshare import tenant_quota_slice
 from shoal.quotas.precedence import select_quota, select_tenant_quota
 from shoal.quotas.rate import RateConfig
-from shoal.quotas.sensor import Sensor
-from shoal.quotas.throttle import nanos_to_percentage
+from shoal.quotas.sensor import _NONE, Sensor
+from shoal.quotas.throttle import NANOS_TO_PERCENTAGE_PER_SECOND
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
@@ -104,8 +104,9 @@ class ClientQuotaManager:
         self.pacing = pacing and self.byte_rate
         self.max_throttle_ms = None if self.byte_rate else config.window_ms
         self.expiration_ms = expiration_ms
-        self.enabled = False  # some quota of this type is configured (Kafka's quotasEnabled)
-        self.record_usage = False  # record even without quotas (metrics, auto-tuner)
+        self._enabled = False  # some quota of this type is configured (Kafka's quotasEnabled)
+        self._record_usage = False  # record even without quotas (metrics, auto-tuner)
+        self.active = False  # enabled or record_usage: requests must be recorded
         self.broker_sensor = Sensor(None, config)  # everything recorded here: broker-wide usage
         self._index = QuotaIndex()
         self._image: MetadataImage | None = None
@@ -120,9 +121,24 @@ class ClientQuotaManager:
     # -- configuration --------------------------------------------------------------------------
 
     @property
-    def active(self) -> bool:
-        """Whether requests must be recorded at all."""
-        return self.enabled or self.record_usage
+    def enabled(self) -> bool:
+        """Some quota of this type is configured (Kafka's ``quotasEnabled``)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        self._enabled = on
+        self.active = on or self._record_usage
+
+    @property
+    def record_usage(self) -> bool:
+        """Record usage even without quotas (the metrics endpoint, the auto-tuner)."""
+        return self._record_usage
+
+    @record_usage.setter
+    def record_usage(self, on: bool) -> None:
+        self._record_usage = on
+        self.active = self._enabled or on
 
     def update(self, image: "MetadataImage", old: "MetadataImage | None" = None) -> None:
         """Follow a new metadata image: quotas may have changed, and tenant slices follow
@@ -208,17 +224,18 @@ class ClientQuotaManager:
         pacer's; see :mod:`shoal.quotas.sensor`)."""
         if now_ms - self._last_sweep_ms >= SWEEP_INTERVAL_MS:
             self.sweep(now_ms)
-        h = self._handle(tenant, user, client_id)
-        self.broker_sensor.record(value, now_ms)
-        quota_ms, pace_ms = h.client.record(value, now_ms)
+        h = self._handles.get((tenant, user, client_id))
+        if h is None or h.epoch != self._epoch:
+            h = self._handle(tenant, user, client_id)
+        if self._record_usage:
+            self.broker_sensor.record(value, now_ms)
+        result = h.client.record(value, now_ms)
         t = h.tenant
         if t is not None:
-            tq, tp = t.record(value, now_ms)
-            if tq > quota_ms:
-                quota_ms = tq
-            if tp > pace_ms:
-                pace_ms = tp
-        return quota_ms, pace_ms
+            tenant_result = t.record(value, now_ms)
+            if tenant_result is not _NONE:
+                result = (max(result[0], tenant_result[0]), max(result[1], tenant_result[1]))
+        return result
 
     def record_and_get_throttle_ms(self, tenant: str | None, user: str, client_id: str, value: float,
                                    now_ms: int) -> int:
@@ -248,15 +265,14 @@ class ClientQuotaManager:
         self._handle(tenant, user, client_id).client.throttles.record(throttle_ms, now_ms)
 
     def sweep(self, now_ms: int) -> None:
-        """Drop sensors idle for ``expiration_ms``."""
+        """Drop sensors idle for ``expiration_ms`` (and the lookup cache, which is rebuilt as
+        requests come)."""
         self._last_sweep_ms = now_ms
         horizon = now_ms - self.expiration_ms
         for table in (self._clients, self._tenants):
-            stale = [k for k, s in table.items() if s.last_ms is None or s.last_ms < horizon]
-            for k in stale:
+            for k in [k for k, s in table.items() if s.last_ms is None or s.last_ms < horizon]:
                 del table[k]
-            if stale:
-                self._handles.clear()
+        self._handles.clear()
 
     # -- what the metrics and the auto-tuner read -----------------------------------------------
 
@@ -334,7 +350,7 @@ class QuotaManagers:
     def record_request_time(self, tenant: str | None, user: str, client_id: str, api_key: int,
                             nanos: int, now_ms: int, *, exempt: bool = False) -> int:
         """KIP-124: record a request's handling time; its throttle (0 if exempt or within)."""
-        value = nanos_to_percentage(nanos)
+        value = nanos * NANOS_TO_PERCENTAGE_PER_SECOND
         if exempt or api_key in EXEMPT_APIS:
             self.exempt_sensor.record(value, now_ms)
             return 0
@@ -344,8 +360,11 @@ class QuotaManagers:
 
     @staticmethod
     def identity(ctx: Any) -> tuple[str | None, str, str]:
-        """(tenant, user, client-id) a request's quotas are looked up for."""
-        return ctx.scope.tenant_id, quota_user(ctx.principal), ctx.header.client_id or ""
+        """(tenant, user, client-id) a request's quotas are looked up for (kept in the ctx)."""
+        who = ctx.quota_id
+        if who is None:
+            who = ctx.quota_id = (ctx.scope.tenant_id, quota_user(ctx.principal), ctx.header.client_id or "")
+        return who
 
     @staticmethod
     def _throttle_ctx(ctx: Any, manager: ClientQuotaManager, throttle_ms: int) -> None:
@@ -357,14 +376,14 @@ class QuotaManagers:
         """Produce: record the request's size (Kafka counts the whole request) and leave the
         throttle, if any, in ``ctx.throttle_ms``."""
         if self.produce.active:
-            throttle = max(self.produce.record(*self.identity(ctx), ctx.request_size, now_ms))
-            if throttle:
-                self._throttle_ctx(ctx, self.produce, throttle)
+            result = self.produce.record(*self.identity(ctx), ctx.request_size, now_ms)
+            if result is not _NONE:
+                self._throttle_ctx(ctx, self.produce, max(result))
 
     def fetch_cap(self, ctx: Any, now_ms: int) -> int | None:
         """The most a consumer's fetch may return now (Kafka caps ``max_bytes`` with
         ``getMaxValueInQuotaWindow``), or None when no fetch quota applies."""
-        if not self.fetch.enabled:
+        if not self.fetch.active:
             return None
         cap = self.fetch.max_value_in_quota_window(*self.identity(ctx), now_ms)
         return None if cap == math.inf else max(int(cap), 1)
@@ -393,8 +412,13 @@ class QuotaManagers:
         tenant, user, client = self.identity(ctx)
         request_ms = 0
         if nanos is not None:
-            request_ms = self.record_request_time(tenant, user, client, ctx.header.api_key, nanos, now_ms,
-                                                  exempt=ctx.no_response)
+            value = nanos * NANOS_TO_PERCENTAGE_PER_SECOND
+            if ctx.no_response or ctx.header.api_key in EXEMPT_APIS:
+                self.exempt_sensor.record(value, now_ms)
+            else:
+                result = self.request.record(tenant, user, client, value, now_ms)
+                if result is not _NONE:
+                    request_ms = max(result)
         if request_ms > ctx.throttle_ms:
             self.request.record_throttle(tenant, user, client, request_ms, now_ms)
             return request_ms

@@ -1,5 +1,5 @@
 """Quota sensors for the broker's hot path: Kafka's quota check at O(1) per request, smoothing
-(warm-up pacing, small fetches), and the throttle-time statistics behind the metrics.
+(pacing, small fetches), and the throttle-time statistics behind the metrics.
 
 :class:`FastRate` is :class:`~shoal.quotas.rate.WindowedRate` (same samples, same purge, same
 window) with three aggregates kept up to date: the sum of the sample values, the oldest sample
@@ -12,22 +12,23 @@ sequences through both); the running sum only decides the fast path, with a 1e-9
 (it is re-summed exactly at every sample change, and byte counts are exact integers anyway).
 
 :class:`Sensor` is Kafka's quota sensor with optional *smoothing* (``shoal.quota.smoothing``, on
-by default; off, the behaviour is Kafka's exactly). Two deliberate deviations, both measured
-(``tests/quotas/test_sensor.py`` simulates greedy clients):
+by default; off, the behaviour is Kafka's exactly). Kafka's windowed rate lets a client that has
+used less than its quota over the last ``samples`` windows — a new client (its window is padded
+with ``samples - 1`` empty windows), or one back from a pause of a few seconds — send up to that
+many windows' worth at once, and then throttles it until the burst has left the window; a client
+that always has more to send never settles: its throughput swings with a period of about
+``samples`` windows (simulated in ``tests/quotas/test_sensor.py``: a greedy producer at 1 MB/s
+gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Two deliberate deviations:
 
-* Warm-up pacing. A sensor that starts recording (new, or idle until every sample expired)
-  measures over a window padded with ``samples - 1`` empty windows, so Kafka lets a new client
-  send ``samples - 1`` windows' worth of quota at once and then throttles it until the window
-  has filled — about ten seconds of nothing, after which the burst sample expires and the cycle
-  repeats (a greedy producer at 1 MB/s gets 0.6 MB/s over seconds 1-21, in 10 MB bursts every
-  ~11 s). With smoothing, during the first ``samples - 1`` windows of activity each record also
-  draws on a token bucket one window deep, refilled at the bound; the throttle is the larger of
-  Kafka's and the bucket's. Afterwards Kafka's sensor alone decides, so every throttle of a
-  client with history is Kafka's (the 2,100 ms example of ``ClientQuotaManagerTest`` holds).
-* Small fetches. Kafka caps a fetch at ``samples - 1`` windows of quota and answers a throttled
-  fetch empty, its bytes taken back; with fetches of about a window's worth, the consumer then
-  gets 0.92-0.95 of its quota (and with Kafka's cap alone 0.55 over seconds 1-21). With
-  smoothing a fetch returns at most :data:`FETCH_QUANTUM` of a window's worth (0.99).
+* Pacing: every record also draws on a token bucket one window deep (full when the sensor is
+  made), refilled at the bound. The throttle applied is the larger of Kafka's and the bucket's;
+  both are returned (:meth:`Sensor.record`), so Kafka's own value stays exact — e.g. the 2,100 ms
+  of ``ClientQuotaManagerTest``'s spike, where the bucket alone asks for 3,600 ms: a spike of
+  several windows after a quiet spell is paced instead of let through.
+* Small fetches: Kafka caps a fetch at ``samples - 1`` windows of quota and answers a throttled
+  fetch empty (its bytes taken back); with fetches of a window's worth the consumer gets
+  0.92-0.95 of its quota. With smoothing a fetch returns at most :data:`FETCH_QUANTUM` of a
+  window's worth (a first batch bigger than that still comes whole, as KIP-74 wants).
 
 Not thread-safe: one event loop owns every sensor.
 """
@@ -38,9 +39,10 @@ import math
 
 from shoal.quotas.rate import RateConfig, WindowedRate, _Sample
 from shoal.quotas.throttle import bounded_throttle_time_ms, throttle_time_ms
-from shoal.quotas.token_bucket import TokenBucket, token_throttle_time_ms
+from shoal.quotas.token_bucket import token_throttle_time_ms
 
 _MARGIN = 1.0 - 1e-9
+_NONE = (0, 0)
 FETCH_QUANTUM = 0.125  # with smoothing, one fetch returns at most this many windows of quota
 
 
@@ -113,8 +115,8 @@ class Sensor:
     cap of request-time quotas (one window). ``pacing``: smoothing, see the module doc.
     """
 
-    __slots__ = ("rate", "bound", "max_throttle_ms", "pacing", "pacer", "last_ms", "active_since",
-                 "throttles")
+    __slots__ = ("rate", "bound", "max_throttle_ms", "pacing", "last_ms", "throttles",
+                 "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
 
     def __init__(self, bound: float | None, config: RateConfig = RateConfig(), *,
                  max_throttle_ms: int | None = None, pacing: bool = False) -> None:
@@ -122,58 +124,69 @@ class Sensor:
         self.bound = bound
         self.max_throttle_ms = max_throttle_ms
         self.pacing = pacing
-        self.pacer: TokenBucket | None = None
         self.last_ms: int | None = None  # last record
-        self.active_since = 0  # first record after creation or after a full expiry
         self.throttles = SampledStats(config)
+        # The pacer: Kafka's TokenBucket arithmetic (refill at the bound up to one window's
+        # worth), inlined for the hot path. _tokens_bound is the bound it was filled at.
+        self._tokens = 0.0
+        self._tokens_ms = 0
+        self._tokens_bound: float | None = None
+        self._depth = 0.0
 
     @property
     def config(self) -> RateConfig:
         return self.rate.config
 
-    def warming(self, now_ms: int) -> bool:
-        """In the first ``samples - 1`` windows of activity (where Kafka's window is padded)."""
-        cfg = self.rate.config
-        return now_ms - self.active_since < (cfg.samples - 1) * cfg.window_ms
-
     def record(self, value: float, now_ms: int) -> tuple[int, int]:
         """Record ``value``; return ``(quota throttle, pacing throttle)`` in ms, each 0 when not
         violated. The quota throttle is Kafka's exactly."""
-        last = self.last_ms
-        cfg = self.rate.config
-        if last is None or now_ms - last >= cfg.samples * cfg.window_ms:
-            self.active_since = now_ms
         self.last_ms = now_ms
-        self.rate.record(value, now_ms)
+        rate = self.rate
+        rate.record(value, now_ms)
         bound = self.bound
         if bound is None:
-            return 0, 0
-        quota_ms = 0 if self.rate.under(now_ms, bound) else self.throttle_time_ms(now_ms)
-        if not self.pacing or not self.warming(now_ms):
-            return quota_ms, 0
-        pacer = self.pacer
-        if pacer is None or pacer.quota != bound:
-            pacer = self._new_pacer(bound, now_ms, pacer)
-        pacer.record(value, now_ms)
-        tokens = pacer.tokens
-        return quota_ms, (token_throttle_time_ms(tokens, bound) if tokens < 0 else 0)
+            return _NONE
+        quota_ms = 0 if rate.under(now_ms, bound) else self.throttle_time_ms(now_ms)
+        if not self.pacing:
+            return (quota_ms, 0) if quota_ms else _NONE
+        tokens = self._take(value, now_ms, bound)
+        if tokens >= 0:
+            return (quota_ms, 0) if quota_ms else _NONE
+        return quota_ms, token_throttle_time_ms(tokens, bound)
 
-    def _new_pacer(self, bound: float, now_ms: int, old: TokenBucket | None) -> TokenBucket:
-        window_ms = self.rate.config.window_ms
-        if old is not None:  # the bound changed: keep the level, refill at the new rate
-            old.measure(now_ms)
-            old.quota = bound
-            old.tokens = min(old.tokens, old.burst)
-            return old
-        self.pacer = TokenBucket(bound, samples=1, window_ms=window_ms,
-                                 tokens=bound * window_ms / 1000.0, last_update_ms=now_ms)
-        return self.pacer
+    def _take(self, value: float, now_ms: int, bound: float) -> float:
+        """TokenBucket.record(value) on the pacer (refill, then take); the tokens left."""
+        if self._tokens_bound != bound:
+            self._rebound(bound, now_ms)
+        depth = self._depth
+        tokens = self._tokens + bound * ((now_ms - self._tokens_ms) / 1000.0)
+        if tokens > depth:
+            tokens = depth
+        tokens -= value
+        if tokens > depth:
+            tokens = depth
+        self._tokens = tokens
+        self._tokens_ms = now_ms
+        return tokens
+
+    def _rebound(self, bound: float, now_ms: int) -> None:
+        """A new pacer is full; when the bound changes it keeps its level (refilled at the old
+        rate so far) within the new depth."""
+        depth = bound * self.rate.config.window_ms / 1000.0
+        old = self._tokens_bound
+        if old is None:
+            self._tokens = depth
+        else:
+            self._tokens = min(self._depth, self._tokens + old * ((now_ms - self._tokens_ms) / 1000.0), depth)
+        self._tokens_ms = now_ms
+        self._tokens_bound = bound
+        self._depth = depth
 
     def unrecord(self, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch's bytes, as Kafka does)."""
         self.rate.record(-value, now_ms)
-        if self.pacer is not None and self.pacing and self.warming(now_ms):
-            self.pacer.record(-value, now_ms)
+        if self._tokens_bound is not None and self.bound is not None:
+            self._take(-value, now_ms, self.bound)
 
     def throttle_time_ms(self, now_ms: int) -> int:
         """Kafka's throttle now, without recording (0 unless the rate exceeds the bound)."""
