@@ -88,6 +88,31 @@ def system_busy_seconds() -> float:
     return (sum(vals) - vals[3] - vals[4]) / CLK_TCK
 
 
+PF_KTHREAD = 0x00200000
+
+
+def kernel_threads_cpu_seconds() -> float:
+    """CPU seconds of the kernel's own threads (kworkers writing back dirty pages, ...): work a
+    benchmark's own writes cause, which no user process is charged for."""
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        st = _read_stat(int(name))
+        if st is None:
+            continue
+        try:
+            if int(st[6]) & PF_KTHREAD:
+                total += int(st[11]) + int(st[12])
+        except (IndexError, ValueError):
+            continue
+    return total / CLK_TCK
+
+
 def status_kib(pids: Iterable[int], field: str) -> int:
     """Sum of a ``/proc/<pid>/status`` kB field (VmRSS, VmHWM, ...) over pids, in KiB."""
     total = 0

@@ -70,7 +70,13 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 import _util  # noqa: E402
-from _util import fmt_num, free_port, render_table, system_busy_seconds  # noqa: E402
+from _util import (  # noqa: E402
+    fmt_num,
+    free_port,
+    kernel_threads_cpu_seconds,
+    render_table,
+    system_busy_seconds,
+)
 from bench_brokers import (  # noqa: E402
     CLIENT_LOG,
     MB,
@@ -346,22 +352,24 @@ def _raise_client_error(results) -> None:
             raise RuntimeError(f"client {idx}: {res}")
 
 
-def _mark(world: World) -> tuple[float, float, float]:
-    """(time, broker CPU s, whole-machine busy CPU s) at the start of a window."""
-    return time.perf_counter(), world.broker.cpu(), system_busy_seconds()
+def _mark(world: World) -> tuple[float, ...]:
+    """(broker CPU s, machine busy CPU s, kernel threads' CPU s, time) at the start of a window;
+    the time last, just before the clients are released."""
+    return world.broker.cpu(), system_busy_seconds(), kernel_threads_cpu_seconds(), time.perf_counter()
 
 
-def _usage(world: World, mark: tuple[float, float, float], res: dict[int, dict]) -> dict:
-    """Window length and CPU use from ``mark`` to the last client's end: broker, clients and
-    everything else on the machine ("foreign": other people's work, which skews the window)."""
-    t0, cpu0, sys0 = mark
+def _usage(world: World, mark: tuple[float, ...], res: dict[int, dict]) -> dict:
+    """Window length and CPU use from ``mark`` to the last client's end: broker, clients, and
+    the rest of the machine's user processes ("foreign": other people's work, which skews the
+    window; kernel threads are left out, they mostly write back what the broker wrote)."""
+    cpu0, sys0, kth0, t0 = mark
     secs = max(r["end"] for r in res.values()) - t0
     broker = world.broker.cpu() - cpu0
     clients = sum(r["client_cpu_s"] for r in res.values())
-    busy = system_busy_seconds() - sys0
+    rest = system_busy_seconds() - sys0 - (kernel_threads_cpu_seconds() - kth0) - broker - clients
     return {"seconds": secs, "broker_cpu_s": broker, "broker_cores": broker / secs,
             "client_cores": clients / secs,
-            "foreign_cores": max(0.0, busy - broker - clients) / max(secs, time.perf_counter() - t0)}
+            "foreign_cores": max(0.0, rest) / max(secs, time.perf_counter() - t0)}
 
 
 def _window(world: World, kind: str, mark: tuple[float, float, float], res: dict[int, dict],

@@ -561,10 +561,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: http://HOST:PORT of the Prometheus endpoint (/metrics): byte rates, request time, throttle "
            "time and quotas per tenant, user and client id, and broker-wide usage. Unset: no endpoint."),
         _d("shoal.quota.smoothing", "boolean", True,
-           "Shoal: smooth byte-rate quotas: during a client's first quota.window.num - 1 windows of activity, "
-           "pace it with a token bucket one window deep (instead of Kafka's burst of quota.window.num - 1 "
-           "windows followed by a long throttle), and let one fetch return at most an eighth of a window of "
-           "quota. false: Kafka's behaviour exactly."),
+           "Shoal: smooth byte-rate quotas: every request also draws on a token bucket one window deep, "
+           "refilled at the quota, and the throttle is the larger of Kafka's and the bucket's (instead of "
+           "Kafka's burst of quota.window.num - 1 windows followed by a long throttle); one fetch returns at "
+           "most an eighth of a window of quota. throttle_time_ms is the throttle applied. false: Kafka's "
+           "behaviour exactly."),
         _d("shoal.quota.sensor.expiration.ms", "long", 3600000,
            "Shoal: a client's quota sensors (and its metrics series) are dropped after this long without a "
            "request (Kafka: one hour).", at_least(1000)),
