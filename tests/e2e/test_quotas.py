@@ -243,6 +243,39 @@ def test_old_versions_wait_for_their_response_and_new_ones_are_muted(cluster) ->
         assert time.monotonic() - start >= throttle - 0.05
 
 
+def test_request_quota_throttles_a_client_that_keeps_the_broker_busy(cluster) -> None:
+    """KIP-124: a client-id with request_percentage 0.5 (5 ms of handler time per second) that
+    sends Metadata requests back to back gets throttle_time_ms and is held far below its
+    unthrottled rate; another client id on the same broker is not throttled."""
+    from test_bad_input import connect, recv_frame, request
+
+    from shoal.protocol import codec
+
+    operator_alter(cluster, "--client", "busy-client", "--add-config", "request_percentage=0.5")
+    body = codec.build(codec.request_type(3, 12), topics=None, allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+
+    def hammer(client_id: str, seconds: float) -> tuple[int, int]:
+        """(responses, the largest throttle_time_ms seen) in ``seconds``."""
+        answered, most = 0, 0
+        with connect(cluster.broker) as s:
+            end = time.monotonic() + seconds
+            cid = 0
+            while time.monotonic() < end:
+                cid += 1
+                s.sendall(request(3, 12, body, correlation_id=cid, client_id=client_id))
+                _cid, resp = codec.decode_response(3, 12, recv_frame(s))
+                answered += 1
+                most = max(most, round(resp.throttle_time.total_seconds() * 1000))
+        return answered, most
+
+    free, free_throttle = hammer("idle-client", 2.0)
+    busy, busy_throttle = hammer("busy-client", 4.0)
+    assert free_throttle == 0 and free > 100, (free, free_throttle)
+    assert busy_throttle > 0, (busy, busy_throttle)
+    assert busy / 4.0 < free / 2.0 / 4, (busy, free)  # held to well under a quarter of its free rate
+
+
 # -- Describe/AlterClientQuotas -------------------------------------------------------------------
 
 
