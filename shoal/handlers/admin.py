@@ -24,7 +24,10 @@ Deliberate deviations from Kafka:
 Scoped (``ctx.scope``): a tenant creates, deletes and alters only its own topics, named as it
 names them (stored with its prefix); another tenant's topic, by name or id, does not exist for it.
 Authorization as Kafka's KafkaApis: CreateTopics needs CREATE on the cluster or the topic,
-DeleteTopics DELETE, CreatePartitions ALTER on the topic (TOPIC_AUTHORIZATION_FAILED).
+DeleteTopics DELETE, CreatePartitions ALTER on the topic (TOPIC_AUTHORIZATION_FAILED); a created
+topic's configs are returned only with DESCRIBE_CONFIGS on it (else topic_config_error_code
+TOPIC_AUTHORIZATION_FAILED). Configs: DESCRIBE_CONFIGS/ALTER_CONFIGS on the topic, or on the
+cluster for BROKER and BROKER_LOGGER resources (CLUSTER_AUTHORIZATION_FAILED).
 - BROKER_LOGGER resources are described as empty and cannot be altered.
 
 KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.tenancy.policy``):
@@ -321,14 +324,15 @@ async def handle_create_topics(ctx, req):
     for t in req.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
 
-    def result(name, *, code="NONE", message=None, topic_id=None, partitions=-1, rf=-1, configs=()):
+    def result(name, *, code="NONE", message=None, topic_id=None, partitions=-1, rf=-1, configs=(),
+               config_code="NONE"):
         return build(
             mod.CreatableTopicResult,
             name=name,
             topic_id=topic_id,
             error_code=error_code(code),
             error_message=message,
-            topic_config_error_code=0,
+            topic_config_error_code=error_code(config_code),
             num_partitions=partitions,
             replication_factor=rf,
             configs=configs,
@@ -362,6 +366,10 @@ async def handle_create_topics(ctx, req):
                     topic_id = info.topic_id
             except AdminError as e:
                 results.append(result(t.name, code=e.code, message=e.message))
+                continue
+            if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                # Kafka: created, but its configs (and sizes) are not the caller's to see
+                results.append(result(t.name, topic_id=topic_id, config_code="TOPIC_AUTHORIZATION_FAILED"))
                 continue
             results.append(
                 result(
@@ -667,6 +675,8 @@ async def handle_describe_configs(ctx, req):
                 else:
                     entries = describe_broker_configs(cfg, cluster_default=cluster_default)
             elif res.resource_type == RESOURCE_BROKER_LOGGER:
+                if not scope.allowed_cluster(Operation.DESCRIBE_CONFIGS):
+                    raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
                 _broker_resource(ctx, res.resource_name)
                 entries = []
             else:
@@ -823,6 +833,8 @@ async def _alter_resource(
         except MetadataError as e:
             raise _metadata_error(e) from None
     elif resource_type == RESOURCE_BROKER_LOGGER:
+        if not scope.allowed_cluster(Operation.ALTER_CONFIGS):
+            raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
         raise AdminError("INVALID_REQUEST", "Altering broker loggers is not supported.")
     else:
         raise _resource_type_error(resource_type)

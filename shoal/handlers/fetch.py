@@ -10,7 +10,9 @@ to one of its partitions or ``max_wait`` passes, then answers with what there is
 
 Scoped: topic names and ids are the tenant's (``ctx.scope``): another tenant's topic id is
 UNKNOWN_TOPIC_ID, its name resolves to this tenant's own (missing) topic. Reading needs READ on the
-topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does). A fetch session belongs
+topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does); a replica's fetch
+(replica_id >= 0, exempt from quotas) needs CLUSTER_ACTION on the cluster instead, and only the
+physical view has replicas: a tenant's is TOPIC_AUTHORIZATION_FAILED. A fetch session belongs
 to the scope and principal that created it: any other caller gets FETCH_SESSION_ID_NOT_FOUND.
 
 Deviations from Kafka:
@@ -125,6 +127,10 @@ async def handle_fetch(ctx, req):
     image = broker.metadata.image
     scope = ctx.scope
     owner = (scope.tenant_id, ctx.principal)
+    # A replica's fetch needs CLUSTER_ACTION on the cluster instead of READ on each topic
+    # (Kafka's isFromFollower); replicas are brokers, never a tenant's principals.
+    follower = _from_follower(req)
+    replica_ok = follower and scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)
     wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
     unknown_ids: list[tuple[uuid.UUID, int]] = []
     denied: list[tuple[str | None, uuid.UUID | None, int]] = []
@@ -140,7 +146,7 @@ async def handle_fetch(ctx, req):
             visible = t.topic
             name = scope.physical(visible)
         tid = t.topic_id if use_ids else None
-        if not scope.allowed(Operation.READ, ResourceType.TOPIC, visible):
+        if not (replica_ok if follower else scope.allowed(Operation.READ, ResourceType.TOPIC, visible)):
             denied.extend((visible, tid, p.partition) for p in t.partitions)
             continue
         for p in t.partitions:
@@ -193,7 +199,6 @@ async def handle_fetch(ctx, req):
     max_bytes = min(max_bytes, int(broker.config.get("fetch.max.bytes")))
     # quotas: one fetch returns no more than the consumer's quota allows (Kafka caps max_bytes
     # with getMaxValueInQuotaWindow); followers are exempt
-    follower = _from_follower(req)
     cap = None if follower else broker.quotas.fetch_cap(ctx, broker.clock.now_ms())
     if cap is not None:
         max_bytes = min(max_bytes, cap)

@@ -4,7 +4,8 @@ Scoped (``ctx.scope``): a tenant sees only its own topics, under their unqualifi
 logical cluster id; another tenant's topic, by name or by id, is answered exactly as a topic that
 does not exist. Authorization as Kafka's: all-topics lists only topics the principal may DESCRIBE;
 a named topic without DESCRIBE is TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE on the
-cluster or the topic. authorized_operations bit sets are computed when asked for.
+cluster or the topic. authorized_operations bit sets are computed when asked for (the cluster's
+is 0 without DESCRIBE on it). DescribeCluster needs no ACL, as in Kafka.
 
 Deviations from Kafka:
 - Brokers are listed with the endpoint of the listener the request arrived on.
@@ -36,6 +37,13 @@ CLUSTER_OPS = (4, 5, 7, 8, 9, 10, 11, 12)
 def authorized_operations(scope, resource_type: int, name: str, ops: tuple[int, ...]) -> int:
     """Kafka's authorized_operations bit set of ``name`` for this request's principal."""
     return sum(1 << op for op in ops if scope.allowed(op, resource_type, name))
+
+
+def cluster_operations(scope) -> int:
+    """Kafka's cluster_authorized_operations: the bit set, or 0 without DESCRIBE on the cluster."""
+    if not scope.allowed_cluster(Operation.DESCRIBE):
+        return 0
+    return authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
 
 
 def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
@@ -167,7 +175,7 @@ async def handle_metadata(ctx, req):
         cluster_id=scope.cluster_id(image),
         controller_id=image.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+        cluster_authorized_operations=cluster_operations(scope)
         if getattr(req, "include_cluster_authorized_operations", False)
         else NOT_PROVIDED,
     )
@@ -177,19 +185,7 @@ async def handle_metadata(ctx, req):
 async def handle_describe_cluster(ctx, req):
     mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
     image = ctx.broker.metadata.image
-    scope = ctx.scope
-    if not scope.allowed_cluster(Operation.DESCRIBE):
-        return build(
-            mod.DescribeClusterResponse,
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message=None,
-            endpoint_type=getattr(req, "endpoint_type", 1),
-            cluster_id=scope.cluster_id(image),
-            controller_id=-1,
-            brokers=(),
-            cluster_authorized_operations=NOT_PROVIDED,
-        )
+    scope = ctx.scope  # no ACL needed (Kafka's computeDescribeClusterResponse)
     endpoint_type = getattr(req, "endpoint_type", 1)
     if endpoint_type != 1:
         # 1 = brokers; 2 = controllers (KIP-919) which a single embedded store does not expose.
@@ -213,7 +209,7 @@ async def handle_describe_cluster(ctx, req):
         cluster_id=scope.cluster_id(image),
         controller_id=image.controller_id,
         brokers=_brokers(mod.DescribeClusterBroker, image, ctx.listener),
-        cluster_authorized_operations=authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+        cluster_authorized_operations=cluster_operations(scope)
         if req.include_cluster_authorized_operations
         else NOT_PROVIDED,
     )

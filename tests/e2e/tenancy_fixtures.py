@@ -134,11 +134,12 @@ class Tenant:
     def prefix(self) -> str:
         return self.tenant_id + "_"
 
-    def add_user(self, user: str, password: str | None = None) -> str:
+    def add_user(self, user: str, password: str | None = None, *, admin: bool = False) -> str:
+        """A SCRAM user of this tenant (``admin``: a tenant administrator)."""
         password = password or f"{user}-secret"
         status, body = self.broker.http(
             "POST", f"/v1/tenants/{self.tenant_id}/users",
-            {"user": user, "password": password, "mechanism": MECHANISM},
+            {"user": user, "password": password, "mechanism": MECHANISM, "admin": admin},
         )
         assert status == 201, body
         self.users[user] = password
