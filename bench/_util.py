@@ -75,30 +75,18 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / CLK_TCK
 
 
-def system_busy_seconds() -> float:
-    """CPU seconds all cores spent busy since boot (/proc/stat ``cpu`` line: everything but
-    idle and iowait); the difference over a window, minus the CPU of the processes measured,
-    is what the rest of the machine used meanwhile."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return 0.0
-    vals = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    return (sum(vals) - vals[3] - vals[4]) / CLK_TCK
-
-
 PF_KTHREAD = 0x00200000
 
 
-def kernel_threads_cpu_seconds() -> float:
-    """CPU seconds of the kernel's own threads (kworkers writing back dirty pages, ...): work a
-    benchmark's own writes cause, which no user process is charged for."""
-    total = 0
+def user_process_cpu() -> dict[int, float]:
+    """CPU seconds (user+sys) of every live user-space process, by pid (kernel threads left
+    out: they mostly write back what a benchmark's broker wrote). Two tables taken around a
+    window, without the benchmark's own processes, tell what other work ran meanwhile."""
+    out: dict[int, float] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return out
     for name in entries:
         if not name.isdigit():
             continue
@@ -106,11 +94,18 @@ def kernel_threads_cpu_seconds() -> float:
         if st is None:
             continue
         try:
-            if int(st[6]) & PF_KTHREAD:
-                total += int(st[11]) + int(st[12])
+            if not int(st[6]) & PF_KTHREAD:
+                out[int(name)] = (int(st[11]) + int(st[12])) / CLK_TCK
         except (IndexError, ValueError):
             continue
-    return total / CLK_TCK
+    return out
+
+
+def cpu_since(before: dict[int, float], after: dict[int, float], exclude: Iterable[int]) -> float:
+    """CPU seconds the processes of ``after`` (minus ``exclude``) used since ``before``; a
+    process new in ``after`` counts from zero. Processes that ended in between are missed."""
+    skip = set(exclude)
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items() if pid not in skip)
 
 
 def status_kib(pids: Iterable[int], field: str) -> int:
@@ -217,15 +212,32 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _mem_total_mib() -> int | None:
+def meminfo_mib(*fields: str) -> int | None:
+    """Sum of ``/proc/meminfo`` fields (``MemTotal``, ``Dirty``, ``Writeback`` ...) in MiB."""
+    total, seen = 0, False
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024
+                name, _, rest = line.partition(":")
+                if name in fields:
+                    total += int(rest.split()[0])
+                    seen = True
     except OSError:
-        pass
-    return None
+        return None
+    return total // 1024 if seen else None
+
+
+def wait_writeback(max_mib: int, timeout: float) -> float:
+    """Wait (at most ``timeout`` s) until dirty and under-writeback pages are below ``max_mib``,
+    so that a window does not pay for the page cache a previous one filled (writers are
+    throttled once dirty pages pass the kernel's dirty ratio). Returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        dirty = meminfo_mib("Dirty", "Writeback")
+        if dirty is None or dirty <= max_mib:
+            break
+        time.sleep(0.2)
+    return time.perf_counter() - t0
 
 
 def _cmd_output(argv: list[str], cwd: str | None = None) -> str | None:
@@ -253,7 +265,7 @@ def machine_info(tansu_bin: str | None, repo_root: str) -> dict:
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": affinity,
-        "mem_total_mib": _mem_total_mib(),
+        "mem_total_mib": meminfo_mib("MemTotal"),
         "kernel": platform.release(),
         "python": sys.version.split()[0],
         "python_impl": platform.python_implementation(),

@@ -13,23 +13,28 @@ timed: each of them rewrites the metadata JSON once per tenant, user or topic.
 Phases
   throughput   C client processes (``--clients``, default 10), each a confluent-kafka Producer
                and Consumer of one tenant user on its own 1-partition topic ``load-<i>``. In the
-               1-tenant world all C are the one tenant's users of its C load topics; in the
-               N-tenant world client i is the user of the i-th of C tenants sampled from the N.
+               1-tenant world all C log in as the one tenant's user, on its C load topics; in
+               the N-tenant world client i is the user of the i-th of C tenants sampled from
+               the N. Every topic has one partition.
                The processes connect and authenticate first, then are released together:
                produce ``M/C`` messages each (``--messages`` total per size; acks=1, linger.ms=5),
                then, released again, read them back with ``assign()`` from the first offset they
                wrote. Throughput = all messages / (last process done - release). Cells are
                interleaved (rep 1: 100 B in world 1, in world N, 1 KiB in world 1, in world N;
-               rep 2 ...); each cell's median over ``--reps``; ratio N-tenant / 1-tenant.
+               rep 2 the same with the worlds' order swapped ...); each cell's median over
+               ``--reps``; ratio N-tenant / 1-tenant, of the medians and paired per rep.
   auth         P processes (``--auth-procs``) open connection after connection to the SASL
                listener for ``--auth-seconds``: SaslHandshake + SaslAuthenticate (PLAIN: one
                round; SCRAM: two), then close. The SCRAM client caches its SaltedPassword
                (RFC 5802 allows it), so a client handshake costs a few HMACs and the broker is
-               the bottleneck; PLAIN costs the broker one PBKDF2 (4,096 iterations) per login.
+               the bottleneck; PLAIN costs the broker PBKDF2 (4,096 iterations) per login.
   inproc       server side only, no sockets: SaslSession handshake + authenticate steps for the
                same mechanisms, timed around the server calls (µs per authentication).
 
-Broker CPU (user+sys of the broker process tree, /proc/<pid>/stat) is sampled around each window.
+Broker CPU (user+sys of the broker process tree, /proc/<pid>/stat) is sampled around each window,
+and so is the CPU of every other process on the machine: a window during which other work used
+more than ``--max-foreign`` cores is measured again. Before each window the benchmark waits for
+the page cache's dirty pages to be written back (``--max-dirty-mib``).
 
 Run:  python bench/bench_tenants.py [--tenants 1,1000] [--quick] [--json out.json]
 See bench/README.md and --help.
@@ -71,14 +76,17 @@ if REPO_ROOT not in sys.path:
 
 import _util  # noqa: E402
 from _util import (  # noqa: E402
+    cpu_since,
+    descendants,
     fmt_num,
     free_port,
-    kernel_threads_cpu_seconds,
     render_table,
-    system_busy_seconds,
+    user_process_cpu,
+    wait_writeback,
 )
 from bench_brokers import (  # noqa: E402
     CLIENT_LOG,
+    LIVE_BROKERS,
     MB,
     BrokerProcess,
     PhaseTimeout,
@@ -240,7 +248,7 @@ async def _create_tenant_topics(bootstrap: str, tenants: list[Tenant], args) -> 
             sec = ClientSecurity.from_properties(tenant_security(t.user))
             async with AdminClient(bootstrap, client_id="bench-provision", security=sec) as admin:
                 await admin.create_topics(
-                    [{"name": n, "num_partitions": args.partitions, "replication_factor": 1}
+                    [{"name": n, "num_partitions": 1, "replication_factor": 1}
                      for n in t.topics])
 
     await asyncio.gather(*(one(t) for t in tenants))
@@ -352,27 +360,35 @@ def _raise_client_error(results) -> None:
             raise RuntimeError(f"client {idx}: {res}")
 
 
-def _mark(world: World) -> tuple[float, ...]:
-    """(broker CPU s, machine busy CPU s, kernel threads' CPU s, time) at the start of a window;
-    the time last, just before the clients are released."""
-    return world.broker.cpu(), system_busy_seconds(), kernel_threads_cpu_seconds(), time.perf_counter()
+def _ours() -> set[int]:
+    """This benchmark's processes: itself, its client processes, every world's broker."""
+    pids = set(descendants(os.getpid()))
+    for b in LIVE_BROKERS:
+        pids.update(b.pids())
+    return pids
 
 
-def _usage(world: World, mark: tuple[float, ...], res: dict[int, dict]) -> dict:
+def _mark(world: World) -> tuple:
+    """(broker CPU s, every user process's CPU s, time) at the start of a window; the time
+    last, just before the clients are released."""
+    return world.broker.cpu(), user_process_cpu(), time.perf_counter()
+
+
+def _usage(world: World, mark: tuple, res: dict[int, dict]) -> dict:
     """Window length and CPU use from ``mark`` to the last client's end: broker, clients, and
-    the rest of the machine's user processes ("foreign": other people's work, which skews the
-    window; kernel threads are left out, they mostly write back what the broker wrote)."""
-    cpu0, sys0, kth0, t0 = mark
+    the other processes on the machine ("foreign": other people's work, which skews the
+    window)."""
+    cpu0, procs0, t0 = mark
     secs = max(r["end"] for r in res.values()) - t0
     broker = world.broker.cpu() - cpu0
     clients = sum(r["client_cpu_s"] for r in res.values())
-    rest = system_busy_seconds() - sys0 - (kernel_threads_cpu_seconds() - kth0) - broker - clients
+    foreign = cpu_since(procs0, user_process_cpu(), _ours())
     return {"seconds": secs, "broker_cpu_s": broker, "broker_cores": broker / secs,
             "client_cores": clients / secs,
-            "foreign_cores": max(0.0, rest) / max(secs, time.perf_counter() - t0)}
+            "foreign_cores": max(0.0, foreign) / max(secs, time.perf_counter() - t0)}
 
 
-def _window(world: World, kind: str, mark: tuple[float, float, float], res: dict[int, dict],
+def _window(world: World, kind: str, mark: tuple, res: dict[int, dict],
             size: int, total: int) -> dict:
     u = _usage(world, mark, res)
     key = "delivered_ok" if kind == "produce" else "consumed"
@@ -631,6 +647,7 @@ def run_matrix(phase: str, worlds: list[World], reps: int, items: list, results:
                 key = f"{w.n_tenants}:{item}"
                 r = None
                 for attempt in range(1, args.retries + 2):
+                    waited = wait_writeback(args.max_dirty_mib, 60.0)
                     try:
                         r = run(w, item)
                     except (PhaseTimeout, RuntimeError) as e:
@@ -639,7 +656,8 @@ def run_matrix(phase: str, worlds: list[World], reps: int, items: list, results:
                         r = None
                         break
                     foreign = foreign_of(r)
-                    r.update(rep=rep, attempts=attempt, noisy=foreign > args.max_foreign)
+                    r.update(rep=rep, attempts=attempt, noisy=foreign > args.max_foreign,
+                             writeback_wait_s=waited)
                     if not r["noisy"] or attempt > args.retries:
                         break
                     print(f"  ({key} rep {rep + 1}: other work used {foreign:.2f} cores meanwhile; "
@@ -796,10 +814,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="smoke run: 1 rep, messages /10, 2 s auth windows")
     ap.add_argument("--clients", type=int, default=10, help="client processes in every world")
     ap.add_argument("--sizes", default="100,1024", help="message sizes (bytes)")
-    ap.add_argument("--messages", default="100:1000000,1024:400000",
+    ap.add_argument("--messages", default="100:2000000,1024:400000",
                     help="total messages per cell as SIZE:COUNT list (split over the clients)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions of every cell (default 5)")
-    ap.add_argument("--partitions", type=int, default=1, help="partitions of every topic")
     ap.add_argument("--topics-per-tenant", type=int, default=1)
     ap.add_argument("--acks", default="1")
     ap.add_argument("--linger-ms", type=int, default=5)
@@ -813,6 +830,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a window during which other processes used more cores than this is "
                          "measured again")
     ap.add_argument("--retries", type=int, default=3, help="re-measurements of a noisy window")
+    ap.add_argument("--max-dirty-mib", type=int, default=256,
+                    help="before a window, wait (up to 60 s) until dirty + writeback pages are below this")
     ap.add_argument("--quiet-wait", type=float, default=5.0, help="pause (s) before a re-measurement")
     ap.add_argument("--provision-concurrency", type=int, default=4)
     ap.add_argument("--seed", type=int, default=4)
@@ -845,7 +864,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.auth_reps = args.auth_reps or (1 if args.quick else 3)
     args.auth_seconds = args.auth_seconds or (2.0 if args.quick else 5.0)
     args.inproc_count = args.inproc_count or (300 if args.quick else 2000)
-    if min(args.clients, args.reps, args.auth_procs, args.partitions, args.provision_concurrency) < 1:
+    if min(args.clients, args.reps, args.auth_procs, args.provision_concurrency) < 1:
         ap.error("counts must be >= 1")
     if args.topics_per_tenant < 0:
         ap.error("--topics-per-tenant must be >= 0")
