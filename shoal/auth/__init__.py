@@ -51,6 +51,9 @@ class ListenerSecurity:
     max_reauth_ms: int = 0
     # Keys the fake SCRAM credentials of unknown users (stable per broker run).
     fake_secret: bytes = field(default_factory=lambda: os.urandom(32))
+    # PLAIN checks an unknown user's password against this credential (the same PBKDF2 work as a
+    # known user's): made once per listener, not per handshake on the event loop.
+    plain_dummy: "ScramCredential | None" = None
 
     @property
     def sasl(self) -> bool:
@@ -62,7 +65,8 @@ class ListenerSecurity:
             return by_mech.get(mechanism) if by_mech else None
 
         return SaslSession(
-            self.sasl_mechanisms, lookup, max_reauth_ms=self.max_reauth_ms, fake_secret=self.fake_secret
+            self.sasl_mechanisms, lookup, max_reauth_ms=self.max_reauth_ms, fake_secret=self.fake_secret,
+            dummy=self.plain_dummy,
         )
 
     def tls_principal(self, transport: Any) -> str:
@@ -91,6 +95,10 @@ def listener_security(config: "BrokerConfig") -> dict[str, ListenerSecurity]:
         if sec.sasl:
             sec.sasl_mechanisms = tuple(config.for_listener(name, "sasl.enabled.mechanisms"))
             sec.max_reauth_ms = int(config.for_listener(name, "connections.max.reauth.ms"))
+            if "PLAIN" in sec.sasl_mechanisms:
+                from shoal.auth.scram import make_credential
+
+                sec.plain_dummy = make_credential("SCRAM-SHA-512", os.urandom(16).hex())
         out[name] = sec
     return out
 
