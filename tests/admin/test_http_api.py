@@ -6,70 +6,42 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from broker_process import http_json
-
-REPO = Path(__file__).resolve().parents[2]
+from broker_process import REPO, BrokerProcess, free_port, http_json
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-class AdminBroker:
+class AdminBroker(BrokerProcess):
+    """A broker whose clients use SASL_PLAINTEXT (``kafka_port``), with the HTTP admin API
+    (``url``) and the bootstrap user admin:admin-secret; ``port`` is a PLAINTEXT listener that
+    only serves the readiness check."""
+
     def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
-        self.workdir = workdir
+        super().__init__(workdir)
         self.overrides = overrides or {}
-        self.kafka_port = _free_port()
-        self.admin_port = _free_port()
+        self.kafka_port = free_port()
+        self.admin_port = free_port()
         self.url = f"http://127.0.0.1:{self.admin_port}"
-        self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
-        args = [sys.executable, "-m", "shoal", "serve", "--log-dirs", str(self.workdir / "data"),
-                "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{self.kafka_port}",
-                "--override", "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT",
+    def serve_args(self) -> list[str]:
+        args = ["--log-dirs", str(self.data_dir),
+                "--listeners", f"PLAINTEXT://{self.host}:{self.port},SASL_PLAINTEXT://{self.host}:{self.kafka_port}",
+                "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
                 "--override", "shoal.sasl.bootstrap.users=admin:admin-secret",
                 "--override", f"shoal.admin.listener={self.url}"]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        with open(self.workdir / "broker.log", "ab") as log:
-            self.proc = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited:\n{self.log()}")
-            try:
-                if http(self, "GET", "/openapi.json")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"broker not ready:\n{self.log()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        return args
 
     def log(self) -> str:
-        return (self.workdir / "broker.log").read_text(errors="replace")
+        return self.log_path.read_text(errors="replace")
 
 
 def http(b: AdminBroker, method: str, path: str, body=None, raw: bytes | None = None):
@@ -242,7 +214,7 @@ def test_cli(admin_broker):
     r = shoal("tenants", "describe", tid)
     assert r.returncode == 1 and "does not exist" in r.stderr
     r = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url",
-                        f"http://127.0.0.1:{_free_port()}"], capture_output=True, text=True, timeout=30, env=env)
+                        f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 3 and "cannot reach" in r.stderr
 
 
