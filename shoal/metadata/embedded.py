@@ -300,6 +300,23 @@ def _quotas_from_json(items: Any) -> dict[QuotaEntity, Mapping[str, float]]:
     return out
 
 
+async def _uncancellable(write: Any) -> bool:
+    """Run ``write`` to completion even if the caller is cancelled meanwhile (its exception, if
+    any, is raised); True when the caller was cancelled, which it must then re-raise."""
+    cancelled = False
+    persist = asyncio.ensure_future(write)
+    while True:
+        try:
+            await asyncio.shield(persist)
+            break
+        except asyncio.CancelledError:
+            if persist.done():
+                break
+            cancelled = True
+    persist.result()
+    return cancelled
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """Single-node, file-backed ``MetadataStore``. Use from one event loop.
 
@@ -780,17 +797,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise MetadataError("UNKNOWN_SERVER_ERROR", "producer ids are exhausted")
             # Durable before anyone sees the ids. As in ``_publish``, the write runs to completion
             # (still under the lock) even if the caller is cancelled.
-            cancelled = False
-            persist = asyncio.ensure_future(self._persist(image, next_producer_id=first + count))
-            while True:
-                try:
-                    await asyncio.shield(persist)
-                    break
-                except asyncio.CancelledError:
-                    if persist.done():
-                        break
-                    cancelled = True
-            persist.result()
+            cancelled = await _uncancellable(self._persist(image, next_producer_id=first + count))
             self._next_producer_id = first + count
             if cancelled:
                 raise asyncio.CancelledError()
@@ -887,17 +894,7 @@ class EmbeddedMetadataStore(MetadataStore):
             raise TypeError(f"unknown image fields {sorted(other)}")
         # The write runs to completion even if the caller is cancelled, and the image follows
         # the file: memory and disk never disagree. A failed write publishes nothing.
-        cancelled = False
-        persist = asyncio.ensure_future(self._persist(new))
-        while True:
-            try:
-                await asyncio.shield(persist)
-                break
-            except asyncio.CancelledError:
-                if persist.done():
-                    break
-                cancelled = True
-        persist.result()
+        cancelled = await _uncancellable(self._persist(new))
         self._image = new
         for listener in list(self._listeners):
             try:
