@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from raw_client import recv_frame
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 20.0
@@ -39,22 +40,11 @@ def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(frame)
-            size = struct.unpack(">i", _recv_exactly(s, 4))[0]
-            payload = _recv_exactly(s, size)
+            payload = recv_frame(s)
     except (OSError, EOFError):
         return False
     correlation_id, resp = codec.decode_response(18, 0, payload)
     return correlation_id == 1 and resp.error_code == 0
-
-
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 class BrokerProcess:

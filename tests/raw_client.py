@@ -13,6 +13,22 @@ import struct
 from shoal.protocol import codec
 
 
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(s: socket.socket) -> bytes:
+    """One size-prefixed frame (its payload)."""
+    (size,) = struct.unpack(">i", recv_exactly(s, 4))
+    return recv_exactly(s, size)
+
+
 class RawClient:
     def __init__(self, address: str, client_id: str = "raw-client", timeout: float = 5.0) -> None:
         host, port = address.rsplit(":", 1)
@@ -36,8 +52,7 @@ class RawClient:
         return self.cid
 
     def recv(self, key: int, version: int):
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return codec.decode_response(key, version, self._exactly(size))[1]
+        return codec.decode_response(key, version, recv_frame(self.sock))[1]
 
     def call(self, key: int, version: int, fields: dict):
         self.send(key, version, fields)
@@ -48,12 +63,3 @@ class RawClient:
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
-
-    def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("closed")
-            buf += chunk
-        return buf

@@ -9,6 +9,7 @@ import time
 import crc32c
 import pytest
 
+from raw_client import recv_frame
 from shoal.protocol import codec
 from shoal.protocol.records import encode_uvarint as _uvarint
 
@@ -21,21 +22,6 @@ def connect(broker) -> socket.socket:
     s = socket.create_connection((broker.host, broker.port), timeout=SOCKET_TIMEOUT)
     s.settimeout(SOCKET_TIMEOUT)
     return s
-
-
-def recv_exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise EOFError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def recv_frame(s: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", recv_exactly(s, 4))
-    return recv_exactly(s, size)
 
 
 def closed_by_peer(s: socket.socket) -> bool:
