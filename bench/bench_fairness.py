@@ -6,7 +6,7 @@ Two parts:
 simulated (default: 4 and 100 tenants)
     The broker's own pieces on an injected clock, no sockets: per tenant the broker's tenant
     sensor (``shoal.quotas.sensor.Sensor``, Kafka's windowed rate with warm-up pacing) bounded by
-    the tenant's quota in effect (its dynamic quota if tuned, else its configured quota), and
+    the tenant's configured quota and capped (paced) at its dynamic quota when tuned, and
     the ``shoal.quotas.autotune.AutoTuner`` reading those sensors every tuning interval. Each
     tenant is a producer that sends ``--chunk`` bytes as fast as its demand allows and, as the
     broker mutes a throttled connection, sends nothing until its throttle time has passed.
@@ -163,6 +163,9 @@ def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int,
         def usage_by_tenant(self):
             return dict(usage)
 
+        def muted_since(self, since_ms):
+            return {t for t, s in sensors.items() if s.muted_until_ms > since_ms}
+
     tuner = AutoTuner("produce", sc.quotas.get, TenantActivity(300_000), Usage())
     tuner.limit = sc.limit
     muted_until = {t: 0 for t in sc.quotas}
@@ -185,11 +188,11 @@ def simulate(sc: Scenario, seconds: int, interval_ms: int, chunk: int,
                     muted_until[t] = now + throttle
         if now >= next_tune:
             for t, sensor in sensors.items():
-                usage[t] = sensor.rate.measure(now)
+                usage[t] = sensor.rate.measure_used(now)  # as ClientQuotaManager.tenant_usage
             tuner.tune(now, tuner.record_activity(now))
             for t, sensor in sensors.items():
-                sensor.bound = tuner.dynamic_tenant_quota(t) or sc.quotas[t]
-            quotas_in_effect.append(((now - start) / 1000, {t: s.bound for t, s in sensors.items()}))
+                sensor.cap = tuner.dynamic_tenant_quota(t)  # as the quota manager: paced
+            quotas_in_effect.append(((now - start) / 1000, {t: s.cap or s.bound for t, s in sensors.items()}))
             next_tune += interval_ms
         now += tick_ms
     return buckets, quotas_in_effect

@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
 from shoal.admin.http import parse_listener
-from shoal.quotas.manager import QuotaManagers, QuotaType
+from shoal.quotas.manager import QuotaManagers, QuotaType, effective_bound
 
 if TYPE_CHECKING:
     from shoal.broker import Broker
@@ -70,10 +70,14 @@ def quota_metric_values(managers: QuotaManagers, now_ms: int) -> Iterator[tuple[
             labels = {"tenant": tenant}
             yield f"shoal_tenant_{_base(q)}", f"tenant-wide {q.group} {q.metric} ({unit})", labels, \
                 s.rate.measure(now_ms)
-            if s.bound is not None:
+            bound = effective_bound(s)
+            if bound is not None:
                 yield f"shoal_tenant_{q.group}_quota", \
                     f"this broker's bound on the tenant: its slice of the tenant quota, or the dynamic quota ({unit})", \
-                    labels, s.bound
+                    labels, bound
+        for tenant, value in m.dynamic_tenant_quotas().items():
+            yield f"shoal_tenant_{q.group}_dynamic_quota", \
+                f"the broker-wide auto-tuner's dynamic quota of the tenant ({unit})", {"tenant": tenant}, value
         yield f"shoal_broker_{_base(q)}", f"broker-wide {q.group} {q.metric} of clients ({unit})", {}, \
             m.broker_sensor.rate.measure(now_ms)
     yield "shoal_request_exempt_request_time", \

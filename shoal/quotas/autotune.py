@@ -4,7 +4,8 @@ bandwidth limits and the broker-wide request quota, enforced by auto-tuning tena
 Every ``shoal.quota.autotune.interval.ms`` the broker runs :meth:`BrokerProtection.step`:
 
 * :class:`AutoTuner` (one per resource: produce bytes/s, fetch bytes/s, request time %) reads the
-  tenants' usage over the last interval (``UsageSource.usage_by_tenant()``), marks tenants with
+  tenants' recent usage (``UsageSource.usage_by_tenant()``: the windowed rate over the time its
+  samples cover, not padded as Kafka's quota check pads it), marks tenants with
   usage as active (:class:`TenantActivity`: active = produced or fetched within
   ``shoal.tenant.active.window.ms``), and — when the active tenants' combined usage exceeds the
   broker-wide limit — computes every active tenant's dynamic quota with
@@ -13,21 +14,22 @@ Every ``shoal.quota.autotune.interval.ms`` the broker runs :meth:`BrokerProtecti
   the sum stays within the limit; nobody above its configured quota). Inactive tenants get their
   configured quota back. ``dynamic_tenant_quota(tenant)`` publishes the result: a rate, or None
   when the tenant's configured quota applies.
-* A tenant whose usage reached its dynamic quota (at least :attr:`AutoTuner.saturation` of it)
-  is held by it, so its usage says nothing about its demand: it bids for its full fair share
-  (as if it used its configured quota) instead of ``headroom`` x usage. Otherwise a tenant held
-  too low — e.g. measured during the first seconds of its sensor's window, which Kafka pads with
-  empty samples — would only grow by ``headroom`` per interval.
-* Bounded steps: a dynamic quota moves toward that allocation by at most :data:`MAX_CUT` (30%)
-  of the tenant's current usage per interval. Kafka's throttle for a bound T below the measured
-  rate O is ``(O - T) / T x W``: cutting a tenant from 8 to 2 MB/s at once would mute it for
-  ~33 s while its window empties, after which it measures as idle, is released, and bursts — the
-  whole broker oscillates. With bounded cuts mutes stay under ~5 s and the rates converge in a
-  few intervals; meanwhile the sum may exceed the limit (the document's temporary overload).
-* Hysteresis: once engaged, tuning goes on while some tenant is held at its dynamic quota or
-  ``headroom x combined usage`` exceeds the limit (the usage of held tenants says nothing about
-  their demand; releasing them as soon as usage is within the limit makes the quotas flap). Demand that falls is released
-  gradually: a tenant's quota follows ``headroom x usage``.
+* A tenant *held* by its bound — its tenant sensor throttled it during the last interval
+  (``UsageSource.muted_since``), or its usage reached :attr:`AutoTuner.saturation` of its
+  dynamic quota — wants more than it gets, so its usage says nothing about its demand: it bids
+  for its full fair share (as if it used its configured quota) instead of ``headroom`` x usage.
+  Otherwise a tenant held too low — measured during the first seconds of its sensor's window,
+  which Kafka pads with empty samples, or muted by a throttle — would only grow by ``headroom``
+  per interval, and would look idle while muted.
+* A dynamic quota takes effect at once: the quota managers enforce it by pacing (a token bucket
+  one window deep, :class:`shoal.quotas.sensor.Sensor` ``cap``), not by Kafka's windowed check,
+  which would remember up to 11 windows sent under the old quota and mute the tenant for most of
+  that (cutting 8 MB/s to 2 MB/s: ~33 s), after which it would look idle, be released and burst:
+  the whole broker would oscillate with a period of about one window of samples.
+* Hysteresis: once engaged, tuning goes on while some tenant is held or ``headroom x combined
+  usage`` exceeds the limit (releasing held tenants as soon as usage is within the limit makes
+  the quotas flap). Demand that falls is released gradually: a tenant's quota follows
+  ``headroom x usage``.
 * :class:`BrokerRequestQuota` recomputes the broker-wide request quota each interval with
   :func:`shoal.quotas.fairshare.broker_request_quota`: thread capacity minus the time taken by
   requests exempt from throttling, reduced by ``shoal.broker.request.quota.step`` per interval
@@ -67,14 +69,14 @@ log = logging.getLogger("shoal.quotas.autotune")
 NO_LIMIT = float(2**63 - 1)  # LONG_MAX: the configs' "no limit"
 REQUEST_CAPACITY = 100.0  # one event loop thread, in KIP-124 percent
 REQUEST_QUOTA_FLOOR = 0.05  # the broker request quota never drops below 5% of the capacity
-# A dynamic quota is never set below (1 - MAX_CUT) x the tenant's current usage in one step:
-# Kafka's throttle, (O - T) / T x W, then mutes it for at most 0.43 x 11 s ~ 4.7 s.
-MAX_CUT = 0.3
 
 
 class UsageSource(Protocol):
     def usage_by_tenant(self) -> Mapping[str, float]:
-        """Each tenant's usage over the last interval (bytes/s, or % of a thread for requests)."""
+        """Each tenant's usage now (bytes/s, or % of a thread for requests)."""
+
+    def muted_since(self, since_ms: int) -> set[str]:
+        """Tenants their tenant bound throttled at some time after ``since_ms``."""
 
 
 class LoadSource(Protocol):
@@ -88,6 +90,9 @@ class LoadSource(Protocol):
 class _NoUsage:
     def usage_by_tenant(self) -> Mapping[str, float]:
         return {}
+
+    def muted_since(self, since_ms: int) -> set[str]:
+        return set()
 
 
 class _NoLoad:
@@ -142,8 +147,9 @@ class AutoTuner:
         self.limit = NO_LIMIT
         self.engaged = False
         self._dynamic: dict[str, float] = {}
-        self.target: dict[str, float] = {}  # the fair allocation of the last step (before MAX_CUT)
-        self._last_usage: Mapping[str, float] = {}
+        self.target: dict[str, float] = {}  # the fair allocation of the last step
+        self._muted: set[str] = set()  # tenants held by their bound since the previous reading
+        self._last_read_ms: int | None = None
 
     @property
     def saturation(self) -> float:
@@ -165,8 +171,12 @@ class AutoTuner:
         return dict(self._dynamic)
 
     def record_activity(self, now_ms: int) -> Mapping[str, float]:
-        """Read usage and mark tenants that used something as active; returns the usage."""
+        """Read usage and mark tenants that used something as active; returns the usage. Also
+        reads which tenants were held by their bound since the previous reading."""
         usage = dict(self.usage.usage_by_tenant())
+        since = now_ms - 1 if self._last_read_ms is None else self._last_read_ms
+        self._muted = set(self.usage.muted_since(since))
+        self._last_read_ms = now_ms
         for tenant, value in usage.items():
             if value > 0:
                 self.activity.saw(tenant, now_ms)
@@ -181,33 +191,27 @@ class AutoTuner:
         total = math.fsum(max(0.0, usage.get(t, 0.0)) for t in active)
         if not self.limited:
             return self._publish(False, {}, limit, total)
-        # Held at its dynamic quota in this or the previous interval (one reading can fall in a
-        # dip of the bursty rate Kafka's throttling gives a greedy client).
-        previous, self._last_usage = self._last_usage, dict(usage)
-        held = {t for t, q in self._dynamic.items()
-                if max(usage.get(t, 0.0), previous.get(t, 0.0)) >= self.saturation * q}
+        # Held by its bound: throttled by it during the interval, or using (nearly) all of it.
+        held = {t for t in active if t in self._muted}
+        held.update(t for t, q in self._dynamic.items() if usage.get(t, 0.0) >= self.saturation * q)
         engaged = total > limit or (self.engaged and (bool(held) or total * self.headroom > limit))
         if not engaged:
             return self._publish(False, {}, limit, total)
         tenants: dict[str, TenantUsage] = {}
-        measured: dict[str, float] = {}
         for t in active:
             quota = self.configured_quota(t)
             if quota is None or not math.isfinite(quota) or quota >= NO_LIMIT:
                 quota = limit
             if quota <= 0:
                 continue  # nothing to share with a tenant that may not use anything
-            used = measured[t] = max(0.0, usage.get(t, 0.0))
+            used = max(0.0, usage.get(t, 0.0))
             if t in held:
-                used = quota  # held at its dynamic quota: its demand is unknown, let it bid for a share
+                used = quota  # held by its bound: its demand is unknown, let it bid for a share
             # the demand floor (min.share of its own quota), so an idle active tenant is not at 0
             used = max(used, self.min_share * quota / self.headroom)
             tenants[t] = TenantUsage(quota=quota, usage=used)
         self.target = dynamic_quotas(limit, tenants, headroom=self.headroom, engaged=True)
-        # Move toward the target by at most MAX_CUT of the tenant's usage per interval.
-        published = {t: max(q, min(tenants[t].quota, (1.0 - MAX_CUT) * measured[t]))
-                     for t, q in self.target.items()}
-        dynamic = {t: q for t, q in published.items() if q < tenants[t].quota}
+        dynamic = {t: q for t, q in self.target.items() if q < tenants[t].quota}
         return self._publish(True, dynamic, limit, total)
 
     def _publish(self, engaged: bool, dynamic: dict[str, float], limit: float, total: float) -> TuningResult:
@@ -353,6 +357,9 @@ class ManagerUsage:
     def usage_by_tenant(self) -> Mapping[str, float]:
         self.manager.record_usage = True
         return {t: rate for t, (rate, _last_ms) in self.manager.tenant_usage(self.clock.now_ms()).items()}
+
+    def muted_since(self, since_ms: int) -> set[str]:
+        return self.manager.tenants_muted_since(since_ms)
 
 
 class BrokerLoad:

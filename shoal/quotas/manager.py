@@ -114,7 +114,7 @@ class ClientQuotaManager:
         self._clients: dict[tuple[str | None, str, str], Sensor] = {}
         self._tenants: dict[str, Sensor] = {}
         self._handles: dict[tuple[str | None, str, str], _Handle] = {}
-        self._tenant_bounds: dict[str, float | None] = {}
+        self._tenant_bounds: dict[str, tuple[float | None, float | None]] = {}  # (bound, cap)
         self._dynamic: dict[str, float] = {}
         self._last_sweep_ms = 0
 
@@ -168,6 +168,10 @@ class ClientQuotaManager:
             self._dynamic[tenant] = value
         self._invalidate()
 
+    def dynamic_tenant_quotas(self) -> dict[str, float]:
+        """tenant -> the auto-tuner's dynamic quota, for tenants that have one."""
+        return dict(self._dynamic)
+
     def tenant_quota(self, tenant: str) -> float | None:
         """This broker's slice of the tenant-wide quota as configured (no dynamic quota)."""
         value, _key = select_tenant_quota(self._index.tenants, tenant)
@@ -175,20 +179,28 @@ class ClientQuotaManager:
             return value
         return tenant_quota_slice(value, tenant_leaders(self._image, tenant), self.node_id)
 
-    def _tenant_bound(self, tenant: str) -> float | None:
-        if tenant in self._tenant_bounds:
-            return self._tenant_bounds[tenant]
+    def _tenant_bound(self, tenant: str) -> tuple[float | None, float | None]:
+        """(bound, cap) of the tenant's sensor: for byte rates the configured slice, checked the
+        Kafka way, and the dynamic quota as a cap enforced by pacing (shoal.quotas.sensor: a
+        lowered windowed bound would mute for most of a window of samples); for request time
+        (Kafka's bounded throttle, no pacer) the smaller of the two as the bound."""
+        cached = self._tenant_bounds.get(tenant)
+        if cached is not None:
+            return cached
         bound = self.tenant_quota(tenant)
-        dynamic = self._dynamic.get(tenant)
-        if dynamic is not None:
-            bound = dynamic if bound is None else min(bound, dynamic)
-        self._tenant_bounds[tenant] = bound
-        return bound
+        cap = self._dynamic.get(tenant)
+        if cap is not None and bound is not None and cap >= bound:
+            cap = None
+        if cap is not None and not self.byte_rate:
+            bound, cap = cap, None
+        self._tenant_bounds[tenant] = (bound, cap)
+        return bound, cap
 
     def quota(self, tenant: str | None, user: str, client_id: str) -> tuple[float | None, float | None]:
-        """(client quota, tenant bound) that apply to a request now; None is unlimited."""
+        """(client quota, tenant bound) that apply to a request now; None is unlimited. The
+        tenant bound is the smaller of its slice and its dynamic quota."""
         h = self._handle(tenant, user, client_id)
-        return h.client.bound, (h.tenant.bound if h.tenant is not None else None)
+        return h.client.bound, (effective_bound(h.tenant) if h.tenant is not None else None)
 
     # -- sensors ------------------------------------------------------------------------------
 
@@ -209,12 +221,13 @@ class ClientQuotaManager:
             client.bound = selection.value
         tenant_sensor = None
         if tenant is not None:
-            bound = self._tenant_bound(tenant)
+            bound, cap = self._tenant_bound(tenant)
             tenant_sensor = self._tenants.get(tenant)
             if tenant_sensor is None:
                 tenant_sensor = self._tenants[tenant] = self._new_sensor(bound)
             else:
                 tenant_sensor.bound = bound
+            tenant_sensor.cap = cap
         h = self._handles[key] = _Handle(client, tenant_sensor, self._epoch)
         return h
 
@@ -284,8 +297,23 @@ class ClientQuotaManager:
         return iter(list(self._tenants.items()))
 
     def tenant_usage(self, now_ms: int) -> dict[str, tuple[float, int | None]]:
-        """tenant -> (rate now, time of its last request) for every tenant with a sensor."""
-        return {t: (s.rate.measure(now_ms), s.last_ms) for t, s in list(self._tenants.items())}
+        """tenant -> (rate used lately, time of its last request) for every tenant with a sensor
+        (the rate over the time its samples cover: a new tenant's burst is not diluted over
+        Kafka's padded window)."""
+        return {t: (s.rate.measure_used(now_ms), s.last_ms) for t, s in list(self._tenants.items())}
+
+    def tenants_muted_since(self, since_ms: int) -> set[str]:
+        """Tenants whose tenant bound (slice or dynamic quota) throttled them at some time after
+        ``since_ms``: their demand is above it."""
+        return {t for t, s in list(self._tenants.items()) if s.muted_until_ms > since_ms}
+
+
+def effective_bound(sensor: Sensor) -> float | None:
+    """The rate a sensor holds its client to: the smaller of its bound and its cap."""
+    bound, cap = sensor.bound, sensor.cap
+    if cap is None:
+        return bound
+    return cap if bound is None else min(bound, cap)
 
 
 # -- the broker's three managers -------------------------------------------------------------------

@@ -131,5 +131,14 @@ class WindowedRate:
         total = self.total(now_ms)
         return total / (self.window_size_ms(now_ms) / 1000.0)
 
+    def measure_used(self, now_ms: int) -> float:
+        """The rate over the time the retained samples really cover (at least one window): what
+        was used lately. Unlike :meth:`measure` a young window is not padded with empty ones
+        (Kafka pads so a first burst is not throttled as measured over a tiny window; a reader
+        of usage wants the burst at its real rate)."""
+        total = self.total(now_ms)
+        elapsed = now_ms - self._oldest(now_ms).start_ms
+        return total / (max(elapsed, self.config.window_ms) / 1000.0)
+
     def __repr__(self) -> str:
         return f"WindowedRate({self.config}, current={self._current}, samples={self._samples})"

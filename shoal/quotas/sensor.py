@@ -25,6 +25,12 @@ gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Two deliberate deviations:
   both are returned (:meth:`Sensor.record`), so Kafka's own value stays exact — e.g. the 2,100 ms
   of ``ClientQuotaManagerTest``'s spike, where the bucket alone asks for 3,600 ms: a spike of
   several windows after a quiet spell is paced instead of let through.
+* Dynamic caps: the broker-wide auto-tuner's dynamic quota (:attr:`Sensor.cap`, not a Kafka
+  concept) is enforced by the pacer alone, with or without smoothing: Kafka's windowed check
+  stays against the configured bound. Measured against a lowered bound, the windowed rate would
+  remember up to ``samples`` windows sent under the old one and mute the client for most of that
+  (cutting 8 MB/s to 2 MB/s mutes for ~33 s); the pacer has one window of memory, so a cap takes
+  effect at once and the client then runs at the cap.
 * Small fetches: Kafka caps a fetch at ``samples - 1`` windows of quota and answers a throttled
   fetch empty (its bytes taken back); with fetches of a window's worth the consumer gets
   0.92-0.95 of its quota. With smoothing a fetch returns at most :data:`FETCH_QUANTUM` of a
@@ -112,19 +118,24 @@ class Sensor:
     smoothing, the time of its last record (for expiry) and throttle-time statistics.
 
     ``bound`` None: unlimited (recorded for metrics, never throttled). ``max_throttle_ms``: the
-    cap of request-time quotas (one window). ``pacing``: smoothing, see the module doc.
+    cap of request-time quotas (one window). ``pacing``: smoothing, see the module doc. ``cap``:
+    a dynamic quota below ``bound``, enforced by the pacer only (None: none). ``muted_until_ms``:
+    the end of the latest throttle this sensor asked for (what a tuner reads to tell a client
+    held by its bound from one that wants less).
     """
 
-    __slots__ = ("rate", "bound", "max_throttle_ms", "pacing", "last_ms", "throttles",
-                 "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
+    __slots__ = ("rate", "bound", "cap", "max_throttle_ms", "pacing", "last_ms", "muted_until_ms",
+                 "throttles", "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
 
     def __init__(self, bound: float | None, config: RateConfig = RateConfig(), *,
                  max_throttle_ms: int | None = None, pacing: bool = False) -> None:
         self.rate = FastRate(config)
         self.bound = bound
+        self.cap: float | None = None
         self.max_throttle_ms = max_throttle_ms
         self.pacing = pacing
         self.last_ms: int | None = None  # last record
+        self.muted_until_ms = 0
         self.throttles = SampledStats(config)
         # The pacer: Kafka's TokenBucket arithmetic (refill at the bound up to one window's
         # worth), inlined for the hot path. _tokens_bound is the bound it was filled at.
@@ -144,15 +155,38 @@ class Sensor:
         rate = self.rate
         rate.record(value, now_ms)
         bound = self.bound
+        cap = self.cap
         if bound is None:
-            return _NONE
-        quota_ms = 0 if rate.under(now_ms, bound) else self.throttle_time_ms(now_ms)
-        if not self.pacing:
-            return (quota_ms, 0) if quota_ms else _NONE
-        tokens = self._take(value, now_ms, bound)
+            if cap is None:
+                return _NONE
+            quota_ms = 0
+        else:
+            quota_ms = 0 if rate.under(now_ms, bound) else self.throttle_time_ms(now_ms)
+        if cap is None:
+            if not self.pacing:
+                return self._throttled(quota_ms, 0, now_ms) if quota_ms else _NONE
+            pace = bound
+        else:
+            pace = cap if (bound is None or not self.pacing or cap < bound) else bound
+        tokens = self._take(value, now_ms, pace)
         if tokens >= 0:
-            return (quota_ms, 0) if quota_ms else _NONE
-        return quota_ms, token_throttle_time_ms(tokens, bound)
+            return self._throttled(quota_ms, 0, now_ms) if quota_ms else _NONE
+        return self._throttled(quota_ms, token_throttle_time_ms(tokens, pace), now_ms)
+
+    @property
+    def pace_bound(self) -> float | None:
+        """The rate the pacer refills at: the smaller of the bound (with smoothing) and the cap."""
+        pace = self.bound if self.pacing else None
+        cap = self.cap
+        if cap is not None and (pace is None or cap < pace):
+            return cap
+        return pace
+
+    def _throttled(self, quota_ms: int, pacing_ms: int, now_ms: int) -> tuple[int, int]:
+        until = now_ms + max(quota_ms, pacing_ms)
+        if until > self.muted_until_ms:
+            self.muted_until_ms = until
+        return quota_ms, pacing_ms
 
     def _take(self, value: float, now_ms: int, bound: float) -> float:
         """TokenBucket.record(value) on the pacer (refill, then take); the tokens left."""
@@ -185,8 +219,9 @@ class Sensor:
     def unrecord(self, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch's bytes, as Kafka does)."""
         self.rate.record(-value, now_ms)
-        if self._tokens_bound is not None and self.bound is not None:
-            self._take(-value, now_ms, self.bound)
+        pace = self.pace_bound
+        if self._tokens_bound is not None and pace is not None:
+            self._take(-value, now_ms, pace)
 
     def throttle_time_ms(self, now_ms: int) -> int:
         """Kafka's throttle now, without recording (0 unless the rate exceeds the bound)."""
@@ -203,13 +238,16 @@ class Sensor:
 
     def max_value_in_quota_window(self, now_ms: int) -> float:
         """Kafka's ``getMaxValueInQuotaWindow`` (bound x (samples - 1) windows), with smoothing
-        :data:`FETCH_QUANTUM` of a window; caps what one fetch may return."""
-        bound = self.bound
-        if bound is None:
-            return math.inf
+        :data:`FETCH_QUANTUM` of a window; caps what one fetch may return. A cap (paced) allows
+        :data:`FETCH_QUANTUM` of a window of the cap."""
         cfg = self.rate.config
-        windows = FETCH_QUANTUM if self.pacing else cfg.samples - 1
-        return bound * windows * (cfg.window_ms / 1000.0)
+        window_s = cfg.window_ms / 1000.0
+        most = math.inf
+        if self.bound is not None:
+            most = self.bound * (FETCH_QUANTUM if self.pacing else cfg.samples - 1) * window_s
+        if self.cap is not None:
+            most = min(most, self.cap * FETCH_QUANTUM * window_s)
+        return most
 
 
 class SampledStats:

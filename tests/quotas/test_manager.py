@@ -213,7 +213,53 @@ def test_dynamic_tenant_quota_lowers_the_bound() -> None:
     assert m.quota(tid, "u", "c") == (None, 1000)
     now = 1_700_000_000_000
     m.record(tid, "u", "c", 700, now)
-    assert m.tenant_usage(now)[tid] == (70.0, now)  # 700 B over the padded 10 s window
+    assert m.tenant_usage(now)[tid] == (700.0, now)  # 700 B in the first window: not padded
+    m.record(tid, "u", "c", 1400, now + 2500)
+    assert m.tenant_usage(now + 3000)[tid] == (700.0, now + 2500)  # 2100 B over the 3 s covered
+
+
+def greedy(m, tenant: str, start_ms: int, seconds: int, chunk: int) -> list[int]:
+    """A client that sends ``chunk`` bytes whenever it is not muted: bytes sent per second."""
+    sent = [0] * seconds
+    muted_until = start_ms
+    for now in range(start_ms, start_ms + seconds * 1000):
+        if now >= muted_until:
+            sent[(now - start_ms) // 1000] += chunk
+            muted_until = now + m.record_and_get_throttle_ms(tenant, "u", "c", chunk, now)
+    return sent
+
+
+def test_a_dynamic_quota_is_paced_at_once_without_the_windows_memory() -> None:
+    """Cut from 8000 to 2000 B/s after 3 s at 8000 B/s, a greedy client runs at 2000 B/s from the
+    next second on. Checked against the 11 s window, the 24,000 B sent under the old quota would
+    mute it for seconds (Kafka: (O - T) / T x W)."""
+    tid = "lkc-aaaaaa"
+    m = produce_manager({(("tenant", tid),): {"producer_byte_rate": 8000}}, pacing=True)
+    now = 1_700_000_000_000
+    assert greedy(m, tid, now, 3, 100)[1:] == [8000, 8000]
+    m.set_dynamic_tenant_quota(tid, 2000)
+    assert m.quota(tid, "u", "c") == (None, 2000)
+    sent = greedy(m, tid, now + 3000, 10, 100)
+    assert sent[1:] == [2000] * 9, sent
+    assert sum(sent) <= 2000 * 10 + 2000  # at most one window of the cap ahead
+    # request time has no pacer: there the dynamic quota lowers Kafka's (bounded) bound
+    r = ClientQuotaManager(QuotaType.REQUEST, node_id=1)
+    r.update(image({(("tenant", tid),): {"request_percentage": 50}}))
+    r.set_dynamic_tenant_quota(tid, 20)
+    assert r.quota(tid, "u", "c") == (None, 20)
+    assert r._handle(tid, "u", "c").tenant.cap is None
+
+
+def test_tenants_muted_since_names_tenants_held_by_their_bound() -> None:
+    m = produce_manager({(("tenant", "lkc-aaaaaa"),): {"producer_byte_rate": 1000},
+                         (("tenant", "lkc-bbbbbb"),): {"producer_byte_rate": 1000}}, pacing=True)
+    now = 1_700_000_000_000
+    m.record("lkc-aaaaaa", "u", "c", 500, now)  # within
+    _, pacing_ms = m.record("lkc-bbbbbb", "u", "c", 3000, now)  # 2000 B beyond a full pacer
+    assert pacing_ms == 2000
+    assert m.tenants_muted_since(now) == {"lkc-bbbbbb"}
+    assert m.tenants_muted_since(now + 1999) == {"lkc-bbbbbb"}
+    assert m.tenants_muted_since(now + 2000) == set()
 
 
 def test_fetch_cap_and_unrecord() -> None:
