@@ -33,7 +33,9 @@ that are gone expire and the group rebalances (or becomes Empty). Offsets come b
 Tenancy: the coordinator knows only physical names (a tenant's group ``g`` is ``lkc-3f9a2c_g``; the
 handlers translate). When a tenant leaves the metadata image, its groups are deleted with their
 offsets, whatever their state (:meth:`delete_tenant_groups`); a partition loaded later drops those
-of tenants that no longer exist.
+of tenants that no longer exist. When a topic is renamed (a KIP-37 move: same topic id, new name),
+its committed offsets move to the new name, durably (:meth:`follow_renamed_topics`); a load moves
+those a crash or a missed change left under a name the image lists as former (``renamed_topics``).
 
 Everything runs on the event loop that called :meth:`start`; the log replay runs in a worker
 thread. Not thread-safe.
@@ -53,11 +55,12 @@ Deliberate deviations from Kafka:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Container, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, Sequence
 
 from shoal.clock import Clock
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
@@ -81,6 +84,7 @@ from shoal.groups.records import (
 )
 from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
 from shoal.groups.timer import Timer
+from shoal.metadata import former_topic_names, topic_renames
 from shoal.protocol.errors import ErrorCode
 from shoal.server.purgatory import Purgatory
 
@@ -283,10 +287,16 @@ class GroupCoordinator:
         for p in sorted(owned - set(self._owned)):
             self.start_loading(p)
         if old is not None:
+            renames = topic_renames(old, new)  # tenancy: KIP-37 moves; their offsets follow
+            if renames:
+                self.follow_renamed_topics(renames)
             gone = [
                 name for name, t in old.topics.items()
-                if name != OFFSETS_TOPIC and (new.topics.get(name) is None or new.topics[name].topic_id != t.topic_id)
+                if name != OFFSETS_TOPIC and name not in renames
+                and (new.topics.get(name) is None or new.topics[name].topic_id != t.topic_id)
             ]
+            # offsets a move left under a former name (see follow_renamed_topics) of a deleted topic
+            gone += [n for n, tid in old.renamed_topics.items() if tid not in new.topics_by_id and n not in new.topics]
             if gone:
                 self.on_topics_deleted(gone)
             if old.tenants is not new.tenants and not set(old.tenants) <= set(new.tenants):
@@ -338,6 +348,9 @@ class GroupCoordinator:
         owned.status = PartitionStatus.ACTIVE
         if self._broker is not None:  # tenancy: groups of tenants deleted while we did not own them
             self.delete_tenant_groups(self._broker.metadata.image.tenants, [partition])
+            # tenancy: offsets of topics moved while this partition was not loaded, or just
+            # before a crash, follow them now
+            self.follow_renamed_topics(former_topic_names(self._broker.metadata.image), [partition])
         n_groups = sum(1 for g in self.groups.values() if g.partition == partition)
         if loaded.records or n_groups:
             log.info(
@@ -468,17 +481,19 @@ class GroupCoordinator:
             return res
         return await self._committed(partition, *res)
 
-    def persist(self, partition: int, records: Sequence[Record], on_done: Callable[[ErrorCode], None]) -> None:
-        """Append now; call ``on_done(error)`` on the loop once the records are committed (or not)."""
+    def persist(self, partition: int, records: Sequence[Record], on_done: Callable[[ErrorCode], None]) -> int | None:
+        """Append now; call ``on_done(error)`` on the loop once the records are committed (or not).
+        Returns the log offset after the records, None when the append failed."""
         res = self._append(partition, records)
         if isinstance(res, ErrorCode):
             asyncio.get_running_loop().call_soon(on_done, res)
-            return
+            return None
 
         async def wait(end: int, epoch: int) -> None:
             on_done(await self._committed(partition, end, epoch))
 
         self._spawn(wait(*res))
+        return res[0]
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -636,20 +651,21 @@ class GroupCoordinator:
             return results
         end, epoch = res
         base = end - len(records)
-        for n, (_, _, c) in enumerate(accepted):
-            self.offsets.add_pending(group_id, c.topic, c.partition, base + n)
+        for n, (_, om, c) in enumerate(accepted):
+            self.offsets.add_pending(group_id, c.topic, c.partition, base + n, dataclasses.replace(om, record_offset=base + n))
+        stored = False
         try:
             err = await self._committed(group.partition, end, epoch)
+            if err == ErrorCode.none and self.groups.get(group_id) is group:
+                # Stored while still pending: a tombstone written meanwhile (OffsetDelete, a
+                # renamed topic's move) keeps its floor until done_pending, so nothing resurrects.
+                stored = True
+                for n, (_, om, c) in enumerate(accepted):
+                    self.offsets.put(group_id, c.topic, c.partition, dataclasses.replace(om, record_offset=base + n))
         finally:
             for n, (_, _, c) in enumerate(accepted):
                 self.offsets.done_pending(group_id, c.topic, c.partition, base + n)
-        if err == ErrorCode.none and self.groups.get(group_id) is group:
-            for n, (_, om, c) in enumerate(accepted):
-                self.offsets.put(
-                    group_id, c.topic, c.partition,
-                    OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata, om.commit_timestamp, om.expire_timestamp, base + n),
-                )
-        elif created:
+        if not stored and created:
             self.maybe_drop_unused_group(group)
         self._commit_waiters.notify(group_id)
         if err != ErrorCode.none:
@@ -930,3 +946,58 @@ class GroupCoordinator:
         for partition, records in by_partition.items():
             log.info("%s-%d: %d offsets of deleted topics removed", OFFSETS_TOPIC, partition, len(records))
             self.persist(partition, records, lambda code: None)
+
+    def follow_renamed_topics(self, renames: Mapping[str, str], partitions: Iterable[int] | None = None) -> int:
+        """Move the committed offsets of topics renamed ``old`` -> ``renames[old]`` (KIP-37 moves)
+        to the new names, in the active partitions (or only ``partitions``); returns how many
+        (group, topic, partition) offsets moved.
+
+        One batch per partition of ``__consumer_offsets`` (a replay sees all of it or none): for
+        each key under an old name, a commit record under the new name carrying the old key's last
+        record as it was (offset, leader epoch, metadata, commit and expire timestamps; a commit
+        still in flight counts, as a replay would apply it), then a tombstone for the old key. A
+        later record already under the new name (a commit made after the move) wins: the old key
+        only gets its tombstone. Memory changes at once, so OffsetFetch of the new name answers the
+        moved offsets from the moment the metadata change is seen. Idempotent: nothing is left
+        under the old name afterwards. Called when the metadata image renames a topic (same topic
+        id), and after each load with the image's former names (``renamed_topics``), for a rename
+        this node missed: a crash between the metadata change and this batch, or a partition that
+        was loading or led elsewhere."""
+        if not renames:
+            return 0
+        wanted = None if partitions is None else set(partitions)
+        by_partition: dict[int, list[tuple[str, str, int]]] = {}
+        for gid, topic, p in self.offsets.keys_of_topics(renames):
+            group = self.groups.get(gid)
+            owned = self._owned.get(group.partition) if group is not None else None
+            if owned is None or owned.status is not PartitionStatus.ACTIVE or (wanted is not None and group.partition not in wanted):
+                continue
+            by_partition.setdefault(group.partition, []).append((gid, topic, p))
+        moved = 0
+        for partition, keys in by_partition.items():
+            # Tombstones first, then the new keys: right for chains and swaps of names too.
+            records: list[Record] = [(offset_commit_key(gid, old, p), None) for gid, old, p in keys]
+            puts: list[tuple[int, str, str, int, OffsetAndMetadata]] = []
+            for gid, old, p in keys:
+                new = renames[old]
+                value = self.offsets.latest(gid, old, p)
+                current = None if new in renames else self.offsets.latest(gid, new, p)
+                if value is not None and (current is None or value.record_offset > current.record_offset):
+                    puts.append((len(records), gid, new, p, value))
+                    records.append((offset_commit_key(gid, new, p), encode_offset_commit_value(OffsetCommitValue(
+                        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp))))
+            end = self.persist(partition, records, lambda code, p=partition: code == ErrorCode.none or log.warning(
+                "offsets of renamed topics in %s-%d not written: %s", OFFSETS_TOPIC, p, code.name))
+            if end is None:
+                continue  # not the coordinator any more: the next load of the partition moves them
+            base = end - len(records)
+            for i, (gid, old, p) in enumerate(keys):
+                self.offsets.remove(gid, old, p, base + i)
+            for i, gid, new, p, value in puts:
+                self.offsets.put(gid, new, p, dataclasses.replace(value, record_offset=base + i))
+            moved += len(puts)
+            log.info(
+                "%s-%d: %d committed offsets follow renamed topics (%s)", OFFSETS_TOPIC, partition, len(puts),
+                ", ".join(f"{o} -> {renames[o]}" for o in sorted({k[1] for k in keys})),
+            )
+        return moved

@@ -3,10 +3,14 @@
 An offset enters the store only once its record is in ``__consumer_offsets`` and committed (the
 high watermark passed it); until then the commit is *pending*, which OffsetFetch with
 ``require_stable`` and offset expiry take into account. Two commits of one partition in flight at
-once are applied in log order (``record_offset``), whatever order their waits finish in.
+once are applied in log order (``record_offset``), whatever order their waits finish in. A pending
+commit's value is kept too: moving a renamed topic's offsets (KIP-37) carries the latest record of
+each partition, committed or still in flight, as a replay of the log would.
 """
 
 from __future__ import annotations
+
+from typing import Container
 
 from shoal.groups.group import OffsetAndMetadata
 
@@ -16,8 +20,8 @@ TopicPartition = tuple[str, int]
 class OffsetStore:
     def __init__(self) -> None:
         self._offsets: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
-        # Log offsets of commits in flight, per (group, topic, partition).
-        self._pending: dict[tuple[str, str, int], list[int]] = {}
+        # Commits in flight, per (group, topic, partition): log offset -> value (None: unknown).
+        self._pending: dict[tuple[str, str, int], dict[int, OffsetAndMetadata | None]] = {}
         # A tombstone written after commits that are still in flight: those must not resurrect
         # the offset when their wait ends (kept only while such commits exist).
         self._floor: dict[tuple[str, str, int], int] = {}
@@ -49,6 +53,24 @@ class OffsetStore:
     def pending_keys(self, group: str) -> list[TopicPartition]:
         """(topic, partition) of the group's commits in flight."""
         return [(t, p) for g, t, p in self._pending if g == group]
+
+    def latest(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        """The value of the partition's last record in the log: its commit still in flight with
+        the highest ``record_offset`` if later than the committed offset, else the committed one."""
+        out = self.get(group, topic, partition)
+        for value in self._pending.get((group, topic, partition), {}).values():
+            if value is not None and (out is None or value.record_offset > out.record_offset):
+                out = value
+        return out
+
+    def keys_of_topics(self, topics: Container[str]) -> list[tuple[str, str, int]]:
+        """(group, topic, partition) of every offset, committed or in flight, of ``topics``."""
+        keys = {
+            (g, t, p): None
+            for g, by_topic in self._offsets.items() for t, parts in by_topic.items() if t in topics for p in parts
+        }
+        keys.update((k, None) for k in self._pending if k[1] in topics)
+        return list(keys)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -87,18 +109,17 @@ class OffsetStore:
         topics = self._offsets.pop(group, {})
         return [(t, p) for t, parts in topics.items() for p in parts]
 
-    def add_pending(self, group: str, topic: str, partition: int, record_offset: int) -> None:
-        self._pending.setdefault((group, topic, partition), []).append(record_offset)
+    def add_pending(
+        self, group: str, topic: str, partition: int, record_offset: int, value: OffsetAndMetadata | None = None
+    ) -> None:
+        self._pending.setdefault((group, topic, partition), {})[record_offset] = value
 
     def done_pending(self, group: str, topic: str, partition: int, record_offset: int) -> None:
         key = (group, topic, partition)
         offsets = self._pending.get(key)
         if offsets is None:
             return
-        try:
-            offsets.remove(record_offset)
-        except ValueError:
-            pass
+        offsets.pop(record_offset, None)
         if not offsets:
             del self._pending[key]
             self._floor.pop(key, None)

@@ -172,9 +172,34 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # tenancy (KIP-37 moves): former physical name -> topic id, for topics renamed by
+    # ``rename_topic``, while that topic exists and no topic has the name again. The group
+    # coordinator moves committed offsets still under a former name (a crash, or a partition of
+    # __consumer_offsets not loaded when the rename happened) when it loads them.
+    renamed_topics: Mapping[str, uuid.UUID] = field(default_factory=lambda: MappingProxyType({}))
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
+
+
+def topic_renames(old: MetadataImage, new: MetadataImage) -> dict[str, str]:
+    """Old name -> new name of the topics ``new`` holds under another name (same topic id)."""
+    out = {}
+    for topic_id, topic in new.topics_by_id.items():
+        prev = old.topics_by_id.get(topic_id)
+        if prev is not None and prev.name != topic.name:
+            out[prev.name] = topic.name
+    return out
+
+
+def former_topic_names(image: MetadataImage) -> dict[str, str]:
+    """Former name -> current name of every renamed topic the image remembers
+    (``renamed_topics``; a name taken again by another topic is not former any more)."""
+    return {
+        name: image.topics_by_id[topic_id].name
+        for name, topic_id in image.renamed_topics.items()
+        if name not in image.topics and topic_id in image.topics_by_id
+    }
 
 
 class MetadataStore(abc.ABC):
@@ -323,7 +348,8 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def rename_topic(self, old: str, new: str) -> TopicInfo:
-        """Rename a topic, keeping its id, partitions and configs (namespace moves)."""
+        """Rename a topic, keeping its id, partitions and configs (namespace moves); the old
+        name goes into the image's ``renamed_topics`` in the same change."""
 
     # -- ACLs and client quotas -------------------------------------------------------------
 

@@ -411,6 +411,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 }),
                 "acls": tuple(_acl_from_json(a) for a in doc.get("acls", [])),
                 "client_quotas": MappingProxyType(_quotas_from_json(doc.get("client_quotas", []))),
+                "renamed_topics": MappingProxyType({
+                    str(n): uuid.UUID(str(i)) for n, i in doc.get("renamed_topics", {}).items()
+                }),
             }
         except MetadataError:
             raise
@@ -661,7 +664,8 @@ class EmbeddedMetadataStore(MetadataStore):
             new = dataclasses.replace(topic, name=new_name)
             topics = {n: t for n, t in old.topics.items() if n != old_name}
             topics[new_name] = new
-            await self._publish(old, topics=topics)
+            renamed = {**old.renamed_topics, old_name: topic.topic_id}  # tenancy: offsets follow
+            await self._publish(old, topics=topics, renamed_topics=renamed)
             return new
 
     # ACLs and client quotas
@@ -872,7 +876,9 @@ class EmbeddedMetadataStore(MetadataStore):
         **other: Any,
     ) -> MetadataImage:
         """Publish ``old`` with the given parts replaced. ``other`` names further image fields
-        (``tenant_admins``, ``namespaces``, ``acls``, ``client_quotas``), stored as given."""
+        (``tenant_admins``, ``namespaces``, ``acls``, ``client_quotas``, ``renamed_topics``),
+        stored as given; ``renamed_topics`` keeps only names of topics that still exist under
+        another name."""
         new = self._make_image(
             old.cluster_id,
             old.brokers if brokers is None else brokers,
@@ -889,6 +895,10 @@ class EmbeddedMetadataStore(MetadataStore):
             namespaces=MappingProxyType(dict(other.pop("namespaces", old.namespaces))),
             acls=tuple(other.pop("acls", old.acls)),
             client_quotas=MappingProxyType(dict(other.pop("client_quotas", old.client_quotas))),
+            renamed_topics=MappingProxyType({
+                n: i for n, i in other.pop("renamed_topics", old.renamed_topics).items()
+                if i in new.topics_by_id and n not in new.topics
+            }),
         )
         if other:
             raise TypeError(f"unknown image fields {sorted(other)}")
@@ -921,6 +931,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "namespaces": {n: dict(sorted(ns.configs.items())) for n, ns in sorted(image.namespaces.items())},
             "acls": [_acl_to_json(a) for a in image.acls],
             "client_quotas": _quotas_to_json(image.client_quotas),
+            "renamed_topics": {n: str(i) for n, i in sorted(image.renamed_topics.items())},
         }
         data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
         try:

@@ -3,7 +3,8 @@ consumed by confluent-kafka, aiokafka and kcat; kafka-python refuses ':' before 
 (its ``kafka.util.ensure_valid_topic_name``, a copy of the Java client's ``Topic.validate``);
 config inheritance (namespace -> parents -> tenant default -> broker) seen through confluent-kafka's
 describe_configs and applied by the broker's logs; a move that keeps data readable under the new
-name, across a restart and when the broker was down during the move; recursive delete through
+name, across a restart and when the broker was down during the move, with the committed offsets of
+a consumer group following it (also when the coordinator missed the move); recursive delete through
 ``shoal namespaces``; the tenant's create-topic policy.
 
 (Named test_kip37_namespaces.py: tests/tenancy/test_namespaces.py holds the pure tests, and two
@@ -21,7 +22,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -354,6 +355,103 @@ def test_move_while_the_broker_is_down_is_finished_at_start(cluster, ns):
     cluster.edit_metadata(rename)
     assert read(a, new, 2) == [b"one", b"two"]
     assert "renamed while the broker was down" in cluster.broker.log_text()
+
+
+def group_consumer(t: Tenant, group: str) -> Consumer:
+    return Consumer({**t.conf(), "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 100})
+
+
+def poll_values(c: Consumer, expected: int, linger: float = 1.0, timeout: float = 30.0) -> list[bytes]:
+    """Poll until ``expected`` messages, then ``linger`` seconds more (anything beyond is a bug)."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+    end = time.monotonic() + linger
+    while time.monotonic() < end:
+        m = c.poll(0.1)
+        if m is not None and not m.error():
+            got.append(m.value())
+    return got
+
+
+def committed(t: Tenant, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offsets (OffsetFetch), -1001 (OFFSET_INVALID) for none."""
+    c = group_consumer(t, group)
+    try:
+        return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=OP_TIMEOUT)]
+    finally:
+        c.close()
+
+
+def test_committed_offsets_follow_a_move(cluster, ns):
+    """A group that consumed part of payments:eu:orders resumes payments:us:orders after a move
+    exactly where it stopped (nothing twice, nothing lost), also after a SIGKILL and restart."""
+    a = cluster.a
+    old, new, group = f"{ns}:eu:orders", f"{ns}:us:orders", f"g-{ns}"
+    status, body = a.broker.http("POST", f"/v1/tenants/{a.tenant_id}/namespaces", {"name": f"{ns}:us"})
+    assert status == 201, body
+    create(a, old, partitions=2)
+    values = [b"o%d" % i for i in range(40)]
+    assert produce(a, old, values) == []
+    c = group_consumer(a, group)
+    c.subscribe([old])
+    first = poll_values(c, 15, linger=0)
+    c.commit(asynchronous=False)
+    before = [tp.offset for tp in c.committed([TopicPartition(old, p) for p in (0, 1)], timeout=OP_TIMEOUT)]
+    c.close()
+    assert len(first) == 15 and sum(max(o, 0) for o in before) == 15, before  # -1001: none yet
+
+    r = shoal(cluster, "namespaces", "move", "--tenant", a.tenant_id, "--topic", old, "--to-namespace", f"{ns}:us")
+    assert r.returncode == 0, r.stderr
+    assert committed(a, group, new, 2) == before
+    assert committed(a, group, old, 2) == [OFFSET_INVALID] * 2  # the old name is gone with its offsets
+
+    c = group_consumer(a, group)
+    c.subscribe([new])
+    rest = poll_values(c, 25)
+    c.commit(asynchronous=False)
+    c.close()
+    assert sorted(first + rest) == sorted(values)  # resumed exactly: no duplicates, nothing lost
+    assert sum(committed(a, group, new, 2)) == 40
+
+    cluster.broker.kill9()  # the moved offsets are in __consumer_offsets, not only in memory
+    assert sum(committed(a, group, new, 2)) == 40
+    assert committed(a, group, old, 2) == [OFFSET_INVALID] * 2
+
+
+def test_offsets_follow_a_move_the_coordinator_missed(cluster, ns):
+    """The metadata says the topic moved, __consumer_offsets still has the offsets under the old
+    name (the broker was down, or crashed before writing them): loading the partition moves them
+    by the image's former names, durably."""
+    a = cluster.a
+    old, new, group = f"{ns}:eu:missed", f"{ns}:missed", f"g-{ns}"
+    create(a, old, partitions=2)
+    assert produce(a, old, [b"m%d" % i for i in range(10)]) == []
+    c = group_consumer(a, group)
+    c.subscribe([old])
+    first = poll_values(c, 10)
+    c.commit(asynchronous=False)
+    c.close()
+    assert len(first) == 10
+
+    async def rename(store) -> None:
+        await store.rename_topic(a.prefix + old, a.prefix + new)
+
+    cluster.edit_metadata(rename)
+    assert sum(committed(a, group, new, 2)) == 10
+    assert "committed offsets follow renamed topics" in cluster.broker.log_text()
+    cluster.broker.restart()  # written back: a second load finds them under the new name
+    assert sum(committed(a, group, new, 2)) == 10
+    assert committed(a, group, old, 2) == [OFFSET_INVALID] * 2
+    assert produce(a, new, [b"after"]) == []
+    c = group_consumer(a, group)
+    c.subscribe([new])
+    assert poll_values(c, 1) == [b"after"]
+    c.close()
 
 
 def test_recursive_delete(cluster, ns):

@@ -167,6 +167,24 @@ class TestContract:
         with pytest.raises(MetadataError):
             await store.update_partition("a", 5, leader=1)
 
+    async def test_rename_remembers_former_names_while_they_mean_the_topic(self, store):
+        from shoal.metadata import former_topic_names
+
+        t = await store.create_topic("a", [(1,)], {})
+        await store.rename_topic("a", "b")
+        await store.rename_topic("b", "c")
+        assert dict(store.image.renamed_topics) == {"a": t.topic_id, "b": t.topic_id}
+        assert former_topic_names(store.image) == {"a": "c", "b": "c"}
+        if isinstance(store, EmbeddedMetadataStore):
+            store = await reopen(store)  # durable
+        assert former_topic_names(store.image) == {"a": "c", "b": "c"}
+        await store.rename_topic("c", "a")  # back to a former name: not former any more
+        assert former_topic_names(store.image) == {"b": "a", "c": "a"}
+        await store.create_topic("b", [(1,)], {})  # the name is taken again by another topic
+        assert former_topic_names(store.image) == {"c": "a"}
+        await store.delete_topic("a")
+        assert dict(store.image.renamed_topics) == {}
+
 
 class TestPersistence:
     async def test_restart_keeps_everything(self, tmp_path):
