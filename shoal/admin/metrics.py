@@ -15,6 +15,10 @@ name                                        labels                      value
 ``shoal_tenant_<type>_quota``               tenant                      this broker's bound on the tenant
 ``shoal_broker_<type>_byte_rate`` ...       (none)                      broker-wide usage
 ``shoal_request_exempt_request_time``       (none)                      time of exempt requests
+``shoal_tenant_<type>_dynamic_quota``       tenant                      the auto-tuner's dynamic quota
+``shoal_broker_<type>_byte_rate_limit``     (none)                      broker-wide limit (when set)
+``shoal_broker_<type>_autotune_engaged``    (none)                      1 while tenant quotas are tuned
+``shoal_broker_request_quota``              (none)                      broker-wide request quota (%)
 ==========================================  ==========================  =================================
 
 Labels are Kafka's metric tags: ``user``/``client_id`` are "" where the quota's level has none
@@ -29,6 +33,7 @@ Throttle times are 0 (not NaN) while nothing was throttled in the window.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -85,6 +90,24 @@ def quota_metric_values(managers: QuotaManagers, now_ms: int) -> Iterator[tuple[
         managers.exempt_sensor.rate.measure(now_ms)
 
 
+def protection_metric_values(protection: Any) -> Iterator[tuple[str, str, Mapping[str, str], float]]:
+    """Broker-wide limits and the auto-tuner's state (``broker.protection``,
+    shoal.quotas.autotune.BrokerProtection); nothing before the broker started it."""
+    if protection is None:
+        return
+    for kind in ("produce", "fetch"):
+        tuner = getattr(protection, kind)
+        if tuner.limited:
+            yield f"shoal_broker_{kind}_byte_rate_limit", \
+                f"broker-wide {kind} bandwidth limit of all tenants together (bytes per second)", {}, tuner.limit
+        yield f"shoal_broker_{kind}_autotune_engaged", \
+            f"1 while tenant {kind} quotas are auto-tuned under the broker-wide limit", {}, float(tuner.engaged)
+    if protection.request_quota.value is not None:
+        yield "shoal_broker_request_quota", \
+            "broker-wide request quota: capacity minus exempt time, lowered while the queue is long " \
+            "(percent of one thread's time)", {}, protection.request_quota.value
+
+
 class QuotaCollector:
     """A prometheus_client collector reading the broker's quota managers at scrape time."""
 
@@ -93,7 +116,9 @@ class QuotaCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families: dict[str, GaugeMetricFamily] = {}
-        for name, doc, labels, value in quota_metric_values(self.broker.quotas, self.broker.clock.now_ms()):
+        samples = itertools.chain(quota_metric_values(self.broker.quotas, self.broker.clock.now_ms()),
+                                  protection_metric_values(getattr(self.broker, "protection", None)))
+        for name, doc, labels, value in samples:
             keys = sorted(labels)
             fam = families.get(name)
             if fam is None:

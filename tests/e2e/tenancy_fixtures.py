@@ -34,6 +34,7 @@ import json
 import shutil
 import sys
 import tempfile
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -229,3 +230,19 @@ def tenant_cluster(overrides: dict[str, str] | None = None, broker_class: type[T
 def tenants():
     """Two tenants on one SASL_PLAINTEXT + PLAINTEXT broker (see the module docstring)."""
     yield from tenant_cluster()
+
+
+def metrics(cluster: TenantCluster) -> str:
+    """The broker's Prometheus text (its ``shoal.metrics.listener`` must be set)."""
+    url = cluster.broker.overrides["shoal.metrics.listener"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode()
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """One sample of ``name`` with exactly ``labels`` from Prometheus text, None if absent."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return None

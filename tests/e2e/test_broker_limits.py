@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shoal.client import AdminClient as ShoalAdmin
-from tenancy_fixtures import tenant_cluster
+from broker_process import free_port
+from tenancy_fixtures import metric, metrics, tenant_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_fairness import produce_flat_out  # noqa: E402  (the benchmark's greedy producer)
@@ -30,6 +31,7 @@ def cluster():
     yield from tenant_cluster({
         "shoal.broker.produce.byte.rate.limit": str(LIMIT),
         "shoal.quota.autotune.interval.ms": "1000",
+        "shoal.metrics.listener": f"http://127.0.0.1:{free_port()}",
     })
 
 
@@ -51,6 +53,8 @@ def test_four_saturating_tenants_settle_on_weighted_shares_within_the_limit(clus
     t0 = time.monotonic()
     with ThreadPoolExecutor(len(tenants)) as pool:
         futures = {t.tenant_id: pool.submit(produce_flat_out, t.conf(), "load", seconds, 10_000, t0) for t in tenants}
+        time.sleep(max(0.0, t0 + seconds / 2 - time.monotonic()))
+        text = metrics(cluster)  # mid-run: the tuner's state on the Prometheus endpoint
         series = {k: f.result(seconds + 60) for k, f in futures.items()}
     # The tuner engages within a couple of its 1 s intervals, and the dynamic quotas take effect
     # at once (paced): from second 5 on the rates are the shares. librdkafka sends 1 MB requests,
@@ -63,6 +67,10 @@ def test_four_saturating_tenants_settle_on_weighted_shares_within_the_limit(clus
     shares = [r / w for r, w in zip(rates, weights)]
     jain = sum(shares) ** 2 / (len(shares) * sum(x * x for x in shares))
     assert jain >= 0.99, (jain, tail, per_second)
+    assert metric(text, "shoal_broker_produce_byte_rate_limit") == LIMIT
+    assert metric(text, "shoal_broker_produce_autotune_engaged") == 1
+    dynamic = [metric(text, "shoal_tenant_produce_dynamic_quota", tenant=t.tenant_id) for t in tenants]
+    assert dynamic == pytest.approx([0.1 * w * LIMIT for w in weights], rel=1e-6), text
     assert 0.9 * LIMIT <= sum(rates) <= 1.1 * LIMIT, (tail, per_second)
     # no oscillation: after the first seconds nobody is muted for long or let through in a burst
     # (one 1 MB request at 0.6 MB/s is muted 1.7 s; a burst at the configured 8 MB/s would show)

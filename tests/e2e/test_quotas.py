@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import REPO, free_port
-from tenancy_fixtures import tenant_cluster
+from tenancy_fixtures import metric, metrics, tenant_cluster
 
 QUOTA = 1_000_000  # bytes per second
 RUN_S = 20.0
@@ -90,20 +90,6 @@ def greedy_producer(conf: dict[str, Any], topic: str, seconds: float, stop: thre
     p.purge(in_queue=True)
     p.flush(5)
     return delivered
-
-
-def metrics(cluster) -> str:
-    url = cluster.broker.overrides["shoal.metrics.listener"] + "/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return resp.read().decode()
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(name + " ")):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 # -- enforcement with real clients ----------------------------------------------------------------
@@ -358,8 +344,17 @@ def test_quotas_survive_a_restart_and_still_hold(cluster, tmp_path) -> None:
 
 
 def test_metrics_endpoint(cluster) -> None:
+    topic = new_topic(cluster.a.conf(), "metrics-topic")
+    p = Producer({**cluster.a.conf(), "client.id": "metrics-app"})
+    p.produce(topic, b"x" * 1000)
+    assert p.flush(10) == 0
     text = metrics(cluster)
     assert "# TYPE shoal_produce_byte_rate gauge" in text
+    # the tenant's producer has a series of its own (Kafka's tags: user and client id)
+    assert [line for line in text.splitlines() if line.startswith("shoal_produce_byte_rate{")
+            and f'tenant="{cluster.a.tenant_id}"' in line and float(line.rsplit(" ", 1)[1]) > 0]
+    assert metric(text, "shoal_broker_produce_autotune_engaged") == 0  # no broker-wide limit here
+    assert metric(text, "shoal_broker_produce_byte_rate_limit") is None
     assert metric(text, "shoal_broker_produce_byte_rate") is not None
     assert metric(text, "shoal_request_exempt_request_time") is not None
     bad = cluster.broker.overrides["shoal.metrics.listener"] + "/nope"
