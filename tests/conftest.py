@@ -23,13 +23,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Property tests explore fresh random inputs on every developer run; CI (CI=true) replays a fixed
-# derandomized sequence so a submission's result does not depend on the draw.
-settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# derandomized sequence, without an example database, so a submission's result does not depend
+# on the draw. Neither times the examples: a property is about results, and Hypothesis's default
+# 200 ms deadline per example (and its too_slow health check) fail a test when one example is slow
+# on a busy machine; hangs are bounded by pytest-timeout. Stated here, not inherited: Hypothesis's
+# own "ci" profile has the same, but only where Hypothesis itself detects a CI environment.
+settings.register_profile("shoal", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", settings.get_profile("shoal"), derandomize=True, database=None)
+settings.load_profile("ci" if os.environ.get("CI") else "shoal")
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # plain `pytest` without an installed shoal

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import REPO, free_port
+from e2e_helpers import OP_TIMEOUT
 from tenancy_fixtures import metric, metrics, tenant_cluster
 
 QUOTA = 1_000_000  # bytes per second
@@ -66,7 +67,10 @@ def rate(events: list[tuple[float, int]], start: float, end: float) -> float:
 
 def greedy_producer(conf: dict[str, Any], topic: str, seconds: float, stop: threading.Event | None = None,
                     offered: float | None = None) -> list[tuple[float, int]]:
-    """Produce VALUE as fast as librdkafka takes it (or at ``offered`` B/s); delivery times."""
+    """Produce VALUE as fast as librdkafka takes it (or at ``offered`` B/s) for ``seconds`` from
+    the first delivery on; delivery times. The run is timed from the first delivery, as
+    :func:`rate` is: connecting and fetching metadata take longer on a slow machine, and a run
+    timed from the start would end before the measured window does, its tail counted as idle."""
     delivered: list[tuple[float, int]] = []
 
     def on_delivery(err, msg) -> None:
@@ -76,7 +80,15 @@ def greedy_producer(conf: dict[str, Any], topic: str, seconds: float, stop: thre
     p = Producer({**conf, "linger.ms": 5, "batch.size": 65536, "queue.buffering.max.kbytes": 8192})
     t0 = time.monotonic()
     sent = 0
-    while time.monotonic() - t0 < seconds and not (stop and stop.is_set()):
+
+    def running() -> bool:
+        if delivered:
+            return time.monotonic() < delivered[0][0] + seconds
+        if time.monotonic() > t0 + OP_TIMEOUT:
+            raise AssertionError(f"nothing delivered to {topic} in {OP_TIMEOUT} s")
+        return True
+
+    while running() and not (stop and stop.is_set()):
         if offered is not None and sent >= offered * (time.monotonic() - t0):
             p.poll(0.005)
             continue
@@ -180,17 +192,20 @@ def test_a_tenant_within_its_quota_keeps_its_throughput_while_another_floods(clu
     seconds, offered = 8.0, 500_000
     stop = threading.Event()
     flood: list[tuple[float, int]] = []
-    flooder = threading.Thread(target=lambda: flood.extend(greedy_producer(b.conf(), topic_b, seconds + 2, stop)))
+    # The flood lasts until stopped (at most a minute), after the steady producer is done.
+    flooder = threading.Thread(target=lambda: flood.extend(greedy_producer(b.conf(), topic_b, 60.0, stop)))
     flooder.start()
     try:
         time.sleep(1.0)
         steady = greedy_producer(a.conf(), topic_a, seconds, offered=offered)
+        # The broker's byte rate is a windowed rate at the time of the scrape: read it while the
+        # flood still runs, not after it, when the idle seconds since count against it.
+        text = metrics(cluster)
     finally:
         stop.set()
         flooder.join(30)
     assert rate(steady, 1.0, seconds - 0.5) >= 0.95 * offered
     assert rate(flood, 1.0, seconds) <= 1.05 * 2_000_000
-    text = metrics(cluster)
     assert metric(text, "shoal_tenant_produce_quota", tenant=b.tenant_id) == 2_000_000
     assert metric(text, "shoal_tenant_produce_byte_rate", tenant=b.tenant_id) > 1_000_000
 
