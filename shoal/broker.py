@@ -18,7 +18,15 @@ from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import BrokerConfig, log_config
 from shoal.handlers.fetch import FetchSessionCache
 from shoal.handlers.registry import Registry
-from shoal.metadata import BrokerInfo, MetadataImage, MetadataStore, PartitionInfo, TopicInfo
+from shoal.metadata import (
+    BrokerInfo,
+    MetadataImage,
+    MetadataStore,
+    PartitionInfo,
+    TopicInfo,
+    changed_topics,
+    topic_renames,
+)
 from shoal.server.purgatory import Purgatory
 from shoal.storage import LogConfig, LogManager, PartitionLog
 from shoal.tenancy.namespaces import auto_create_refusal, changed_config_prefixes, topic_overrides
@@ -91,6 +99,7 @@ class Broker:
         self._servers: list[Any] = []  # shoal.server.limits.ListenerServer
         self._config_cache: tuple[int, BrokerConfig] | None = None
         self._log_configs: dict[str, LogConfig] = {}
+        self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
         self._periodic: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.admin_http: Any = None  # admin: shoal.admin.http.AdminHttpServer when configured
@@ -272,6 +281,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                self._retry_unreconciled()
                 await asyncio.to_thread(self.logs.run_periodic, self.clock.now_ms())
             except Exception:
                 log.exception("periodic log maintenance failed")
@@ -282,37 +292,47 @@ class Broker:
         self._reconcile(old, new)
 
     def _reconcile(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        """Logs follow the topics: created, deleted, moved (renames) and reconfigured. After a
+        change (``old`` given) only the topics it touched are visited, plus those whose inherited
+        configs it changed (namespace or tenant defaults, broker configs)."""
         old_topics = old.topics if old is not None else {}
-        if old is not None:
-            if old.topics.keys() != new.topics.keys():
+        if old is None:
+            changes = {name: (None, topic) for name, topic in new.topics.items()}
+            recheck: Any = ()
+        else:
+            changes = changed_topics(old, new)
+            if any(a is None or b is None for a, b in changes.values()):
                 self._follow_renames(old, new)
-            changed = changed_config_prefixes(old, new)  # tenancy: namespace or tenant defaults
-            if changed:
+            recheck = ()
+            if old.broker_configs is not new.broker_configs and old.broker_configs != new.broker_configs:
+                self._log_configs.clear()
+                recheck = new.topics
+            elif changed := changed_config_prefixes(old, new):  # tenancy: namespace or tenant defaults
                 for name in [n for n in self._log_configs if n.startswith(changed)]:
                     del self._log_configs[name]
-        for name, topic in old_topics.items():
-            current = new.topics.get(name)
+                recheck = [n for n in new.topics if n.startswith(changed)]
+        for name, (topic, current) in changes.items():
+            if topic is None:
+                continue
             if (current is None or current.topic_id != topic.topic_id) and topic.topic_id not in new.topics_by_id:
                 self._log_configs.pop(name, None)
                 for p in topic.partitions:
                     if self.node_id in p.replicas:
                         self.logs.delete_partition(name, p.partition)
-        for name, topic in new.topics.items():
+        visit = dict.fromkeys(n for n, (_, t) in changes.items() if t is not None)
+        visit.update(dict.fromkeys(recheck))
+        visit.update(dict.fromkeys(n for n in self._unreconciled if n in new.topics))
+        self._unreconciled.clear()
+        for name in visit:
+            topic = new.topics[name]
             prev = old_topics.get(name)
             if prev is not None and prev.configs != topic.configs:
                 self._log_configs.pop(name, None)
-            if old is not None and old.broker_configs != new.broker_configs:
-                self._log_configs.pop(name, None)
-            cfg = self.log_config_for(topic)
-            for p in topic.partitions:
-                if self.node_id not in p.replicas:
-                    continue
-                plog = self.logs.get(name, p.partition)
-                if plog is None:
-                    self.logs.get_or_create(name, p.partition, cfg)
-                    self.logs.write_topic_id(name, p.partition, topic.topic_id)
-                elif plog.config != cfg:
-                    plog.update_config(cfg)
+            try:
+                self._reconcile_topic(topic)
+            except OSError:  # a disk error: retried by the periodic task, and at the next change
+                log.exception("cannot create or reconfigure the logs of %s; will retry", name)
+                self._unreconciled.add(name)
         if old is None:
             # Logs on disk for topics that no longer exist (deleted while we were down).
             for name, partition in list(self.logs.partitions()):
@@ -320,13 +340,41 @@ class Broker:
                 if topic is None or partition >= len(topic.partitions):
                     self.logs.delete_partition(name, partition)
 
+    def _reconcile_topic(self, topic: TopicInfo) -> None:
+        """This broker's logs of ``topic`` exist and have its current config."""
+        cfg = self.log_config_for(topic)
+        for p in topic.partitions:
+            if self.node_id not in p.replicas:
+                continue
+            plog = self.logs.get(topic.name, p.partition)
+            if plog is None:
+                self.logs.get_or_create(topic.name, p.partition, cfg)
+                self.logs.write_topic_id(topic.name, p.partition, topic.topic_id)
+            elif plog.config != cfg:
+                plog.update_config(cfg)
+
+    def _retry_unreconciled(self) -> None:
+        """Topics whose logs could not be created or reconfigured at their change: try again."""
+        if not self._unreconciled:
+            return
+        image = self.metadata.image
+        for name in list(self._unreconciled):
+            topic = image.topics.get(name)
+            self._unreconciled.discard(name)
+            if topic is None:
+                continue
+            try:
+                self._reconcile_topic(topic)
+                log.info("logs of %s created after an earlier failure", name)
+            except OSError as e:
+                log.warning("cannot create or reconfigure the logs of %s yet: %s", name, e)
+                self._unreconciled.add(name)
+
     def _follow_renames(self, old: MetadataImage, new: MetadataImage) -> None:
         """A topic whose id stayed but whose name changed (a KIP-37 move): its logs move to the
         directories of the new name, data, offsets and producer state kept."""
-        for topic_id, topic in new.topics_by_id.items():
-            prev = old.topics_by_id.get(topic_id)
-            if prev is None or prev.name == topic.name:
-                continue
+        for prev_name, name in topic_renames(old, new).items():
+            prev, topic = old.topics[prev_name], new.topics[name]
             self._log_configs.pop(prev.name, None)
             for p in prev.partitions:
                 if self.node_id not in p.replicas:
@@ -335,7 +383,7 @@ class Broker:
                     self.logs.rename_partition(prev.name, topic.name, p.partition)
                 except (OSError, ValueError):
                     log.exception("cannot move %s-%d to %s", prev.name, p.partition, topic.name)
-            log.info("topic %s (%s) is now %s", prev.name, topic_id, topic.name)
+            log.info("topic %s (%s) is now %s", prev.name, topic.topic_id, topic.name)
 
     def _adopt_renamed_logs(self, image: MetadataImage) -> None:
         """At start-up: a partition directory whose topic id (``partition.metadata``) now belongs

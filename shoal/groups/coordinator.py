@@ -84,7 +84,7 @@ from shoal.groups.records import (
 )
 from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
 from shoal.groups.timer import Timer
-from shoal.metadata import former_topic_names, topic_renames
+from shoal.metadata import changed_topics, former_topic_names, topic_renames
 from shoal.protocol.errors import ErrorCode
 from shoal.server.purgatory import Purgatory
 
@@ -291,9 +291,9 @@ class GroupCoordinator:
             if renames:
                 self.follow_renamed_topics(renames)
             gone = [
-                name for name, t in old.topics.items()
-                if name != OFFSETS_TOPIC and name not in renames
-                and (new.topics.get(name) is None or new.topics[name].topic_id != t.topic_id)
+                name for name, (t, now) in changed_topics(old, new).items()
+                if t is not None and name != OFFSETS_TOPIC and name not in renames
+                and (now is None or now.topic_id != t.topic_id)
             ]
             # offsets a move left under a former name (see follow_renamed_topics) of a deleted topic
             gone += [n for n, tid in old.renamed_topics.items() if tid not in new.topics_by_id and n not in new.topics]

@@ -15,7 +15,7 @@ import abc
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 
 class MetadataError(Exception):
@@ -148,6 +148,16 @@ _NO_USER_TENANTS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
+class TopicsDelta:
+    """How a store made an image's ``topics`` (``after``) from its predecessor's (``before``):
+    ``names`` holds every topic added, removed or replaced. See ``changed_topics``."""
+
+    before: Mapping[str, TopicInfo]
+    after: Mapping[str, TopicInfo]
+    names: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
     controller_id: int
@@ -177,16 +187,44 @@ class MetadataImage:
     # coordinator moves committed offsets still under a former name (a crash, or a partition of
     # __consumer_offsets not loaded when the rename happened) when it loads them.
     renamed_topics: Mapping[str, uuid.UUID] = field(default_factory=lambda: MappingProxyType({}))
+    # Set by the store when this image's topics changed: lets ``changed_topics`` skip a diff.
+    topics_delta: TopicsDelta | None = field(default=None, compare=False, repr=False)
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
 
 
+def changed_topics(
+    old: MetadataImage, new: MetadataImage
+) -> dict[str, tuple[TopicInfo | None, TopicInfo | None]]:
+    """Name -> (topic in ``old``, topic in ``new``) of each topic added, removed or replaced
+    between two images; None where there is none. Costs the topics that changed when ``new``
+    shares ``old``'s topics mapping or records how it was made from it (``topics_delta``), one
+    pass over both mappings otherwise."""
+    before, after = old.topics, new.topics
+    if before is after:
+        return {}
+    delta = new.topics_delta
+    names: Iterable[str]
+    if delta is not None and delta.before is before and delta.after is after:
+        names = delta.names
+    else:
+        names = [n for n, t in after.items() if before.get(n) is not t] + [n for n in before if n not in after]
+    out = {}
+    for n in names:
+        a, b = before.get(n), after.get(n)
+        if a is not b:
+            out[n] = (a, b)
+    return out
+
+
 def topic_renames(old: MetadataImage, new: MetadataImage) -> dict[str, str]:
     """Old name -> new name of the topics ``new`` holds under another name (same topic id)."""
     out = {}
-    for topic_id, topic in new.topics_by_id.items():
-        prev = old.topics_by_id.get(topic_id)
+    for _, topic in changed_topics(old, new).values():
+        if topic is None:
+            continue
+        prev = old.topics_by_id.get(topic.topic_id)
         if prev is not None and prev.name != topic.name:
             out[prev.name] = topic.name
     return out

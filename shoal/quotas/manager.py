@@ -143,7 +143,8 @@ class ClientQuotaManager:
     def update(self, image: "MetadataImage", old: "MetadataImage | None" = None) -> None:
         """Follow a new metadata image: quotas may have changed, and tenant slices follow
         partition leadership."""
-        quotas_changed = old is None or old.client_quotas != image.client_quotas
+        quotas_changed = old is None or (  # a store shares an unchanged section: no compare
+            old.client_quotas is not image.client_quotas and old.client_quotas != image.client_quotas)
         if quotas_changed:
             self._index = quota_index(image.client_quotas, self.qtype.key)
             self.enabled = not self._index.empty

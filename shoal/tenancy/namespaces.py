@@ -543,14 +543,14 @@ def changed_config_prefixes(old: "MetadataImage", new: "MetadataImage") -> tuple
     for each namespace whose configs changed (or that came or went), the tenant's prefix for each
     tenant whose defaults changed. Empty when neither changed."""
     out: list[str] = []
-    if old.namespaces != new.namespaces:
+    if old.namespaces is not new.namespaces and old.namespaces != new.namespaces:
         for name in old.namespaces.keys() | new.namespaces.keys():
             a, b = old.namespaces.get(name), new.namespaces.get(name)
-            if (a.configs if a else {}) != (b.configs if b else {}):
+            if a is not b and (a.configs if a else {}) != (b.configs if b else {}):
                 out.append(name + NAMESPACE_SEP)
-    if old.tenants != new.tenants:
+    if old.tenants is not new.tenants and old.tenants != new.tenants:
         for tid in old.tenants.keys() | new.tenants.keys():
             a, b = old.tenants.get(tid), new.tenants.get(tid)
-            if (a.configs if a else {}) != (b.configs if b else {}):
+            if a is not b and (a.configs if a else {}) != (b.configs if b else {}):
                 out.append(tenant_prefix(tid))
     return tuple(sorted(out))

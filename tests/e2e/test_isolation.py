@@ -47,6 +47,7 @@ from e2e_helpers import OP_TIMEOUT, consume
 from shoal.broker import handler_modules
 from shoal.client import EARLIEST, LATEST, RESOURCE_TOPIC, AdminClient, ClientSecurity, KafkaError, build_entity
 from shoal.handlers.registry import Registry
+from shoal.metadata.embedded import read_document
 from shoal.protocol import codec
 from shoal.protocol.records import build_batch
 from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType
@@ -356,7 +357,7 @@ async def a_state(w: World) -> dict[str, Any]:
                                                     sum(out["offsets"][f"{t}-{p}"][1] for p in range(n))))
         for t, (_, n) in out["topics"].items()
     }
-    doc = json.loads((w.cluster.broker.data_dir / "__metadata" / "metadata.json").read_text())
+    doc = read_document(w.cluster.broker.data_dir)  # the snapshot with its journal replayed
 
     def mine(name: str | None) -> bool:
         return name is not None and (name.startswith(w.cluster.a.prefix) or name in w.cluster.a.users)

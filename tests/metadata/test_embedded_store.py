@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -240,12 +241,21 @@ class TestPersistence:
         assert (tmp_path / "m.json").exists()
         await s.close()
 
-    async def test_file_is_json(self, tmp_path):
+    async def test_files_are_json_snapshot_and_journal(self, tmp_path):
         s = EmbeddedMetadataStore(tmp_path, node_id=1)
         await s.start()
         t = await s.create_topic("a", [(1,)], {})
+        assert json.loads(s.path.read_text())["topics"] == []  # the snapshot written at start
+        [line] = s.journal.read_bytes().splitlines()  # the change alone: "<crc32> <json>"
+        crc, body = line.split(b" ", 1)
+        assert int(crc, 16) == zlib.crc32(body)
+        rec = json.loads(body)
+        assert (rec["seq"], rec["epoch"], list(rec["topics"])) == (1, 1, ["a"])
+        assert rec["topics"]["a"]["topic_id"] == str(t.topic_id)
+        await s.close()  # folds the journal into the snapshot
         doc = json.loads(s.path.read_text())
-        assert doc["topics"][0]["topic_id"] == str(t.topic_id)
+        assert doc["topics"][0]["topic_id"] == str(t.topic_id) and doc["journal_seq"] == 1
+        assert s.journal.read_bytes() == b""
         assert not s.path.with_name("metadata.json.tmp").exists()
 
     async def test_corrupt_file_refused(self, tmp_path):
@@ -263,7 +273,8 @@ class TestPersistence:
 
 
 class CrashAfterTemp(MetadataFiles):
-    """Writes the temp file, then 'crashes' before the rename."""
+    """Writes half the temp file, then 'crashes' before the rename; appends half a journal
+    record, then 'crashes' before the fdatasync."""
 
     def __init__(self) -> None:
         self.crash = False
@@ -272,6 +283,13 @@ class CrashAfterTemp(MetadataFiles):
         if not self.crash:
             return super().write_atomic(path, data)
         path.with_name(path.name + ".tmp").write_bytes(data[: len(data) // 2])  # torn temp
+        raise OSError("simulated crash")
+
+    def append(self, path: Path, data: bytes) -> None:
+        if not self.crash:
+            return super().append(path, data)
+        with open(path, "ab") as f:
+            f.write(data[: len(data) // 2])  # torn record
         raise OSError("simulated crash")
 
 
@@ -290,11 +308,17 @@ class TestCrashes:
         assert e.value.code == "KAFKA_STORAGE_ERROR"
         assert "b" not in s.image.topics and s.image.epoch == epoch and seen == []
         s2 = EmbeddedMetadataStore(tmp_path, node_id=1)
-        await s2.start()  # the torn temp file is ignored
+        await s2.start()  # the torn journal record is dropped
         assert set(s2.image.topics) == {"a"}
+        with pytest.raises(MetadataError):  # after a torn append a snapshot, which fails too
+            await s.create_topic("c", [(1,)], {})
+        assert set(s.image.topics) == {"a"} and s.image.epoch == epoch and seen == []
         files.crash = False
         await s.create_topic("b", [(1,)], {})  # the store still works after a failed write
         assert set(s.image.topics) == {"a", "b"}
+        s3 = EmbeddedMetadataStore(tmp_path, node_id=1)
+        await s3.start()
+        assert set(s3.image.topics) == {"a", "b"} and s3.image.epoch == s.image.epoch
 
     async def test_cancelled_mutation_still_consistent(self, tmp_path):
         s = EmbeddedMetadataStore(tmp_path, node_id=1)
