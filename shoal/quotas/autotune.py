@@ -374,5 +374,4 @@ class BrokerLoad:
         return 0.0 if sensor is None else float(sensor.rate.measure(self.broker.clock.now_ms()))
 
     def request_queue_size(self) -> int:
-        # KafkaConnection keeps its count private; read it without relying on more than that.
-        return sum(getattr(conn, "_in_flight", 0) for conn in self.broker.connections)
+        return sum(conn.in_flight for conn in self.broker.connections)

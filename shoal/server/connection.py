@@ -408,6 +408,12 @@ class KafkaConnection(asyncio.Protocol):
             if s.close_after:
                 self.close()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests read from this connection and not yet answered (its share of the broker's
+        request queue, which the broker-wide request quota watches)."""
+        return self._in_flight
+
     def _track_in_flight(self, delta: int) -> None:
         self._in_flight += delta
         if self.transport is None or self._closed:
