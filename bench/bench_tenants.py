@@ -8,7 +8,7 @@ SASL_PLAINTEXT listener for tenant clients, a PLAINTEXT operator listener and th
 ``POST /v1/tenants`` and ``POST /v1/tenants/{id}/users`` (one SCRAM-SHA-256 user per tenant), then
 one CreateTopics request per tenant over that tenant's own SASL connection (``t0``.. of
 ``--topics-per-tenant``, plus the load topics of the tenants that carry traffic). Every step is
-timed: each of them rewrites the metadata JSON once per tenant, user or topic.
+timed: each of them is one metadata change (a journal record) per tenant, user or topic.
 
 Phases
   throughput   C client processes (``--clients``, default 10), each a confluent-kafka Producer
@@ -139,10 +139,17 @@ class World:
     tenants: list[Tenant]
     load: list[Tenant]  # the tenant of each client process (throughput phase)
     provisioning: dict
+    label: str = ""  # "baseline": a world of --baseline-cmd
 
     @property
     def name(self) -> str:
-        return f"{self.n_tenants:,} tenant" + ("s" if self.n_tenants != 1 else "")
+        return (f"{self.label} " if self.label else "") + f"{self.n_tenants:,} tenant" + (
+            "s" if self.n_tenants != 1 else "")
+
+    @property
+    def key(self) -> str:
+        """Its cells' key prefix in the results."""
+        return f"{self.label}/{self.n_tenants}" if self.label else str(self.n_tenants)
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -167,11 +174,11 @@ def _created(status_doc: tuple[int, dict], what: str) -> dict:
     return doc
 
 
-def start_world(n_tenants: int, args, workdir: str) -> World:
+def start_world(n_tenants: int, args, workdir: str, shoal_cmd: str | None = None, label: str = "") -> World:
     sasl_port, ops_port, http_port = free_port(), free_port(), free_port()
     admin_url = f"http://127.0.0.1:{http_port}"
-    data_dir = tempfile.mkdtemp(prefix=f"shoal-{n_tenants}t-", dir=workdir)
-    argv = shlex.split(args.shoal_cmd) + [
+    data_dir = tempfile.mkdtemp(prefix=f"shoal-{label}{n_tenants}t-", dir=workdir)
+    argv = shlex.split(shoal_cmd or args.shoal_cmd) + [
         "serve", "--log-dirs", data_dir,
         "--listeners", f"SASL://127.0.0.1:{sasl_port},OPS://127.0.0.1:{ops_port}",
         "--override", "listener.security.protocol.map=SASL:SASL_PLAINTEXT,OPS:PLAINTEXT",
@@ -179,7 +186,7 @@ def start_world(n_tenants: int, args, workdir: str) -> World:
     ] + args.shoal_arg
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    b = BrokerProcess(f"shoal-{n_tenants}t", argv, ops_port, workdir, env=env, cwd=REPO_ROOT)
+    b = BrokerProcess(f"shoal-{label}{n_tenants}t", argv, ops_port, workdir, env=env, cwd=REPO_ROOT)
     b.data_dir = data_dir  # type: ignore[attr-defined]
     b.start()
     b.wait_ready(args.startup_timeout)
@@ -217,21 +224,22 @@ def start_world(n_tenants: int, args, workdir: str) -> World:
     n_topics = sum(len(t.topics) for t in tenants)
     asyncio.run(_create_tenant_topics(f"127.0.0.1:{sasl_port}", tenants, args))
     t3 = time.perf_counter()
-    meta = os.path.join(data_dir, "__metadata", "metadata.json")
+    # the metadata store's files: its snapshot and the journal of the changes since
+    meta = [os.path.join(data_dir, "__metadata", f) for f in ("metadata.json", "metadata.journal")]
     prov.update({
         "users": len(users), "topics": n_topics,
         "http_tenants_s": t1 - t0, "http_users_s": t2 - t1, "create_topics_s": t3 - t2,
         "total_s": t3 - t0,
-        "metadata_json_bytes": os.path.getsize(meta) if os.path.exists(meta) else None,
+        "metadata_bytes": sum(os.path.getsize(f) for f in meta if os.path.exists(f)),
         "broker_rss_mib": b.rss_kib() / 1024,
     })
     print(f"  {b.name}: {n_tenants:,} tenants + {len(users):,} users over HTTP in "
           f"{t2 - t0:.1f}s ({t1 - t0:.1f}s + {t2 - t1:.1f}s), {n_topics:,} topics by "
           f"{n_tenants:,} CreateTopics (one per tenant, over its SASL connection) in {t3 - t2:.1f}s; "
-          f"metadata.json {fmt_num((prov['metadata_json_bytes'] or 0) / MB)} MB, "
+          f"metadata files {fmt_num(prov['metadata_bytes'] / MB)} MB, "
           f"broker RSS {prov['broker_rss_mib']:.0f} MiB", flush=True)
     return World(n_tenants, b, sasl_port, admin_url, tenants,
-                 [tenants[i] for i in load_idx], prov)
+                 [tenants[i] for i in load_idx], prov, label)
 
 
 def tenant_security(user: str, mechanism: str = LOAD_MECHANISM) -> dict:
@@ -593,7 +601,9 @@ def run_auth_cell(ctx, world: World, mechanism: str, args) -> dict:
 
 
 def run_inproc(mechanism: str, count: int) -> dict:
-    """Server-side µs per authentication: SaslSession.handshake + authenticate steps only."""
+    """Server-side µs per authentication: SaslSession.handshake + authenticate steps only, with
+    what a broker's listener makes once for all its sessions (the fake-credential secret, PLAIN's
+    dummy credential for unknown users: shoal.auth.ListenerSecurity) made outside the timing."""
     hash_mech = "SCRAM-SHA-512" if mechanism == "SCRAM-SHA-512" else "SCRAM-SHA-256"
     cred = make_credential(hash_mech, PASSWORD)
     creds = {("u", hash_mech): cred}
@@ -603,13 +613,14 @@ def run_inproc(mechanism: str, count: int) -> dict:
 
     tokens = login_tokens(mechanism, "u", PASSWORD)
     secret = os.urandom(32)
+    dummy = make_credential("SCRAM-SHA-512", os.urandom(16).hex())
     server_s = 0.0
     now = time.perf_counter
     for i in range(count + 1):
         if i == 1:
             server_s = 0.0  # the first login warms caches (and the client's SaltedPassword)
         t = now()
-        session = SaslSession(MECHANISMS, lookup, fake_secret=secret)
+        session = SaslSession(MECHANISMS, lookup, fake_secret=secret, dummy=dummy)
         if session.handshake(mechanism) is not None:
             raise RuntimeError("handshake refused")
         server_s += now() - t
@@ -644,7 +655,7 @@ def run_matrix(phase: str, worlds: list[World], reps: int, items: list, results:
         order = worlds if rep % 2 == 0 else worlds[::-1]
         for item in items:
             for w in order:
-                key = f"{w.n_tenants}:{item}"
+                key = f"{w.key}:{item}"
                 r = None
                 for attempt in range(1, args.retries + 2):
                     waited = wait_writeback(args.max_dirty_mib, 60.0)
@@ -732,7 +743,7 @@ def report(machine: dict, worlds: list[World], results: dict, args) -> str:
     rows = [[w.name, f"{w.provisioning['users']:,}", f"{w.provisioning['topics']:,}",
              fmt_num(w.provisioning["http_tenants_s"]), fmt_num(w.provisioning["http_users_s"]),
              fmt_num(w.provisioning["create_topics_s"]),
-             fmt_num((w.provisioning["metadata_json_bytes"] or 0) / MB),
+             fmt_num(w.provisioning["metadata_bytes"] / MB),
              fmt_num(w.provisioning["broker_rss_mib"])] for w in worlds]
     out.append(render_table(["world", "users", "topics", "tenants s", "users s", "CreateTopics s",
                              "metadata MB", "RSS MiB"], rows, "lrrrrrrr"))
@@ -747,7 +758,7 @@ def report(machine: dict, worlds: list[World], results: dict, args) -> str:
                    f"topic each, acks={args.acks}, linger.ms={args.linger_ms}, median of {args.reps} ==")
         rows = []
         for size in args.size_list:
-            runs1, runsn = tp.get(f"{base.n_tenants}:{size}", []), tp.get(f"{w.n_tenants}:{size}", [])
+            runs1, runsn = tp.get(f"{base.key}:{size}", []), tp.get(f"{w.key}:{size}", [])
             for kind in ("produce", "consume"):
                 m1, mn = median_of(runs1, kind, "msg_per_s"), median_of(runsn, kind, "msg_per_s")
                 c1 = median_of(runs1, kind, "broker_cpu_us_per_msg")
@@ -778,7 +789,7 @@ def report(machine: dict, worlds: list[World], results: dict, args) -> str:
         for mech in args.mechanism_list:
             row = [mech]
             for w in worlds:
-                runs = auth.get(f"{w.n_tenants}:{mech}", [])
+                runs = auth.get(f"{w.key}:{mech}", [])
                 row += [_mark_flags(median_of(runs, "auth_per_s"), runs),
                         fmt_num(median_of(runs, "broker_cpu_us_per_auth")),
                         fmt_num(median_of(runs, "broker_cores")), fmt_num(median_of(runs, "client_cores"))]
@@ -833,6 +844,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-dirty-mib", type=int, default=256,
                     help="before a window, wait (up to 60 s) until dirty + writeback pages are below this")
     ap.add_argument("--quiet-wait", type=float, default=5.0, help="pause (s) before a re-measurement")
+    ap.add_argument("--baseline-cmd", default=None, metavar="CMD",
+                    help="also run every world with this command prefix (another Shoal, e.g. an exported "
+                         "older tree: git archive REV | tar -x -C /tmp/old, then \"env PYTHONPATH=/tmp/old "
+                         "python -P -m shoal\"), its cells interleaved with ours: an A/B comparison that "
+                         "noise on a shared machine hits alike. The inproc phase measures this tree only")
     ap.add_argument("--provision-concurrency", type=int, default=4)
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--phase-timeout", type=float, default=180.0, help="bound (s) of one window")
@@ -895,6 +911,8 @@ def main(argv=None) -> int:
               f"workdir {workdir}", flush=True)
         for n in args.tenant_list:
             worlds.append(start_world(n, args, workdir))
+            if args.baseline_cmd:  # interleaved with ours by run_matrix
+                worlds.append(start_world(n, args, workdir, args.baseline_cmd, "baseline"))
         if "inproc" in args.phase_list:
             print("[inproc]", flush=True)
             results["inproc"] = {}
@@ -924,7 +942,7 @@ def main(argv=None) -> int:
     print(f"\ntotal wall time {time.perf_counter() - t_start:.1f}s", flush=True)
     if args.json:
         doc = {"machine": machine, "config": {k: v for k, v in vars(args).items()},
-               "provisioning": {w.n_tenants: w.provisioning for w in worlds},
+               "provisioning": {w.key: w.provisioning for w in worlds},
                "results": results, "report_text": text, "interrupted": interrupted}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2, default=str)

@@ -27,6 +27,11 @@ Kafka's quirks kept: the rate of an attempt that waited is recorded when it arri
 ``INT_MAX`` means unlimited but is still recorded (so lowering it later sees the history); the
 per-IP check is ``count >= max`` on the count *before* this connection.
 
+Cost: the acceptor calls this for every connection, so recording an attempt skips the
+measurement while the number of attempts a sensor has ever recorded proves it cannot be over its
+bound (:func:`attempts_within_bound`) — always, with the default unlimited rates. The verdicts
+are exactly those of measuring every time.
+
 Not thread-safe: one event loop owns it. ``stats`` are plain counters for metrics.
 """
 
@@ -106,6 +111,9 @@ class Admission(NamedTuple):
     limit: float = 0  # the limit that refused or throttled it
 
 
+_ACCEPTED = Admission(Verdict.ACCEPTED)
+
+
 @dataclass(slots=True)
 class ListenerStats:
     """Counters per listener, for metrics (all monotonic except ``connections``)."""
@@ -125,6 +133,23 @@ def _rate_sensor(bound: float, rate: RateConfig) -> QuotaSensor:
     return QuotaSensor(float(bound), rate, max_throttle_ms=rate.window_ms)
 
 
+def attempts_within_bound(sensor: QuotaSensor) -> int:
+    """How many attempts (values of 1) ``sensor`` can have recorded in all and still be certain
+    to measure no more than its bound, so that recording one more needs no measurement.
+
+    The measured rate is ``sum / W``. The sum is at most the number of attempts ever recorded
+    (values are 1, or -1 to take one back). W (Kafka's ``Rate.windowSize``: the time since the
+    oldest sample started, padded to ``samples - 1`` whole windows) is at least
+    ``(samples - 1) * window_ms``; one window less if the clock stepped back; never under 1 ms.
+    Half of ``bound * W_min`` keeps float rounding in ``sum / W`` far from the bound.
+    """
+    if sensor.bound is None:
+        return INT_MAX
+    cfg = sensor.config
+    shortest_window_ms = max((cfg.samples - 2) * cfg.window_ms, 1)
+    return max(0, int(sensor.bound * shortest_window_ms / 2000))
+
+
 class ConnectionQuotas:
     """Connection counts per IP, listener and broker, and the creation-rate sensors."""
 
@@ -136,6 +161,10 @@ class ConnectionQuotas:
         self.stats: dict[str, ListenerStats] = {}
         self._broker_rate = _rate_sensor(config.max_connection_creation_rate, config.rate)
         self._listener_rate: dict[str, QuotaSensor] = {}
+        # Attempts recorded by the broker (key None) and listener sensors, and how many each can
+        # record before a measurement could find it over its bound (attempts_within_bound).
+        self._attempts: dict[str | None, int] = {}
+        self._safe_attempts: dict[str | None, int] = {}
         self._ip_rate: dict[str, QuotaSensor] = {}
         self._ip_quota: dict[str, float] = {}
         self._default_ip_quota: float = UNLIMITED
@@ -149,15 +178,17 @@ class ConnectionQuotas:
         A listener missing from ``config.listeners`` gets the broker-wide values."""
         self.config = config
         self._broker_rate.bound = float(config.max_connection_creation_rate)
+        self._safe_attempts[None] = attempts_within_bound(self._broker_rate)
         for name in config.listeners:
             self.stats.setdefault(name, ListenerStats())
         for name in self.stats:
             bound = float(self.listener_limits(name).max_connection_creation_rate)
             sensor = self._listener_rate.get(name)
             if sensor is None:
-                self._listener_rate[name] = _rate_sensor(bound, config.rate)
+                sensor = self._listener_rate[name] = _rate_sensor(bound, config.rate)
             else:
                 sensor.bound = bound
+            self._safe_attempts[name] = attempts_within_bound(sensor)
 
     def listener_limits(self, listener: str) -> ListenerLimits:
         limits = self.config.listeners.get(listener)
@@ -180,9 +211,18 @@ class ConnectionQuotas:
         stats = self.stats.get(listener)
         if stats is None:
             stats = self.stats[listener] = ListenerStats()
-            self._listener_rate[listener] = _rate_sensor(
+            sensor = self._listener_rate[listener] = _rate_sensor(
                 float(self.listener_limits(listener).max_connection_creation_rate), self.config.rate)
+            self._safe_attempts[listener] = attempts_within_bound(sensor)
         return stats
+
+    def _record_attempt(self, key: str | None, sensor: QuotaSensor, now_ms: int) -> int:
+        """``sensor.record(1.0, now_ms)``, without the measurement while it cannot throttle."""
+        n = self._attempts[key] = self._attempts.get(key, 0) + 1
+        if n <= self._safe_attempts[key]:
+            sensor.record(1.0, now_ms, check=False)
+            return 0
+        return sensor.record(1.0, now_ms)
 
     # -- decisions -----------------------------------------------------------------------------
 
@@ -194,8 +234,8 @@ class ConnectionQuotas:
     def connection_rate_throttle_ms(self, listener: str, now_ms: int) -> int:
         """Record one connection attempt; the delay before accepting it (0: none)."""
         stats = self._stats(listener)
-        broker_ms = 0 if self.is_protected(listener) else self._broker_rate.record(1.0, now_ms)
-        throttle_ms = max(broker_ms, self._listener_rate[listener].record(1.0, now_ms), 0)
+        broker_ms = 0 if self.is_protected(listener) else self._record_attempt(None, self._broker_rate, now_ms)
+        throttle_ms = max(broker_ms, self._record_attempt(listener, self._listener_rate[listener], now_ms), 0)
         if throttle_ms > 0:
             stats.rate_throttled += 1
             stats.rate_throttle_ms += throttle_ms
@@ -238,7 +278,7 @@ class ConnectionQuotas:
         self.total += 1
         stats.connections += 1
         stats.accepted += 1
-        return Admission(Verdict.ACCEPTED)
+        return _ACCEPTED
 
     def release(self, listener: str, ip: str) -> None:
         """A counted connection closed."""

@@ -143,6 +143,7 @@ class ConnectionLimits:
         self.quotas = ConnectionQuotas(limits_config(broker.config, self.listener_names),
                                        ip_connection_rates(broker.metadata.image))
         self._changed = asyncio.Event()
+        self._waiting = 0  # acceptors in wait_for_slot: only they need _wake
         self._open: dict[str, dict[Any, None]] = {name: {} for name in listeners}  # oldest first
         self._closing: set[Any] = set()  # closed by close_excess, not yet gone
         self._logs = _LogLimiter()
@@ -201,18 +202,21 @@ class ConnectionLimits:
         self._follow(self.broker.metadata.image)
 
     def _wake(self) -> None:
+        if not self._waiting:  # (every close calls this; the Event stays unset for the next one)
+            return
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
     # -- the acceptor's steps ------------------------------------------------------------------
-    async def wait_for_slot(self, listener: str) -> None:
-        """Kafka's ``waitForConnectionSlot``: record the attempt, then wait out the creation-rate
-        delay and until the listener and broker have a free slot."""
-        loop = asyncio.get_running_loop()
+    def try_slot(self, listener: str) -> int | None:
+        """The first half of Kafka's ``waitForConnectionSlot``, which never waits: record the
+        attempt; None when the connection may be served now, else the creation-rate delay in ms
+        (0: only a free slot is missing) to pass to :meth:`wait_for_slot`. Logs why it waits."""
         q = self.quotas
         throttle_ms = q.connection_rate_throttle_ms(listener, self.broker.clock.now_ms())
         if throttle_ms <= 0 and q.slot_available(listener):
-            return
+            return None
+        loop = asyncio.get_running_loop()
         if throttle_ms > 0:
             self._logs.log(("rate", listener), loop.time(), logging.INFO,
                            "listener %s: connection creation rate over its limit, delaying accept by %d ms",
@@ -222,27 +226,38 @@ class ConnectionLimits:
             self._logs.log(("slots", listener), loop.time(), logging.INFO,
                            "listener %s: at its connection limit (%d open, %d on the broker); "
                            "not accepting until one closes", listener, q.stats[listener].connections, q.total)
+        return throttle_ms
+
+    async def wait_for_slot(self, listener: str, throttle_ms: int) -> None:
+        """The second half: wait out ``throttle_ms`` (from :meth:`try_slot`), then until the
+        listener and the broker have a free slot."""
+        loop = asyncio.get_running_loop()
+        q = self.quotas
         end = loop.time() + throttle_ms / 1000.0
-        while True:
-            remaining = end - loop.time()
-            if remaining <= 0 and q.slot_available(listener):
-                return
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
-            except asyncio.TimeoutError:
-                pass
+        self._waiting += 1
+        try:
+            while True:
+                remaining = end - loop.time()
+                if remaining <= 0 and q.slot_available(listener):
+                    return
+                changed = self._changed
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._waiting -= 1
 
     def admit(self, listener: str, sock: socket.socket, ip: str) -> bool:
         """Per-IP checks on an accepted socket: True if counted (the caller serves it); else the
         socket is closed (now, or after the IP's throttle time)."""
-        loop = asyncio.get_running_loop()
         now_ms = self.broker.clock.now_ms()
         if self.quotas.ip_sensor_count > MAX_IP_SENSORS:
             self.quotas.forget_idle_ips(now_ms)
         verdict, throttle_ms, limit = self.quotas.admit(listener, ip, now_ms)
         if verdict is Verdict.ACCEPTED:
             return True
+        loop = asyncio.get_running_loop()
         if verdict is Verdict.TOO_MANY:
             self._logs.log(("ip", listener, ip), loop.time(), logging.INFO,
                            "listener %s: refused a connection from %s, which already has the configured "
@@ -295,8 +310,18 @@ class ConnectionLimits:
 
 
 class ListenerServer:
-    """One listener: its listening sockets and accept loops (quacks like ``asyncio.Server`` for
-    what the broker uses: ``sockets``, ``start_serving``, ``close``, ``wait_closed``)."""
+    """One listener: its listening sockets and their acceptor (quacks like ``asyncio.Server`` for
+    what the broker uses: ``sockets``, ``start_serving``, ``close``, ``wait_closed``).
+
+    The acceptor is a readiness callback on each listening socket, as in asyncio's own server: on
+    a wake-up it accepts what the backlog holds (at most ``LISTEN_BACKLOG``), passing each socket
+    through the limits and handing it to ``connect_accepted_socket``, all without a Task of its
+    own. A connection that has to wait (creation-rate delay, no free slot) stops the callback: a
+    Task waits, serves that connection, and only then is the socket watched again, so nothing
+    more is accepted meanwhile and clients queue in the kernel's backlog (Kafka's blocked
+    acceptor). An accept loop awaiting ``sock_accept`` costs a future, a Task step and a poll
+    registered and removed per connection (docs/benchmarks.md, SASL logins).
+    """
 
     def __init__(self, limits: ConnectionLimits, name: str, sockets: list[socket.socket],
                  protocol_factory: Callable[[], asyncio.Protocol], ssl_context: Any) -> None:
@@ -305,56 +330,93 @@ class ListenerServer:
         self.sockets = sockets
         self._factory = protocol_factory
         self._ssl = ssl_context
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()  # connections starting; acceptors waiting
+        self._watched: set[socket.socket] = set()  # listening sockets with the callback on
         self._closed = False
 
     async def start_serving(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sock in self.sockets:
-            self._accept_tasks.append(loop.create_task(self._accept_loop(sock)))
+        self._loop = asyncio.get_running_loop()
+        for lsock in self.sockets:
+            self._watch(lsock)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for task in self._accept_tasks:
-            task.cancel()
+        for lsock in list(self._watched):
+            self._unwatch(lsock)
         for task in list(self._tasks):
             task.cancel()
         for sock in self.sockets:
             sock.close()
 
     async def wait_closed(self) -> None:
-        pending = [*self._accept_tasks, *self._tasks]
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _accept_loop(self, lsock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+    def _watch(self, lsock: socket.socket) -> None:
+        if not self._closed and lsock not in self._watched and self._loop is not None:
+            self._watched.add(lsock)
+            self._loop.add_reader(lsock, self._on_readable, lsock)
+
+    def _unwatch(self, lsock: socket.socket) -> None:
+        if lsock in self._watched and self._loop is not None:
+            self._watched.discard(lsock)
+            self._loop.remove_reader(lsock)
+
+    def _spawn(self, coro: Any) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _on_readable(self, lsock: socket.socket) -> None:
         limits = self.limits
-        while True:
+        for _ in range(LISTEN_BACKLOG):
             try:
-                sock, peer = await loop.sock_accept(lsock)
-            except asyncio.CancelledError:
-                raise
+                sock, peer = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # gone before it was accepted
+                continue
             except OSError as e:  # EMFILE and friends: back off as asyncio's own server does
                 log.warning("listener %s: accept failed: %s; retrying in 1 s", self.name, e)
-                await asyncio.sleep(1.0)
-                continue
+                self._unwatch(lsock)
+                assert self._loop is not None
+                self._loop.call_later(1.0, self._watch, lsock)
+                return
             try:
-                await limits.wait_for_slot(self.name)
-                ip = peer[0] if isinstance(peer, tuple) else str(peer)
-                if not limits.admit(self.name, sock, ip):
-                    continue
-            except BaseException:
+                throttle_ms = limits.try_slot(self.name)
+                if throttle_ms is not None:  # wait, accepting nothing more meanwhile
+                    self._unwatch(lsock)
+                    self._spawn(self._serve_when_allowed(lsock, sock, peer, throttle_ms))
+                    return
+                self._admit(sock, peer)
+            except Exception:  # a bug, not the client's doing: this connection only
+                log.exception("listener %s: cannot serve a connection from %s", self.name, peer)
                 sock.close()
-                raise
-            task = loop.create_task(self._serve(sock, ip))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            if limits.quotas.is_protected(self.name):
-                limits.close_excess()
+
+    async def _serve_when_allowed(self, lsock: socket.socket, sock: socket.socket, peer: Any,
+                                  throttle_ms: int) -> None:
+        try:
+            await self.limits.wait_for_slot(self.name, throttle_ms)
+            self._admit(sock, peer)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            self._watch(lsock)  # (not once closed)
+
+    def _admit(self, sock: socket.socket, peer: Any) -> None:
+        """The per-IP checks, then serve ``sock`` (or it is closed)."""
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        limits = self.limits
+        if not limits.admit(self.name, sock, ip):
+            return
+        self._spawn(self._serve(sock, ip))
+        if limits.quotas.is_protected(self.name):
+            limits.close_excess()
 
     async def _serve(self, sock: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()
