@@ -8,6 +8,7 @@ ranges (KIP-511), handled by the connection before decoding (see server.connecti
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 
 from shoal.handlers.registry import Registry, api
@@ -33,7 +34,6 @@ def api_versions_v0_error(registry: Registry):
 
 @api(KEY, 0, 4)
 async def handle_api_versions(ctx, req):
-    mod = response_module(KEY, ctx.api_version)
     code = ErrorCode.none
     if ctx.api_version >= 3:
         name, version = req.client_software_name or "", req.client_software_version or ""
@@ -43,10 +43,18 @@ async def handle_api_versions(ctx, req):
             conn = ctx.extra.get("connection")
             if conn is not None:
                 conn.client_software = (req.client_software_name, req.client_software_version)
+    return _response(ctx.broker.registry, ctx.api_version, code)
+
+
+@functools.lru_cache(maxsize=64)
+def _response(registry: Registry, version: int, code: ErrorCode):
+    """The (immutable) response for a registry, version and error code: every client sends an
+    ApiVersions on every connection, and building the table is a third of its cost."""
+    mod = response_module(KEY, version)
     return build(
         mod.ApiVersionsResponse,
         error_code=code,
-        api_keys=_api_keys(mod, ctx.broker.registry),
+        api_keys=_api_keys(mod, registry),
         throttle_time=datetime.timedelta(0),
         supported_features=(),
         finalized_features_epoch=-1,
