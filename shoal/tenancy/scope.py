@@ -25,7 +25,7 @@ from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType, authorize
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
-    from shoal.metadata import MetadataImage, TopicInfo
+    from shoal.metadata import AclEntry, MetadataImage, TopicInfo
 
 INTERNAL_TOPIC_PREFIX = "__"
 _TENANT_SHAPED = re.compile(r"lkc-[0-9a-z]{6}_")
@@ -48,6 +48,24 @@ def tenant_of(image: "MetadataImage", principal: str) -> str | None:
 def super_users(config: "BrokerConfig") -> frozenset[str]:
     raw = config.get("super.users") or ""
     return frozenset(s.strip() for s in raw.split(";") if s.strip())
+
+
+_acl_index: tuple[object, dict[str | None, tuple["AclEntry", ...]]] = ((), {})
+
+
+def acls_of(acls: tuple["AclEntry", ...], tenant_id: str | None) -> tuple["AclEntry", ...]:
+    """The bindings of one tenant (None: the physical view's), from an index built once per ACL
+    table: a scope is made per connection and per metadata change, and scanning every tenant's
+    ACLs each time costs ACLs x connections. Images share an unchanged table."""
+    global _acl_index
+    table, index = _acl_index
+    if table is not acls:
+        index = {}
+        for a in acls:
+            index.setdefault(a.tenant, []).append(a)
+        index = {t: tuple(v) for t, v in index.items()}
+        _acl_index = (acls, index)
+    return index.get(tenant_id, ())
 
 
 class Scope:
@@ -83,7 +101,7 @@ class Scope:
             self.superuser = user in image.tenant_admins
         self._enforce = bool(config.get("authorizer.class.name")) and not self.superuser
         self._allow_if_none = bool(config.get("allow.everyone.if.no.acl.found"))
-        self._acls = tuple(a for a in image.acls if a.tenant == tenant_id) if self._enforce else ()
+        self._acls = acls_of(image.acls, tenant_id) if self._enforce else ()
         self._cache: dict[tuple[int, int, str], bool] = {}
 
     # -- names ------------------------------------------------------------------------------

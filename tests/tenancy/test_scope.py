@@ -97,3 +97,17 @@ def test_qualification_round_trips(name):
         assert s.visible(s.physical(name)) == name
         other = scope(img, "User:bob" if who == "User:alice" else "User:alice")
         assert other.visible(s.physical(name)) is None
+
+
+@given(st.lists(st.tuples(st.sampled_from([None, "lkc-aaaaaa", "lkc-bbbbbb"]),
+                          st.sampled_from(["t", "u", "v"])), max_size=20))
+def test_acls_of_a_tenant_are_its_bindings_in_order(rows):
+    from shoal.metadata import AclEntry
+    from shoal.tenancy.scope import acls_of
+
+    acls = tuple(AclEntry(tenant=t, resource_type=2, resource_name=name, pattern_type=3, principal="User:x",
+                          host="*", operation=3, permission_type=3) for t, name in rows)
+    for tenant in (None, "lkc-aaaaaa", "lkc-bbbbbb", "lkc-cccccc"):
+        assert acls_of(acls, tenant) == tuple(a for a in acls if a.tenant == tenant)
+    other = acls[:-1]  # another table (a change): its own index, not the cached one
+    assert acls_of(other, "lkc-aaaaaa") == tuple(a for a in other if a.tenant == "lkc-aaaaaa")
