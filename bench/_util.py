@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -34,24 +34,28 @@ def _read_stat(pid: int) -> list[str] | None:
     return data[data.rfind(")") + 2:].split()
 
 
-def descendants(pid: int) -> list[int]:
-    """``pid`` plus all its live descendants (scan of /proc, children first order irrelevant)."""
-    children: dict[int, list[int]] = {}
+def _all_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, stat fields) of every live process (none when /proc cannot be read)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return [pid]
+        return
     for name in entries:
-        if not name.isdigit():
-            continue
-        st = _read_stat(int(name))
-        if st is None:
-            continue
+        if name.isdigit():
+            st = _read_stat(int(name))
+            if st is not None:
+                yield int(name), st
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` plus all its live descendants (scan of /proc, children first order irrelevant)."""
+    children: dict[int, list[int]] = {}
+    for child, st in _all_stats():
         try:
             ppid = int(st[1])
         except (IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(name))
+        children.setdefault(ppid, []).append(child)
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -83,19 +87,10 @@ def user_process_cpu() -> dict[int, float]:
     out: they mostly write back what a benchmark's broker wrote). Two tables taken around a
     window, without the benchmark's own processes, tell what other work ran meanwhile."""
     out: dict[int, float] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in entries:
-        if not name.isdigit():
-            continue
-        st = _read_stat(int(name))
-        if st is None:
-            continue
+    for pid, st in _all_stats():
         try:
             if not int(st[6]) & PF_KTHREAD:
-                out[int(name)] = (int(st[11]) + int(st[12])) / CLK_TCK
+                out[pid] = (int(st[11]) + int(st[12])) / CLK_TCK
         except (IndexError, ValueError):
             continue
     return out
