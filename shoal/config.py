@@ -559,7 +559,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # -- quotas: client quota sensors and metrics (shoal.quotas.manager, shoal.admin.metrics)
         _d("shoal.metrics.listener", "string", None,
            "Shoal: http://HOST:PORT of the Prometheus endpoint (/metrics): byte rates, request time, throttle "
-           "time and quotas per tenant, user and client id, and broker-wide usage. Unset: no endpoint."),
+           "time and quotas per tenant, user and client id, and broker-wide usage. HOST may be left out "
+           "(http://:PORT or PORT): 127.0.0.1. Unset: no endpoint."),
+        _d("shoal.metrics.authentication", "string", None,
+           "Shoal: none or basic (HTTP Basic credentials of a super user) for /metrics. Unset: the same as "
+           "shoal.admin.authentication.", one_of("none", "basic")),
         _d("shoal.quota.smoothing", "boolean", True,
            "Shoal: smooth byte-rate quotas: every request also draws on a token bucket one window deep, "
            "refilled at the quota, and the throttle is the larger of Kafka's and the bucket's (instead of "
@@ -570,6 +574,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: a client's quota sensors (and its metrics series) are dropped after this long without a "
            "request (Kafka: one hour).", at_least(1000)),
         _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
+        # -- auth: failed-login backoff per user (shoal.auth.backoff)
+        _d("connection.failed.authentication.delay.ms", "int", 100,
+           "Delay before the answer to a failed authentication (and the connection's close). Shoal doubles it "
+           "with each further failure for the same user, up to shoal.login.failure.delay.max.ms, and spaces "
+           "that user's next attempts as far apart (SASL PLAIN, SCRAM, HTTP Basic).", at_least(0)),
+        _d("shoal.login.failure.delay.max.ms", "int", 2000,
+           "Shoal: the cap of the growing failed-login delay: a user's password is checked at most once per "
+           "this long while its logins keep failing.", at_least(0)),
         _d("authorizer.class.name", "string", "",
            "Non-empty: enforce ACLs (Shoal's built-in authorizer answers to any class name, e.g. "
            "org.apache.kafka.metadata.authorizer.StandardAuthorizer). Empty: no authorization, as in Kafka."),
