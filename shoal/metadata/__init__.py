@@ -4,8 +4,10 @@ Reads go to an immutable ``MetadataImage`` (a snapshot, like KRaft's MetadataIma
 it synchronously and never see a half-applied change. Writes are async methods that return when
 the change is durable and the new image is published; listeners are told of each new image.
 
-Backends: ``embedded`` (single node, a local file store, no etcd) now; ``etcd`` (the quorum of a
-multi-node cluster) later, behind the same interface. Nothing here assumes a single node: every
+Writes are decided by pure rules (``shoal.metadata.rules``: image + command -> change) and
+committed by a backend by compare-and-swap (``shoal.metadata.store``). Backends: ``embedded``
+(single node, a local file store, no etcd) now; ``etcd`` (the quorum of a multi-node cluster)
+later, behind the same interface. Nothing here assumes a single node: every
 partition has replicas, an ISR, a leader and a leader epoch.
 """
 
@@ -64,6 +66,24 @@ class TopicInfo:
     @property
     def replication_factor(self) -> int:
         return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+def frozen_topic(
+    *,
+    name: str,
+    topic_id: uuid.UUID,
+    partitions: tuple[PartitionInfo, ...],
+    configs: Mapping[str, str],
+    internal: bool,
+) -> TopicInfo:
+    """A ``TopicInfo`` as images hold it: its configs in a read-only copy."""
+    return TopicInfo(
+        name=name,
+        topic_id=topic_id,
+        partitions=partitions,
+        configs=MappingProxyType(dict(configs)),
+        internal=internal,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +207,9 @@ class MetadataImage:
     # coordinator moves committed offsets still under a former name (a crash, or a partition of
     # __consumer_offsets not loaded when the rename happened) when it loads them.
     renamed_topics: Mapping[str, uuid.UUID] = field(default_factory=lambda: MappingProxyType({}))
+    # The first producer id no block has been given out for (``allocate_producer_ids``), as
+    # KRaft's ProducerIdsImage: ids below it are never handed out again.
+    next_producer_id: int = 0
     # Set by the store when this image's topics changed: lets ``changed_topics`` skip a diff.
     topics_delta: TopicsDelta | None = field(default=None, compare=False, repr=False)
 
@@ -241,7 +264,12 @@ def former_topic_names(image: MetadataImage) -> dict[str, str]:
 
 
 class MetadataStore(abc.ABC):
-    """Durable cluster metadata. Implementations must be safe to call from one event loop."""
+    """Durable cluster metadata. Implementations must be safe to call from one event loop.
+
+    The implementation is ``shoal.metadata.store.DecidingStore``: each command is a pure rule
+    (``shoal.metadata.rules``) decided on the current image and committed by a backend
+    (embedded files, etcd) by compare-and-swap against that image's epoch, decided again on
+    conflict. See ``docs/metadata.md``."""
 
     @property
     @abc.abstractmethod
@@ -280,6 +308,24 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         """Replace the topic's overrides with ``configs`` (callers compute incremental changes)."""
+
+    @abc.abstractmethod
+    async def alter_topic_configs(self, name: str, updates: Mapping[str, str | None]) -> TopicInfo:
+        """Set (a value) or delete (None) each named key of the topic's overrides, against its
+        configs as they are when the change commits (concurrent alterations all land)."""
+
+    @abc.abstractmethod
+    async def update_partition(
+        self,
+        name: str,
+        partition: int,
+        *,
+        leader: int | None = None,
+        isr: tuple[int, ...] | None = None,
+        replicas: tuple[int, ...] | None = None,
+    ) -> PartitionInfo:
+        """Change a partition's leader/ISR/replicas: a leader change bumps ``leader_epoch``, any
+        change ``partition_epoch``. UNKNOWN_TOPIC_OR_PARTITION for an unknown partition."""
 
     @abc.abstractmethod
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:

@@ -1,0 +1,161 @@
+"""JSON forms of the image's entries, shared by every backend (the embedded store's snapshot and
+journal records; an etcd backend's values). Decoders return frozen values (``MappingProxyType``
+for every mapping), as images hold them."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from shoal.metadata import (
+    AclEntry,
+    PartitionInfo,
+    QuotaEntity,
+    ScramCredential,
+    TenantInfo,
+    TopicInfo,
+    frozen_topic,
+)
+
+
+def partition_to_json(p: PartitionInfo) -> dict[str, Any]:
+    return {
+        "partition": p.partition,
+        "replicas": list(p.replicas),
+        "isr": list(p.isr),
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+    }
+
+
+def partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(
+        partition=int(d["partition"]),
+        replicas=tuple(int(r) for r in d["replicas"]),
+        isr=tuple(int(r) for r in d["isr"]),
+        leader=int(d["leader"]),
+        leader_epoch=int(d.get("leader_epoch", 0)),
+        partition_epoch=int(d.get("partition_epoch", 0)),
+    )
+
+
+def topic_to_json(t: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "topic_id": str(t.topic_id),
+        "internal": t.internal,
+        "configs": dict(t.configs),
+        "partitions": [partition_to_json(p) for p in t.partitions],
+    }
+
+
+def topic_from_json(d: Mapping[str, Any]) -> TopicInfo:
+    return frozen_topic(
+        name=str(d["name"]),
+        topic_id=uuid.UUID(d["topic_id"]),
+        partitions=tuple(partition_from_json(p) for p in d["partitions"]),
+        configs={str(k): str(v) for k, v in d.get("configs", {}).items()},
+        internal=bool(d.get("internal", False)),
+    )
+
+
+
+
+# auth: SCRAM credentials
+def user_credentials_to_json(by_mech: Mapping[str, ScramCredential]) -> dict[str, Any]:
+    b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
+    return {
+        mech: {
+            "salt": b64(c.salt),
+            "stored_key": b64(c.stored_key),
+            "server_key": b64(c.server_key),
+            "iterations": c.iterations,
+        }
+        for mech, c in sorted(by_mech.items())
+    }
+
+
+def credentials_to_json(creds: Mapping[str, Mapping[str, ScramCredential]]) -> dict[str, Any]:
+    return {user: user_credentials_to_json(by_mech) for user, by_mech in sorted(creds.items())}
+
+
+def user_credentials_from_json(by_mech: Mapping[str, Any]) -> Mapping[str, ScramCredential]:
+    return MappingProxyType(
+        {
+            str(mech): ScramCredential(
+                mechanism=str(mech),
+                salt=base64.b64decode(c["salt"]),
+                stored_key=base64.b64decode(c["stored_key"]),
+                server_key=base64.b64decode(c["server_key"]),
+                iterations=int(c["iterations"]),
+            )
+            for mech, c in by_mech.items()
+        }
+    )
+
+
+def credentials_from_json(d: Mapping[str, Any]) -> dict[str, Mapping[str, ScramCredential]]:
+    return {str(user): user_credentials_from_json(by_mech) for user, by_mech in d.items()}
+
+
+
+def tenant_to_json(t: TenantInfo) -> dict[str, Any]:
+    return {
+        "tenant_id": t.tenant_id,
+        "display_name": t.display_name,
+        "created_ms": t.created_ms,
+        "configs": dict(sorted(t.configs.items())),
+        "policy": dict(t.policy),
+    }
+
+
+def tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[dict[str, Any]]:
+    return [tenant_to_json(t) for _, t in sorted(tenants.items())]
+
+
+def tenant_from_json(d: Mapping[str, Any]) -> TenantInfo:
+    return TenantInfo(
+        str(d["tenant_id"]),
+        str(d["display_name"]),
+        int(d["created_ms"]),
+        MappingProxyType({str(k): str(v) for k, v in d.get("configs", {}).items()}),
+        MappingProxyType(dict(d.get("policy", {}))),
+    )
+
+
+def tenants_from_json(items: Any) -> dict[str, TenantInfo]:
+    return {t.tenant_id: t for t in map(tenant_from_json, items)}
+
+
+def acl_to_json(a: AclEntry) -> list[Any]:
+    return [a.tenant, a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+            a.operation, a.permission_type]
+
+
+def acl_from_json(d: list[Any]) -> AclEntry:
+    t, rt, rn, pt, pr, h, op, perm = d
+    return AclEntry(None if t is None else str(t), int(rt), str(rn), int(pt), str(pr), str(h), int(op), int(perm))
+
+
+def quotas_to_json(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> list[Any]:
+    return [
+        {"entity": [list(e) for e in entity], "values": dict(sorted(values.items()))}
+        for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))
+    ]
+
+
+def entity_from_json(entity: Any) -> QuotaEntity:
+    return tuple((str(t), None if n is None else str(n)) for t, n in entity)
+
+
+def quota_values_from_json(values: Mapping[str, Any]) -> Mapping[str, float]:
+    return MappingProxyType({str(k): float(v) for k, v in values.items()})
+
+
+def quotas_from_json(items: Any) -> dict[QuotaEntity, Mapping[str, float]]:
+    return {entity_from_json(d["entity"]): quota_values_from_json(d["values"]) for d in items}
+
+
