@@ -87,6 +87,10 @@ class Broker:
 
         self.producer_ids = ProducerIdManager(self.metadata)  # InitProducerId's allocator
         self.connections: set[Any] = set()
+        from shoal.logutil import RateLimitedLog
+
+        # Log lines a client can cause (rejected connections, failed handlers), rate-limited.
+        self.client_log = RateLimitedLog(logging.getLogger("shoal.server"), clock=clock)
         # Admin handlers read-modify-write metadata under this lock so they don't race each other.
         self.admin_lock = asyncio.Lock()
         self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved

@@ -8,6 +8,13 @@ length and count must fit in the bytes that remain (an array of N elements needs
 the smallest encoding of one element). A body that passes cannot make the native reader
 over-allocate; one that fails is a MalformedRequest.
 
+A null (count or length -1; 0 in the compact encoding) is accepted only where the schema says the
+field is nullable in this version. kio's reader would hand a non-nullable array over as None, and
+the handler would then crash on it (a TypeError and a traceback per request: 28 APIs did); a
+non-nullable string it refuses itself, but later and with a less useful message. Kafka fails to
+parse such a request and closes the connection (``RequestContext.parseRequest`` throws
+InvalidRequestException; ``SocketServer`` closes the channel), and so does Shoal.
+
 Deviation: kio refuses tagged fields it does not know, so a request carrying a tag newer than its
 schema is answered as malformed instead of having the tag ignored. No client we test sends one.
 
@@ -20,7 +27,8 @@ from __future__ import annotations
 import struct
 from dataclasses import fields
 from functools import cache
-from typing import Callable
+from types import NoneType, UnionType
+from typing import Any, Callable, Union, get_args, get_origin
 
 from kio.serial._introspect import (
     EntityField,
@@ -92,35 +100,39 @@ def _fixed(size: int) -> Skip:
     return skip
 
 
-def _varlen(flexible: bool, kafka_type: str) -> Skip:
+def _null(name: str) -> GuardError:
+    return GuardError(f"{name} is null, which this version does not allow")
+
+
+def _varlen(flexible: bool, kafka_type: str, name: str, null_ok: bool) -> Skip:
     if flexible:
 
         def skip(buf: memoryview, pos: int) -> int:
             n, pos = _uvarint(buf, pos)
-            return pos if n == 0 else _need(buf, pos, n - 1)
+            if n == 0:
+                if not null_ok:
+                    raise _null(name)
+                return pos
+            return _need(buf, pos, n - 1)
 
-    elif kafka_type == "string":
-
-        def skip(buf: memoryview, pos: int) -> int:
-            end = _need(buf, pos, 2)
-            (n,) = _I16.unpack_from(buf, pos)
-            if n < -1:
-                raise GuardError(f"negative string length {n}")
-            return end if n < 0 else _need(buf, end, n)
-
-    else:
+    else:  # legacy: int16 length of a string, int32 of bytes
+        width, unpack = (2, _I16.unpack_from) if kafka_type == "string" else (4, _I32.unpack_from)
 
         def skip(buf: memoryview, pos: int) -> int:
-            end = _need(buf, pos, 4)
-            (n,) = _I32.unpack_from(buf, pos)
-            if n < -1:
-                raise GuardError(f"negative bytes length {n}")
-            return end if n < 0 else _need(buf, end, n)
+            end = _need(buf, pos, width)
+            (n,) = unpack(buf, pos)
+            if n < 0:
+                if n < -1:
+                    raise GuardError(f"negative {kafka_type} length {n}")
+                if not null_ok:
+                    raise _null(name)
+                return end
+            return _need(buf, end, n)
 
     return skip
 
 
-def _array(flexible: bool, item: Skip, item_min: int) -> Skip:
+def _array(flexible: bool, item: Skip, item_min: int, name: str, null_ok: bool) -> Skip:
     def skip(buf: memoryview, pos: int) -> int:
         if flexible:
             n, pos = _uvarint(buf, pos)
@@ -131,6 +143,8 @@ def _array(flexible: bool, item: Skip, item_min: int) -> Skip:
             if n < -1:
                 raise GuardError(f"negative array length {n}")
         if n <= 0:
+            if n < 0 and not null_ok:
+                raise _null(name)
             return pos
         if n * item_min > len(buf) - pos:
             raise GuardError(f"array of {n} elements cannot fit in {len(buf) - pos} bytes")
@@ -158,10 +172,12 @@ def _entity(cls: type) -> tuple[Skip, int]:
     min_size = 1 if flexible else 0  # the tagged-field count
     for f in fields(cls):
         kind = classify_field(f)
+        name = f"{cls.__name__}.{f.name}"
+        null_ok = _nullable(f.type)
         if isinstance(kind, (EntityField, EntityTupleField)):
             inner, inner_min = _entity(kind.type_)
             if isinstance(kind, EntityTupleField):
-                step = _array(flexible, inner, max(inner_min, 1))
+                step = _array(flexible, inner, max(inner_min, 1), name, null_ok)
                 size = 1 if flexible else 4
             elif is_optional(f):
                 step = _nullable_entity(inner)
@@ -173,11 +189,13 @@ def _entity(cls: type) -> tuple[Skip, int]:
             if kafka_type in _FIXED:
                 item: Skip = _fixed(_FIXED[kafka_type])
             elif kafka_type in _VARLEN:
-                item = _varlen(flexible, kafka_type)
+                # an array's elements are nullable when its element type is (tuple[str | None, ...])
+                item_null_ok = _nullable(_array_item(f.type)) if isinstance(kind, PrimitiveTupleField) else null_ok
+                item = _varlen(flexible, kafka_type, name, item_null_ok)
             else:
-                raise TypeError(f"guard does not know kafka_type {kafka_type!r} ({cls.__name__}.{f.name})")
+                raise TypeError(f"guard does not know kafka_type {kafka_type!r} ({name})")
             if isinstance(kind, PrimitiveTupleField):
-                step = _array(flexible, item, max(_min_size(kafka_type, flexible), 1))
+                step = _array(flexible, item, max(_min_size(kafka_type, flexible), 1), name, null_ok)
                 size = 1 if flexible else 4
             else:
                 assert isinstance(kind, PrimitiveField)
@@ -198,6 +216,18 @@ def _entity(cls: type) -> tuple[Skip, int]:
         return pos
 
     return skip, min_size
+
+
+def _nullable(tp: Any) -> bool:
+    """Whether a kio field type admits None (``X | None``): the field is nullable in this version."""
+    return get_origin(tp) in (UnionType, Union) and NoneType in get_args(tp)
+
+
+def _array_item(tp: Any) -> Any:
+    """The element type of a kio array type (``tuple[X, ...]``, possibly ``| None``)."""
+    if get_origin(tp) in (UnionType, Union):
+        tp = next(a for a in get_args(tp) if a is not NoneType)
+    return get_args(tp)[0]
 
 
 def _nullable_entity(inner: Skip) -> Skip:

@@ -219,8 +219,12 @@ class KafkaConnection(asyncio.Protocol):
         return s
 
     def _reject(self, reason: str) -> None:
-        """Close this connection because of what the client sent; one log line says why."""
-        log.warning("closing connection from %s on %s: %s", self.peer, self.listener, reason)
+        """Close this connection because of what the client sent; one log line says why,
+        rate-limited per client address and kind of reason (its first word; shoal.logutil)."""
+        self.broker.client_log.warning(
+            ("reject", self.peer.rpartition(":")[0], reason.partition(" ")[0]),
+            "closing connection from %s on %s: %s", self.peer, self.listener, reason,
+        )
         self.close()
 
     def close(self) -> None:
@@ -329,8 +333,9 @@ class KafkaConnection(asyncio.Protocol):
                 data = codec.encode_response(hdr.correlation_id, hdr.api_key, hdr.api_version, response)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception(
+        except Exception as e:
+            self.broker.client_log.exception(  # a traceback once per api and error per interval
+                ("handler", hdr.api_key, type(e).__name__),
                 "handler for api %d v%d failed on a request from %s; answering UNKNOWN_SERVER_ERROR",
                 hdr.api_key, hdr.api_version, self.peer,
             )
