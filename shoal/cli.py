@@ -94,6 +94,14 @@ def cmd_serve(args) -> int:
                 f"  shoal topics create demo --partitions 3 --bootstrap-server {l.host}:{l.port}",
                 flush=True,
             )
+        # -- what an operator must know: exposed secrets, and durability on one node (shoal.startup)
+        from shoal.startup import durability_note, exposure_warnings
+
+        for line in exposure_warnings(broker.config):
+            logging.getLogger("shoal.broker").warning("%s", line)
+        note = durability_note(broker.config, image)
+        if note:
+            print(f"  {note}", flush=True)
         await broker.wait_stopped()
 
     try:

@@ -1,0 +1,91 @@
+"""What an operator must hear when a broker starts: exposure that gives secrets away, and what
+acks=all means on a single node. Pure functions of the config (and the metadata image); the
+``serve`` command (shoal.cli) logs the warnings and prints the durability note in its banner.
+
+- PLAIN over a listener without TLS (SASL_PLAINTEXT with PLAIN in ``sasl.enabled.mechanisms``)
+  on an address other hosts can reach sends every password in clear text.
+- The HTTP admin API (``shoal.admin.listener``) with ``shoal.admin.authentication=none`` on such
+  an address lets anyone who can reach it create tenants, users and admins.
+- acks=all is not fsync (Kafka's default too: ``log.flush.interval.messages`` is Long.MAX and
+  replication is the durability story). On a single node with replication factor 1, a power
+  loss or kernel crash can lose acknowledged records; a killed process cannot (the data is in
+  the page cache). ``log.flush.interval.messages=1`` fsyncs before acknowledging.
+
+A loopback address (127.0.0.0/8, ::1, ``localhost``) gets no warning; a wildcard (``0.0.0.0``,
+``::``, empty) or any other address does. Host names are resolved (the listener was just bound to
+them, so this costs nothing new); one that resolves only to loopback addresses counts as loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def exposure_warnings(config: Any) -> list[str]:
+    """One line per listener or endpoint that exposes secrets or admin rights to the network."""
+    out: list[str] = []
+    protocols = config.listener_security_protocols
+    for name, host, port in config.listeners:
+        if protocols.get(name) != "SASL_PLAINTEXT" or is_loopback(host):
+            continue
+        if "PLAIN" in tuple(config.for_listener(name, "sasl.enabled.mechanisms")):
+            out.append(
+                f"listener {name} ({host or '*'}:{port}) accepts SASL PLAIN without TLS on a non-loopback "
+                f"address: passwords cross the network in clear text. Use SASL_SSL, or only SCRAM "
+                f"mechanisms in listener.name.{name.lower()}.sasl.enabled.mechanisms"
+            )
+    admin = config.get("shoal.admin.listener")
+    if admin and str(config.get("shoal.admin.authentication")).lower() == "none":
+        from shoal.admin.http import parse_listener
+
+        host, _port = parse_listener(admin)
+        if not is_loopback(host):
+            out.append(
+                f"the HTTP admin API (shoal.admin.listener={admin}) has shoal.admin.authentication=none "
+                f"on a non-loopback address: anyone who can reach it can create tenants, users and "
+                f"admins. Set shoal.admin.authentication=basic, or bind it to 127.0.0.1"
+            )
+    return out
+
+
+def durability_note(config: Any, image: Any) -> str | None:
+    """The banner's durability line when acknowledged records can be lost to a power failure:
+    a single broker, topics (or the default) with replication factor 1, and no fsync per
+    message. None when records are fsynced before they are acknowledged or when replicated."""
+    flush = int(config.get("log.flush.interval.messages"))
+    if len(image.brokers) > 1:
+        return None
+    rf1 = int(config.get("default.replication.factor")) == 1 or any(
+        t.replication_factor == 1 for t in image.topics.values()
+    )
+    if not rf1:
+        return None
+    if flush == 1:
+        return ("durability: log.flush.interval.messages=1: every acknowledged record is fsynced "
+                "before the answer (single node, replication factor 1)")
+    return (
+        "durability: single node, replication factor 1, no fsync per record (Kafka's default). "
+        "acks=all means the record is in the OS page cache: a killed broker loses nothing, but a "
+        "power loss or kernel crash can lose acknowledged records. For fsync before every "
+        "acknowledgement set log.flush.interval.messages=1 (it costs produce throughput; see "
+        "README, Durability)"
+    )
