@@ -17,6 +17,10 @@ only (asyncio streams + json). One request per connection (``Connection: close``
 The password is hashed here (``make_credential``, random salt) and never stored. Errors are
 ``{"error": code, "message": ...}`` with 400 (bad request), 404 (no such tenant/user/path), 405,
 409 (the user exists), 413; a request that breaks a handler gets a 500, never a dead server.
+Users (``shoal.tenancy.principals``): the operator creates a user under the name it gives (mTLS
+principals and pre-named users join a tenant that way), but never ``ANONYMOUS``, a super user or a
+tenant-shaped ``lkc-xxxxxx_`` name (400); a tenant administrator's users are stored (and log in)
+as ``<tenant>_<name>``, so its 409 only ever means its own tenant has that user.
 Authentication: ``shoal.admin.authentication=basic`` requires HTTP Basic credentials of a SCRAM
 user (super users: everything; a tenant's administrators: their own tenant), see
 ``shoal.admin.http_auth``; the default ``none`` has none: bind the listener to a trusted address.
@@ -34,6 +38,7 @@ from shoal.admin.http_namespaces import SECTIONS as TENANCY_SECTIONS, TenancyRou
 from shoal.admin.http_namespaces import openapi_paths as tenancy_openapi
 from shoal.config import BrokerConfig
 from shoal.metadata import MetadataError, MetadataStore, TenantInfo
+from shoal.tenancy.principals import operator_user_error, tenant_user
 
 log = logging.getLogger("shoal.admin.http")
 
@@ -88,7 +93,7 @@ def _name(body: dict[str, Any], key: str) -> str:
 
 class AdminHttpServer:
     def __init__(self, store: MetadataStore, host: str, port: int, *,
-                 broker_config: Callable[[], BrokerConfig] | None = None) -> None:
+                 broker_config: Callable[[], BrokerConfig] | None = None, login_backoff: Any = None) -> None:
         self.store = store
         self.host = host
         self.port = port
@@ -96,7 +101,7 @@ class AdminHttpServer:
         self.tenancy = TenancyRoutes(self, broker_config)
         from shoal.admin.http_auth import HttpAuth
 
-        self.auth = HttpAuth(store, broker_config)  # shoal.admin.authentication
+        self.auth = HttpAuth(store, broker_config, backoff=login_backoff)  # shoal.admin.authentication
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -193,14 +198,17 @@ class AdminHttpServer:
 
         segs = [unquote(s) for s in url.path.strip("/").split("/")] if url.path.strip("/") else []
         try:
-            await self.auth.check(headers, method, segs, peer)
+            caller = await self.auth.check(headers, method, segs, peer)
         except AuthError as e:
             raise HttpError(e.status, e.code, e.message) from None
-        return await self.route(method, url.path, raw, url.query)
+        return await self.route(method, url.path, raw, url.query, caller)
 
     # -- routing ------------------------------------------------------------------------------
 
-    async def route(self, method: str, path: str, raw: bytes, query: str = "") -> tuple[int, Any]:
+    async def route(self, method: str, path: str, raw: bytes, query: str = "",
+                    caller: str | None = None) -> tuple[int, Any]:
+        """``caller``: the tenant whose administrator calls (``HttpAuth.check``), None for the
+        operator."""
         segs = [unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
         if segs == ["openapi.json"]:
             self._allow(method, "GET")
@@ -229,16 +237,21 @@ class AdminHttpServer:
             raise HttpError(404, "not_found", f"no such path: {path}")
         if len(segs) == 4:
             self._allow(method, "POST")
-            return 201, await self._create_user(tenant_id, self._json(raw))
+            return 201, await self._create_user(tenant_id, self._json(raw), caller)
         self._allow(method, "DELETE")
         user = segs[4]
         self._tenant(tenant_id)
+        if caller is not None and self.store.image.user_tenants.get(user) != tenant_id:
+            user = tenant_user(tenant_id, user)  # the name its administrator created it with
         if self.store.image.user_tenants.get(user) != tenant_id:
             raise HttpError(404, "not_found", f"User '{user}' does not exist in tenant {tenant_id}.")
         await self._store_call(self.store.remove_user(user))
         return 200, {"user": user, "tenant_id": tenant_id}
 
-    async def _create_user(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _create_user(self, tenant_id: str, body: dict[str, Any], caller: str | None = None) -> dict[str, Any]:
+        """The operator (``caller`` None) maps a name as it is into the tenant (how mTLS and
+        pre-named users join one); a tenant administrator's users are stored qualified,
+        ``<tenant>_<name>``, the name they log in with (``shoal.tenancy.principals``)."""
         from shoal.auth.scram import MECHANISMS, make_credential
 
         user = _name(body, "user")
@@ -253,6 +266,12 @@ class AdminHttpServer:
             raise HttpError(400, "bad_request", "'admin' must be true or false")
         if user.startswith("lkc-") and "_" in user:
             raise HttpError(400, "bad_request", "user names starting with 'lkc-' and containing '_' are reserved")
+        if caller is None:
+            why = operator_user_error(user, self.auth.super_users(), into_tenant=True)
+            if why is not None:
+                raise HttpError(400, "bad_request", why)
+        else:
+            user = tenant_user(tenant_id, user)
         self._tenant(tenant_id)
         cred = await asyncio.to_thread(make_credential, mechanism, password)
         await self._store_call(self.store.assign_user(user, tenant_id, cred, new_user=True))

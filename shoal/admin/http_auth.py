@@ -12,8 +12,11 @@
   - anyone else gets 403, as does an administrator for any other tenant (indistinguishable from
     a tenant that does not exist to it: the same 403 whether the id exists or not).
 
-A missing or wrong credential gets 401 with no detail that helps guessing; a log line names the
-client address and the user.
+A missing or wrong credential gets 401 with no detail that helps guessing, in the same time
+whether the user exists or not (an unknown user's password is checked against a dummy credential,
+as SASL PLAIN does); a rate-limited log line names the client address and the user. Failed logins
+are backed off per user like SASL logins (``shoal.auth.backoff``, shared with the listeners when
+the broker passes its ``LoginBackoff``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import base64
 import binascii
 import hashlib
 import logging
+import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 log = logging.getLogger("shoal.admin.http")
 
@@ -40,12 +44,25 @@ class AuthError(Exception):
 
 
 class HttpAuth:
+    """``backoff``: the broker's failed-login backoff (``shoal.auth.backoff``), shared with its
+    SASL listeners; ``mode_config``: the config that says none/basic (``shoal.metrics`` passes
+    its own, falling back to ``shoal.admin.authentication``)."""
+
     def __init__(self, store: Any, broker_config: Callable[[], Any] | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, backoff: Any = None,
+                 mode_config: str = "shoal.admin.authentication") -> None:
+        from shoal.auth.backoff import LoginBackoff
+        from shoal.logutil import RateLimitedLog
+
         self.store = store
         self.broker_config = broker_config
         self.clock = clock
+        self.mode_config = mode_config
         self._verified: dict[tuple[str, bytes], tuple[float, Any]] = {}
+        self.backoff = backoff if backoff is not None else (
+            LoginBackoff.from_config(broker_config()) if broker_config is not None else LoginBackoff())
+        self._log = RateLimitedLog(log)
+        self._dummy: Any = None  # an unknown user's password is checked against this
 
     def _config(self, name: str) -> Any:
         if self.broker_config is None:
@@ -57,16 +74,26 @@ class HttpAuth:
 
     @property
     def mode(self) -> str:
-        return str(self._config("shoal.admin.authentication") or "none").lower()
+        value = self._config(self.mode_config)
+        if value is None and self.mode_config != "shoal.admin.authentication":
+            value = self._config("shoal.admin.authentication")
+        return str(value or "none").lower()
 
-    async def check(self, headers: dict[str, str], method: str, segs: list[str], peer: str) -> None:
-        """Raise AuthError unless the request may proceed."""
+    def super_users(self) -> frozenset[str]:
+        """``super.users`` as principals (``User:admin``)."""
+        return frozenset(s.strip() for s in str(self._config("super.users") or "").split(";") if s.strip())
+
+    def super_user(self, user: str) -> bool:
+        return f"User:{user}" in self.super_users()
+
+    async def check(self, headers: dict[str, str], method: str, segs: list[str], peer: str) -> str | None:
+        """Raise AuthError unless the request may proceed; the tenant the caller administers, or
+        None for the operator (a super user, or anyone when there is no authentication)."""
         if self.mode != "basic" or segs == ["openapi.json"]:  # the API's description is public
-            return
+            return None
         user = await self._authenticate(headers.get("authorization"), peer)
-        supers = {s.strip() for s in str(self._config("super.users") or "").split(";") if s.strip()}
-        if f"User:{user}" in supers:
-            return
+        if self.super_user(user):
+            return None
         image = self.store.image
         tenant = image.user_tenants.get(user)
         if tenant is None or user not in image.tenant_admins:
@@ -76,11 +103,22 @@ class HttpAuth:
                 raise AuthError(403, "forbidden", "not allowed")
             if len(segs) >= 4 and segs[3] == "policy" and method != "GET":
                 raise AuthError(403, "forbidden", "not allowed")
-            return
+            return tenant
         raise AuthError(403, "forbidden", "not allowed")
 
+    async def check_super_user(self, headers: dict[str, str], peer: str) -> None:
+        """For /metrics: with basic authentication, a super user's credentials; else AuthError."""
+        if self.mode != "basic":
+            return
+        user = await self._authenticate(headers.get("authorization"), peer)
+        if not self.super_user(user):
+            raise AuthError(403, "forbidden", "not allowed")
+
     async def _authenticate(self, header: str | None, peer: str) -> str:
-        from shoal.auth.scram import verify_password
+        """The user whose correct password ``header`` carries. Constant work whether the user
+        exists or not (an unknown user's password is checked against a dummy credential, as
+        SASL PLAIN does); failed-login backoff per user, as for SASL (``shoal.auth.backoff``)."""
+        from shoal.auth.scram import make_credential, verify_password
 
         if not header or not header.lower().startswith("basic "):
             raise AuthError(401, "unauthorized", "authentication required")
@@ -97,11 +135,30 @@ class HttpAuth:
         hit = self._verified.get(key)
         if hit is not None and hit[0] > now and hit[1] in creds.values():
             return user
-        for cred in creds.values():
-            if await asyncio.to_thread(verify_password, cred, password):
-                if len(self._verified) > 10_000:
-                    self._verified.clear()
-                self._verified[key] = (now + _REMEMBER_S, cred)
-                return user
-        log.warning("HTTP admin API: failed authentication from %s as %r", peer, user)
+        backoff = self.backoff
+        wait = backoff.admit(user, int(now * 1000))
+        if wait is None:  # this user's queue of attempts is full: refused unchecked
+            await asyncio.sleep(backoff.delay_ms(backoff.failures(user, int(now * 1000))) / 1000)
+            self._failed(user, peer, refused=True)
+        if wait:
+            await asyncio.sleep(wait / 1000)
+        # The same PBKDF2 work for an unknown user: its password is checked against a dummy.
+        cred = creds.get("SCRAM-SHA-512") or creds.get("SCRAM-SHA-256")
+        if cred is None and self._dummy is None:
+            self._dummy = await asyncio.to_thread(make_credential, "SCRAM-SHA-512", os.urandom(16).hex())
+        ok = await asyncio.to_thread(verify_password, cred or self._dummy, password) and cred is not None
+        if ok:
+            backoff.succeeded(user)
+            if len(self._verified) > 10_000:
+                self._verified.clear()
+            self._verified[key] = (now + _REMEMBER_S, cred)
+            return user
+        delay = backoff.failed(user, int(self.clock() * 1000))
+        await asyncio.sleep(delay / 1000)
+        self._failed(user, peer, refused=False)
+
+    def _failed(self, user: str, peer: str, *, refused: bool) -> NoReturn:
+        n = self.backoff.failures(user, int(self.clock() * 1000))
+        self._log.warning(("http", user), "HTTP admin API: failed authentication from %s as %r (%d failures in a "
+                          "row%s)", peer, user, n, ", refused unchecked" if refused else "")
         raise AuthError(401, "unauthorized", "authentication failed")

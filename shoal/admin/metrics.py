@@ -19,6 +19,9 @@ name                                        labels                      value
 ``shoal_broker_<type>_byte_rate_limit``     (none)                      broker-wide limit (when set)
 ``shoal_broker_<type>_autotune_engaged``    (none)                      1 while tenant quotas are tuned
 ``shoal_broker_request_quota``              (none)                      broker-wide request quota (%)
+``shoal_login_failures``                    (none)                      failed logins since start
+``shoal_login_backoff_delayed`` / _refused  (none)                      attempts spaced / refused (backoff)
+``shoal_login_backoff_users``               (none)                      users with recent failed logins
 ==========================================  ==========================  =================================
 
 Labels are Kafka's metric tags: ``user``/``client_id`` are "" where the quota's level has none
@@ -40,7 +43,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
-from shoal.admin.http import parse_listener
+from shoal.admin.http import _REASONS, parse_listener
+from shoal.admin.http_auth import AuthError
 from shoal.quotas.manager import QuotaManagers, QuotaType, effective_bound
 
 if TYPE_CHECKING:
@@ -108,6 +112,19 @@ def protection_metric_values(protection: Any) -> Iterator[tuple[str, str, Mappin
             "(percent of one thread's time)", {}, protection.request_quota.value
 
 
+def login_metric_values(backoff: Any) -> Iterator[tuple[str, str, Mapping[str, str], float]]:
+    """The failed-login backoff's counters (``shoal.auth.backoff``; SASL and HTTP Basic)."""
+    if backoff is None:
+        return
+    yield "shoal_login_failures", "failed logins (SASL PLAIN, SCRAM, HTTP Basic) since start", {}, \
+        float(backoff.failures_total)
+    yield "shoal_login_backoff_delayed", "login attempts that waited for their user's backoff slot", {}, \
+        float(backoff.delayed_total)
+    yield "shoal_login_backoff_refused", "login attempts refused unchecked (their user's queue was full)", {}, \
+        float(backoff.refused_total)
+    yield "shoal_login_backoff_users", "users with recent failed logins (bounded)", {}, float(backoff.tracked)
+
+
 class QuotaCollector:
     """A prometheus_client collector reading the broker's quota managers at scrape time."""
 
@@ -117,7 +134,8 @@ class QuotaCollector:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families: dict[str, GaugeMetricFamily] = {}
         samples = itertools.chain(quota_metric_values(self.broker.quotas, self.broker.clock.now_ms()),
-                                  protection_metric_values(getattr(self.broker, "protection", None)))
+                                  protection_metric_values(getattr(self.broker, "protection", None)),
+                                  login_metric_values(_backoff(self.broker)))
         for name, doc, labels, value in samples:
             keys = sorted(labels)
             fam = families.get(name)
@@ -127,6 +145,11 @@ class QuotaCollector:
         yield from families.values()
 
 
+def _backoff(broker: "Broker") -> Any:
+    security = getattr(broker, "listener_security", None) or {}
+    return next(iter(security.values())).backoff if security else None
+
+
 def render(broker: "Broker") -> bytes:
     """The text exposition of the broker's metrics."""
     registry = CollectorRegistry(auto_describe=False)
@@ -134,19 +157,55 @@ def render(broker: "Broker") -> bytes:
     return generate_latest(registry)
 
 
+def parse_metrics_listener(value: str) -> tuple[str, int]:
+    """``shoal.metrics.listener``: ``http://HOST:PORT``, or without a host (``http://:PORT``,
+    ``:PORT``, ``PORT``) for loopback, 127.0.0.1. ValueError for anything else."""
+    v = value.strip()
+    bare = v[len("http://"):] if v.startswith("http://") else v
+    bare = bare.rstrip("/")
+    if bare.lstrip(":").isdigit() and not bare.startswith("::"):
+        v = f"http://127.0.0.1:{bare.lstrip(':')}"
+    return parse_listener(v, "shoal.metrics.listener")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class MetricsHttpServer:
-    """``GET /metrics`` over HTTP/1.1, one request per connection."""
+    """``GET /metrics`` over HTTP/1.1, one request per connection.
+
+    Every series names tenants and client ids, so the endpoint is loopback-only unless
+    ``shoal.metrics.listener`` names another address, and with ``shoal.metrics.authentication``
+    (default: ``shoal.admin.authentication``) = basic it answers only super users (HTTP Basic,
+    checked as by the admin API, ``shoal.admin.http_auth``: 401 without or with wrong
+    credentials, 403 for anyone else). A non-loopback address without authentication is logged
+    as a warning at start-up."""
 
     def __init__(self, broker: "Broker", listener: str) -> None:
+        from shoal.admin.http_auth import HttpAuth
+
         self.broker = broker
-        self.host, self.port = parse_listener(listener, "shoal.metrics.listener")
+        self.host, self.port = parse_metrics_listener(listener)
+        self.auth = HttpAuth(broker.metadata, lambda: broker.config, backoff=_backoff(broker),
+                             mode_config="shoal.metrics.authentication")
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
         self.broker.quotas.set_record_usage(True)
         self._server = await asyncio.start_server(self._on_connection, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
+        log.info("Prometheus metrics on http://%s:%d/metrics (authentication: %s)", self.host, self.port,
+                 self.auth.mode)
+        if self.auth.mode == "none" and not _loopback(self.host):
+            log.warning("shoal.metrics.listener is on %s, not loopback, without authentication: anyone who "
+                        "reaches it sees every tenant id and client id (set shoal.metrics.authentication=basic "
+                        "or bind it to 127.0.0.1)", self.host)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -157,16 +216,29 @@ class MetricsHttpServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            status, ctype, body = self._answer(parts)
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split()
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            peer = writer.get_extra_info("peername")
+            try:
+                await self.auth.check_super_user(headers, f"{peer[0]}:{peer[1]}" if peer else "?")
+            except AuthError as e:
+                status, ctype, body = f"{e.status} {_REASONS[e.status]}", "text/plain", f"{e.message}\n".encode()
+            else:
+                status, ctype, body = self._answer(parts)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
         except Exception:
             log.exception("metrics request failed")
             status, ctype, body = "500 Internal Server Error", "text/plain", b"internal error\n"
+        auth = 'WWW-Authenticate: Basic realm="shoal"\r\n' if status.startswith("401") else ""
         head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                    "Connection: close\r\n\r\n").encode("latin-1")
+                    f"{auth}Connection: close\r\n\r\n").encode("latin-1")
         try:
             writer.write(head_out + body)
             await writer.drain()

@@ -6,6 +6,8 @@
 - ``principal``: ``User:<name>``; certificate subjects in RFC 2253 form and
   ``ssl.principal.mapping.rules``.
 - ``tls``: ``SSLContext`` per SSL/SASL_SSL listener from the ``ssl.*`` configs.
+- ``backoff``: failed-login backoff per user (one ``LoginBackoff`` per broker, shared by every
+  listener's ``ListenerSecurity.backoff`` and the HTTP endpoints).
 
 ``ListenerSecurity`` is what the network layer needs to know about one listener; the broker builds
 one per listener at start-up (``listener_security``), and each connection asks it for a
@@ -20,8 +22,10 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shoal.auth.backoff import LoginBackoff
 from shoal.auth.principal import MappingError, PrincipalMapper, principal_from_peercert
 from shoal.auth.sasl import AuthenticationFailed, SaslSession
+from shoal.logutil import RateLimitedLog
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
@@ -35,6 +39,7 @@ __all__ = [
     "ANONYMOUS",
     "AuthenticationFailed",
     "ListenerSecurity",
+    "LoginBackoff",
     "SaslSession",
     "ensure_bootstrap_users",
     "listener_security",
@@ -54,6 +59,10 @@ class ListenerSecurity:
     # PLAIN checks an unknown user's password against this credential (the same PBKDF2 work as a
     # known user's): made once per listener, not per handshake on the event loop.
     plain_dummy: "ScramCredential | None" = None
+    # Failed-login backoff per user, one for the whole broker (shoal.auth.backoff).
+    backoff: LoginBackoff = field(default_factory=LoginBackoff)
+    # Failed logins, one line per user per 10 s at most (shared like ``backoff``).
+    failure_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
 
     @property
     def sasl(self) -> bool:
@@ -80,15 +89,18 @@ class ListenerSecurity:
         return principal_from_peercert(sslobj.getpeercert(), self.mapper)
 
 
-def listener_security(config: "BrokerConfig") -> dict[str, ListenerSecurity]:
-    """One ``ListenerSecurity`` per configured listener; raises ``TlsConfigError``/``ConfigError``."""
+def listener_security(config: "BrokerConfig", backoff: LoginBackoff | None = None) -> dict[str, ListenerSecurity]:
+    """One ``ListenerSecurity`` per configured listener, all sharing one ``backoff`` (made from
+    the config unless given); raises ``TlsConfigError``/``ConfigError``."""
     from shoal.auth.tls import principal_mapper, server_context
 
     out: dict[str, ListenerSecurity] = {}
     protocols = config.listener_security_protocols
+    backoff = backoff or LoginBackoff.from_config(config)
+    failure_log = RateLimitedLog(log)
     for name, _host, _port in config.listeners:
         protocol = protocols[name]
-        sec = ListenerSecurity(name, protocol)
+        sec = ListenerSecurity(name, protocol, backoff=backoff, failure_log=failure_log)
         if protocol in ("SSL", "SASL_SSL"):
             sec.ssl_context = server_context(config, name)
             sec.mapper = principal_mapper(config, name)
@@ -107,13 +119,20 @@ async def ensure_bootstrap_users(config: "BrokerConfig", store: "MetadataStore")
     """``shoal.sasl.bootstrap.users``: give each listed user SCRAM-SHA-256 and -512 credentials.
 
     A credential that already matches the configured password is kept (its salt too); otherwise a
-    new one is stored. Only salted hashes reach the store.
+    new one is stored. Only salted hashes reach the store. A name no operator may create
+    (``shoal.tenancy.principals.operator_user_error``: ANONYMOUS, tenant-qualified) is a
+    ``ValueError``.
     """
     import asyncio
 
     from shoal.auth.scram import MECHANISMS, make_credential, parse_bootstrap_users, verify_password
+    from shoal.tenancy.principals import operator_user_error
 
     users = parse_bootstrap_users(config.get("shoal.sasl.bootstrap.users"))
+    for user, _password in users:
+        why = operator_user_error(user, frozenset(), into_tenant=False)
+        if why is not None:
+            raise ValueError(f"shoal.sasl.bootstrap.users: {why}")
     for user, password in users:
         for mechanism in MECHANISMS:
             existing = store.image.scram_credentials.get(user, {}).get(mechanism)

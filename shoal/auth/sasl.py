@@ -76,6 +76,11 @@ class SaslServer(Protocol):
 
     def evaluate(self, token: bytes) -> bytes: ...
 
+    def claimed(self, token: bytes) -> str | None:
+        """The user whose password ``evaluate(token)`` would check (the failed-login backoff's
+        key, ``shoal.auth.backoff``); None when that step checks no password."""
+        ...
+
 
 class PlainServer:
     """RFC 4616 PLAIN: ``[authzid] NUL authcid NUL passwd``, checked against a SCRAM credential.
@@ -110,6 +115,15 @@ class PlainServer:
         self.user = authcid
         self.complete = True
         return b""
+
+    def claimed(self, token: bytes) -> str | None:
+        parts = bytes(token).split(b"\x00")
+        if len(parts) != 3 or not parts[1] or self.complete:
+            return None
+        try:
+            return parts[1].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
 
 def decode_saslname(name: str) -> str:
@@ -283,6 +297,9 @@ class ScramServer:
             log.debug("SCRAM step %d failed: %r", self._step, e)
             raise AuthenticationFailed(self.mechanism) from None
         raise AuthenticationFailed(self.mechanism)
+
+    def claimed(self, token: bytes) -> str | None:
+        return self.user if self._step == 1 else None  # client-final carries the proof
 
     def _client_final(self, msg: str) -> str:
         """Check the client proof (RFC 5802 section 3) and answer server-final.

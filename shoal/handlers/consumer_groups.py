@@ -79,6 +79,8 @@ async def handle_consumer_group_heartbeat(ctx, req):
             return _heartbeat_error(mod, ErrorCode.group_authorization_failed)
         if names and not all(scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in set(names)):
             return _heartbeat_error(mod, ErrorCode.topic_authorization_failed)
+        if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
+            return _heartbeat_error(mod, ErrorCode.invalid_group_id)
     image = ctx.broker.metadata.image
     owned = None
     if req.topic_partitions is not None:

@@ -203,6 +203,8 @@ async def handle_join_group(ctx, req):
     scope = ctx.scope
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return _join_response(mod, v, JoinResult(ErrorCode.group_authorization_failed, ""))
+    if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
+        return _join_response(mod, v, JoinResult(ErrorCode.invalid_group_id, req.member_id))
     if coord is None:
         return _join_response(mod, v, JoinResult(ErrorCode.coordinator_not_available, req.member_id))
     session_ms = _ms(req.session_timeout)

@@ -74,6 +74,8 @@ async def handle_offset_commit(ctx, req):
             missing = ErrorCode.unknown_topic_or_partition
         if group_denied:
             topic_error = ErrorCode.group_authorization_failed
+        elif scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
+            topic_error = ErrorCode.invalid_group_id
         elif by_id and info is None:
             topic_error = missing
         elif not scope.allowed(Operation.READ, ResourceType.TOPIC, name):

@@ -4,8 +4,13 @@
   UNSUPPORTED_SASL_MECHANISM (with the enabled list) and then the connection closes.
 - SaslAuthenticate (key 36) v0-v2: one SASL token each way; v1+ carries ``session_lifetime_ms``
   from ``connections.max.reauth.ms`` (KIP-368). A failure answers SASL_AUTHENTICATION_FAILED with
-  the same message for an unknown user, a wrong password or a malformed token, logs one line
-  (client address, listener, mechanism), and closes the connection after the response.
+  the same message for an unknown user, a wrong password or a malformed token, logs one
+  rate-limited line (client address, listener, mechanism, user), and closes the connection after
+  the response. Failed-login backoff (``shoal.auth.backoff``): an attempt on a user with recent
+  failures waits for that user's next slot before its password is checked (refused unchecked when
+  the queue is full), and a failure is answered after the user's current delay
+  (``connection.failed.authentication.delay.ms`` doubling up to
+  ``shoal.login.failure.delay.max.ms``); both are asyncio sleeps, other connections go on.
 - DescribeUserScramCredentials (key 50) v0 and AlterUserScramCredentials (key 51) v0: the
   metadata store's SCRAM credentials. Upsertions carry the client's salted password; only
   StoredKey/ServerKey are kept.
@@ -18,9 +23,16 @@ Deviations from Kafka:
   unframed raw SASL tokens a v0-only client would send next are not: such a client's connection
   closes as malformed. Every maintained client uses v1 with SaslAuthenticate.
 - On a listener without SASL, both APIs answer ILLEGAL_SASL_STATE.
-- Without an authorizer, Kafka lets anyone alter credentials; Shoal does too unless
-  ``super.users`` is set, in which case only those principals may describe or alter them
-  (CLUSTER_AUTHORIZATION_FAILED otherwise) until ACLs take over.
+- Who may touch whose credential (``shoal.tenancy.principals``): Kafka asks for ALTER (DESCRIBE)
+  on the cluster, and lets anyone do anything without an authorizer. Shoal lets a caller touch
+  credentials other than its own only when it is a super user, an administrator of its tenant,
+  granted ALTER (DESCRIBE) on the cluster by an ACL, or in the physical view of a broker with
+  neither authorizer nor ``super.users``. Anyone may alter its own credential over a connection
+  that authenticated with SASL as that user (no old password: Kafka's API has no field for it;
+  the authenticated session stands for it), and describe it by name. Otherwise: per user
+  CLUSTER_AUTHORIZATION_FAILED (alter), top-level CLUSTER_AUTHORIZATION_FAILED (describe), before
+  anything that depends on whether the user exists. ``ANONYMOUS`` and, outside the operator, a
+  tenant's ``lkc-xxxxxx_`` names get UNACCEPTABLE_CREDENTIAL in the physical view.
 - Alter results are per user, all-or-nothing for that user's operations in the request.
 """
 
@@ -34,10 +46,12 @@ from typing import Any
 from shoal.auth.sasl import AuthenticationFailed
 from shoal.auth.scram import MECHANISM_NAMES, MECHANISMS, check_iterations, keys_from_salted_password
 from shoal.handlers.registry import api
-from shoal.metadata import MetadataError
+from shoal.metadata import MetadataError, owner_tenant
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation
+from shoal.tenancy.principals import may_access_credential, operator_user_error, tenant_qualified
+from shoal.tenancy.scope import principal_user, super_users
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -91,51 +105,98 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
     if session is None:
         return reply(ErrorCode.illegal_sasl_state, "SASL is not enabled on this listener")
     now = ctx.broker.clock.now_ms
+    clock = ctx.broker.clock
+
+    def mono() -> int:  # the backoff's time: monotonic ms
+        return int(clock.monotonic() * 1000)
+
+    security = getattr(ctx.broker, "listener_security", {}).get(ctx.listener)
+    backoff = security.backoff if security is not None else None
+    claimed: str | None = None
+    refused = False
     try:
         server = session.begin_step()
+        token = bytes(request.auth_bytes)
         try:
+            claimed = server.claimed(token) if backoff is not None else None
+            if claimed is not None:  # failed-login backoff: this user's attempts are spaced
+                wait = backoff.admit(claimed, mono())
+                if wait is None:
+                    refused = True
+                    raise AuthenticationFailed(server.mechanism)
+                if wait:
+                    await asyncio.sleep(wait / 1000)
             if server.expensive:  # PLAIN: PBKDF2 off the event loop
-                out = await asyncio.to_thread(server.evaluate, bytes(request.auth_bytes))
+                out = await asyncio.to_thread(server.evaluate, token)
             else:
-                out = server.evaluate(bytes(request.auth_bytes))
+                out = server.evaluate(token)
         except AuthenticationFailed:
             session.fail()
             raise
         out, lifetime = session.end_step(server, out, now())
     except AuthenticationFailed as e:
-        log.warning(
-            "failed authentication from %s on %s with SASL mechanism %s",
-            ctx.client_address, ctx.listener, e.mechanism,
-        )
+        delay = 0
+        if claimed is not None:
+            if refused:
+                delay = backoff.delay_ms(backoff.failures(claimed, mono()))
+            else:
+                delay = backoff.failed(claimed, mono())
+            security.failure_log.warning(
+                ("sasl", claimed), "failed authentication from %s on %s with SASL mechanism %s as %r "
+                "(%d failures in a row%s; answered after %d ms)", ctx.client_address, ctx.listener,
+                e.mechanism, claimed, backoff.failures(claimed, mono()),
+                ", refused unchecked" if refused else "", delay)
+        elif security is not None:
+            security.failure_log.warning(
+                ("sasl", ctx.client_address), "failed authentication from %s on %s with SASL mechanism %s",
+                ctx.client_address, ctx.listener, e.mechanism)
         ctx.extra["close_after"] = True
+        if delay:  # the answer (and the close) waits; other connections go on
+            await asyncio.sleep(delay / 1000)
         return reply(ErrorCode.sasl_authentication_failed, str(e))
+    if claimed is not None and session.authenticated:
+        backoff.succeeded(claimed)
     if session.authenticated and conn is not None and conn.principal != session.principal:
         conn.bind_principal(session.principal)
     return reply(ErrorCode.none, None, out, lifetime)
 
 
-def _authorized(ctx: Any, operation: int) -> bool:
+def _access(ctx: Any, operation: int) -> tuple[bool, str | None]:
+    """(may the caller touch credentials other than its own, the stored user name it
+    authenticated as with SASL or None); see ``shoal.tenancy.principals``."""
     scope = ctx.scope
-    if not scope.allowed_cluster(operation):
-        return False
-    if not scope.physical_view or scope.superuser:
-        return True
-    # Without an authorizer, ``super.users`` (when set) still guards the physical view's users.
-    return not ctx.broker.config.get("super.users")
+    config = ctx.broker.config
+    if config.get("authorizer.class.name"):
+        granted = scope.allowed_cluster(operation)  # True for super users and tenant admins
+    else:
+        granted = scope.physical_view and not config.get("super.users")
+    session, _conn = _session(ctx)
+    own = principal_user(ctx.principal) if session is not None and session.authenticated else None
+    return scope.superuser or granted, own
+
+
+def _may(access: tuple[bool, str | None], target: str) -> bool:
+    others, own = access
+    return may_access_credential(admin=others, granted=False, own=own, target=target)
 
 
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
-    if not _authorized(ctx, Operation.DESCRIBE):
+    image = ctx.broker.metadata.image
+    scope = ctx.scope
+    access = _access(ctx, Operation.DESCRIBE)
+    # Without the right to see others, a caller may describe itself, by name, and nothing else
+    # (the same refusal whether the other names exist or not).
+    if not access[0] and (
+        not request.users or not all(_may(access, scope.physical_user(image, u.name)) for u in request.users)
+    ):
         return mod.DescribeUserScramCredentialsResponse(
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=None,
             results=(),
         )
-    image = ctx.broker.metadata.image
-    scope = ctx.scope
     creds = {}
     for physical, by_mech in image.scram_credentials.items():  # the scope's users, as it names them
         visible = scope.visible_user(image, physical)
@@ -213,6 +274,20 @@ def _validate_alter(request: Any, image: Any, physical: Any) -> dict[str, tuple[
     return errors
 
 
+def _reserved_user(ctx: Any, image: Any, name: str, operator: bool) -> str | None:
+    """Why the user the caller calls ``name`` may get no credential from it
+    (``shoal.tenancy.principals``): none in a tenant (its users are stored qualified, whatever
+    their name); in the physical view, ANONYMOUS, and a name shaped like a tenant's user unless
+    that tenant exists and the caller is the ``operator`` (a super user, or anyone on a broker with
+    neither authorizer nor super.users: Kafka's default)."""
+    scope = ctx.scope
+    if not scope.physical_view:
+        return None
+    if operator and tenant_qualified(name) and owner_tenant(name, image.tenants) is not None:
+        return None  # the operator sets a tenant user's password
+    return operator_user_error(name, super_users(ctx.broker.config), into_tenant=False)
+
+
 @api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
@@ -222,11 +297,15 @@ async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
     def physical(name: str) -> str:
         return scope.physical_user(store.image, name)
 
-    if not _authorized(ctx, Operation.ALTER):
-        users = dict.fromkeys(op.name for op in (*request.deletions, *request.upsertions))
-        errors = {u: (ErrorCode.cluster_authorization_failed, None) for u in users}
-    else:
-        errors = _validate_alter(request, store.image, physical)
+    errors = _validate_alter(request, store.image, physical)
+    access = _access(ctx, Operation.ALTER)
+    for user in errors:
+        if not _may(access, physical(user)):  # before anything that depends on the user existing
+            errors[user] = (ErrorCode.cluster_authorization_failed, None)
+        elif errors[user] is None:
+            why = _reserved_user(ctx, store.image, user, access[0])
+            if why is not None:
+                errors[user] = (ErrorCode.unacceptable_credential, why)
     results = []
     for user, err in errors.items():
         if err is None:

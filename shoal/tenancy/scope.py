@@ -123,12 +123,18 @@ class Scope:
         return None
 
     def reserved_name(self, image: "MetadataImage", name: str) -> bool:
-        """Names shaped like another tenant's physical names (``lkc-xxxxxx_…``) are not for
-        tenants to create (they would only confuse), nor for the physical view's non-super users
+        """Topic names a tenant may not create: internal ones (``__…``, Kafka's internal topics)
+        and ones shaped like another tenant's physical names (``lkc-xxxxxx_…``; they would only
+        confuse); nor may the physical view's non-super users create a tenant's physical name
         when that tenant exists."""
         if self.prefix:
-            return _TENANT_SHAPED.match(name) is not None
+            return name.startswith(INTERNAL_TOPIC_PREFIX) or _TENANT_SHAPED.match(name) is not None
         return not self.superuser and owner_tenant(name, image.tenants) is not None
+
+    def reserved_group(self, name: str) -> bool:
+        """Group ids a tenant may not create or join: ids shaped like a tenant's physical names
+        (``lkc-xxxxxx_…``; Kafka's error: INVALID_GROUP_ID). The physical view may use any."""
+        return bool(self.prefix) and _TENANT_SHAPED.match(name) is not None
 
     def topics(self, image: "MetadataImage") -> Iterator[tuple[str, "TopicInfo"]]:
         """(visible name, topic) of every topic this scope can see exists (not yet authorized)."""
@@ -152,7 +158,8 @@ class Scope:
 
     def physical_user(self, image: "MetadataImage", name: str) -> str:
         """The stored name of a SCRAM user this scope calls ``name``: a user the control plane
-        put in this tenant keeps its name; any other name is one the tenant creates itself."""
+        put in this tenant keeps its name; any other name is one the tenant creates itself,
+        qualified (``shoal.tenancy.principals``; its administrator's HTTP creations too)."""
         if not self.prefix or image.user_tenants.get(name) == self.tenant_id:
             return name
         return self.prefix + name
@@ -160,7 +167,7 @@ class Scope:
     def visible_user(self, image: "MetadataImage", physical: str) -> str | None:
         if not self.prefix:
             return physical
-        if image.user_tenants.get(physical) == self.tenant_id:
+        if image.user_tenants.get(physical) == self.tenant_id and not physical.startswith(self.prefix):
             return physical
         return self.visible(physical)
 

@@ -1,0 +1,126 @@
+"""Failed-login backoff (shoal.auth.backoff): exact schedule on a manual clock, bounded state."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.auth.backoff import LoginBackoff
+from shoal.clock import ManualClock as _ManualClock
+
+
+def ms(clock: ManualClock) -> int:
+    return int(clock.monotonic() * 1000)
+
+
+def ManualClock() -> _ManualClock:  # noqa: N802  (a monotonic clock far from 0, as a real one is)
+    clock = _ManualClock()
+    clock.sleep(123_456.789)
+    return clock
+
+
+def test_delay_doubles_up_to_the_cap():
+    b = LoginBackoff(base_ms=100, max_ms=2000)
+    assert [b.delay_ms(n) for n in range(8)] == [0, 100, 200, 400, 800, 1600, 2000, 2000]
+    assert b.delay_ms(10_000) == 2000
+    assert LoginBackoff(base_ms=0, max_ms=0).delay_ms(5) == 0
+    assert LoginBackoff(base_ms=0, max_ms=2000).delay_ms(40) == 0  # no delay configured: none, ever
+
+
+def test_sequential_guesser_waits_for_each_answer():
+    clock = ManualClock()
+    b = LoginBackoff(base_ms=100, max_ms=2000)
+    answers = []
+    for _ in range(7):
+        assert b.admit("bob", ms(clock)) == 0  # it waited for the previous answer
+        d = b.failed("bob", ms(clock))
+        answers.append(d)
+        clock.sleep(d / 1000)
+    assert answers == [100, 200, 400, 800, 1600, 2000, 2000]
+
+
+def test_parallel_attempts_are_spaced_and_the_queue_is_bounded():
+    clock = ManualClock()
+    b = LoginBackoff(base_ms=100, max_ms=2000)
+    for _ in range(6):
+        b.failed("bob", ms(clock))
+    assert b.failures("bob", ms(clock)) == 6
+    now = ms(clock)  # next slot: now + 2000
+    # 5 connections try at once: the first waits for the slot, each further one 2 s more, and
+    # those that would wait more than max_ms are refused unchecked
+    waits = [b.admit("bob", now) for _ in range(5)]
+    assert waits == [2000, None, None, None, None]
+    assert b.refused_total == 4 and b.delayed_total == 1
+    clock.sleep(2.0)
+    assert b.admit("bob", ms(clock)) == 2000  # the slot after the one reserved above
+
+
+def test_other_users_are_never_slowed():
+    clock = ManualClock()
+    b = LoginBackoff()
+    for _ in range(20):
+        b.failed("bob", ms(clock))
+    assert b.admit("alice", ms(clock)) == 0
+    assert b.failures("alice", ms(clock)) == 0
+
+
+def test_success_clears_and_quiet_time_forgets():
+    clock = ManualClock()
+    b = LoginBackoff(base_ms=100, max_ms=2000, forget_ms=60_000)
+    for _ in range(3):
+        b.failed("bob", ms(clock))
+    b.succeeded("bob")
+    assert b.admit("bob", ms(clock)) == 0 and b.failed("bob", ms(clock)) == 100
+    for _ in range(4):
+        b.failed("bob", ms(clock))
+    clock.sleep(59.9)
+    assert b.failures("bob", ms(clock)) == 5
+    clock.sleep(0.1)
+    assert b.failures("bob", ms(clock)) == 0 and b.tracked == 0
+    assert b.admit("bob", ms(clock)) == 0
+
+
+def test_millions_of_names_keep_memory_bounded():
+    clock = ManualClock()
+    b = LoginBackoff(max_entries=1000)
+    for i in range(50_000):
+        b.failed(f"user-{i}", ms(clock))
+    assert b.tracked == 1000
+    assert b.failures_total == 50_000
+
+
+def test_idle_states_are_dropped_as_new_ones_come():
+    clock = ManualClock()
+    b = LoginBackoff(forget_ms=1000, max_entries=100)
+    for i in range(10):
+        b.failed(f"old-{i}", ms(clock))
+    clock.sleep(5)
+    for i in range(10):
+        b.failed(f"new-{i}", ms(clock))
+    assert b.tracked == 10
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "fail", "ok"]), st.integers(0, 3000)), max_size=60))
+def test_checked_attempts_on_one_user_are_spaced(steps):
+    """Property: however attempts arrive, two password checks on one user with failures between
+    them are at least the delay of the failures seen at the first apart (or one is refused)."""
+    b = LoginBackoff(base_ms=100, max_ms=2000)
+    now = 987_654_321
+    checks: list[tuple[int, int]] = []  # (time checked, failures before it)
+    for op, dt in steps:
+        now += dt
+        if op == "admit":
+            n = b.failures("u", now)
+            wait = b.admit("u", now)
+            if wait is not None:
+                assert 0 <= wait <= 2000
+                checks.append((now + wait, n))
+        elif op == "fail":
+            b.failed("u", now)
+        else:
+            b.succeeded("u")
+            checks.clear()
+    checks.sort()
+    for (t0, n0), (t1, _n1) in zip(checks, checks[1:]):
+        assert t1 - t0 >= b.delay_ms(n0)
