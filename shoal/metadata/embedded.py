@@ -372,7 +372,9 @@ class EmbeddedBackend(MetadataBackend):
     ``commit`` is the compare-and-swap of the decide/commit loop: under ``_lock``, which
     serializes the file I/O (journal appends, snapshots, compactions), it refuses a change decided
     on an image that is not the current one (``CommitConflict``), else appends its journal record,
-    makes it durable and publishes the next image.
+    makes it durable and publishes the next image. ``turn`` has this process's writers decide one
+    at a time, so they do not lose swaps to each other in vain (an optimization, see
+    ``MetadataBackend.turn``).
     """
 
     def __init__(
@@ -393,7 +395,8 @@ class EmbeddedBackend(MetadataBackend):
         self._wanted_cluster_id = cluster_id
         self._new_uuid = new_uuid  # the cluster id of a new store
         self._files = files or MetadataFiles()
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # the file I/O: appends, snapshots, compactions
+        self._turn = asyncio.Lock()  # this process's writers take turns deciding (``turn``)
         self._image: MetadataImage | None = None
         self._closed = False
         # the journal: last durable record, its size, and the snapshot's size
@@ -550,6 +553,12 @@ class EmbeddedBackend(MetadataBackend):
         )
 
     # -- commits --------------------------------------------------------------------------------
+
+    def turn(self) -> asyncio.Lock:
+        """One decide-and-commit attempt at a time: a writer decides on the image the commit
+        before it published, so writers of this process never lose a swap to each other (the
+        swap in ``commit`` is still checked)."""
+        return self._turn
 
     async def commit(self, change: Change, expected_epoch: int) -> MetadataImage:
         """Publish the current image with ``change`` applied (``epoch + 1``), once its journal

@@ -1,7 +1,8 @@
 """The embedded metadata store: persistence, atomicity, serialization of concurrent mutations.
 
-The ``TestContract`` class is written against ``MetadataStore`` only, so a later backend (etcd)
-can join its parametrization.
+The ``TestContract`` class is written against ``MetadataStore`` only and runs against every
+backend (embedded files, memory; etcd joins the parametrization). The compare-and-swap contract
+and the retry loop are in ``test_decide_commit.py``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from shoal.metadata.embedded import (
     new_cluster_id,
     resolve_path,
 )
+from shoal.metadata.memory import memory_store
 
 
-@pytest.fixture(params=["embedded"])  # later backends (etcd) join this list
+@pytest.fixture(params=["embedded", "memory"])  # later backends (etcd) join this list
 async def store(request, tmp_path: Path):
-    s = EmbeddedMetadataStore(tmp_path, node_id=1)
+    s = EmbeddedMetadataStore(tmp_path, node_id=1) if request.param == "embedded" else memory_store()
     await s.start()
     yield s
     await s.close()
