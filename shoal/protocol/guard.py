@@ -10,7 +10,7 @@ over-allocate; one that fails is a MalformedRequest.
 
 A null (count or length -1; 0 in the compact encoding) is accepted only where the schema says the
 field is nullable in this version. kio's reader would hand a non-nullable array over as None, and
-the handler would then crash on it (a TypeError and a traceback per request: 28 APIs did); a
+the handler would then crash on it (a TypeError and a traceback per request: 27 APIs did); a
 non-nullable string it refuses itself, but later and with a less useful message. Kafka fails to
 parse such a request and closes the connection (``RequestContext.parseRequest`` throws
 InvalidRequestException; ``SocketServer`` closes the channel), and so does Shoal.

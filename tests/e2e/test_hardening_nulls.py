@@ -1,8 +1,8 @@
 """Log floods (issue 10, item 6): a null where the schema forbids one, against a real broker.
 
 A non-nullable array (or string) sent as null (count -1) used to reach the handler as None; it
-crashed with a TypeError and logged a full traceback per request (28 APIs; 16.9 MB of log in 5 s
-from one client). Kafka fails to parse such a request and closes the connection
+crashed with a TypeError and logged a full traceback per request (27 APIs here, 28 in the issue;
+16.9 MB of log in 5 s from one client). Kafka fails to parse such a request and closes the connection
 (``RequestContext.parseRequest`` -> InvalidRequestException -> ``SocketServer`` closes the
 channel); Shoal now does the same from its structural guard, before any handler runs, with one
 rate-limited log line per client address (``shoal.logutil``).
