@@ -234,3 +234,20 @@ async def test_a_backend_that_never_lets_a_swap_through_gives_a_retriable_error(
     with pytest.raises(MetadataError) as e:
         await s.create_topic("a", [(1,)], {})
     assert e.value.code == "REQUEST_TIMED_OUT" and s.conflicts == 5 and "a" not in s.image.topics
+
+
+async def test_a_callers_precondition_decided_with_the_rule_holds_under_races(make_store):
+    """A policy read from the image (here: at most 5 topics) holds across concurrent writers when
+    the caller decides it together with the rule, in one decision: each retry re-checks it on the
+    newer image. (Checked before the call instead, all 12 would pass it.)"""
+
+    def capped(img: MetadataImage, name: str):
+        if len(img.topics) >= 5:
+            raise MetadataError("POLICY_VIOLATION", "at most 5 topics")
+        return topic_rules.create_topic(img, name, [(1,)], {}, new_uuid=uuid.uuid4)
+
+    s = await make_store(lambda b: Interleaving(b, yields=lambda: 2))
+    results = await asyncio.gather(
+        *(s.decide_and_commit(lambda img, n=f"t{i}": capped(img, n)) for i in range(12)), return_exceptions=True)
+    assert len(s.image.topics) == 5 and s.conflicts > 0
+    assert sum(isinstance(r, MetadataError) and r.code == "POLICY_VIOLATION" for r in results) == 7
