@@ -194,9 +194,11 @@ class Broker:
         admin_listener = self.static_config.get("shoal.admin.listener")
         if admin_listener:
             from shoal.admin.http import AdminHttpServer, parse_listener
+            from shoal.auth import shared_backoff
 
             self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener),
-                                              broker_config=lambda: self.config)
+                                              broker_config=lambda: self.config,
+                                              login_backoff=shared_backoff(self.listener_security))
             await self.admin_http.start()
         for server in self._servers:
             await server.start_serving()

@@ -146,8 +146,9 @@ class QuotaCollector:
 
 
 def _backoff(broker: "Broker") -> Any:
-    security = getattr(broker, "listener_security", None) or {}
-    return next(iter(security.values())).backoff if security else None
+    from shoal.auth import shared_backoff
+
+    return shared_backoff(getattr(broker, "listener_security", None) or {})
 
 
 def render(broker: "Broker") -> bytes:

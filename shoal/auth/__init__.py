@@ -43,6 +43,7 @@ __all__ = [
     "SaslSession",
     "ensure_bootstrap_users",
     "listener_security",
+    "shared_backoff",
 ]
 
 
@@ -113,6 +114,11 @@ def listener_security(config: "BrokerConfig", backoff: LoginBackoff | None = Non
                 sec.plain_dummy = make_credential("SCRAM-SHA-512", os.urandom(16).hex())
         out[name] = sec
     return out
+
+
+def shared_backoff(security: dict[str, ListenerSecurity]) -> LoginBackoff | None:
+    """The broker's one ``LoginBackoff`` (every listener shares it), for its HTTP endpoints."""
+    return next(iter(security.values())).backoff if security else None
 
 
 async def ensure_bootstrap_users(config: "BrokerConfig", store: "MetadataStore") -> None:

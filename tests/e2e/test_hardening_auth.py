@@ -331,10 +331,13 @@ def test_brute_force_is_slowed_per_user_not_per_address(hard):
 
 def test_http_basic_is_backed_off(hard):
     url = f"/v1/tenants/{hard.a}"
+    failures0 = metric_value(metrics_text(hard)[1], "shoal_login_failures")
     t0 = time.monotonic()
     for _ in range(5):
         assert hard.http("GET", url, auth=("boss", "wrong"))[0] == 401
     slow = time.monotonic() - t0  # 100 + 200 + 400 + 800 + 1600 ms of answers held back
+    # one backoff for SASL and HTTP: the failures count where the SASL listeners' do
+    assert metric_value(metrics_text(hard)[1], "shoal_login_failures") - failures0 == 5
     t0 = time.monotonic()
     assert hard.http("GET", url, auth=OP)[0] == 200  # another user: not slowed
     fast = time.monotonic() - t0
