@@ -4,6 +4,8 @@ ListOffsets special timestamps: -1 latest (the high watermark, which on a leader
 ISR is the log end offset), -2 earliest (log start offset), -3 max timestamp (KIP-734), -4 earliest
 local (KIP-405; no tiered storage, so the log start offset), -5 latest tiered (KIP-1005; nothing is
 tiered: offset -1). A timestamp >= 0 finds the first record whose timestamp is at least it.
+Both timestamp searches read records (decompressing, bounded by max.message.bytes) in a worker
+thread, never on the event loop; the partition lock is held only to find and read the batch.
 
 Scoped: topic names are the tenant's (``ctx.scope``). ListOffsets needs DESCRIBE on the topic,
 DeleteRecords needs DELETE (TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka answers).
@@ -13,6 +15,7 @@ Deviation: v11 (KIP-1023 timeout field) is not offered yet.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from shoal.handlers.registry import api
@@ -66,11 +69,11 @@ async def handle_list_offsets(ctx, req):
                 elif target == LATEST_TIERED:
                     offset = -1
                 elif target == MAX_TIMESTAMP:
-                    found = plog.latest_timestamp()
+                    found = await asyncio.to_thread(plog.latest_timestamp)
                     if found is not None:
                         offset, ts = found
                 elif target >= 0:
-                    found = plog.offset_for_timestamp(target)
+                    found = await asyncio.to_thread(plog.offset_for_timestamp, target)
                     if found is not None and found[0] < plog.high_watermark:
                         offset, ts = found
                 else:

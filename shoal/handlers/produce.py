@@ -1,7 +1,13 @@
 """Produce (key 0), v3-v12: RecordBatch v2 only, acks 0, 1 and all.
 
-Batches are stored as the producer sent them: the broker validates lengths, magic, CRC and codec,
-assigns offsets, and stamps LogAppendTime when the topic asks for it.
+Batches are stored as the producer sent them (never recompressed): the broker validates lengths,
+magic, CRC and codec, walks the records of every batch (compressed ones decompressed into a
+bounded buffer, see ``shoal.protocol.records.validate_produce``), assigns offsets, and stamps
+LogAppendTime when the topic asks for it. A rejected partition appends nothing; its error is
+Kafka's (CORRUPT_MESSAGE for what cannot be decompressed or framed, INVALID_RECORD for records
+that do not match their batch, MESSAGE_TOO_LARGE beyond the decompression bound); a keyless record
+in a compacted topic gets INVALID_RECORD with ``record_errors`` (KIP-467, v8+). One warning per
+topic and client host per 10 s says why.
 
 Every partition is appended before the first ``await`` (so requests pipelined on one connection
 land in order); acks=all then waits in the purgatory until the high watermark covers the batch.
@@ -39,6 +45,34 @@ from shoal.tenancy.acl import Operation, ResourceType
 KEY = 0
 log = logging.getLogger("shoal.produce")
 _UTC = datetime.timezone.utc
+REJECTION_LOG_INTERVAL_S = 10.0
+
+
+class _RateLimitedLog:
+    """At most one warning per key (topic, client host) per interval; the next says how many
+    were left out. Rejected batches are the client's fault and a client can repeat them."""
+
+    def __init__(self, interval_s: float = REJECTION_LOG_INTERVAL_S, max_keys: int = 4096) -> None:
+        self.interval_s = interval_s
+        self.max_keys = max_keys
+        self._last: dict[object, tuple[float, int]] = {}
+
+    def log(self, key: object, now: float, msg: str, *args: object) -> None:
+        last, skipped = self._last.get(key, (float("-inf"), 0))
+        if now - last < self.interval_s:
+            self._last[key] = (last, skipped + 1)
+            return
+        if len(self._last) >= self.max_keys:
+            self._last = {k: v for k, v in self._last.items() if now - v[0] < self.interval_s}
+        self._last[key] = (now, 0)
+        if skipped:
+            msg += " (%d more since the last line)"
+            args = (*args, skipped)
+        log.warning(msg, *args)
+
+
+# Logging state only (shared by the brokers of one process, which is harmless: it only thins lines).
+_rejections = _RateLimitedLog()
 
 
 def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log_start=-1, message=None, record_errors=()):
@@ -146,13 +180,23 @@ async def handle_produce(ctx, req):
                 info = plog.append(p.records, now_ms=now_ms, leader_epoch=pinfo.leader_epoch)
             except InvalidRecords as e:
                 code = e.code
-                if code == "INVALID_RECORD" and ctx.api_version < 8:
-                    code = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
-                log.warning(
+                record_errors = ()
+                if ctx.api_version < 8:
+                    if code == "INVALID_RECORD":
+                        code = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
+                elif e.record_errors:
+                    record_errors = tuple(
+                        build(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                        for i, m in e.record_errors
+                    )
+                _rejections.log(
+                    (physical, str(ctx.client_address).rpartition(":")[0]), broker.clock.monotonic(),
                     "rejected produce to %s-%d from %s (client %s): %s",
                     physical, p.index, ctx.client_address, ctx.client_id, e,
                 )
-                parts.append(_partition_response(mod, p.index, error_code(code), message=str(e)))
+                parts.append(_partition_response(
+                    mod, p.index, error_code(code), message=e.message, record_errors=record_errors,
+                ))
                 failed = True
                 continue
             except ProducerStateError as e:

@@ -16,19 +16,28 @@ Error codes follow Kafka 4 (``ProduceRequest.validateRecords``, ``UnifiedLog.ana
 ``LogValidator.validateBatch``):
 
 - magic outside 0..2, lengths that do not add up, a truncated batch, bad CRC: CORRUPT_MESSAGE;
+- a compressed records section that cannot be decompressed: CORRUPT_MESSAGE;
 - magic 0 or 1, more than one batch or none, baseOffset != 0, lastOffsetDelta + 1 != recordsCount,
-  records inside an uncompressed batch that do not match recordsCount or the batch length, control
-  batches or a producer id without a sequence from a client: INVALID_RECORD;
-- a batch larger than max.message.bytes: MESSAGE_TOO_LARGE;
-- a client batch claiming LogAppendTime: INVALID_TIMESTAMP.
+  records (decompressed when the batch is compressed, ``LogValidator``'s iteration) that are fewer
+  or more than recordsCount, a record whose lengths or varints do not fit it, an offset delta that
+  is not the record's index, a record without a key in a compacted topic (with ``record_errors``,
+  KIP-467), control batches or a producer id without a sequence from a client: INVALID_RECORD;
+- a batch larger than max.message.bytes, or one that decompresses to more than
+  :func:`decompressed_limit` bytes: MESSAGE_TOO_LARGE;
+- a client batch claiming LogAppendTime, or a record timestamp outside
+  message.timestamp.{before,after}.max.ms: INVALID_TIMESTAMP.
+
+Decompression is bounded (:func:`decompress_bounded`): the output buffer never grows beyond the
+limit, so a bomb (a few KB declaring nothing, expanding to GBs) costs at most the limit in memory
+and the time to fill it. Batches are never recompressed: the producer's bytes are stored.
 
 Deliberate deviations: trailing bytes after the last whole batch are rejected (CORRUPT_MESSAGE)
 where Kafka silently trims them; a compression id above 4 is UNSUPPORTED_COMPRESSION_TYPE (Kafka
-fails with an unknown server error); records of compressed batches are not decompressed to be
-validated (Kafka decompresses); a client batch with the LogAppendTime bit is rejected even on a
-CreateTime topic (Kafka resets the bit there); the optional timestamp-range check looks at
-firstTimestamp and maxTimestamp only, not at every record. Produce versions below 8 do not know
-INVALID_RECORD: the handler maps it to CORRUPT_MESSAGE for them, as Kafka does.
+fails with an unknown server error); a batch decompressing beyond the limit is refused (Kafka
+streams any size); a client batch with the LogAppendTime bit is rejected even on a CreateTime topic
+(Kafka resets the bit there); a batch's maxTimestamp is not checked against its records' (Kafka
+rewrites it). Produce versions below 8 do not know INVALID_RECORD: the handler maps it to
+CORRUPT_MESSAGE for them, as Kafka does.
 """
 
 from __future__ import annotations
@@ -50,10 +59,13 @@ __all__ = [
     "ValidatedBatches",
     "assign_offsets",
     "build_batch",
+    "check_batch_records",
     "compress",
     "decode_varint",
     "decode_uvarint",
     "decompress",
+    "decompress_bounded",
+    "decompressed_limit",
     "encode_uvarint",
     "encode_varint",
     "iter_batch_records",
@@ -106,18 +118,23 @@ _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
+MIN_RECORD_SIZE = 7  # length, attributes, timestamp and offset deltas, key and value lengths, header count
+DECOMPRESSED_LIMIT = 64 * 1024 * 1024  # the least decompressed_limit() allows a batch
+
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
 _XERIAL_BLOCK = 32 * 1024  # block size of the Java client's SnappyOutputStream
 
 
 class InvalidRecords(Exception):
-    """The bytes are not acceptable record batches. ``code`` is the Kafka error name to answer."""
+    """The bytes are not acceptable record batches. ``code`` is the Kafka error name to answer;
+    ``record_errors`` names the offending records when the fault is theirs (ProduceResponse v8+)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, record_errors: Sequence[tuple[int, str]] = ()) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.record_errors = tuple(record_errors)  # KIP-467: (index of the record in its batch, why)
 
 
 @dataclass(slots=True)
@@ -272,8 +289,10 @@ def validate_produce(
     timestamp_before_max_ms: int | None = None,
     timestamp_after_max_ms: int | None = None,
     check_records: bool = True,
+    compact: bool = False,
+    max_decompressed_bytes: int | None = None,
 ) -> ValidatedBatches:
-    """Check the ``records`` bytes of one partition of a Produce request, without decompressing.
+    """Check the ``records`` bytes of one partition of a Produce request.
 
     ``client`` applies Kafka's rules for appends from clients: exactly one batch, baseOffset 0, no
     control batch, a sequence when there is a producer id, CreateTime only. With ``client=False``
@@ -281,10 +300,16 @@ def validate_produce(
     ``now_ms`` with ``timestamp_before_max_ms``/``timestamp_after_max_ms`` enables the
     message.timestamp.{before,after}.max.ms check (INVALID_TIMESTAMP).
 
-    Cost: a few µs for a 1 KiB batch. ``check_records`` walks the length prefixes of the records
-    of uncompressed batches (about 0.15 µs a record, 1.6 ms for 10,000 records in 1 MiB); turning
-    it off leaves only header checks and the CRC.
+    ``check_records`` walks the records of every batch (:func:`check_batch_records`), those of a
+    compressed batch decompressed into a buffer of at most ``max_decompressed_bytes`` (default
+    :func:`decompressed_limit` of ``max_message_bytes``; MESSAGE_TOO_LARGE beyond it): the record
+    count, lengths, varints, offset deltas, per-record timestamps and, with ``compact`` (a
+    compacted topic), keys. Turning it off leaves only header checks and the CRC.
+
+    Cost: a few µs for a 1 KiB batch; the record walk is C (``shoal._native.speedups``), about
+    0.2 µs a record; a compressed batch costs its decompression on top (see docs/benchmarks.md).
     """
+    limit = decompressed_limit(max_message_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
     n = len(buf)
     if n == 0:
         raise InvalidRecords("INVALID_RECORD", "produce request has no record batch")
@@ -340,8 +365,16 @@ def validate_produce(
                 raise InvalidRecords("INVALID_TIMESTAMP", "producers may not set the timestamp type to LogAppendTime")
         if now_ms is not None:
             _check_timestamps(h, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
-        if codec == 0 and check_records and _count_records(buf, pos + HEADER_SIZE, end) != rc:
-            raise InvalidRecords("INVALID_RECORD", "records do not match the declared count and batch size")
+        if check_records and not attrs & ATTR_CONTROL:
+            if codec == 0:
+                lo, hi = check_batch_records(buf, pos + HEADER_SIZE, end, rc, need_key=compact, strict_offsets=client)
+            else:
+                if rc > limit // MIN_RECORD_SIZE:
+                    raise InvalidRecords("INVALID_RECORD", f"a batch of at most {limit} bytes cannot hold {rc} records")
+                data, dn = decompress_bounded(codec, memoryview(buf)[pos + HEADER_SIZE : end], limit)
+                lo, hi = check_batch_records(data, 0, dn, rc, need_key=compact, strict_offsets=client)
+            if now_ms is not None and (lo or hi):
+                _check_record_timestamps(h, lo, hi, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
         if h.max_timestamp > max_ts:
             max_ts = h.max_timestamp
             max_ts_index = len(headers)
@@ -360,36 +393,132 @@ def _check_timestamps(h: BatchHeader, now_ms: int, before: int | None, after: in
             raise InvalidRecords("INVALID_TIMESTAMP", f"timestamp {ts} is out of range around {now_ms}")
 
 
-def _count_records_py(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-    """Number of records between pos and end, by their length prefixes; -1 unless they fill it exactly."""
-    count = 0
+def _check_record_timestamps(
+    h: BatchHeader, lo: int, hi: int, now_ms: int, before: int | None, after: int | None
+) -> None:
+    """The records' own timestamps (firstTimestamp + their deltas), as Kafka checks each record."""
+    for ts in (h.base_timestamp + lo, h.base_timestamp + hi):
+        if (before is not None and now_ms - ts > before) or (after is not None and ts - now_ms > after):
+            raise InvalidRecords("INVALID_TIMESTAMP", f"record timestamp {ts} is out of range around {now_ms}")
+
+
+COMPACTED_WITHOUT_KEY = "Compacted topic cannot accept message without key"
+
+
+def check_batch_records(
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    *,
+    need_key: bool = False,
+    strict_offsets: bool = True,
+) -> tuple[int, int]:
+    """Walk the records section ``data[pos:end]`` of a batch declaring ``count`` records, as
+    Kafka's ``LogValidator`` iterates a batch; return the smallest and largest timestamp delta.
+
+    INVALID_RECORD when the records are fewer or more than ``count``, one's lengths or varints do
+    not fit it, its offset delta is not its index (``strict_offsets``: a producer's batch; else not
+    above the previous one's, as in a batch the cleaner removed records from), or (``need_key``, a
+    compacted topic) records have no key: then ``record_errors`` names each of them (KIP-467).
+    """
+    status, index, lo, hi, keyless = _check_records(data, pos, end, count, need_key, strict_offsets)
+    if status == 1:
+        raise InvalidRecords("INVALID_RECORD", f"the batch declares {count} records but holds {index}")
+    if status == 2:
+        raise InvalidRecords("INVALID_RECORD", f"the batch holds more records than the {count} it declares")
+    if status == 3:
+        raise InvalidRecords("INVALID_RECORD", f"record {index} is malformed: its fields do not fit its length")
+    if status == 4:
+        raise InvalidRecords("INVALID_RECORD", f"invalid offset delta in record {index}")
+    if keyless:
+        raise InvalidRecords(
+            "INVALID_RECORD",
+            f"{COMPACTED_WITHOUT_KEY} ({len(keyless)} of {count} records)",
+            [(i, COMPACTED_WITHOUT_KEY) for i in keyless],
+        )
+    return lo, hi
+
+
+def _check_records_py(
+    data: bytes | bytearray | memoryview, pos: int, end: int, count: int, need_key: bool, strict: bool
+) -> tuple[int, int, int, int, list[int] | None]:
+    """Pure-Python :func:`check_batch_records` walk, the same contract as the C one:
+    ``(status, index, min_ts_delta, max_ts_delta, keyless)``; see shoal/_native/speedups.c."""
+    keyless: list[int] | None = [] if need_key else None
+    lo = hi = 0
+    i = 0
+    prev_od = -1
+    if pos < 0 or end > len(data) or pos > end:
+        return 3, 0, 0, 0, keyless
+
+    def varint(p: int, limit: int, maxbytes: int = 5) -> tuple[int, int]:
+        v = 0
+        for k in range(maxbytes):
+            if p >= limit:
+                raise ValueError
+            b = data[p]
+            p += 1
+            v |= (b & 0x7F) << (7 * k)
+            if not b & 0x80:
+                v &= (1 << 64) - 1
+                v = (v >> 1) ^ -(v & 1)
+                if maxbytes == 5 and not -(2**31) <= v < 2**31:
+                    raise ValueError
+                return v, p
+        raise ValueError
+
     try:
         while pos < end:
-            b = buf[pos]
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    v = (b & 0x7F) | (b2 << 7)
-                    pos += 2
-                else:
-                    v, pos = decode_uvarint(buf, pos)
-            length = (v >> 1) ^ -(v & 1)
-            if length <= 0:
-                return -1
-            pos += length
-            count += 1
-    except (IndexError, InvalidRecords):
-        return -1
-    return count if pos == end else -1
+            if i >= count:
+                return 2, i, lo, hi, keyless
+            length, pos = varint(pos, end)
+            if length <= 0 or length > end - pos:
+                raise ValueError
+            rec_end = pos + length
+            tsd, pos = varint(pos + 1, rec_end, 10)
+            od, pos = varint(pos, rec_end)
+            if (od != i) if strict else (od <= prev_od):
+                return 4, i, lo, hi, keyless
+            prev_od = od
+            kl, pos = varint(pos, rec_end)
+            if kl < -1 or kl > rec_end - pos:
+                raise ValueError
+            if kl >= 0:
+                pos += kl
+            elif keyless is not None:
+                keyless.append(i)
+            vl, pos = varint(pos, rec_end)
+            if vl < -1 or vl > rec_end - pos:
+                raise ValueError
+            pos += max(vl, 0)
+            nh, pos = varint(pos, rec_end)
+            if nh < 0:
+                raise ValueError
+            for _ in range(nh):
+                hk, pos = varint(pos, rec_end)
+                if hk < 0 or hk > rec_end - pos:
+                    raise ValueError
+                hv, pos = varint(pos + hk, rec_end)
+                if hv < -1 or hv > rec_end - pos:
+                    raise ValueError
+                pos += max(hv, 0)
+            if pos != rec_end:
+                raise ValueError
+            if i == 0 or tsd < lo:
+                lo = tsd
+            if i == 0 or tsd > hi:
+                hi = tsd
+            i += 1
+    except ValueError:
+        return 3, i, lo, hi, keyless
+    return (1 if i < count else 0), i, lo, hi, keyless
 
 
-try:  # the same loop in C (shoal/_native/speedups.c): ~30x faster on batches of small records
-    from shoal._native.speedups import count_records as _count_records
+try:  # the same walk in C (shoal/_native/speedups.c): ~30x faster on batches of small records
+    from shoal._native.speedups import check_records as _check_records
 except ImportError:  # not built: pure Python
-    _count_records = _count_records_py
+    _check_records = _check_records_py
 
 
 # --- offset assignment --------------------------------------------------------------------------
@@ -506,42 +635,136 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression type id {codec}")
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Inverse of :func:`compress`; also reads raw snappy (librdkafka). CORRUPT_MESSAGE on failure."""
+_FULL = "failed to write whole buffer"  # cramjam: the output buffer is full (std's WriteZero)
+_FIRST_GUESS = 64 * 1024
+_ZSTD_MAGIC = 0xFD2FB528
+_LZ4_MAGIC = 0x184D2204
+_U32LE = struct.Struct("<I")
+
+
+def decompressed_limit(max_message_bytes: int) -> int:
+    """The most a batch of a topic may decompress to: DECOMPRESSED_LIMIT, or 16 times the topic's
+    max.message.bytes when that is more (a batch of that many compressed bytes, 16:1)."""
+    return max(DECOMPRESSED_LIMIT, 16 * max_message_bytes)
+
+
+def decompress(codec: int, data: bytes | memoryview, limit: int = DECOMPRESSED_LIMIT) -> bytes:
+    """Inverse of :func:`compress`; also reads raw snappy (librdkafka). CORRUPT_MESSAGE when the
+    data cannot be decompressed, MESSAGE_TOO_LARGE when it would exceed ``limit`` bytes (found out
+    without producing more than ``limit`` bytes: a bomb costs at most that much memory and time)."""
+    if codec == COMPRESSION_NONE:
+        return bytes(data)
+    out, n = decompress_bounded(codec, data, limit)
+    if n == len(out):
+        return bytes(out)
+    return bytes(memoryview(out)[:n])
+
+
+def decompress_bounded(codec: int, data: bytes | memoryview, limit: int) -> tuple[bytearray, int]:
+    """``(buffer, n)``: the decompressed bytes are ``buffer[:n]`` (no copy to trim it).
+
+    The output buffer is sized from what the data declares (zstd and LZ4 frame content size,
+    gzip's ISIZE, snappy's block lengths), else guessed, and grown fourfold while the
+    decompressor reports it full, never beyond ``limit``.
+    """
+    if codec > COMPRESSION_ZSTD or codec < COMPRESSION_GZIP:
+        raise InvalidRecords("UNSUPPORTED_COMPRESSION_TYPE", f"unknown compression type id {codec}")
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_bounded(data, limit)
+    fn = _DECOMPRESS_INTO[codec]
+    hint = _size_hint(codec, data)
+    declared_too_large = hint is not None and hint > limit
+    if declared_too_large or hint is None:
+        size = min(limit, _FIRST_GUESS if declared_too_large else max(_FIRST_GUESS, 8 * len(data)))
+    else:
+        size = hint
+    while True:
+        out = bytearray(size)
+        try:
+            return out, fn(data, out)
+        except Exception as e:  # cramjam.DecompressionError, ValueError on some input
+            if _FULL not in str(e):
+                raise InvalidRecords(
+                    "CORRUPT_MESSAGE", f"cannot decompress {COMPRESSION_NAMES[codec]} records: {e}"
+                ) from None
+        if size >= limit or declared_too_large:  # a declared size above the limit, and data that really is
+            raise _too_large(codec, limit)
+        size = min(limit, size * 4)
+
+
+def _too_large(codec: int, limit: int) -> InvalidRecords:
+    return InvalidRecords(
+        "MESSAGE_TOO_LARGE", f"{COMPRESSION_NAMES[codec]} records decompress to more than {limit} bytes"
+    )
+
+
+_DECOMPRESS_INTO = {
+    COMPRESSION_GZIP: cramjam.gzip.decompress_into,
+    COMPRESSION_LZ4: cramjam.lz4.decompress_into,
+    COMPRESSION_ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def _size_hint(codec: int, data: bytes | memoryview) -> int | None:
+    """The decompressed size the data declares, if it does (a hint: it may lie)."""
+    n = len(data)
+    if codec == COMPRESSION_GZIP:
+        return _U32LE.unpack_from(data, n - 4)[0] if n >= 18 else None
+    if codec == COMPRESSION_ZSTD:
+        if n < 6 or _U32LE.unpack_from(data, 0)[0] != _ZSTD_MAGIC:
+            return None
+        fhd = data[4]
+        single = (fhd >> 5) & 1
+        p = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+        fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+        if fcs == 0 or p + fcs > n:
+            return None
+        v = int.from_bytes(data[p : p + fcs], "little")
+        return v + 256 if fcs == 2 else v
+    if codec == COMPRESSION_LZ4:
+        if n < 15 or _U32LE.unpack_from(data, 0)[0] != _LZ4_MAGIC or not data[4] & 0x08:
+            return None
+        return int.from_bytes(data[6:14], "little")
+    return None
+
+
+def _snappy_bounded(data: bytes | memoryview, limit: int) -> tuple[bytearray, int]:
+    """Raw snappy (librdkafka) or xerial-framed blocks (the Java client); every block declares
+    its length up front, so the total is known before anything is allocated."""
+    mv = memoryview(data)
+    blocks: list[memoryview] = []
+    if bytes(mv[:8]) != _XERIAL_MAGIC:
+        blocks.append(mv)
+    else:
+        pos = _XERIAL_HEADER.size
+        n = len(mv)
+        while pos < n:
+            if pos + 4 > n:
+                raise InvalidRecords("CORRUPT_MESSAGE", "truncated xerial snappy block length")
+            size = _I32.unpack_from(mv, pos)[0]
+            pos += 4
+            if size < 0 or pos + size > n:
+                raise InvalidRecords("CORRUPT_MESSAGE", "truncated xerial snappy block")
+            blocks.append(mv[pos : pos + size])
+            pos += size
     try:
-        if codec == COMPRESSION_NONE:
-            return bytes(data)
-        if codec == COMPRESSION_GZIP:
-            return bytes(cramjam.gzip.decompress(bytes(data)))
-        if codec == COMPRESSION_SNAPPY:
-            return _snappy_decompress(bytes(data))
-        if codec == COMPRESSION_LZ4:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
-        if codec == COMPRESSION_ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
+        lengths = [cramjam.snappy.decompress_raw_len(b) for b in blocks]
+        total = sum(lengths)
+        if total > limit:
+            raise _too_large(COMPRESSION_SNAPPY, limit)
+        out = bytearray(total)
+        view = memoryview(out)
+        at = 0
+        for b, length in zip(blocks, lengths):
+            if cramjam.snappy.decompress_raw_into(b, view[at : at + length]) != length:
+                raise InvalidRecords("CORRUPT_MESSAGE", "a snappy block is shorter than it declares")
+            at += length
+        view.release()
     except InvalidRecords:
         raise
-    except Exception as e:  # cramjam raises its own DecompressionError, and ValueError on some input
-        raise InvalidRecords("CORRUPT_MESSAGE", f"cannot decompress {COMPRESSION_NAMES[codec]} records: {e}") from e
-    raise InvalidRecords("UNSUPPORTED_COMPRESSION_TYPE", f"unknown compression type id {codec}")
-
-
-def _snappy_decompress(data: bytes) -> bytes:
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    pos = _XERIAL_HEADER.size
-    out = []
-    n = len(data)
-    while pos < n:
-        if pos + 4 > n:
-            raise InvalidRecords("CORRUPT_MESSAGE", "truncated xerial snappy block length")
-        size = _I32.unpack_from(data, pos)[0]
-        pos += 4
-        if size < 0 or pos + size > n:
-            raise InvalidRecords("CORRUPT_MESSAGE", "truncated xerial snappy block")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
-        pos += size
-    return b"".join(out)
+    except Exception as e:
+        raise InvalidRecords("CORRUPT_MESSAGE", f"cannot decompress snappy records: {e}") from None
+    return out, total
 
 
 # --- records ------------------------------------------------------------------------------------
@@ -567,17 +790,19 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
         yield from iter_batch_records(buf, pos, h)
 
 
-def iter_batch_records(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader) -> Iterator[Record]:
-    """The records of the batch at ``pos`` whose header ``h`` was already read."""
+def iter_batch_records(
+    buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader, *, limit: int = DECOMPRESSED_LIMIT
+) -> Iterator[Record]:
+    """The records of the batch at ``pos`` whose header ``h`` was already read; a compressed batch
+    is decompressed into at most ``limit`` bytes (MESSAGE_TOO_LARGE beyond)."""
     end = pos + h.size
     codec = h.compression
     if codec == COMPRESSION_NONE:
         data: bytes | bytearray | memoryview = buf
         p = pos + HEADER_SIZE
     else:
-        data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
+        data, end = decompress_bounded(codec, memoryview(buf)[pos + HEADER_SIZE : end], limit)
         p = 0
-        end = len(data)
     log_append = h.attributes & ATTR_TIMESTAMP_TYPE
     base_offset = h.base_offset
     base_ts = h.base_timestamp

@@ -12,7 +12,8 @@ A compacted log keeps, per key, at least the latest record. ``PartitionLog.compa
    Kafka compares), or when max.compaction.lag.ms forces it (a dirty segment whose first batch is
    older than that) and there are dirty bytes.
 2. **Map** (no lock, :class:`OffsetMap`): key -> latest offset over the dirty segments, records of
-   compressed batches decompressed; control batches and null keys are not mapped. The map stops
+   compressed batches decompressed into a bounded buffer and walked once in C before the Python
+   loops read them; control batches and null keys are not mapped. The map stops
    at a segment boundary once it holds ``max_map_entries`` keys (at least one segment is mapped;
    Kafka's dedupe buffer); that boundary ``map_end`` becomes the new checkpoint.
 3. **Rewrite** (no lock, :class:`GroupWriter`): segments from the log start to ``map_end`` are
@@ -52,8 +53,12 @@ way the log holds the old or the new segments, never a mix that loses a key's la
 
 Deliberate deviations from Kafka:
 
-- records with a null key are kept (Kafka's cleaner drops them; Kafka also refuses them on
-  produce to compacted topics, which Shoal's produce path does not);
+- records with a null key are kept (Kafka's cleaner drops them; produce refuses them in
+  compacted topics, as Kafka does, so only a topic whose policy changed holds any);
+- a batch whose records cannot be read (corrupt, or decompressing beyond the bound of
+  ``decompressed_limit``, e.g. written by an older version) is kept as it is, its keys unmapped:
+  counted in ``CleanerStats.batches_skipped`` and logged once per log, never retried forever
+  (Kafka's cleaner fails the log and marks it uncleanable);
 - control batches are always kept (no transactions yet, so no aborted data or markers to drop);
 - a rewritten batch keeps its original firstTimestamp when no horizon is set (Kafka's builder
   uses the first retained record's); readers see the same record timestamps either way;
@@ -66,6 +71,7 @@ Deliberate deviations from Kafka:
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Callable, Sequence
@@ -86,10 +92,12 @@ from shoal.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    DECOMPRESSED_LIMIT,
     InvalidRecords,
+    check_batch_records,
     compress,
     decode_varint,
-    decompress,
+    decompress_bounded,
     encode_varint,
     is_truncation,
     scan_batches,
@@ -119,7 +127,10 @@ __all__ = [
     "write_checkpoint",
 ]
 
+log = logging.getLogger("shoal.storage.cleaner")
+
 INT32_MAX = 2**31 - 1
+MAX_KNOWN_BAD = 1024
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _CHECKPOINT_HEADER = "shoal-cleaner-checkpoint 1"
 DEFAULT_MAX_MAP_ENTRIES = 1_000_000
@@ -246,24 +257,36 @@ def _vi(data: bytes, p: int) -> tuple[int, int]:
     return decode_varint(data, p)
 
 
-def _records_of(buf: bytes, pos: int, h: BatchHeader) -> tuple[bytes, int, int]:
-    """``(data, start, end)`` of the batch's records section, decompressed."""
+def _records_of(buf: bytes, pos: int, h: BatchHeader, limit: int) -> tuple[bytes | bytearray, int, int]:
+    """``(data, start, end)`` of the batch's records section, decompressed into at most ``limit``
+    bytes and walked once in C (:func:`check_batch_records`), so the loops over it cannot run
+    past it. InvalidRecords when the batch cannot be read."""
     codec = h.attributes & ATTR_COMPRESSION_MASK
     end = pos + h.size
     if codec == 0:
-        return buf, pos + HEADER_SIZE, end
-    data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
-    return data, 0, len(data)
+        data: bytes | bytearray = buf
+        start = pos + HEADER_SIZE
+    else:
+        data, end = decompress_bounded(codec, memoryview(buf)[pos + HEADER_SIZE : end], limit)
+        start = 0
+    check_batch_records(data, start, end, h.records_count, strict_offsets=False)  # cleaned batches have gaps
+    return data, start, end
 
 
 class OffsetMap:
-    """Key -> offset of its latest record in the mapped section (Kafka's ``OffsetMap``)."""
+    """Key -> offset of its latest record in the mapped section (Kafka's ``OffsetMap``).
 
-    __slots__ = ("offsets", "latest_offset")
+    Also carries the pass's reading rules: ``limit``, the most a batch may decompress to, and
+    ``known_bad``, the batches (base offset, CRC) already reported as unreadable (shared by the
+    log's passes, so each is reported once)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("offsets", "latest_offset", "limit", "known_bad")
+
+    def __init__(self, limit: int = DECOMPRESSED_LIMIT, known_bad: dict[tuple[int, int], None] | None = None) -> None:
         self.offsets: dict[bytes, int] = {}
         self.latest_offset = -1
+        self.limit = limit
+        self.known_bad = {} if known_bad is None else known_bad
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -273,29 +296,41 @@ class OffsetMap:
 
     def add_batch(self, buf: bytes, pos: int, h: BatchHeader) -> int:
         """Map the keyed records of the batch at ``pos``; returns how many records it holds.
-        Control batches are skipped (their records have keys, but not the topic's)."""
+        Control batches are skipped (their records have keys, but not the topic's), and so are
+        batches that cannot be read (the rewrite keeps them as they are and reports them)."""
         if h.attributes & ATTR_CONTROL:
             return 0
-        data, p, end = _records_of(buf, pos, h)
+        try:
+            data, p, _end = _records_of(buf, pos, h, self.limit)
+        except InvalidRecords:
+            return 0
         base = h.base_offset
         offsets = self.offsets
-        try:
-            for _ in range(h.records_count):
-                length, p = _vi(data, p)
-                rec_end = p + length
-                if length <= 0 or rec_end > end:
-                    raise InvalidRecords("CORRUPT_MESSAGE", "record length runs past the batch")
-                _ts, p = _vi(data, p + 1)
-                od, p = _vi(data, p)
-                kl, p = _vi(data, p)
-                if kl >= 0:
-                    offsets[data[p : p + kl]] = base + od
-                p = rec_end
-        except IndexError as e:
-            raise InvalidRecords("CORRUPT_MESSAGE", "record runs past the batch") from e
+        for _ in range(h.records_count):
+            length, p = _vi(data, p)
+            rec_end = p + length
+            _ts, p = _vi(data, p + 1)
+            od, p = _vi(data, p)
+            kl, p = _vi(data, p)
+            if kl >= 0:
+                offsets[bytes(data[p : p + kl])] = base + od
+            p = rec_end
         if h.last_offset > self.latest_offset:
             self.latest_offset = h.last_offset
         return h.records_count
+
+    def unreadable(self, h: BatchHeader, error: InvalidRecords, stats: "CleanerStats") -> None:
+        """Count a batch the rewrite keeps as it is; log it the first time it is seen."""
+        stats.batches_skipped += 1
+        key = (h.base_offset, h.crc)
+        if key in self.known_bad:
+            return
+        if len(self.known_bad) < MAX_KNOWN_BAD:
+            self.known_bad[key] = None
+        log.warning(
+            "log cleaner: kept the batch at offsets %d-%d as it is, its records cannot be read: %s",
+            h.base_offset, h.last_offset, error,
+        )
 
 
 @dataclass(slots=True)
@@ -309,6 +344,7 @@ class CleanerStats:
     tombstones_removed: int = 0
     batches_rewritten: int = 0
     empty_batches_kept: int = 0
+    batches_skipped: int = 0  # could not be read (corrupt, or beyond the decompression bound): kept as they are
 
 
 def _encode(h: BatchHeader, attrs: int, base_ts: int, max_ts: int, count: int, body: bytes) -> bytes:
@@ -361,7 +397,12 @@ def clean_batch(
     if attrs & ATTR_CONTROL:
         stats.records_retained += count
         return buf[pos : pos + size]
-    data, p, end = _records_of(buf, pos, h)
+    try:
+        data, p, end = _records_of(buf, pos, h, offset_map.limit)
+    except InvalidRecords as e:
+        offset_map.unreadable(h, e, stats)
+        stats.records_retained += count
+        return buf[pos : pos + size]
     base = h.base_offset
     base_ts = h.base_timestamp
     has_horizon = attrs & ATTR_DELETE_HORIZON
@@ -371,38 +412,31 @@ def clean_batch(
     tombstones = False
     removed_tombstones = 0
     max_delta: int | None = None
-    try:
-        for _ in range(count):
-            start = p
-            length, p = _vi(data, p)
-            rec_end = p + length
-            if length <= 0 or rec_end > end:
-                raise InvalidRecords("CORRUPT_MESSAGE", "record length runs past the batch")
-            attr_at = p
-            tsd, p = _vi(data, p + 1)
-            od, p = _vi(data, p)
-            kl, p = _vi(data, p)
-            keep = True
-            if kl >= 0:
-                key = data[p : p + kl]
-                vl, _p = _vi(data, p + kl)
-                if base + od < offsets.get(key, -1):
+    for _ in range(count):  # _records_of walked them: every length fits
+        start = p
+        length, p = _vi(data, p)
+        rec_end = p + length
+        attr_at = p
+        tsd, p = _vi(data, p + 1)
+        od, p = _vi(data, p)
+        kl, p = _vi(data, p)
+        keep = True
+        if kl >= 0:
+            key = bytes(data[p : p + kl])
+            vl, _p = _vi(data, p + kl)
+            if base + od < offsets.get(key, -1):
+                keep = False
+            elif vl < 0:
+                if keep_deletes:
+                    tombstones = True
+                else:
                     keep = False
-                elif vl < 0:
-                    if keep_deletes:
-                        tombstones = True
-                    else:
-                        keep = False
-                        removed_tombstones += 1
-            if keep:
-                kept.append((start, attr_at, tsd, rec_end))
-                if max_delta is None or tsd > max_delta:
-                    max_delta = tsd
-            p = rec_end
-    except IndexError as e:
-        raise InvalidRecords("CORRUPT_MESSAGE", "record runs past the batch") from e
-    if p != end:
-        raise InvalidRecords("CORRUPT_MESSAGE", "bytes left after the declared records")
+                    removed_tombstones += 1
+        if keep:
+            kept.append((start, attr_at, tsd, rec_end))
+            if max_delta is None or tsd > max_delta:
+                max_delta = tsd
+        p = rec_end
     stats.tombstones_removed += removed_tombstones
     stats.records_retained += len(kept)
     set_horizon = tombstones and not has_horizon
@@ -737,13 +771,16 @@ class CleanerPass:
         dirty: list[Source],
         producers_last: dict[int, int],
         max_map_entries: int,
+        *,
+        decompress_limit: int = DECOMPRESSED_LIMIT,
+        known_bad: dict[tuple[int, int], None] | None = None,
     ) -> None:
         self.generation = generation
         self.info = info
         self.dirty = dirty
         self.producers_last = producers_last
         self.max_map_entries = max_map_entries
-        self.map = OffsetMap()
+        self.map = OffsetMap(decompress_limit, known_bad)
         self.map_idx = 0
         self.map_pos = 0
         self.map_end: int | None = None if dirty else info.first_uncleanable

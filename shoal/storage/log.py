@@ -35,6 +35,8 @@ Deliberate deviations from Kafka:
 - ``AppendInfo.offset_of_max_timestamp`` under CreateTime is the last offset of the batch with the
   largest timestamp (records are not decompressed on append);
 - no transaction index or leader-epoch checkpoint (yet);
+- a timestamp lookup whose batch cannot be read (corrupt, or decompressing beyond
+  ``decompressed_limit``) answers with that batch's first offset and maxTimestamp (Kafka fails);
 - producer snapshots keep all five retained batches per producer (Kafka's keep the last one);
 - the index files are written whole at roll/close rather than memory-mapped and preallocated.
 
@@ -63,6 +65,7 @@ snapshots existed: it starts empty, as Kafka does on upgrade). Truncation reload
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -79,6 +82,7 @@ from shoal.protocol.records import (
     InvalidRecords,
     ValidatedBatches,
     assign_offsets,
+    decompressed_limit,
     is_truncation,
     iter_batch_records,
     read_header,
@@ -110,6 +114,8 @@ from shoal.storage.producer_state import (
     last_sequence,
     snapshot_name,
 )
+
+log = logging.getLogger("shoal.storage.log")
 
 INT32_MAX = 2**31 - 1
 _READ_CHUNK = 64 * 1024
@@ -312,6 +318,8 @@ class PartitionLog:
         self._snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
         self._cleaner_checkpoint: int | None = None  # first dirty offset (None: the log start)
         self._pass: CleanerPass | None = None  # a compaction pass between ``compact`` calls
+        self._unreadable: dict[tuple[int, int], None] = {}  # (base offset, crc) of batches timestamp lookups cannot read
+        self._cleaner_bad: dict[tuple[int, int], None] = {}  # the same, reported by the cleaner
         self._clean_lock = threading.Lock()  # one compaction at a time
         self._ckpt_lock = threading.Lock()  # orders writes of the cleaner checkpoint file
         self._apply_config(config)
@@ -480,6 +488,7 @@ class PartitionLog:
         self._max_oi = max(1, config.segment_index_bytes // 8)
         self._max_ti = max(1, config.segment_index_bytes // 12)
         self._max_message_bytes = config.max_message_bytes
+        self._decompress_limit = decompressed_limit(config.max_message_bytes)
         before = config.message_timestamp_before_max_ms
         after = config.message_timestamp_after_max_ms
         self._ts_before = None if before >= MAX_LONG else before
@@ -559,6 +568,7 @@ class PartitionLog:
                 now_ms=now_ms if check else None,
                 timestamp_before_max_ms=self._ts_before,
                 timestamp_after_max_ms=self._ts_after,
+                compact=client and self._config.compact_enabled,
             )
         buf = records if type(records) is bytearray else bytearray(records)
         size = validated.size
@@ -1080,35 +1090,72 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp`` at or
-        after the log start offset (ListOffsets by time), or None."""
-        with self._lock:
-            self._check_open()
-            for seg in list(self._segments):
-                if seg.size == 0 or self._segment_max_ts(seg) < timestamp:
-                    continue
-                found = self._find_timestamp(seg, timestamp)
-                if found is not None:
-                    return found
-            return None
+        after the log start offset (ListOffsets by time), or None.
 
-    def _find_timestamp(self, seg: Segment, timestamp: int) -> tuple[int, int] | None:
-        oi, ti = self._ensure_indexes(seg)
+        Kafka's ``LogSegment.findOffsetByTimestamp``: the time index, then the first batch whose
+        maxTimestamp reaches the target, then its records. The lock is held only to find and read
+        that batch; its records (decompressed, bounded by max.message.bytes, see
+        :func:`decompressed_limit`) are searched without it. Blocking: call it in a worker thread.
+        A batch that cannot be read answers with its own first offset and maxTimestamp (an offset
+        at or before the exact answer, so a consumer starting there misses nothing).
+        """
+        after = -1
+        while True:
+            with self._lock:
+                self._check_open()
+                found = self._timestamp_candidate(timestamp, after)
+            if found is None:
+                return None
+            data, h, log_start = found
+            if h.timestamp_type == 1:  # LogAppendTime: every record has the batch's maxTimestamp
+                return max(h.base_offset, log_start), h.max_timestamp
+            for offset, ts in self._record_timestamps(data, h, max(h.base_offset, log_start)):
+                if ts >= timestamp and offset >= log_start:
+                    return offset, ts
+            after = h.last_offset
+
+    def _timestamp_candidate(self, timestamp: int, after: int) -> tuple[bytes, BatchHeader, int] | None:
+        """The bytes of the first batch past offset ``after`` that may hold ``timestamp`` (lock held)."""
         log_start = self._log_start
-        start_offset = max(seg.base + ti.lookup(timestamp), log_start)
-        fd = self._handles.get(seg)
-        pos = oi.lookup(start_offset - seg.base)
-        for p, h in self._iter_headers(fd, pos, seg.size):
-            if h.max_timestamp < timestamp or h.last_offset < log_start:
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            if seg.size == 0 or self._segment_max_ts(seg) < timestamp:
                 continue
-            data = self._fs.pread(fd, h.size, p)
-            for r in iter_batch_records(data, 0, h):
-                if r.timestamp >= timestamp and r.offset >= log_start:
-                    return r.offset, r.timestamp
+            if i + 1 < len(segs) and segs[i + 1].base <= after + 1:
+                continue
+            oi, ti = self._ensure_indexes(seg)
+            start_offset = max(seg.base + ti.lookup(timestamp), log_start, after + 1)
+            fd = self._handles.get(seg)
+            pos = oi.lookup(max(start_offset - seg.base, 0))
+            for p, h in self._iter_headers(fd, pos, seg.size):
+                if h.max_timestamp < timestamp or h.last_offset < log_start or h.last_offset <= after:
+                    continue
+                return self._fs.pread(fd, h.size, p), h, log_start
         return None
+
+    def _record_timestamps(self, data: bytes, h: BatchHeader, fallback: int) -> Iterator[tuple[int, int]]:
+        """``(offset, timestamp)`` of each record of the batch ``data``; a batch that cannot be
+        decompressed within the bound, or is malformed, yields ``(fallback, maxTimestamp)`` only
+        (reported once per batch)."""
+        key = (h.base_offset, h.crc)
+        if key not in self._unreadable:
+            try:
+                for r in iter_batch_records(data, 0, h, limit=self._decompress_limit):
+                    yield r.offset, r.timestamp
+                return
+            except InvalidRecords as e:
+                if len(self._unreadable) < 1024:
+                    self._unreadable[key] = None
+                log.warning(
+                    "%s: cannot read the records of the batch at offsets %d-%d (%s); timestamp lookups "
+                    "answer with its first offset", self, h.base_offset, h.last_offset, e,
+                )
+        yield fallback, h.max_timestamp
 
     def latest_timestamp(self) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with the largest timestamp (ListOffsets
-        MAX_TIMESTAMP), or None for an empty log."""
+        MAX_TIMESTAMP), or None for an empty log. Like :meth:`offset_for_timestamp`, the records
+        are searched outside the lock: call it in a worker thread."""
         with self._lock:
             self._check_open()
             best: Segment | None = None
@@ -1125,16 +1172,17 @@ class PartitionLog:
             fd = self._handles.get(best)
             pos = oi.lookup(best.max_ts_offset - best.base)
             for p, h in self._iter_headers(fd, pos, best.size):
-                if h.max_timestamp != best_ts:
-                    continue
-                if h.timestamp_type == 1:
-                    return h.base_offset, best_ts
-                data = self._fs.pread(fd, h.size, p)
-                for r in iter_batch_records(data, 0, h):
-                    if r.timestamp == best_ts:
-                        return r.offset, best_ts
-                return h.last_offset, best_ts
-            return None
+                if h.max_timestamp == best_ts:
+                    break
+            else:
+                return None
+            if h.timestamp_type == 1:
+                return h.base_offset, best_ts
+            data = self._fs.pread(fd, h.size, p)
+        for offset, ts in self._record_timestamps(data, h, h.base_offset):
+            if ts == best_ts:
+                return offset, best_ts
+        return h.last_offset, best_ts
 
     # -- deletion --------------------------------------------------------------------------------
 
@@ -1444,7 +1492,10 @@ class PartitionLog:
                 u = bisect_left(self._bases, info.first_uncleanable)
                 dirty = [Source(s.base, s.size, s.prefix) for s in self._segments[d:u]]
                 last_of = {e.producer_id: e.last_offset for e in self._producers.entries() if e.batches}
-                p = CleanerPass(self._generation, info, dirty, last_of, max_map_entries)
+                p = CleanerPass(
+                    self._generation, info, dirty, last_of, max_map_entries,
+                    decompress_limit=self._decompress_limit, known_bad=self._cleaner_bad,
+                )
                 self._pass = p
             else:
                 result.dirty_ratio = p.info.dirty_ratio

@@ -65,6 +65,7 @@ class MaintenanceReport:
     expired_producers: int = 0
     compacted_bytes: int = 0  # read by the cleaner (mapping and rewriting)
     compaction_passes: int = 0  # finished passes (their checkpoints moved)
+    cleaner_skipped_batches: int = 0  # unreadable batches the cleaner kept as they were
     checkpointed: bool = False
     errors: int = 0
 
@@ -141,6 +142,7 @@ class LogManager:
         self.cleaner_step_bytes = cleaner_step_bytes
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self.cleaner_max_map_entries = cleaner_max_map_entries
+        self.cleaner_skipped_batches = 0  # batches the cleaner could not read and kept as they were, since start
         self._cleaner_idle_until: int | None = None
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()  # creation and deletion of logs
@@ -390,6 +392,8 @@ class LogManager:
                 skip.add(id(plog))
                 continue
             report.compacted_bytes += result.stats.bytes_read
+            report.cleaner_skipped_batches += result.stats.batches_skipped
+            self.cleaner_skipped_batches += result.stats.batches_skipped
             if result.pass_complete:
                 report.compaction_passes += 1
                 # One pass per log per call: its ratio is fresh, the others wait their turn.

@@ -344,17 +344,20 @@ def test_header_struct_is_61_bytes() -> None:
     assert HEADER.size == 61
 
 
-@given(st.binary(max_size=300), st.integers(min_value=0, max_value=20))
-def test_native_record_walk_agrees_with_python(raw: bytes, start: int) -> None:
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=20), st.integers(0, 40), st.booleans(), st.booleans())
+def test_native_record_walk_agrees_with_python(raw: bytes, start: int, count: int, need_key: bool, strict: bool) -> None:
     from shoal.protocol import records
 
     start = min(start, len(raw))
-    assert records._count_records(raw, start, len(raw)) == records._count_records_py(raw, start, len(raw))
+    native = records._check_records(raw, start, len(raw), count, need_key, strict)
+    assert native == records._check_records_py(raw, start, len(raw), count, need_key, strict)
 
 
 def test_native_record_walk_is_built() -> None:
     # `pip install -e .` builds it; the fallback exists for machines without a compiler.
     from shoal._native import speedups
 
-    batch = build_batch([(1, None, b"x" * 100, []) for _ in range(50)])
-    assert speedups.count_records(batch, 61, len(batch)) == 50
+    batch = build_batch([(1 + i, None, b"x" * 100, [("h", b"v")]) for i in range(50)])
+    assert speedups.check_records(batch, 61, len(batch), 50, True, True) == (0, 50, 0, 49, list(range(50)))
+    assert speedups.check_records(batch, 61, len(batch), 51, False, True) == (1, 50, 0, 49, None)
+    assert speedups.check_records(batch, 61, len(batch), 49, False, False)[0] == 2
