@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ class Broker:
     ) -> None:
         self.static_config = config
         self.clock = clock
+        self.random = random.Random()  # placement's random start (shoal.cluster.planner); tests seed it
         self.node_id: int = config.node_id
         self.data_dir = Path(config.data_dir)
         if metadata is None:
@@ -463,20 +465,22 @@ class Broker:
 
     async def auto_create_topic(self, name: str) -> TopicInfo | None:
         """Create a topic with broker defaults, as Kafka does for Metadata with auto-creation."""
+        from shoal.cluster import planner
         from shoal.metadata import MetadataError
-        from shoal.placement import assign_replicas
 
-        cfg = self.config
         image = self.metadata.image
-        partitions = int(cfg.get("num.partitions"))
-        rf = min(int(cfg.get("default.replication.factor")), max(1, len(image.brokers)))
-        refused = auto_create_refusal(image, name, partitions, rf)  # tenancy: namespace, policy
+        defaults = planner.Defaults.for_topics(self.config)
+        refused = auto_create_refusal(  # tenancy: namespace, policy
+            image, name, defaults.num_partitions, defaults.replication_factor
+        )
         if refused is not None:
             raise MetadataError(*refused)
-        brokers = sorted(image.brokers.values(), key=lambda b: b.node_id)
-        assignments = assign_replicas([(b.node_id, b.rack) for b in brokers], partitions, rf)
+        try:  # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
+            plan = planner.plan_topic(planner.live_brokers(image), planner.TopicRequest(name), defaults, self.random)
+        except planner.PlacementError as e:
+            raise MetadataError(e.code, e.message) from None
         try:
-            return await self.metadata.create_topic(name, assignments, {})
+            return await self.metadata.create_topic(name, list(plan.assignments), {})
         except MetadataError as e:
             if e.code == "TOPIC_ALREADY_EXISTS":
                 return self.metadata.image.topic(name)

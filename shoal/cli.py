@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_namespaces").cli_namespaces.add_parser(sub)  # shoal namespaces create|...|move
     __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
     __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
+    __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -241,8 +241,8 @@ class GroupCoordinator:
             await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
 
     async def _ensure_offsets_topic(self) -> None:
+        from shoal.cluster import planner
         from shoal.metadata import MetadataError
-        from shoal.placement import assign_replicas
 
         broker = self._broker
         assert broker is not None
@@ -250,9 +250,19 @@ class GroupCoordinator:
         if image.topic(OFFSETS_TOPIC) is not None:
             return
         cfg = self.config
-        brokers = sorted(image.brokers.values(), key=lambda b: b.node_id)
-        rf = max(1, min(cfg.offsets_topic_replication_factor, len(brokers)))
-        assignments = assign_replicas([(b.node_id, b.rack) for b in brokers], cfg.offsets_topic_num_partitions, rf)
+        defaults = planner.Defaults.for_offsets_topic(
+            cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor
+        )
+        try:  # the cluster's one planner; Kafka (KIP-115) waits for enough brokers, never shrinks RF
+            plan = planner.plan_topic(
+                planner.live_brokers(image), planner.TopicRequest(OFFSETS_TOPIC), defaults,
+                planner.random_source(broker),
+            )
+        except planner.PlacementError as e:
+            log.error("cannot create %s (offsets.topic.replication.factor=%d): %s", OFFSETS_TOPIC,
+                      cfg.offsets_topic_replication_factor, e.message)
+            return
+        assignments = list(plan.assignments)
         configs = {
             "cleanup.policy": "compact",
             "compression.type": "producer",

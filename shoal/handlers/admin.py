@@ -12,10 +12,10 @@ applies new LogConfigs). Admin read-modify-write sequences (read the image, comp
 serialized by the broker's ``admin_lock`` so two concurrent AlterConfigs cannot lose an update.
 
 Deliberate deviations from Kafka:
-- Replica placement is Kafka's AdminUtils round-robin (rack-aware when every broker has a rack),
-  with the random start index replaced by a hash of the topic name (reproducible placement that
-  still spreads leaders); KRaft's striped placer is not used.
-- At most ``MAX_PARTITIONS_PER_TOPIC`` partitions per topic (INVALID_PARTITIONS beyond it).
+- Replica placement and its validation are the cluster's one planner (``shoal.cluster.planner``:
+  Kafka's AdminUtils round-robin with a random start, rack-aware when every broker has a rack,
+  KRaft's checks and messages); KRaft's striped placer is not used. At most
+  ``MAX_PARTITIONS_PER_TOPIC`` partitions per topic (INVALID_PARTITIONS beyond it).
 - Per-broker dynamic configs (BROKER resource named by a node id) are refused with INVALID_REQUEST:
   only the cluster-wide default (resource name "") can be altered.
 - Internal topics cannot be deleted (INVALID_REQUEST), as ZooKeeper-mode Kafka refused.
@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-import zlib
 from typing import Any, Callable, Mapping
 
 from shoal.config import (
@@ -68,7 +67,8 @@ from shoal.config import (
 )
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
-from shoal.placement import PlacementError, assign_replicas, start_index_for_new_partitions
+from shoal.cluster import planner
+from shoal.cluster.planner import PlacementError
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import NAMESPACE_SEP, Operation, ResourceType
@@ -90,7 +90,6 @@ RESOURCE_BROKER_LOGGER = 8
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 MAX_TOPIC_NAME_LENGTH = 249
-MAX_PARTITIONS_PER_TOPIC = 100_000
 _ZERO_UUID = uuid.UUID(int=0)  # kio decodes the zero uuid as None
 _NO_THROTTLE = datetime.timedelta(0)
 
@@ -127,46 +126,6 @@ def admin_lock(broker: Any) -> asyncio.Lock:
     return lock
 
 
-def _brokers(image: MetadataImage) -> list[tuple[int, str | None]]:
-    return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
-
-
-def _placement_seed(name: str) -> int:
-    return zlib.crc32(name.encode("utf-8"))
-
-
-def _check_manual_assignment(
-    image: MetadataImage, replicas_list: list[tuple[int, ...]], expected_rf: int | None
-) -> None:
-    """KRaft's ``validateManualPartitionAssignment``."""
-    for replicas in replicas_list:
-        if not replicas:
-            raise AdminError(
-                "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
-            )
-        seen = set()
-        for b in replicas:
-            if b in seen:
-                raise AdminError(
-                    "INVALID_REPLICA_ASSIGNMENT",
-                    f"The manual partition assignment includes the broker {b} more than once.",
-                )
-            seen.add(b)
-            if b not in image.brokers:
-                raise AdminError(
-                    "INVALID_REPLICA_ASSIGNMENT",
-                    f"The manual partition assignment includes broker {b}, but no such broker is registered.",
-                )
-        if expected_rf is not None and len(replicas) != expected_rf:
-            raise AdminError(
-                "INVALID_REPLICA_ASSIGNMENT",
-                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), "
-                f"but this is not consistent with previous partitions, which have {expected_rf} replica(s).",
-            )
-        if expected_rf is None:
-            expected_rf = len(replicas)
-
-
 def _metadata_error(e: MetadataError) -> AdminError:
     return AdminError(e.code, e.message)
 
@@ -184,10 +143,10 @@ def _charge_mutations(quota: Any, partitions: int) -> None:
 
 
 def _plan_topic(
-    image: MetadataImage, cfg: Any, t: Any, scope: Any
+    image: MetadataImage, cfg: Any, t: Any, scope: Any, broker: Any
 ) -> tuple[list[tuple[int, ...]], dict[str, str]]:
     """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
-    assignment and config overrides."""
+    assignment (the cluster's planner, with ``broker.random``) and config overrides."""
     name = t.name
     validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
     if scope.topic(image, name) is not None:
@@ -211,65 +170,19 @@ def _plan_topic(
     except ConfigError as e:
         raise AdminError(e.code, e.message) from None
 
-    if t.assignments:
-        if t.num_partitions != -1:
-            raise AdminError(
-                "INVALID_REQUEST",
-                "A manual partition assignment was specified, but numPartitions was not set to -1.",
-            )
-        if t.replication_factor != -1:
-            raise AdminError(
-                "INVALID_REQUEST",
-                "A manual partition assignment was specified, but replicationFactor was not set to -1.",
-            )
-        by_index = sorted(t.assignments, key=lambda a: a.partition_index)
-        for expected, a in enumerate(by_index):
-            if a.partition_index != expected:
-                raise AdminError(
-                    "INVALID_REPLICA_ASSIGNMENT",
-                    "Partitions should be a consecutive 0-based integer sequence",
-                )
-        if len(by_index) > MAX_PARTITIONS_PER_TOPIC:
-            raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
-        assignment = [tuple(int(b) for b in a.broker_ids) for a in by_index]
-        _check_manual_assignment(image, assignment, None)
-        return assignment, configs
-
-    partitions = int(t.num_partitions)
-    rf = int(t.replication_factor)
-    if partitions == -1:
-        partitions = int(cfg.get("num.partitions"))
-    elif partitions <= 0:
-        raise AdminError(
-            "INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value."
-        )
-    if partitions > MAX_PARTITIONS_PER_TOPIC:
-        raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
-    if rf == -1:
-        rf = int(cfg.get("default.replication.factor"))
-    elif rf <= 0:
-        raise AdminError(
-            "INVALID_REPLICATION_FACTOR", "Replication factor must be larger than 0, or -1 to use the default value."
-        )
-    brokers = _brokers(image)
-    if rf > len(brokers):
-        raise AdminError(
-            "INVALID_REPLICATION_FACTOR",
-            f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-            f"cannot be reached because only {len(brokers)} broker(s) are registered.",
-        )
-    seed = _placement_seed(scope.physical(name))
+    request = planner.TopicRequest(
+        scope.physical(name),
+        int(t.num_partitions),
+        int(t.replication_factor),
+        tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids)) for a in t.assignments),
+    )
     try:
-        assignment = assign_replicas(
-            brokers,
-            partitions,
-            rf,
-            start_index=seed % len(brokers),
-            replica_shift=(seed // len(brokers)) % len(brokers),
+        plan = planner.plan_topic(
+            planner.live_brokers(image), request, planner.Defaults.for_topics(cfg), planner.random_source(broker)
         )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
-    return assignment, configs
+    return list(plan.assignments), configs
 
 
 def _create_policy_error(image: MetadataImage, scope: Any, name: str, assignment: list, configs: Mapping[str, str]) -> str | None:
@@ -351,7 +264,7 @@ async def handle_create_topics(ctx, req):
                     or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
                 ):
                     raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-                assignment, configs = _plan_topic(store.image, cfg, t, scope)
+                assignment, configs = _plan_topic(store.image, cfg, t, scope, broker)
                 policy_error = _create_policy_error(store.image, scope, t.name, assignment, configs)
                 if policy_error is not None:
                     raise AdminError("POLICY_VIOLATION", policy_error)
@@ -473,42 +386,14 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> list[tuple[int
     if topic.internal:
         # Group and transaction coordinators map ids to partitions by count: it must not change.
         raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {t.name}.")
-    current = len(topic.partitions)
-    if t.count < current:
-        raise AdminError(
-            "INVALID_PARTITIONS",
-            f"Topic currently has {current} partitions, which is higher than the requested {t.count}.",
-        )
-    if t.count == current:
-        raise AdminError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
-    if t.count > MAX_PARTITIONS_PER_TOPIC:
-        raise AdminError("INVALID_PARTITIONS", f"A topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions.")
-    to_add = t.count - current
-    rf = topic.replication_factor
-    if t.assignments is not None:
-        if len(t.assignments) != to_add:
-            raise AdminError(
-                "INVALID_REPLICA_ASSIGNMENT",
-                f"Attempted to add {to_add} additional partition(s), but only "
-                f"{len(t.assignments)} assignment(s) were specified.",
-            )
-        assignment = [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
-        _check_manual_assignment(image, assignment, rf or None)
-        return assignment
-    brokers = _brokers(image)
-    if rf > len(brokers):
-        raise AdminError(
-            "INVALID_REPLICATION_FACTOR",
-            f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-            f"cannot be reached because only {len(brokers)} broker(s) are registered.",
-        )
-    start = start_index_for_new_partitions(
-        [b for b, _ in brokers], topic.partitions[0].replicas if topic.partitions else ()
-    )
+    manual = None if t.assignments is None else [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
     try:
-        return assign_replicas(brokers, to_add, rf, start_index=start, start_partition_id=current)
+        plan = planner.plan_new_partitions(
+            planner.live_brokers(image), t.name, [p.replicas for p in topic.partitions], t.count, manual
+        )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
+    return list(plan.assignments)
 
 
 @api(CREATE_PARTITIONS, 0, 3)

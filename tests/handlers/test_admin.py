@@ -338,7 +338,8 @@ class TestCreatePartitions:
         ]
         out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 2, None)))
         assert codes(out.results) == [ErrorCode.invalid_partitions]
-        assert "higher than the requested" in out.results[0].error_message
+        # KRaft's ReplicationControlManager.createPartitions message (the cluster planner's)
+        assert out.results[0].error_message == "The topic p currently has 3 partition(s); 2 would not be an increase."
         out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 3, None)))
         assert codes(out.results) == [ErrorCode.invalid_partitions]
         out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 9, None), validate_only=True))
