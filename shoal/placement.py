@@ -1,7 +1,8 @@
 """Replica placement: Kafka's round-robin assignment (``AdminUtils.assignReplicasToBrokers``).
 
 Pure functions; the caller supplies the brokers (in the order to use: Kafka sorts them by id) and
-the start index / replica shift that Kafka draws at random, so every outcome is reproducible.
+the start index / replica shift that Kafka draws at random, so every outcome is reproducible. Brokers place
+through ``shoal.cluster.planner`` (which draws them); ``shoal placement assign`` calls this directly.
 
 Rack-unaware (no broker has a rack), from Kafka's doc comment:
   1. assign the first replica of each partition round-robin, starting at a (random) position;
