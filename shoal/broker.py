@@ -113,6 +113,16 @@ class Broker:
         from shoal.quotas.manager import QuotaManagers
 
         self.quotas = QuotaManagers(config, self.node_id)
+        # scheduler: fair request processing across tenants (shoal.server.scheduler)
+        from shoal.server.scheduler import RequestScheduler
+
+        self.scheduler = RequestScheduler(
+            budget_ns=int(config.get("shoal.request.scheduler.batch.us")) * 1000,
+            quantum_ns=int(config.get("shoal.request.scheduler.quantum.us")) * 1000,
+            tenant_queue_max=int(config.get("queued.max.requests")),
+            enabled=bool(config.get("shoal.request.scheduler.enable")),
+            nanos=clock.nanos, weight=self.quotas.scheduling_weight,
+        )
         self.metrics_http: Any = None  # shoal.admin.metrics.MetricsHttpServer when configured
         # quotas: shoal.server.limits.ConnectionLimits (counters per listener: .stats, .total)
         self.connection_limits: Any = None

@@ -296,7 +296,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         _d("num.network.threads", "int", 3, "Accepted for compatibility; informational.", at_least(1), True),
         _d("num.io.threads", "int", 8, "Accepted for compatibility; informational.", at_least(1), True),
-        _d("queued.max.requests", "int", 500, "Requests queued before network reads block.", at_least(1)),
+        _d("queued.max.requests", "int", 500,
+           "Requests queued before network reads block. Shoal: per tenant (per principal outside tenants), "
+           "in the request scheduler's queue (a broker-wide bound would let one tenant block the others' reads).",
+           at_least(1)),
+        # -- scheduler (shoal.server.scheduler): fair request processing across tenants
+        _d("shoal.request.scheduler.enable", "boolean", True,
+           "Shoal: when requests arrive faster than the broker runs them, queue them per tenant and run them "
+           "by deficit round robin (false: every request runs as soon as it is read)."),
+        _d("shoal.request.scheduler.batch.us", "int", 2000,
+           "Shoal: the most time (µs) requests run in one event loop iteration before queued ones wait for the "
+           "next, letting sockets, timers and other tenants' requests in between.", at_least(50)),
+        _d("shoal.request.scheduler.quantum.us", "int", 500,
+           "Shoal: a tenant's turn in the request scheduler's round robin (µs of handling time, times its "
+           "weight: its request_percentage / 100 when it has a tenant request quota, else 1).", at_least(10)),
         _d("socket.request.max.bytes", "int", 104857600, "Maximum bytes in a socket request.", at_least(1)),
         _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
         # -- connection limits (KIP-402, KIP-612; shoal.server.limits). Listener-level values:

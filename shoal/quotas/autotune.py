@@ -364,7 +364,8 @@ class ManagerUsage:
 
 class BrokerLoad:
     """Load of a running broker: the time of throttling-exempt requests (the quota managers'
-    exempt sensor, % of a thread) and the requests in flight on its connections."""
+    exempt sensor, % of a thread) and the requests in flight on its connections or waiting in its
+    request scheduler."""
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
@@ -374,4 +375,7 @@ class BrokerLoad:
         return 0.0 if sensor is None else float(sensor.rate.measure(self.broker.clock.now_ms()))
 
     def request_queue_size(self) -> int:
-        return sum(conn.in_flight for conn in self.broker.connections)
+        """Requests being handled, and those waiting in the request scheduler (read, not started)."""
+        scheduler = getattr(self.broker, "scheduler", None)
+        waiting = scheduler.waiting if scheduler is not None else 0
+        return sum(conn.in_flight for conn in self.broker.connections) + waiting

@@ -365,6 +365,15 @@ class QuotaManagers:
     def managers(self) -> tuple[ClientQuotaManager, ...]:
         return (self.produce, self.fetch, self.request)
 
+    def scheduling_weight(self, key: Any) -> float:
+        """The request scheduler's weight of a flow (shoal.server.scheduler): a tenant with a
+        tenant-wide request quota weighs its ``request_percentage`` / 100 (at most 1), anything
+        else 1."""
+        if not self.request.enabled or not isinstance(key, str) or key.startswith("User:"):
+            return 1.0
+        quota = self.request.tenant_quota(key)
+        return 1.0 if quota is None else min(1.0, quota / 100.0)
+
     def update(self, image: "MetadataImage", old: "MetadataImage | None" = None) -> None:
         for m in self.managers():
             m.update(image, old)

@@ -54,6 +54,8 @@ _I32 = struct.Struct(">i")
 # Stop reading from a client that has this many requests in flight (Kafka's per-connection mute
 # is 1; librdkafka pipelines up to max.in.flight, so allow a little more).
 MAX_IN_FLIGHT = 32
+# scheduler: requests of one connection run back to back in its turn
+SCHED_BURST = 8
 
 
 class _Slot:
@@ -233,7 +235,98 @@ class KafkaConnection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
 
+    # -- scheduler (shoal.server.scheduler): a request runs at once while the broker keeps up;
+    # otherwise it waits in this connection's queue, and the connection in its tenant's flow.
+    _sched_q: deque[bytes] | None = None  # requests waiting for the scheduler, in order
+    _sched_key: Any = None  # the flow they are counted in
+    _sched_in = False  # in the scheduler's round (False: nothing waits, or parked while muted)
+    _sched_full = False  # reading paused: this connection's or its tenant's queue is full
+
     def _dispatch(self, frame: bytes) -> None:
+        sched = self.broker.scheduler
+        if self._sched_q is None and sched.eager():
+            start = sched.nanos()
+            self._process(frame)
+            sched.ran(sched.nanos() - start)
+            return
+        q = self._sched_q
+        if q is None:
+            q = self._sched_q = deque()
+            self._sched_key = self.scheduler_key()
+        q.append(frame)
+        full = sched.count(self._sched_key, 1)
+        if not self._sched_in:
+            self._sched_unpark()  # into its flow (or parked, when muted)
+        if (full or len(q) >= MAX_IN_FLIGHT) and not self._sched_full:
+            self._sched_full = True
+            self._update_reading()
+
+    def scheduler_key(self) -> Any:
+        """The scheduler's flow: the tenant, or the principal outside any tenant."""
+        return self.tenant or self.principal
+
+    def run_next(self) -> bool:
+        """The scheduler's turn: run up to ``SCHED_BURST`` waiting requests (a few responses
+        written to one socket together cost less than one each to many); True if more wait (see
+        shoal.server.scheduler). A muted connection is parked until its mute ends, and its
+        tenant waits behind the others meanwhile (the request quota, applied before work)."""
+        sched = self.broker.scheduler
+        for _ in range(SCHED_BURST):
+            q = self._sched_q
+            if q is None or self._closed:
+                self._sched_drop()
+                return False
+            if self._mute is not None:
+                self._sched_park()
+                return False
+            frame = q.popleft()
+            sched.count(self._sched_key, -1)
+            if not q:
+                self._sched_q = None
+            self._process(frame)
+            if self._mute is not None:
+                sched.hold(self.scheduler_key(), self._mute.when() - asyncio.get_running_loop().time())
+        if self._sched_q is None or self._closed:
+            self._sched_drop()
+            return False
+        if self._mute is not None:
+            self._sched_park()
+            return False
+        if self._sched_full and len(self._sched_q) < MAX_IN_FLIGHT // 2 \
+                and self.broker.scheduler.queued.get(self._sched_key, 0) < sched.tenant_queue_max // 2:
+            self._sched_full = False
+            self._update_reading()
+        return self._sched_in
+
+    def _sched_drop(self) -> None:
+        """Nothing waits (or the connection closed: forget what did)."""
+        q = self._sched_q
+        if q:
+            self.broker.scheduler.count(self._sched_key, -len(q))
+        self._sched_q = None
+        self._sched_in = False
+        if self._sched_full:
+            self._sched_full = False
+            self._update_reading()
+
+    def _sched_park(self) -> None:
+        assert self._mute is not None
+        self._sched_in = False
+        asyncio.get_running_loop().call_at(self._mute.when(), self._sched_unpark)
+
+    def _sched_unpark(self) -> None:
+        if self._sched_in:
+            return
+        if self._closed or self._sched_q is None:
+            self._sched_drop()
+        elif self._mute is not None:  # muted again meanwhile
+            self._sched_park()
+        else:
+            self._sched_in = True
+            self.broker.scheduler.submit(self, self.scheduler_key())
+
+    def _process(self, frame: bytes) -> None:
+        """Decode and start one request (in request order on this connection)."""
         # quotas: measure the time spent on the request when a request quota may apply (KIP-124)
         measure = self.broker.quotas.request.active
         start_ns = self.broker.clock.nanos() if measure else 0
@@ -390,7 +483,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         """Read while neither muted nor too many requests are in flight."""
-        pause = self._in_flight_full or self._mute is not None
+        pause = self._in_flight_full or self._mute is not None or self._sched_full  # scheduler: queue full
         if pause != self._paused and self.transport is not None:
             self._paused = pause
             if pause:
