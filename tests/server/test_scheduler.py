@@ -261,3 +261,29 @@ def test_tenant_queue_counts_and_the_full_mark() -> None:
     assert s.waiting == 3 and s.queued == {"t": 3}
     assert not s.count("t", -3)
     assert s.queued == {} and s.waiting == 0 and s.deferred == 3
+
+
+def test_a_tenants_weight_is_its_request_quota_share() -> None:
+    """QuotaManagers.scheduling_weight: request_percentage / 100 (at most 1) for a tenant with a
+    tenant request quota; 1 for other tenants, principals, and when no request quota exists."""
+    from types import MappingProxyType
+
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataImage
+    from shoal.quotas.manager import QuotaManagers
+
+    def image(quotas: dict) -> MetadataImage:
+        return MetadataImage(
+            cluster_id="c", controller_id=1, brokers={}, topics={}, topics_by_id={}, broker_configs={},
+            client_quotas=MappingProxyType({tuple(sorted(e)): MappingProxyType(v) for e, v in quotas.items()}),
+        )
+
+    q = QuotaManagers(BrokerConfig.load(None, {}), node_id=1)
+    q.update(image({}))
+    assert q.scheduling_weight("lkc-noisy") == 1.0
+    q.update(image({(("tenant", "lkc-noisy"),): {"request_percentage": 20.0},
+                    (("tenant", "lkc-big"),): {"request_percentage": 250.0}}))
+    assert q.scheduling_weight("lkc-noisy") == pytest.approx(0.2)
+    assert q.scheduling_weight("lkc-big") == 1.0
+    assert q.scheduling_weight("lkc-other") == 1.0
+    assert q.scheduling_weight("User:ANONYMOUS") == 1.0
