@@ -153,3 +153,15 @@ def test_python_walk_reports_like_the_c_one_on_a_batch():
     assert R._check_records(thinned, 0, len(thinned), 3, False, True)[:2] == (4, 0)
     assert R._check_records(thinned, 0, len(thinned) , 3, False, False) == R._check_records_py(
         thinned, 0, len(thinned), 3, False, False)
+
+
+def test_record_timestamps_are_checked_not_only_the_header_ones():
+    now = 1_700_000_000_000
+    batch = bytearray(build_batch([(now, b"k", b"a", []), (now - 10**9, b"k", b"b", []), (now, b"k", b"c", [])]))
+    # The header says first = max = now (a producer that lies); record 1 is 11.6 days old.
+    struct.pack_into(">qq", batch, 27, now, now)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    with pytest.raises(InvalidRecords) as e:
+        validate_produce(bytes(batch), max_message_bytes=MAX, now_ms=now, timestamp_before_max_ms=86_400_000)
+    assert e.value.code == "INVALID_TIMESTAMP"
+    validate_produce(bytes(batch), max_message_bytes=MAX, now_ms=now, timestamp_before_max_ms=2 * 10**9)
