@@ -99,6 +99,25 @@ def fresh_broker(_module_broker):
     yield from _guarded(_module_broker)
 
 
+@pytest.fixture(scope="session")
+def etcd_cluster():
+    """A real three-member etcd on loopback (``tests/etcd_cluster.py``) for the whole session.
+    Tests share it, each under a prefix of its own (``etcd_prefix``); tests that stop members
+    start an ``EtcdCluster`` of their own. Fails, never skips, when etcd is not installed."""
+    from etcd_cluster import EtcdCluster
+
+    c = EtcdCluster(_workdir("shoal-etcd-"))
+    c.start()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"/shoal-test/{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture
 def topic_name(request) -> str:
     """A topic name unique to this test."""

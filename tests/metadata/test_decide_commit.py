@@ -1,7 +1,7 @@
 """Decide, then commit: compare-and-swap against the epoch a change was decided on, and the one
 retry loop (``DecidingStore.decide_and_commit``) that keeps concurrent commands from losing updates.
 
-Every test runs against each backend (embedded files, memory). Interleavings are forced by a
+Every test runs against each backend (embedded files, memory, etcd). Interleavings are forced by a
 wrapper backend that lets other coroutines run between a decision and its compare-and-swap, and
 that can commit a "remote" change first (what another broker sharing the quorum would do), so
 decisions are made on stale images and must be decided again.
@@ -62,14 +62,19 @@ class Interleaving(MetadataBackend):
         return await self.inner.commit(change, expected_epoch)
 
 
-@pytest.fixture(params=["embedded", "memory"])
+@pytest.fixture(params=["embedded", "memory", "etcd"])
 def make_store(request, tmp_path_factory):
     """``make_store(wrap)``: a started store whose backend is ``wrap(backend)``."""
     stores: list[DecidingStore] = []
+    etcd = request.getfixturevalue("etcd_cluster") if request.param == "etcd" else None
 
     async def make(wrap: Any = lambda b: b) -> DecidingStore:
-        if request.param == "embedded":
-            s: DecidingStore = EmbeddedMetadataStore(tmp_path_factory.mktemp("m"), node_id=1)
+        if etcd is not None:  # a real 3-member etcd (tests/etcd_cluster.py), a fresh prefix each
+            from shoal.metadata.etcd import EtcdMetadataStore
+
+            s: DecidingStore = EtcdMetadataStore(etcd.url(f"/shoal-test/{uuid.uuid4().hex[:12]}"), node_id=1)
+        elif request.param == "embedded":
+            s = EmbeddedMetadataStore(tmp_path_factory.mktemp("m"), node_id=1)
         else:
             s = DecidingStore(MemoryBackend())
         s.backend = wrap(s.backend)

@@ -1,7 +1,7 @@
 """The embedded metadata store: persistence, atomicity, serialization of concurrent mutations.
 
 The ``TestContract`` class is written against ``MetadataStore`` only and runs against every
-backend (embedded files, memory; etcd joins the parametrization). The compare-and-swap contract
+backend (embedded files, memory, etcd). The compare-and-swap contract
 and the retry loop are in ``test_decide_commit.py``.
 """
 
@@ -27,9 +27,15 @@ from shoal.metadata.embedded import (
 from shoal.metadata.memory import memory_store
 
 
-@pytest.fixture(params=["embedded", "memory"])  # later backends (etcd) join this list
+@pytest.fixture(params=["embedded", "memory", "etcd"])
 async def store(request, tmp_path: Path):
-    s = EmbeddedMetadataStore(tmp_path, node_id=1) if request.param == "embedded" else memory_store()
+    if request.param == "etcd":  # a real 3-member etcd (tests/etcd_cluster.py), a prefix per test
+        from shoal.metadata.etcd import EtcdMetadataStore
+
+        s = EtcdMetadataStore(request.getfixturevalue("etcd_cluster").url(request.getfixturevalue("etcd_prefix")),
+                              node_id=1)
+    else:
+        s = EmbeddedMetadataStore(tmp_path, node_id=1) if request.param == "embedded" else memory_store()
     await s.start()
     yield s
     await s.close()

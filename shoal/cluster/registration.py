@@ -1,0 +1,184 @@
+"""A broker's registration in etcd: ``<prefix>/brokers/<node_id>``, held under a lease.
+
+The key is created only if absent (``If(create_revision == 0)``), under a lease of
+``broker.session.timeout.ms`` kept alive every third of it; it goes when the lease does: at a clean
+shutdown (the lease is revoked) or, when the broker dies, once the lease expires. So the image's
+``brokers`` (built from the keys, ``shoal.metadata.etcd``) holds the live brokers only.
+
+A node id held by another lease is refused with ``DUPLICATE_BROKER_REGISTRATION`` (Kafka's
+error for it), after waiting up to one session timeout for that lease to expire: a broker restarted
+right after a ``kill -9`` finds its former registration still there, and takes the id once it
+goes, while a live broker keeps its lease alive and the newcomer is refused.
+
+If the lease is lost (etcd unreachable for longer than the session: the key is gone), a new one
+is granted and the key created again when etcd answers; if another broker took the id meanwhile,
+this one logs it and stays unregistered.
+
+Registrations are ephemeral and outside the metadata epoch: creating or losing one does not bump
+``/meta/epoch`` (as in ZooKeeper mode, and as the embedded store, which never persists them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from shoal.metadata import BrokerInfo, MetadataError
+
+if TYPE_CHECKING:
+    from shoal.metadata.etcd import EtcdClient
+
+log = logging.getLogger(__name__)
+
+
+def broker_to_json(b: BrokerInfo) -> dict[str, Any]:
+    return {
+        "node_id": b.node_id,
+        "host": b.host,
+        "port": b.port,
+        "rack": b.rack,
+        "endpoints": [list(e) for e in b.endpoints],
+    }
+
+
+def broker_from_json(d: dict[str, Any]) -> BrokerInfo:
+    return BrokerInfo(
+        node_id=int(d["node_id"]),
+        host=str(d["host"]),
+        port=int(d["port"]),
+        rack=None if d.get("rack") is None else str(d["rack"]),
+        endpoints=tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints", [])),
+    )
+
+
+def describe(b: BrokerInfo) -> str:
+    rack = f", rack {b.rack}" if b.rack else ""
+    return f"{b.host}:{b.port}{rack}"
+
+
+class Registration:
+    """This broker's registration: one lease, its keep-alive, and the key created under it.
+
+    ``key`` is the etcd key of a node id; ``on_change`` is awaited with the revision of each
+    successful (re-)registration, so the caller can wait for its watch to show it.
+    """
+
+    def __init__(
+        self,
+        client: "EtcdClient",
+        key: Callable[[int], bytes],
+        *,
+        session_timeout_ms: int,
+        on_change: Callable[[int], Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.key = key
+        # etcd's leases are whole seconds, and etcd raises a TTL below its minimum (about 2 s)
+        self.ttl_s = max(1, -(-int(session_timeout_ms) // 1000))
+        self.on_change = on_change
+        self.lease_id: int | None = None
+        self.info: BrokerInfo | None = None
+        self._held: tuple[int, int] | None = None  # (node id, lease) of the key we created
+        self._keepalive: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def register(self, info: BrokerInfo) -> int:
+        """Create (or, with our own lease, replace) the node id's key; the revision it was
+        written at. DUPLICATE_BROKER_REGISTRATION when another live lease holds it."""
+        rpc = self.client.rpc
+        key = self.key(info.node_id)
+        value = json.dumps(broker_to_json(info), separators=(",", ":")).encode()
+        deadline = time.monotonic() + self.ttl_s + 2.0
+        waited = False
+        while True:
+            lease = await self._lease()
+            mine = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.LEASE, key=key, lease=lease)
+            absent = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=0)
+            held = self._held == (info.node_id, lease)
+            resp = await self.client.txn(
+                [mine if held else absent],
+                [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
+                [rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
+            )
+            if resp.succeeded:
+                self.info, self._held = info, (info.node_id, lease)
+                if waited:
+                    log.info("node id %d registered (the former registration expired)", info.node_id)
+                return int(resp.header.revision)
+            kvs = resp.responses[0].response_range.kvs
+            if not kvs:
+                continue  # it went between the compare and now
+            holder = kvs[0]
+            if holder.lease == lease:  # ours after all (a registration whose answer was lost)
+                self._held = (info.node_id, lease)
+                continue
+            try:
+                other = describe(broker_from_json(json.loads(holder.value)))
+            except (ValueError, KeyError, TypeError):
+                other = "unknown"
+            if time.monotonic() > deadline:
+                raise MetadataError(
+                    "DUPLICATE_BROKER_REGISTRATION",
+                    f"node.id {info.node_id} is held by a live broker ({other}): stop it or give this "
+                    "broker another node.id",
+                )
+            if not waited:
+                log.warning(
+                    "node.id %d is registered by %s under a lease that has not expired; waiting up to %d s "
+                    "for it to expire (a broker that is still alive keeps it)", info.node_id, other, self.ttl_s,
+                )
+                waited = True
+            await asyncio.sleep(0.5)
+
+    async def _lease(self) -> int:
+        if self.lease_id is None:
+            self.lease_id = await self.client.lease_grant(self.ttl_s)
+            if self._keepalive is None:
+                self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
+        return self.lease_id
+
+    async def _keep_alive(self) -> None:
+        """Refresh the lease every third of its TTL; when it was lost, take a new one and
+        register again."""
+        interval = max(0.3, self.ttl_s / 3)
+        while not self._closed:
+            await asyncio.sleep(interval)
+            lease = self.lease_id
+            if lease is None:
+                continue
+            try:
+                ttl = await self.client.lease_keepalive(lease)
+                if ttl > 0:
+                    continue
+                log.warning("the registration lease of node id %s expired; registering again",
+                            self.info.node_id if self.info else "?")
+                self.lease_id = None
+                info, self.info = self.info, None
+                if info is not None:
+                    rev = await self.register(info)
+                    if self.on_change is not None:
+                        await self.on_change(rev)
+            except MetadataError as e:
+                log.error("cannot register again: %s", e.message)
+            except Exception as e:  # etcd unreachable: the watch logs it; try again next round
+                log.debug("lease keep-alive failed: %s", e)
+
+    async def close(self) -> None:
+        """Stop the keep-alive and revoke the lease: the registration goes at once."""
+        self._closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            try:
+                await self._keepalive
+            except BaseException:
+                pass
+            self._keepalive = None
+        if self.lease_id is not None:
+            try:
+                await asyncio.wait_for(self.client.lease_revoke(self.lease_id), 2.0)
+            except Exception as e:  # it will expire by itself
+                log.info("could not revoke the registration lease (it expires by itself): %s", e)
+            self.lease_id = None

@@ -1,0 +1,724 @@
+"""The etcd metadata backend: the brokers of a cluster share one image, kept in etcd.
+
+``shoal.metadata.store=etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` (``parse_url``). Every broker
+holds the whole image in memory, built from the keys under the prefix and kept current by a watch;
+a change is decided on it by the shared rules (``shoal.metadata.store.DecidingStore``) and
+committed by ``EtcdBackend.commit`` as ONE etcd transaction::
+
+    If(mod_revision(/meta/epoch) == the revision this image saw it at) [+ fence compares]
+    Then(put/delete each key the change names, put /meta/epoch = epoch + 1)
+
+A failed ``If`` is a ``CommitConflict``: another broker changed the image first, the store waits
+for the watch to bring that change and decides again. So a topic created through two brokers at
+once is created once, and the other gets TOPIC_ALREADY_EXISTS.
+
+Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.md``)::
+
+    /meta/cluster_id          created once, by the first broker (create-if-absent)
+    /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
+    /meta/next_producer_id    the first producer id no block was given out for
+    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.cluster.registration)
+    /configs/broker           the dynamic cluster-wide broker configs
+    /topics/<name>            a topic with all its partitions (one key: a topic is one put)
+    /scram/<user>             the user's SCRAM credentials, by mechanism
+    /tenants/<id>             a tenant;  /user_tenants/<user>: its tenant id;  /tenant_admins/<user>
+    /namespaces/<name>        a KIP-37 namespace's configs
+    /acls/<binding as JSON>   an ACL binding (value: its index in its change; image order follows
+                              the keys' create revisions, i.e. the order they were added)
+    /quotas/<entity as JSON>  client quota values
+    /renamed_topics/<name>    former name -> topic id
+
+Publishing: the watch (from the load revision + 1) delivers every transaction under the prefix as
+one batch of events with one revision; each batch is applied to the image and listeners are told
+``(old, new)``, once per batch and in revision order, for this broker's own changes and others'
+alike. ``commit`` returns once the watch has delivered its own transaction, and for that one the
+change itself (not its decoded keys) is applied, so the image holds the very objects the rules
+made. Registrations (``/brokers``) change the image without bumping the epoch (they are
+ephemeral). If the watch's start revision has been compacted, the prefix is read again and
+listeners are told the difference in one call.
+
+etcd unreachable: reads keep the last image; ``writable`` refuses changes with the retriable
+REQUEST_TIMED_OUT; the watch reconnects with backoff (at most 2 s apart), logging one line every
+5 s, and on its return catches up from its revision (or reloads after a compaction). ``start``
+waits the same way: a broker starts once etcd answers.
+
+Large changes: etcd refuses a transaction with more than ``--max-txn-ops`` operations (128 by
+default) or larger than ``--max-request-bytes`` (1.5 MiB); such a change is refused with
+POLICY_VIOLATION saying which limit to raise (``docs/cluster.md`` has the settings Shoal needs).
+
+Fencing: ``EtcdBackend.fence`` may return extra compares for every commit (the controller's
+election key's revision, issue 11); when they fail the commit is refused with NOT_CONTROLLER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Sequence
+
+from shoal.metadata import (
+    AclEntry,
+    BrokerInfo,
+    MetadataError,
+    MetadataImage,
+    NamespaceInfo,
+)
+from shoal.metadata import codec
+from shoal.metadata.change import Change
+from shoal.metadata.store import CommitConflict, DecidingStore, MetadataBackend, new_tenant_id
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/shoal"
+REQUEST_TIMEOUT_S = 5.0
+# How long refresh() waits for the watch to bring a newer image before reading the prefix again.
+REFRESH_TIMEOUT_S = 10.0
+LOG_EVERY_S = 5.0
+MAX_BACKOFF_S = 2.0
+
+
+def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
+    """``etcd://h1:p1,h2:p2/prefix`` -> ([(h1, p1), (h2, p2)], "/prefix"); the prefix defaults
+    to ``/shoal``. ValueError for anything else."""
+    if not url.startswith("etcd://"):
+        raise ValueError(f"not an etcd:// URL: {url!r}")
+    rest = url[len("etcd://"):]
+    hosts, slash, prefix = rest.partition("/")
+    endpoints = []
+    for hp in hosts.split(","):
+        host, colon, port = hp.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{url!r}: expected HOST:PORT, got {hp!r}")
+        endpoints.append((host.strip("[]"), int(port)))
+    prefix = "/" + prefix.strip("/") if slash and prefix.strip("/") else DEFAULT_PREFIX
+    return endpoints, prefix
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False).encode()
+
+
+def _range_end(prefix: bytes) -> bytes:
+    """The end of etcd's range of keys starting with ``prefix``."""
+    b = bytearray(prefix)
+    while b:
+        if b[-1] < 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    return b"\0"
+
+
+class EtcdClient:
+    """The few etcd v3 calls Shoal makes, over one gRPC channel to all endpoints (gRPC's
+    pick_first over the list: a member going away moves the channel to the next one). Uses the
+    generated stubs of ``aetcd``."""
+
+    def __init__(self, endpoints: Sequence[tuple[str, int]], *, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        from aetcd import rpc
+
+        self.rpc = rpc
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self._channel: Any = None
+        self.kv: Any = None
+        self.watch_stub: Any = None
+        self.lease: Any = None
+
+    @property
+    def where(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.endpoints)
+
+    def _target(self) -> str:
+        addrs = []
+        for host, port in self.endpoints:
+            try:
+                infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+                addrs.append(f"{infos[0][4][0]}:{port}")
+            except OSError:
+                pass
+        if addrs:
+            return "ipv4:" + ",".join(addrs)
+        host, port = self.endpoints[0]
+        return f"{host}:{port}"
+
+    def connect(self) -> None:
+        if self._channel is not None:
+            return
+        options = [
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+            # notice a member that stopped answering; etcd's --grpc-keepalive-min-time is 5 s
+            ("grpc.keepalive_time_ms", 10000),
+            ("grpc.keepalive_timeout_ms", 5000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        self._channel = self.rpc.insecure_channel(self._target(), options=options)
+        self.kv = self.rpc.KVStub(self._channel)
+        self.watch_stub = self.rpc.WatchStub(self._channel)
+        self.lease = self.rpc.LeaseStub(self._channel)
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> Any:
+        self.connect()
+        req = self.rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
+        return await self.kv.Txn(req, timeout=self.timeout)
+
+    async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0) -> Any:
+        self.connect()
+        req = self.rpc.RangeRequest(key=key, range_end=range_end, revision=revision)
+        return await self.kv.Range(req, timeout=max(self.timeout, 30.0))
+
+    async def lease_grant(self, ttl_s: int) -> int:
+        self.connect()
+        resp = await self.lease.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout)
+        return int(resp.ID)
+
+    async def lease_keepalive(self, lease_id: int) -> int:
+        """Refresh a lease; its TTL after, 0 when it has expired."""
+        self.connect()
+        call = self.lease.LeaseKeepAlive(iter([self.rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout)
+        async for reply in call:
+            return int(reply.TTL)
+        return 0
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        self.connect()
+        await self.lease.LeaseRevoke(self.rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout)
+
+
+class _Compacted(Exception):
+    pass
+
+
+class _Resync(Exception):
+    pass
+
+
+class EtcdBackend(MetadataBackend):
+    """``MetadataBackend`` on etcd. Use from one event loop. See the module docstring."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[tuple[str, int]],
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        node_id: int,
+        session_timeout_ms: int = 9000,
+        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
+        timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        super().__init__()
+        self.client = EtcdClient(endpoints, timeout=timeout)
+        self.prefix = prefix.rstrip("/")
+        self._root = (self.prefix + "/").encode()
+        self.node_id = node_id
+        self.session_timeout_ms = session_timeout_ms
+        self._new_uuid = new_uuid
+        self.fence: Callable[[], list[Any]] | None = None  # extra compares for every commit (controller)
+        self._image: MetadataImage | None = None
+        self._revision = 0  # the last etcd revision applied to the image
+        self._epoch_mod = 0  # mod revision of /meta/epoch in the image
+        self._turn = asyncio.Lock()
+        self._closed = False
+        self._reachable = False
+        self._why = "not connected yet"
+        self._progress = asyncio.Event()  # set (and replaced) whenever the image moves
+        self._ready: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._watch_call: Any = None
+        self._reload = True
+        self._tokens = itertools.count(1)
+        self._token_base = f"{node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # own commits in flight: token -> (change, future of the image that published it, revision)
+        self._own: dict[str, tuple[Change, asyncio.Future[MetadataImage], list[int]]] = {}
+        self._last_log = 0.0
+        self.registration: Any = None  # shoal.cluster.registration.Registration, on first register()
+        self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
+
+    # -- keys -------------------------------------------------------------------------------------
+
+    def key(self, section: str, name: str = "") -> bytes:
+        return self._root + section.encode() + (b"/" + name.encode() if name else b"")
+
+    @property
+    def _epoch_key(self) -> bytes:
+        return self.key("meta", "epoch")
+
+    # -- reads and lifecycle ----------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        if self._image is None:
+            raise RuntimeError("EtcdBackend.start() has not been awaited")
+        return self._image
+
+    @property
+    def reachable(self) -> bool:
+        return self._reachable
+
+    def writable(self) -> MetadataImage:
+        if self._closed:
+            raise MetadataError("KAFKA_STORAGE_ERROR", "metadata store is closed")
+        if not self._reachable:
+            raise MetadataError(
+                "REQUEST_TIMED_OUT", f"the metadata quorum (etcd at {self.client.where}) is unreachable: "
+                f"{self._why}; retry")
+        return self.image
+
+    def turn(self) -> asyncio.Lock:
+        """This process's writers take turns (an optimization: other brokers are fenced by the
+        transaction's compare)."""
+        return self._turn
+
+    async def start(self) -> None:
+        """Read the prefix (creating the cluster id if this is the first broker) and start the
+        watch; waits, retrying with backoff and logging, until etcd answers."""
+        if self._task is not None:
+            return
+        self._closed = False
+        self._ready = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"etcd-watch {self.prefix}")
+        waiter = asyncio.ensure_future(self._ready.wait())
+        done, _ = await asyncio.wait([waiter, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if self._task in done:
+            waiter.cancel()
+            self._task.result()  # raises what ended it
+            raise MetadataError("KAFKA_STORAGE_ERROR", "the etcd watch ended before the store started")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.registration is not None:
+            await self.registration.close()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except BaseException:
+                pass
+        for _, fut, _ in self._own.values():
+            if not fut.done():
+                fut.set_exception(MetadataError("KAFKA_STORAGE_ERROR", "metadata store closed"))
+        self._own.clear()
+        await self.client.close()
+
+    async def refresh(self, epoch: int) -> None:
+        """Wait until the image is past ``epoch`` (the watch brings the change that beat us);
+        after REFRESH_TIMEOUT_S, read the prefix again."""
+        deadline = time.monotonic() + REFRESH_TIMEOUT_S
+        while self._image is not None and self._image.epoch <= epoch and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._resync()
+                deadline = time.monotonic() + REFRESH_TIMEOUT_S
+                continue
+            ev = self._progress
+            try:
+                await asyncio.wait_for(ev.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    def _resync(self) -> None:
+        self._reload = True
+        call = self._watch_call
+        if call is not None:
+            call.cancel()
+
+    # -- the watch loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        try:
+            while not self._closed:
+                try:
+                    if self._reload:
+                        await self._load()
+                    await self._watch()
+                except _Compacted:
+                    log.info("etcd compacted past revision %d: reading %s again", self._revision + 1, self.prefix)
+                    self._reload = True
+                except _Resync:
+                    pass
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if self._closed or (task is not None and task.cancelling()):
+                        raise
+                    # our own _resync cancelled the watch call
+                except MetadataError:
+                    raise
+                except Exception as e:  # grpc.aio.AioRpcError and friends: etcd unreachable
+                    self._unreachable(e)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    continue
+                backoff = 0.1
+        finally:
+            self._reachable = False
+            try:
+                await self.client.close()
+            except Exception:
+                pass
+
+    def _unreachable(self, e: BaseException) -> None:
+        details = getattr(e, "details", None)
+        why = (details() if callable(details) else None) or str(e) or type(e).__name__
+        self._why = why.splitlines()[0][:200]
+        was = self._reachable
+        self._reachable = False
+        now = time.monotonic()
+        if was or now - self._last_log >= LOG_EVERY_S:
+            self._last_log = now
+            log.warning("cannot reach etcd at %s: %s; retrying", self.client.where, self._why)
+
+    async def _load(self) -> None:
+        """Create the cluster id if absent, read the whole prefix at one revision, publish."""
+        rpc = self.client.rpc
+        cid_key, epoch_key = self.key("meta", "cluster_id"), self._epoch_key
+        cluster_id = _new_cluster_id(self._new_uuid)
+        await self.client.txn(
+            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=cid_key, create_revision=0)],
+            [
+                rpc.RequestOp(request_put=rpc.PutRequest(key=cid_key, value=cluster_id.encode())),
+                rpc.RequestOp(request_put=rpc.PutRequest(key=epoch_key, value=_json({"epoch": 0, "by": "init"}))),
+            ],
+        )
+        resp = await self.client.range(self._root, _range_end(self._root))
+        revision = int(resp.header.revision)
+        image, epoch_mod = self._decode_all(resp.kvs)
+        old = self._image
+        self._image = image
+        self._epoch_mod = epoch_mod
+        self._revision = revision
+        self._reload = False
+        if old is not None:
+            self.reloads += 1
+        for token, (_change, fut, rev) in list(self._own.items()):
+            if rev and rev[0] <= revision and not fut.done():  # a commit the reload went past
+                self._own.pop(token, None)
+                fut.set_result(image)
+        self._moved()
+        if old is not None and old is not image:
+            self._tell(old, image)
+
+    async def _watch(self) -> None:
+        rpc = self.client.rpc
+        self.client.connect()
+        create = rpc.WatchCreateRequest(key=self._root, range_end=_range_end(self._root),
+                                        start_revision=self._revision + 1)
+        stop = asyncio.Event()
+
+        async def requests():
+            yield rpc.WatchRequest(create_request=create)
+            await stop.wait()
+
+        # hasleader: etcd cancels the watch when its member loses the quorum's leader
+        call = self.client.watch_stub.Watch(requests(), metadata=(("hasleader", "true"),))
+        self._watch_call = call
+        try:
+            async for resp in call:
+                if resp.compact_revision:
+                    raise _Compacted()
+                if resp.canceled:
+                    raise ConnectionError(resp.cancel_reason or "watch cancelled by etcd")
+                if resp.created:
+                    if not self._reachable:
+                        if self._ready is not None and self._ready.is_set():
+                            log.info("etcd at %s reachable again (image at epoch %d)",
+                                     self.client.where, self.image.epoch)
+                        self._reachable = True
+                        self._why = ""
+                    if self._ready is not None:
+                        self._ready.set()
+                if resp.events:
+                    self._apply_events(resp.events)
+            raise ConnectionError("the etcd watch stream ended")
+        finally:
+            stop.set()
+            self._watch_call = None
+            call.cancel()
+
+    # -- decoding ---------------------------------------------------------------------------------
+
+    def _empty(self, cluster_id: str) -> MetadataImage:
+        empty: Any = MappingProxyType({})
+        return MetadataImage(cluster_id, self.node_id, empty, empty, empty, empty)
+
+    def _decode_all(self, kvs: Iterable[Any]) -> tuple[MetadataImage, int]:
+        cluster_id = ""
+        for kv in kvs:
+            if kv.key == self.key("meta", "cluster_id"):
+                cluster_id = kv.value.decode()
+        change, epoch, epoch_mod, _token = self._decode_events([(True, kv) for kv in kvs])
+        image = change.apply(self._empty(cluster_id))
+        return dataclasses.replace(image, epoch=epoch or 0, topics_delta=None), epoch_mod
+
+    def _decode_events(self, events: Sequence[tuple[bool, Any]]) -> tuple[Change, int | None, int, str | None]:
+        """(put?, kv) events -> the Change they make, the epoch and its mod revision (None, 0 if
+        the epoch key is not among them) and the token of the writer."""
+        from shoal.cluster.registration import broker_from_json
+
+        c = Change()
+        epoch: int | None = None
+        epoch_mod = 0
+        token = None
+        added: list[tuple[int, int, AclEntry]] = []
+        root = len(self._root)
+        for put, kv in events:
+            section, _, name_b = kv.key[root:].partition(b"/")
+            name = name_b.decode()
+            value = json.loads(kv.value) if put and section not in (b"meta", b"user_tenants", b"renamed_topics") else None
+            try:
+                if section == b"topics":
+                    c.topics[name] = codec.topic_from_json(value) if put else None
+                elif section == b"meta":
+                    if name == "epoch" and put:
+                        d = json.loads(kv.value)
+                        epoch, epoch_mod, token = int(d["epoch"]), int(kv.mod_revision), d.get("by")
+                    elif name == "next_producer_id" and put:
+                        c.next_producer_id = int(kv.value)
+                elif section == b"brokers":
+                    c.brokers[int(name)] = broker_from_json(value) if put else None  # type: ignore[assignment]
+                elif section == b"configs" and name == "broker":
+                    c.broker_configs = MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
+                elif section == b"scram":
+                    c.scram_credentials[name] = codec.user_credentials_from_json(value) if put else None
+                elif section == b"tenants":
+                    c.tenants[name] = codec.tenant_from_json(value) if put else None
+                elif section == b"user_tenants":
+                    c.user_tenants[name] = kv.value.decode() if put else None
+                elif section == b"tenant_admins":
+                    c.tenant_admins[name] = put
+                elif section == b"namespaces":
+                    c.namespaces[name] = NamespaceInfo(
+                        name, MappingProxyType({str(k): str(v) for k, v in value.items()})) if put else None
+                elif section == b"acls":
+                    entry = codec.acl_from_json(json.loads(name))
+                    if put:
+                        added.append((int(kv.create_revision), int(value), entry))
+                    else:
+                        c.acls_removed.add(entry)
+                elif section == b"quotas":
+                    entity = codec.entity_from_json(json.loads(name))
+                    c.client_quotas[entity] = codec.quota_values_from_json(value) if put else None
+                elif section == b"renamed_topics":
+                    c.renamed_topics[name] = uuid.UUID(kv.value.decode()) if put else None
+                # other sections (the controller's election, ...) are not part of the image
+            except (ValueError, KeyError, TypeError) as e:
+                log.error("ignoring undecodable etcd key %r: %s", kv.key, e)
+        c.acls_added = [entry for _, _, entry in sorted(added, key=lambda a: (a[0], a[1]))]
+        return c, epoch, epoch_mod, token
+
+    def _apply_events(self, events: Sequence[Any]) -> None:
+        """Apply watch events, one published image per revision (one transaction)."""
+        batch: list[Any] = []
+        for ev in events:
+            if batch and ev.kv.mod_revision != batch[0].kv.mod_revision:
+                self._apply_revision(batch)
+                batch = []
+            batch.append(ev)
+        if batch:
+            self._apply_revision(batch)
+
+    def _apply_revision(self, events: list[Any]) -> None:
+        revision = int(events[0].kv.mod_revision)
+        if revision <= self._revision:
+            return
+        put = self.client.rpc.Event.PUT
+        change, epoch, epoch_mod, token = self._decode_events([(ev.type == put, ev.kv) for ev in events])
+        old = self.image
+        own = self._own.pop(token, None) if token is not None else None
+        if own is not None:
+            change = own[0]  # our own commit: the change itself, with the objects the rules made
+        new = change.apply(old)
+        new = dataclasses.replace(new, epoch=old.epoch if epoch is None else epoch)
+        if epoch is not None:
+            self._epoch_mod = epoch_mod
+        self._image = new
+        self._revision = revision
+        if own is not None and not own[1].done():
+            own[1].set_result(new)
+        self._moved()
+        self._tell(old, new)
+
+    def _moved(self) -> None:
+        ev, self._progress = self._progress, asyncio.Event()
+        ev.set()
+
+    # -- commits ----------------------------------------------------------------------------------
+
+    async def commit(self, change: Change, expected_epoch: int) -> MetadataImage:
+        old = self.writable()
+        if old.epoch != expected_epoch:
+            raise CommitConflict(expected_epoch, old.epoch)
+        if change.brokers:
+            raise ValueError("broker registrations go through EtcdBackend.register()")
+        change.apply(old)  # records, in renamed_topics, the former names it makes stale
+        rpc = self.client.rpc
+        token = f"{self._token_base}-{next(self._tokens)}"
+        ops = self._ops(change, old)
+        ops.append(rpc.RequestOp(request_put=rpc.PutRequest(
+            key=self._epoch_key, value=_json({"epoch": expected_epoch + 1, "by": token}))))
+        compare = [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._epoch_key,
+                               mod_revision=self._epoch_mod)]
+        fenced = self.fence() if self.fence is not None else []
+        fut: asyncio.Future[MetadataImage] = asyncio.get_running_loop().create_future()
+        rev: list[int] = []
+        self._own[token] = (change, fut, rev)
+        try:
+            resp = await self.client.txn(
+                compare + fenced, ops, [rpc.RequestOp(request_range=rpc.RangeRequest(key=self._epoch_key))])
+        except BaseException as e:
+            self._own.pop(token, None)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise self._txn_error(e, len(ops)) from e
+        if not resp.succeeded:
+            self._own.pop(token, None)
+            kvs = resp.responses[0].response_range.kvs
+            actual = int(json.loads(kvs[0].value)["epoch"]) if kvs else -1
+            if kvs and int(kvs[0].mod_revision) == self._epoch_mod and fenced:
+                raise MetadataError("NOT_CONTROLLER", "this broker is no longer the controller")
+            # the watch brings the newer image (refresh waits for it)
+            raise CommitConflict(expected_epoch, actual)
+        rev.append(int(resp.header.revision))
+        if not fut.done() and self._revision >= rev[0]:  # a reload went past it
+            self._own.pop(token, None)
+            return self.image
+        return await asyncio.shield(fut)
+
+    def _txn_error(self, e: BaseException, n_ops: int) -> MetadataError:
+        details = getattr(e, "details", None)
+        why = (details() if callable(details) else None) or str(e)
+        code = getattr(e, "code", None)
+        name = getattr(code() if callable(code) else None, "name", "")
+        if "too many operations" in why or "request is too large" in why or name == "RESOURCE_EXHAUSTED":
+            return MetadataError(
+                "POLICY_VIOLATION",
+                f"this metadata change is too large for one etcd transaction ({n_ops} operations; {why}): "
+                "raise etcd's --max-txn-ops / --max-request-bytes (docs/cluster.md)")
+        return MetadataError(
+            "REQUEST_TIMED_OUT", f"the metadata quorum (etcd at {self.client.where}) did not answer: {why}; "
+            "the change may or may not have been made; retry")
+
+    def _ops(self, c: Change, old: MetadataImage) -> list[Any]:
+        """The puts and deletes of a change (not its epoch)."""
+        rpc = self.client.rpc
+        ops: list[Any] = []
+
+        def put(key: bytes, value: bytes) -> None:
+            ops.append(rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value)))
+
+        def delete(key: bytes) -> None:
+            ops.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+
+        def section(name: str, entries: dict[Any, Any], encode: Callable[[Any], bytes]) -> None:
+            for k, v in entries.items():
+                if v is None:
+                    delete(self.key(name, k))
+                else:
+                    put(self.key(name, k), encode(v))
+
+        section("topics", c.topics, lambda t: _json(codec.topic_to_json(t)))
+        section("scram", c.scram_credentials, lambda v: _json(codec.user_credentials_to_json(v)))
+        section("tenants", c.tenants, lambda t: _json(codec.tenant_to_json(t)))
+        section("user_tenants", c.user_tenants, lambda t: str(t).encode())
+        section("namespaces", c.namespaces, lambda ns: _json(dict(sorted(ns.configs.items()))))
+        section("renamed_topics", c.renamed_topics, lambda i: str(i).encode())
+        for user, admin in c.tenant_admins.items():
+            if admin:
+                put(self.key("tenant_admins", user), b"1")
+            else:
+                delete(self.key("tenant_admins", user))
+        if c.broker_configs is not None:
+            put(self.key("configs", "broker"), _json(dict(sorted(c.broker_configs.items()))))
+        if c.next_producer_id is not None:
+            put(self.key("meta", "next_producer_id"), str(c.next_producer_id).encode())
+        existing = set(old.acls)
+        for a in c.acls_removed:
+            if a not in c.acls_added:
+                delete(self.key("acls", json.dumps(codec.acl_to_json(a), separators=(",", ":"))))
+        for i, a in enumerate(c.acls_added):
+            if a not in existing or a in c.acls_removed:
+                put(self.key("acls", json.dumps(codec.acl_to_json(a), separators=(",", ":"))), str(i).encode())
+        for entity, values in c.client_quotas.items():
+            key = self.key("quotas", json.dumps([list(e) for e in entity], separators=(",", ":")))
+            if values is None:
+                delete(key)
+            else:
+                put(key, _json(dict(sorted(values.items()))))
+        return ops
+
+    # -- broker registration ----------------------------------------------------------------------
+
+    async def register(self, info: BrokerInfo) -> None:
+        """Register this broker under its lease (``shoal.cluster.registration``); returns once
+        the image shows it. DUPLICATE_BROKER_REGISTRATION when a live broker holds the id."""
+        from shoal.cluster.registration import Registration
+
+        self.writable()
+        if self.registration is None:
+            self.registration = Registration(
+                self.client, lambda node: self.key("brokers", str(node)),
+                session_timeout_ms=self.session_timeout_ms, on_change=self._wait_revision)
+        try:
+            revision = await self.registration.register(info)
+        except MetadataError:
+            raise
+        except Exception as e:
+            raise self._txn_error(e, 1) from e
+        await self._wait_revision(revision)
+
+    async def _wait_revision(self, revision: int) -> None:
+        while self._revision < revision and not self._closed:
+            await self._progress.wait()
+
+
+def _new_cluster_id(new_uuid: Callable[[], uuid.UUID]) -> str:
+    from shoal.metadata.embedded import new_cluster_id
+
+    return new_cluster_id(new_uuid)
+
+
+class EtcdMetadataStore(DecidingStore):
+    """``MetadataStore`` on etcd: the rules over an ``EtcdBackend``; broker registrations go
+    under the backend's lease instead of through the rules (they are ephemeral)."""
+
+    backend: EtcdBackend
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        node_id: int,
+        session_timeout_ms: int = 9000,
+        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
+        new_tenant_id: Callable[[], str] = new_tenant_id,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        endpoints, prefix = parse_url(url)
+        backend = EtcdBackend(endpoints, prefix, node_id=node_id, session_timeout_ms=session_timeout_ms,
+                              new_uuid=new_uuid)
+        super().__init__(backend, new_uuid=new_uuid, new_tenant_id=new_tenant_id, now_ms=now_ms)
+        self.url = url
+        self.node_id = node_id
+
+    async def register_broker(self, info: BrokerInfo) -> None:
+        await self.backend.register(info)
