@@ -311,7 +311,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: a tenant's turn in the request scheduler's round robin (µs of handling time, times its "
            "weight: its request_percentage / 100 when it has a tenant request quota, else 1).", at_least(10)),
         _d("socket.request.max.bytes", "int", 104857600, "Maximum bytes in a socket request.", at_least(1)),
-        _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
+        # -- per-connection bounds and timeouts (shoal.server.bounds, shoal.server.connection)
+        _d("connections.max.idle.ms", "long", 600000,
+           "Idle connections (nothing read, no request being handled, nothing written) are closed after "
+           "this many ms, checked about every quarter of it (at most 1 s). -1: never."),
+        _d("queued.max.request.bytes", "long", 268435456,
+           "The number of queued bytes (requests read and not yet answered, broker-wide) allowed before no "
+           "more requests are read. Shoal's default is 256 MiB (Kafka's, -1, is unbounded); -1: no limit."),
+        _d("sasl.server.max.receive.size", "int", 524288,
+           "The maximum receive size allowed before and during initial SASL authentication; a larger "
+           "frame closes the connection.", at_least(1)),
+        _d("shoal.sasl.authentication.timeout.ms", "long", 10000,
+           "Shoal: a connection to a SASL listener that has not authenticated this long after connecting "
+           "is closed. <= 0: never."),
+        _d("shoal.request.read.timeout.ms", "long", 30000,
+           "Shoal: a connection that has had one request partly received for this long (a frame started "
+           "and not finished: slowloris) is closed. <= 0: never."),
+        _d("shoal.connection.queued.response.max.bytes", "long", 4194304,
+           "Shoal: a connection stops reading requests while this many bytes of its responses wait to be "
+           "sent (the client is not reading them) or wait behind an earlier response, and goes on when "
+           "they drain.", at_least(1024)),
         # -- connection limits (KIP-402, KIP-612; shoal.server.limits). Listener-level values:
         # listener.name.<listener>.max.connections / .max.connection.creation.rate.
         _d("max.connections", "int", INT_MAX,

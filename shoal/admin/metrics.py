@@ -19,6 +19,10 @@ name                                        labels                      value
 ``shoal_broker_<type>_byte_rate_limit``     (none)                      broker-wide limit (when set)
 ``shoal_broker_<type>_autotune_engaged``    (none)                      1 while tenant quotas are tuned
 ``shoal_broker_request_quota``              (none)                      broker-wide request quota (%)
+``shoal_connection_queued_response_bytes``  (none)                      response bytes connections hold
+``shoal_connections_paused``                reason                      connections not being read
+``shoal_queued_request_bytes`` / _limit     (none)                      queued.max.request.bytes pool
+``shoal_connections_closed_total``          reason                      closed by the broker (counter)
 ``shoal_login_failures``                    (none)                      failed logins since start
 ``shoal_login_backoff_delayed`` / _refused  (none)                      attempts spaced / refused (backoff)
 ``shoal_login_backoff_users``               (none)                      users with recent failed logins
@@ -46,6 +50,7 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from shoal.admin.http import _REASONS, parse_listener
 from shoal.admin.http_auth import AuthError
 from shoal.quotas.manager import QuotaManagers, QuotaType, effective_bound
+from shoal.server.bounds import ConnectionCollector
 
 if TYPE_CHECKING:
     from shoal.broker import Broker
@@ -155,6 +160,7 @@ def render(broker: "Broker") -> bytes:
     """The text exposition of the broker's metrics."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QuotaCollector(broker))
+    registry.register(ConnectionCollector(broker))  # shoal.server.bounds
     return generate_latest(registry)
 
 

@@ -28,8 +28,26 @@ larger throttle goes into the response's ``throttle_time_ms``, and the connectio
 nothing more is read from it until the throttle time has passed (Kafka mutes the channel), which
 is what holds back clients that ignore ``throttle_time_ms``. Requests already in the buffer wait
 too. A client that throttles itself (KIP-219: Produce v6+, Fetch v8+, ...) gets its response at
-once; an older version gets it when the mute ends. The mute and the in-flight limit both pause
-reading; reading resumes when neither holds.
+once; an older version gets it when the mute ends.
+
+Bounds (``shoal.server.bounds``): a connection stops reading, and stops dispatching the requests
+already in its buffer, while any of these holds, and goes on when none does:
+
+- it is muted (quotas, above);
+- ``MAX_IN_FLIGHT`` of its requests are unanswered (read, and their responses not yet handed to
+  the socket; resumes below half);
+- its responses are not being taken: the transport's write buffer is over
+  ``shoal.connection.queued.response.max.bytes`` (asyncio's ``pause_writing``; resumes when it
+  drains to a quarter), or as many bytes of finished responses wait behind an earlier one;
+- the broker's request memory (``queued.max.request.bytes``) is used up.
+
+So a client that pipelines requests and reads nothing costs the broker at most about
+``shoal.connection.queued.response.max.bytes`` twice over, plus the responses of the requests
+being handled when it stopped (at most ``MAX_IN_FLIGHT``; Kafka allows one). Before a SASL
+connection has authenticated it may send frames of ``sasl.server.max.receive.size`` at most (a
+larger one closes it). Idle, stalled (a frame started and not finished) and unauthenticated
+connections are closed by the broker's periodic sweep (``shoal.server.bounds``); the connection
+only raises flags for it (``_active``, ``_framed``), no timers.
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ from shoal.handlers.context import RequestContext
 from shoal.protocol import codec
 from shoal.protocol.errors import ErrorCode, error_response
 from shoal.quotas.manager import client_throttles, with_throttle_time
+from shoal.server.bounds import FRAME_TOO_LARGE, ConnectionGuard, Liveness, Timeouts
 
 if TYPE_CHECKING:
     from shoal.broker import Broker
@@ -51,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.server")
 
 _I32 = struct.Struct(">i")
-# Stop reading from a client that has this many requests in flight (Kafka's per-connection mute
+# Stop reading from a client that has this many requests unanswered (Kafka's per-connection mute
 # is 1; librdkafka pipelines up to max.in.flight, so allow a little more).
 MAX_IN_FLIGHT = 32
 # scheduler: requests of one connection run back to back in its turn
@@ -59,12 +78,13 @@ SCHED_BURST = 8
 
 
 class _Slot:
-    __slots__ = ("data", "ready", "close_after")
+    __slots__ = ("data", "ready", "close_after", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 0) -> None:
         self.data: bytes | None = None
         self.ready = False
         self.close_after = False
+        self.size = size  # bounds: the request's bytes, held in the request memory until answered
 
 
 class _Continue:
@@ -119,12 +139,26 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self._buf = bytearray()
         self._pending: deque[_Slot] = deque()
-        self._in_flight = 0
-        self._paused = False  # reading is paused (too many requests in flight, or muted)
-        self._in_flight_full = False
+        self._in_flight = 0  # requests whose handler has not finished
+        self._paused = False  # reading is paused: one of the reasons in _update_reading holds
+        self._pending_full = False  # bounds: MAX_IN_FLIGHT requests unanswered
         self._mute: asyncio.TimerHandle | None = None  # quotas: muted until this fires
         self._closed = False
         self._max_request = int(broker.config.get("socket.request.max.bytes"))
+        # -- bounds (shoal.server.bounds): responses not taken, request memory, the sweep
+        guard = self._guard = ConnectionGuard.for_broker(broker)
+        self._memory = guard.memory
+        self._queue_max = guard.queued_response_max
+        self._queued = 0  # bytes of finished responses waiting behind an earlier one
+        self._write_paused = False  # the transport's write buffer is over _queue_max
+        self._memory_wait = False  # waiting for request memory (queued.max.request.bytes)
+        self._reserved = 0  # request memory taken for the frame being read
+        self._held = 0  # request memory held by frames read and not answered
+        self._framing = False  # inside _frames
+        self._preauth = False  # a SASL connection before authentication: sasl.server.max.receive.size
+        self._active = False  # read something since the last sweep
+        self._framed = False  # completed a frame since the last sweep
+        self._live = Liveness(broker.clock.monotonic())
         self._tasks: set[asyncio.Task[Any]] = set()
         self.principal = "User:ANONYMOUS"
         self.tenant: Any = None
@@ -139,11 +173,16 @@ class KafkaConnection(asyncio.Protocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.broker.connections.add(self)
+        # -- bounds: pause_writing past this many unsent response bytes; the sweep watches us
+        transport.set_write_buffer_limits(high=self._queue_max, low=self._queue_max // 4)  # type: ignore[attr-defined]
+        self._guard.watch()
         # -- auth: TLS principal (SSL listeners), SASL session (SASL listeners)
         security = self.broker.listener_security.get(self.listener)
         if security is not None:
             if security.sasl:
                 self.sasl = security.session(self.broker.metadata)
+                self._preauth = True  # bounds: handshake-sized frames until authenticated
+                self._max_request = min(self._max_request, self._guard.sasl_max_receive(self.listener))
             elif security.ssl_context is not None:
                 from shoal.auth import MappingError
 
@@ -162,33 +201,81 @@ class KafkaConnection(asyncio.Protocol):
             self._mute = None
         for t in list(self._tasks):
             t.cancel()
+        # -- bounds: give back the request memory, drop what was read or waits to be written
+        self._memory.forget(self)
+        held, self._held, self._reserved = self._held + self._reserved, 0, 0
+        if held:
+            self._memory.release(held)
+        self._pending.clear()
+        self._queued = 0
+        self._buf = bytearray()
+        self._guard.unwatch()
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        if self._mute is None:
+        self._active = True
+        if not self._paused:
             self._frames()
 
     def _frames(self) -> None:
-        """Dispatch the whole frames in the buffer; stop while muted (quotas)."""
+        """Dispatch the whole frames in the buffer while reading is not paused (quotas, responses
+        not taken, request memory; see _update_reading)."""
         buf = self._buf
         pos = 0
         n = len(buf)
-        while n - pos >= 4 and self._mute is None:
-            (size,) = _I32.unpack_from(buf, pos)
-            if size < 0 or size > self._max_request:
-                self._reject(
-                    f"request size {size} is outside 0..{self._max_request} (socket.request.max.bytes)"
-                )
-                return
-            if n - pos - 4 < size:
-                break
-            frame = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            self._dispatch(frame)
-            if self._closed:
-                return
+        memory = self._memory
+        # bounds: request memory is checked once per read, and taken for what was cut at the end
+        # (the pool is not strict); a SASL connection before authentication never waits for it.
+        if memory.used >= memory.limit and not self._reserved and not self._preauth:
+            self._wait_for_memory()
+            return
+        taken = 0
+        self._framing = True
+        try:
+            while n - pos >= 4 and not self._paused:
+                (size,) = _I32.unpack_from(buf, pos)
+                if (size < 0 or size > self._max_request) and self._frame_too_large(size):
+                    return
+                if n - pos - 4 < size:
+                    break
+                frame = bytes(buf[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+                taken += size
+                self._dispatch(frame)
+                if self._closed:
+                    return
+        finally:
+            self._framing = False
+            if taken:  # the first frame cut was the one reserved while partial, if any
+                memory.used += taken - self._reserved
+                self._held += taken
+                self._reserved = 0
         if pos:
+            self._framed = True
             del buf[:pos]
+        if n - pos >= 4 and not self._reserved and not self._preauth:  # a frame partly read
+            (size,) = _I32.unpack_from(buf, 0)
+            if 0 < size <= self._max_request:
+                memory.used += size
+                self._reserved = size
+
+    def _frame_too_large(self, size: int) -> bool:
+        """A frame's size is over this connection's limit: close it (True), unless it has
+        authenticated since the pre-authentication limit was set and the size is allowed now."""
+        if self._preauth and self.sasl.authenticated:
+            self._lift_preauth_limit()
+            if 0 <= size <= self._max_request:
+                return False
+        name = "sasl.server.max.receive.size, before SASL authentication" if self._preauth \
+            else "socket.request.max.bytes"
+        self._guard.note_close(FRAME_TOO_LARGE, self.peer, self.listener,
+                               f"for a request size outside 0..{self._max_request} ({name})")
+        self.close()
+        return True
+
+    def _lift_preauth_limit(self) -> None:
+        self._preauth = False
+        self._max_request = int(self.broker.config.get("socket.request.max.bytes"))
 
     def eof_received(self) -> bool | None:
         return None
@@ -203,6 +290,8 @@ class KafkaConnection(asyncio.Protocol):
         self.principal = principal
         self.tenant = tenant_of(self.broker.metadata.image, principal)
         self._scope = None
+        if self._preauth:
+            self._lift_preauth_limit()
 
     def scope(self) -> Any:
         """This connection's ``Scope`` at the current image; None (and the connection closes)
@@ -279,6 +368,10 @@ class KafkaConnection(asyncio.Protocol):
             if self._mute is not None:
                 self._sched_park()
                 return False
+            if self._responses_blocked():  # bounds: parked until the client takes its responses
+                self._sched_in = False
+                self._sched_parked_io = True
+                return False
             frame = q.popleft()
             sched.count(self._sched_key, -1)
             if not q:
@@ -344,7 +437,7 @@ class KafkaConnection(asyncio.Protocol):
         if spec is None:
             self._reject(f"unknown api key {api_key} (correlation id {correlation_id})")
             return
-        slot = _Slot()
+        slot = _Slot(len(frame))
         if not spec.min_version <= api_version <= spec.max_version:
             self._unsupported_version(slot, api_key, api_version, correlation_id, frame)
             return
@@ -475,50 +568,147 @@ class KafkaConnection(asyncio.Protocol):
 
     def _unmute(self) -> None:
         self._mute = None
-        if self._closed:
-            return
-        self._update_reading()
-        if self._buf:
-            self._frames()  # requests that arrived before the mute
+        self._update_reading()  # (and the requests that arrived before the mute)
 
     def _update_reading(self) -> None:
-        """Read while neither muted nor too many requests are in flight."""
-        pause = self._in_flight_full or self._mute is not None or self._sched_full  # scheduler: queue full
-        if pause != self._paused and self.transport is not None:
-            self._paused = pause
-            if pause:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
+        """Read, and dispatch what is buffered, unless muted, too many requests are unanswered,
+        the client does not take its responses, or the request memory is used up."""
+        pause = (self._mute is not None or self._pending_full or self._write_paused
+                 or self._queued >= self._queue_max or self._memory_wait
+                 or self._sched_full)  # scheduler: this connection's or its tenant's queue is full
+        if pause == self._paused or self._closed or self.transport is None:
+            return
+        self._paused = pause
+        if pause:
+            self.transport.pause_reading()
+            return
+        self.transport.resume_reading()
+        if self._buf and not self._framing:
+            self._frames()
 
     def _complete(self, slot: _Slot, data: bytes | None, close_after: bool = False) -> None:
         slot.data = data
         slot.ready = True
         slot.close_after = close_after
+        if self._closed:  # connection_lost gives back the request memory
+            return
         pending = self._pending
+        if pending[0] is not slot:  # waits behind an earlier response
+            if data is not None:
+                self._queued += len(data)
+                if self._queued >= self._queue_max:
+                    self._update_reading()
+            return
         transport = self.transport
+        answered = queued = 0
         while pending and pending[0].ready:
             s = pending.popleft()
+            answered += s.size
             if self._closed or transport is None:
                 continue
             if s.data is not None:
+                if s is not slot:
+                    queued += len(s.data)
                 transport.write(s.data)
             if s.close_after:
                 self.close()
+        self._held -= answered
+        memory = self._memory  # (RequestMemory.release, inline)
+        memory.used -= answered
+        if memory.waiters and memory.used < memory.limit:
+            memory.wake()
+        if queued:
+            self._queued -= queued
+        if self._paused:
+            if self._pending_full and len(pending) < MAX_IN_FLIGHT // 2:
+                self._pending_full = False
+            self._update_reading()
+        if self._sched_parked_io:
+            self._responses_flow()
+
+    # -- bounds: flow control, request memory, the sweep -----------------------------------------
+
+    def pause_writing(self) -> None:
+        """asyncio: the transport holds more than ``_queue_max`` unsent bytes."""
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        if self._sched_parked_io:
+            self._responses_flow()
+
+    _sched_parked_io = False  # scheduler: parked while _responses_blocked()
+
+    def _responses_blocked(self) -> bool:
+        """The client is not taking its responses (or too many are unanswered): run nothing
+        more for it, even what the scheduler has queued."""
+        return self._write_paused or self._pending_full or self._queued >= self._queue_max
+
+    def _responses_flow(self) -> None:
+        if not self._responses_blocked():
+            self._sched_parked_io = False
+            self._sched_unpark()
+
+    def _wait_for_memory(self) -> None:
+        self._memory_wait = True
+        self._memory.wait(self)
+        self._update_reading()
+
+    def memory_available(self) -> None:
+        """Request memory was given back (RequestMemory.release); try again, from the loop."""
+        if not self._closed:
+            asyncio.get_running_loop().call_soon(self._retry_memory)
+
+    def _retry_memory(self) -> None:
+        self._memory_wait = False
+        self._update_reading()
+
+    def sweep(self, now: float, t: Timeouts) -> str | None:
+        """The broker's periodic sweep (shoal.server.bounds): why this connection must close."""
+        live = self._live
+        active = self._active or self._in_flight > 0
+        self._active = False
+        if self.transport is not None:
+            buffered = self.transport.get_write_buffer_size()
+            if buffered != live.write_buffered:  # the client took (part of) its responses
+                live.write_buffered = buffered
+                active = True
+        partial = bool(self._buf) and not self._paused and not self._framed
+        self._framed = False
+        authenticating = self.sasl is not None and not self.sasl.authenticated
+        return live.verdict(now, t, active=active, partial=partial, authenticating=authenticating)
+
+    @property
+    def queued_response_bytes(self) -> int:
+        """Bytes of responses this connection holds: finished and waiting behind an earlier one,
+        or handed to the transport and not yet sent."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None and not self._closed else 0
+        return self._queued + buffered
+
+    @property
+    def paused_because(self) -> str | None:
+        """Why reading is paused (for metrics): quota, requests, responses or memory; None if
+        it is not."""
+        if not self._paused:
+            return None
+        if self._mute is not None:
+            return "quota"
+        if self._memory_wait:
+            return "memory"
+        if self._pending_full:
+            return "requests"
+        return "responses"
 
     @property
     def in_flight(self) -> int:
-        """Requests read from this connection and not yet answered (its share of the broker's
-        request queue, which the broker-wide request quota watches)."""
+        """Requests read from this connection whose handling has not finished (its share of the
+        broker's request queue, which the broker-wide request quota watches)."""
         return self._in_flight
 
     def _track_in_flight(self, delta: int) -> None:
         self._in_flight += delta
-        if self.transport is None or self._closed:
-            return
-        if not self._in_flight_full and self._in_flight >= MAX_IN_FLIGHT:
-            self._in_flight_full = True
-            self._update_reading()
-        elif self._in_flight_full and self._in_flight < MAX_IN_FLIGHT // 2:
-            self._in_flight_full = False
+        if delta > 0 and not self._pending_full and len(self._pending) >= MAX_IN_FLIGHT:
+            self._pending_full = True
             self._update_reading()

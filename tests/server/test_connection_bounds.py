@@ -1,0 +1,134 @@
+"""KafkaConnection's flow control on a real Broker (in-process) with a transport that only records:
+a client that does not take its responses is not read, nor are its buffered requests run, until
+it does; a connection waits for request memory (queued.max.request.bytes) that another gives
+back. Over real sockets: tests/e2e/test_hardening_connections.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from shoal.broker import Broker
+from shoal.config import BrokerConfig
+from shoal.protocol import codec
+from shoal.server.bounds import ConnectionGuard
+from shoal.server.connection import KafkaConnection
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.reading = True
+        self.closed = False
+        self.limits: tuple[int, int] | None = None
+
+    def write(self, data: bytes) -> None:
+        self.frames.append(bytes(data))
+
+    def get_extra_info(self, name: str, default=None):
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        self.limits = (high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def correlation_ids(self) -> list[int]:
+        return [struct.unpack_from(">i", f, 4)[0] for f in self.frames]
+
+
+def api_versions(cid: int) -> bytes:
+    return codec.encode_request(18, 0, cid, "t", codec.request_type(18, 0)())
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    brokers: list[Broker] = []
+
+    async def make(**overrides: str) -> Broker:
+        cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                       **overrides})
+        b = Broker(cfg)
+        await b.start()
+        brokers.append(b)
+        return b
+
+    yield make
+
+
+def connect(broker: Broker) -> tuple[KafkaConnection, RecordingTransport]:
+    conn = KafkaConnection(broker, "PLAINTEXT")
+    t = RecordingTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    return conn, t
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_requests_wait_while_the_client_does_not_take_its_responses(make_broker):
+    async def run():
+        broker = await make_broker(**{"shoal.connection.queued.response.max.bytes": "65536"})
+        try:
+            conn, t = connect(broker)
+            assert t.limits == (65536, 16384)
+            conn.pause_writing()  # the transport holds more than 64 KiB
+            assert not t.reading
+            conn.data_received(b"".join(api_versions(i) for i in range(10)))
+            await settle()
+            assert t.frames == []  # buffered, not run
+            conn.resume_writing()
+            await settle()
+            assert t.reading and t.correlation_ids() == list(range(10))
+            # paused again half-way through a burst: the rest waits for the drain
+            conn.data_received(api_versions(10))
+            conn.pause_writing()
+            conn.data_received(b"".join(api_versions(i) for i in range(11, 20)))
+            await settle()
+            assert t.correlation_ids() == list(range(11))
+            conn.resume_writing()
+            await settle()
+            assert t.correlation_ids() == list(range(20))
+            assert conn._held == 0 and ConnectionGuard.for_broker(broker).memory.used == 0
+            conn.connection_lost(None)
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_connection_waits_for_request_memory_another_gives_back(make_broker):
+    async def run():
+        broker = await make_broker(**{"queued.max.request.bytes": "1000"})
+        try:
+            memory = ConnectionGuard.for_broker(broker).memory
+            hog, _ = connect(broker)
+            hog.data_received(struct.pack(">i", 5000) + b"\0" * 100)  # a frame of 5,000 bytes, partly read
+            assert memory.used == 5000  # reserved when its size was read (over the limit: not strict)
+            conn, t = connect(broker)
+            conn.data_received(api_versions(1))
+            await settle()
+            assert t.frames == [] and not t.reading and conn.paused_because == "memory"
+            hog.connection_lost(None)  # gives its 5,000 bytes back
+            await settle()
+            assert t.correlation_ids() == [1] and t.reading and conn.paused_because is None
+            assert memory.used == 0
+            conn.connection_lost(None)
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
