@@ -70,11 +70,19 @@ class Broker:
         self.node_id: int = config.node_id
         self.data_dir = Path(config.data_dir)
         if metadata is None:
-            from shoal.metadata.embedded import EmbeddedMetadataStore
+            store = str(config.get("shoal.metadata.store"))
+            if store.startswith("etcd://"):  # cluster: the brokers sharing the prefix share the image
+                from shoal.metadata.etcd import EtcdMetadataStore
 
-            metadata = EmbeddedMetadataStore(
-                self.data_dir / "__metadata" / "metadata.json", node_id=self.node_id
-            )
+                metadata = EtcdMetadataStore(
+                    store, node_id=self.node_id, session_timeout_ms=int(config.get("broker.session.timeout.ms"))
+                )
+            else:
+                from shoal.metadata.embedded import EmbeddedMetadataStore
+
+                metadata = EmbeddedMetadataStore(
+                    self.data_dir / "__metadata" / "metadata.json", node_id=self.node_id
+                )
         self.metadata = metadata
         self.logs = LogManager(
             self.data_dir,

@@ -55,6 +55,7 @@ def cmd_serve(args) -> int:
     from shoal.broker import Broker
     from shoal.auth.principal import MappingError
     from shoal.auth.tls import TlsConfigError
+    from shoal.metadata import MetadataError
     from shoal.config import BrokerConfig, ConfigError
 
     logging.basicConfig(
@@ -78,8 +79,9 @@ def cmd_serve(args) -> int:
         broker = Broker(config)
         try:
             await broker.start()
-        except (ConfigError, OSError, ValueError, TlsConfigError, MappingError) as e:
-            # A port in use, an unreadable certificate, a bad listener: one line, no traceback.
+        except (ConfigError, OSError, ValueError, TlsConfigError, MappingError, MetadataError) as e:
+            # A port in use, an unreadable certificate, a bad listener, a node.id held by a live
+            # broker (cluster): one line, no traceback.
             raise _StartFailed(f"shoal serve: cannot start: {e}") from e
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -188,6 +188,17 @@ def one_of(*allowed: str, case_sensitive: bool = True) -> Validator:
     return check
 
 
+def _metadata_store(name: str, v: Any) -> None:
+    if v == "embedded":
+        return
+    from shoal.metadata.etcd import parse_url
+
+    try:
+        parse_url(str(v))
+    except ValueError as e:
+        raise _invalid(name, v, f"embedded or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] ({e})") from None
+
+
 def list_of(*allowed: str, allow_empty: bool = True) -> Validator:
     def check(name: str, v: Any) -> None:
         if not v and not allow_empty:
@@ -275,6 +286,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("node.id", "int", 1, "The node ID of this broker.", at_least(0)),
         _d("broker.id", "int", None, "Alias of node.id; when both are set they must be equal."),
         _d("broker.rack", "string", None, "Rack of the broker, used for rack-aware replica placement."),
+        # -- cluster: where the metadata lives (shoal.metadata.etcd, docs/cluster.md)
+        _d("shoal.metadata.store", "string", "embedded",
+           "Shoal: embedded (one node, the metadata in <log.dirs>/__metadata, no etcd) or "
+           "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: brokers sharing a prefix of an etcd cluster form one "
+           "cluster (the prefix defaults to /shoal; several clusters may share one etcd).", _metadata_store),
+        _d("broker.session.timeout.ms", "int", 9000,
+           "How long a broker's registration outlives its last heartbeat (the TTL of its etcd lease, in "
+           "whole seconds): a broker that dies leaves Metadata this long after. Kafka's default; shorter "
+           "means faster failover but a broker stalled that long (a loaded machine) is dropped.",
+           at_least(2000)),
         _d(
             "listeners",
             "string",

@@ -227,3 +227,67 @@ class EtcdCluster:
                 tail = []
             out.append(f"--- {m.name} ---\n" + "\n".join(tail))
         return "\n".join(out)
+
+
+class TcpProxy:
+    """A TCP forwarder on loopback to one etcd member, run in the test's event loop: ``cut()``
+    drops every connection and refuses new ones (a client cut off from etcd while the cluster
+    goes on), ``restore()`` lets them through again."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.is_cut = False
+        self._writers: set = set()
+        self._server = None
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        import asyncio
+
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _handle(self, reader, writer) -> None:
+        import asyncio
+
+        if self.is_cut:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(r, w) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                w.close()
+                self._writers.discard(w)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        self.is_cut = True
+        for w in list(self._writers):
+            w.close()
+        self._writers.clear()
+
+    def restore(self) -> None:
+        self.is_cut = False
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()

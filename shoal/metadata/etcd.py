@@ -102,6 +102,13 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
     return endpoints, prefix
 
 
+def _why(e: BaseException) -> str:
+    """One line saying why an etcd call failed (a gRPC error's details)."""
+    details = getattr(e, "details", None)
+    why = (details() if callable(details) else None) or str(e) or type(e).__name__
+    return why.splitlines()[0][:200]
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=False).encode()
 
@@ -345,7 +352,7 @@ class EtcdBackend(MetadataBackend):
     # -- the watch loop ---------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        backoff = 0.1
+        self._backoff = 0.0
         try:
             while not self._closed:
                 try:
@@ -365,11 +372,14 @@ class EtcdBackend(MetadataBackend):
                 except MetadataError:
                     raise
                 except Exception as e:  # grpc.aio.AioRpcError and friends: etcd unreachable
+                    if self._backoff == 0.0 and self._reachable:
+                        # the member we watched went away: watch again at once, through another
+                        self._backoff = 0.1
+                        log.info("etcd watch interrupted (%s); watching again", _why(e))
+                        continue
                     self._unreachable(e)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
-                    continue
-                backoff = 0.1
+                    await asyncio.sleep(self._backoff)
+                    self._backoff = min(max(self._backoff, 0.1) * 2, MAX_BACKOFF_S)
         finally:
             self._reachable = False
             try:
@@ -378,9 +388,7 @@ class EtcdBackend(MetadataBackend):
                 pass
 
     def _unreachable(self, e: BaseException) -> None:
-        details = getattr(e, "details", None)
-        why = (details() if callable(details) else None) or str(e) or type(e).__name__
-        self._why = why.splitlines()[0][:200]
+        self._why = _why(e)
         was = self._reachable
         self._reachable = False
         now = time.monotonic()
@@ -404,6 +412,8 @@ class EtcdBackend(MetadataBackend):
         revision = int(resp.header.revision)
         image, epoch_mod = self._decode_all(resp.kvs)
         old = self._image
+        if old is not None:
+            image = _keeping_unchanged_topics(old, image)
         self._image = image
         self._epoch_mod = epoch_mod
         self._revision = revision
@@ -439,6 +449,7 @@ class EtcdBackend(MetadataBackend):
                 if resp.canceled:
                     raise ConnectionError(resp.cancel_reason or "watch cancelled by etcd")
                 if resp.created:
+                    self._backoff = 0.0
                     if not self._reachable:
                         if self._ready is not None and self._ready.is_set():
                             log.info("etcd at %s reachable again (image at epoch %d)",
@@ -605,8 +616,7 @@ class EtcdBackend(MetadataBackend):
         return await asyncio.shield(fut)
 
     def _txn_error(self, e: BaseException, n_ops: int) -> MetadataError:
-        details = getattr(e, "details", None)
-        why = (details() if callable(details) else None) or str(e)
+        why = _why(e)
         code = getattr(e, "code", None)
         name = getattr(code() if callable(code) else None, "name", "")
         if "too many operations" in why or "request is too large" in why or name == "RESOURCE_EXHAUSTED":
@@ -689,6 +699,14 @@ class EtcdBackend(MetadataBackend):
     async def _wait_revision(self, revision: int) -> None:
         while self._revision < revision and not self._closed:
             await self._progress.wait()
+
+
+def _keeping_unchanged_topics(old: MetadataImage, new: MetadataImage) -> MetadataImage:
+    """``new`` (read again) holding ``old``'s topic objects where they are equal, so that
+    ``changed_topics(old, new)`` names only the topics that changed."""
+    topics = {n: old.topics[n] if old.topics.get(n) == t else t for n, t in new.topics.items()}
+    return dataclasses.replace(new, topics=MappingProxyType(topics),
+                               topics_by_id=MappingProxyType({t.topic_id: t for t in topics.values()}))
 
 
 def _new_cluster_id(new_uuid: Callable[[], uuid.UUID]) -> str:

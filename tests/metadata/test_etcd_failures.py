@@ -1,0 +1,166 @@
+"""The etcd backend when etcd fails: the quorum down, a broker cut off from etcd while the cluster
+goes on (and compacts past its watch), etcd down when a broker starts. A three-member etcd of this
+module's own (``tests/etcd_cluster.py``), since these tests stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import pytest
+
+from etcd_cluster import EtcdCluster, TcpProxy
+from shoal.metadata import MetadataError, MetadataImage, changed_topics
+from shoal.metadata.etcd import EtcdMetadataStore
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = EtcdCluster(tmp_path_factory.mktemp("etcd"))
+    c.start()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def url(cluster):
+    cluster.start_all()  # a test that failed may have left members down
+    return cluster.url(f"/fail-{uuid.uuid4().hex[:8]}")
+
+
+async def until(cond, timeout: float = 20.0) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"not within {timeout}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(cluster, url, caplog):
+    caplog.set_level(logging.INFO, "shoal.metadata.etcd")
+    a, b = EtcdMetadataStore(url, node_id=1), EtcdMetadataStore(url, node_id=2)
+    await a.start()
+    await b.start()
+    try:
+        await a.create_topic("before", [(1,)], {})
+        await until(lambda: "before" in b.image.topics)
+        image = a.image
+        await asyncio.to_thread(cluster.stop_all)
+        t0 = time.monotonic()
+        with pytest.raises(MetadataError) as e:
+            await a.create_topic("during", [(1,)], {})
+        assert e.value.code == "REQUEST_TIMED_OUT"  # retriable: clients retry
+        assert "etcd" in e.value.message and time.monotonic() - t0 < 10
+        assert a.image is image and "before" in a.image.topics  # reads go on
+        await asyncio.sleep(3)  # a few seconds down
+        with pytest.raises(MetadataError) as e:
+            await b.create_topic("during", [(1,)], {})
+        assert e.value.code == "REQUEST_TIMED_OUT"
+        logged = [r.getMessage() for r in caplog.records if "cannot reach etcd" in r.getMessage()]
+        assert 1 <= len(logged) <= 4, logged  # said, and not once per retry
+        await asyncio.to_thread(cluster.start_all)
+        # b gets through first (retrying as a client would); a sees it, then writes again
+        await until(lambda: b.backend.reachable)
+        await b.create_topic("after-b", [(2,)], {})
+        waited = await until(lambda: "after-b" in a.image.topics)
+        await until(lambda: a.backend.reachable)
+        await a.create_topic("after-a", [(1,)], {})
+        await until(lambda: "after-a" in b.image.topics)
+        assert set(a.image.topics) == set(b.image.topics) == {"before", "after-b", "after-a"}
+        assert a.image.epoch == b.image.epoch
+        assert any("reachable again" in r.getMessage() for r in caplog.records)
+        print(f"a saw b's change {waited:.2f} s after it was made")
+    finally:
+        await asyncio.to_thread(cluster.start_all)
+        await a.close()
+        await b.close()
+
+
+async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_difference(cluster, url):
+    proxy = TcpProxy(cluster.members[0].endpoint)
+    await proxy.start()
+    prefix = "/" + url.rpartition("/")[2]
+    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # reaches etcd only via the proxy
+    b = EtcdMetadataStore(url, node_id=2)
+    await a.start()
+    await b.start()
+    seen: list[tuple[MetadataImage, MetadataImage]] = []
+    a.subscribe(lambda old, new: seen.append((old, new)))
+    try:
+        await b.create_topic("kept", [(1,)], {})
+        await b.create_topic("deleted", [(1,)], {})
+        await until(lambda: "deleted" in a.image.topics)
+        seen.clear()
+        proxy.cut()
+        await until(lambda: not a.backend.reachable)
+        await b.delete_topic("deleted")
+        for i in range(5):
+            await b.create_topic(f"new{i}", [(2,)], {})
+        await asyncio.to_thread(cluster.compact)  # past everything a has seen
+        assert "deleted" in a.image.topics and "new0" not in a.image.topics  # a still reads its image
+        proxy.restore()
+        await until(lambda: "new4" in a.image.topics)
+        assert a.backend.reloads == 1  # the watch's revision was compacted: read again
+        assert a.image.topics == b.image.topics and a.image.epoch == b.image.epoch
+        assert len(seen) == 1  # one call with the whole difference
+        old, new = seen[0]
+        assert set(changed_topics(old, new)) == {"deleted"} | {f"new{i}" for i in range(5)}
+        await a.create_topic("after", [(1,)], {})  # and a writes again
+        await until(lambda: "after" in b.image.topics)
+    finally:
+        await proxy.close()
+        await a.close()
+        await b.close()
+
+
+async def test_a_broker_waits_for_etcd_at_start(cluster, url, caplog):
+    caplog.set_level(logging.INFO, "shoal.metadata.etcd")
+    await asyncio.to_thread(cluster.stop_all)
+    s = EtcdMetadataStore(url, node_id=1)
+    start = asyncio.ensure_future(s.start())
+    try:
+        await asyncio.sleep(2.5)
+        assert not start.done()
+        assert any("cannot reach etcd at" in r.getMessage() and "retrying" in r.getMessage()
+                   for r in caplog.records)
+        await asyncio.to_thread(cluster.start_all)
+        await asyncio.wait_for(start, 30)
+        await s.create_topic("t", [(1,)], {})
+        assert "t" in s.image.topics and s.image.cluster_id
+    finally:
+        await asyncio.to_thread(cluster.start_all)
+        start.cancel()
+        await s.close()
+
+
+async def test_one_member_down_changes_go_on(cluster, url):
+    """A quorum of two takes every change; the store moves its channel and its watch to another
+    member (a change in flight when its member dies may get the retriable error, as a client
+    would, and is retried)."""
+    a = EtcdMetadataStore(url, node_id=1)
+    await a.start()
+    retried = 0
+    try:
+        await a.create_topic("t0", [(1,)], {})
+        for i in range(3):
+            await asyncio.to_thread(cluster.kill_member, i)
+            for _ in range(100):
+                try:
+                    await a.create_topic(f"t{i + 1}", [(1,)], {})
+                    break
+                except MetadataError as e:
+                    assert e.code in ("REQUEST_TIMED_OUT", "TOPIC_ALREADY_EXISTS"), e
+                    if e.code == "TOPIC_ALREADY_EXISTS":  # the first attempt had landed
+                        break
+                    retried += 1
+                    await asyncio.sleep(0.1)
+            await asyncio.to_thread(cluster.start_member, i)
+        assert {f"t{i}" for i in range(4)} <= set(a.image.topics)
+        print(f"retried {retried} times over 3 member deaths")
+        assert retried <= 30, retried
+    finally:
+        await asyncio.to_thread(cluster.start_all)
+        await a.close()
