@@ -494,9 +494,9 @@ class EtcdBackend(MetadataBackend):
         root = len(self._root)
         for put, kv in events:
             section, _, name_b = kv.key[root:].partition(b"/")
-            name = name_b.decode()
-            value = json.loads(kv.value) if put and section not in (b"meta", b"user_tenants", b"renamed_topics") else None
             try:
+                name = name_b.decode()
+                value = json.loads(kv.value) if put and section not in (b"meta", b"user_tenants", b"renamed_topics") else None
                 if section == b"topics":
                     c.topics[name] = codec.topic_from_json(value) if put else None
                 elif section == b"meta":
@@ -532,7 +532,7 @@ class EtcdBackend(MetadataBackend):
                 elif section == b"renamed_topics":
                     c.renamed_topics[name] = uuid.UUID(kv.value.decode()) if put else None
                 # other sections (the controller's election, ...) are not part of the image
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 log.error("ignoring undecodable etcd key %r: %s", kv.key, e)
         c.acls_added = [entry for _, _, entry in sorted(added, key=lambda a: (a[0], a[1]))]
         return c, epoch, epoch_mod, token

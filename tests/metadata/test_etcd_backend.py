@@ -227,3 +227,11 @@ async def test_keys_are_readable_json_under_the_prefix(two, etcd_cluster, etcd_p
     assert json.loads(out)["name"] == "t"
     epoch = json.loads(etcd_cluster.etcdctl("get", f"{etcd_prefix}/meta/epoch", "--print-value-only"))
     assert epoch["epoch"] == a.image.epoch
+
+
+async def test_a_key_written_by_hand_that_does_not_decode_is_ignored(two, etcd_cluster, etcd_prefix):
+    a, b = two
+    await asyncio.to_thread(etcd_cluster.etcdctl, "put", f"{etcd_prefix}/topics/junk", "not json")
+    await a.create_topic("after", [(1,)], {})
+    await until(lambda: "after" in b.image.topics)
+    assert "junk" not in b.image.topics and b.backend.reachable
