@@ -689,15 +689,15 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def paused_because(self) -> str | None:
-        """Why reading is paused (for metrics): quota, requests, responses or memory; None if
-        it is not."""
+        """Why reading is paused (for metrics): quota, memory, requests (too many unanswered, or
+        the scheduler's queue is full) or responses (not taken); None if it is not."""
         if not self._paused:
             return None
         if self._mute is not None:
             return "quota"
         if self._memory_wait:
             return "memory"
-        if self._pending_full:
+        if self._pending_full or self._sched_full:
             return "requests"
         return "responses"
 
