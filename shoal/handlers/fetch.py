@@ -31,7 +31,9 @@ import secrets
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
+from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
@@ -96,11 +98,9 @@ def _timedelta_s(value) -> float:
     return value.total_seconds() if isinstance(value, datetime.timedelta) else value / 1000.0
 
 
-def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", leader=-1, epoch=-1):
-    extra = {}
-    if code == ErrorCode.not_leader_or_follower and hasattr(mod, "LeaderIdAndEpoch"):
-        # KIP-951: tell the client who leads now, so it need not refresh metadata first.
-        extra["current_leader"] = build(mod.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)
+def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None):
+    # KIP-951: tell the client who leads now, so it need not refresh metadata first.
+    extra = routing.current_leader(mod, pinfo) if code == ErrorCode.not_leader_or_follower else {}
     return build(
         mod.PartitionData,
         partition_index=index,
@@ -241,7 +241,7 @@ async def handle_fetch(ctx, req):
         by_topic.setdefault(name, []).append(
             _partition_data(
                 mod, index, r.code, hwm=r.hwm, lso=r.hwm, log_start=r.log_start,
-                records=r.records, leader=r.leader, epoch=r.epoch,
+                records=r.records, pinfo=r.pinfo,
             )
         )
     topics = [
@@ -274,7 +274,9 @@ async def handle_fetch(ctx, req):
         error_code=ErrorCode.none,
         session_id=session.session_id if session is not None else 0,
         responses=tuple(topics),
-        node_endpoints=(),
+        node_endpoints=routing.node_endpoints(
+            mod, broker.metadata.image, [r.pinfo.leader for r in results.values() if r.pinfo is not None],
+            ctx.listener),
     )
 
 
@@ -302,8 +304,7 @@ class _Read:
     records: bytes | None = None
     hwm: int = -1
     log_start: int = -1
-    leader: int = -1
-    epoch: int = -1
+    pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
 
 
 def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
@@ -321,13 +322,13 @@ def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
             must_answer = True
             continue
         pinfo = topic.partitions[index]
-        plog = broker.partition_log(name, index) if pinfo.leader == broker.node_id else None
-        if plog is None:
-            results[key] = _Read(ErrorCode.not_leader_or_follower, leader=pinfo.leader, epoch=pinfo.leader_epoch)
+        plog = routing.leader_log(broker, name, pinfo)
+        if plog is None:  # cluster: another broker leads it
+            results[key] = _Read(ErrorCode.not_leader_or_follower, pinfo=pinfo)
             must_answer = True
             continue
         hwm = plog.high_watermark
-        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset, leader=pinfo.leader, epoch=pinfo.leader_epoch)
+        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset)
         limit = min(sp.max_bytes, remaining)
         if sp.fetch_offset < hwm and (limit > 0 or total == 0):
             try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 
+from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
@@ -41,8 +42,8 @@ def _resolve(ctx, name: str, index: int, operation: int):
     if topic is None or not 0 <= index < len(topic.partitions):
         return None, None, ErrorCode.unknown_topic_or_partition
     pinfo = topic.partitions[index]
-    plog = broker.partition_log(name, index) if pinfo.leader == broker.node_id else None
-    if plog is None:
+    plog = routing.leader_log(broker, name, pinfo)
+    if plog is None:  # cluster: another broker leads it
         return None, pinfo, ErrorCode.not_leader_or_follower
     return plog, pinfo, ErrorCode.none
 

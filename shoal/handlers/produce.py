@@ -34,6 +34,7 @@ import asyncio
 import datetime
 import logging
 
+from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
@@ -75,7 +76,8 @@ class _RateLimitedLog:
 _rejections = _RateLimitedLog()
 
 
-def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log_start=-1, message=None, record_errors=()):
+def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log_start=-1, message=None, record_errors=(),
+                        leader=None):
     return build(
         mod.PartitionProduceResponse,
         index=index,
@@ -87,6 +89,7 @@ def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log
         log_start_offset=log_start,
         record_errors=record_errors,
         error_message=message,
+        **(routing.current_leader(mod, leader) if leader is not None else {}),
     )
 
 
@@ -100,6 +103,7 @@ async def handle_produce(ctx, req):
     responses = []
     waits: list[tuple[str, int, int]] = []  # (topic, partition, offset the HWM must pass)
     failed = False
+    leaders: list[int] = []  # of partitions this broker does not lead (KIP-951 node_endpoints)
     to_flush = []  # logs whose flush.messages / flush.ms is due: fsync before answering
     if req.transactional_id is not None:
         for t in req.topic_data:
@@ -150,9 +154,10 @@ async def handle_produce(ctx, req):
                 failed = True
                 continue
             pinfo = topic.partitions[p.index]
-            plog = broker.partition_log(physical, p.index) if pinfo.leader == broker.node_id else None
-            if plog is None:
-                parts.append(_partition_response(mod, p.index, ErrorCode.not_leader_or_follower))
+            plog = routing.leader_log(broker, physical, pinfo)
+            if plog is None:  # cluster: another broker leads it (KIP-951: say which)
+                parts.append(_partition_response(mod, p.index, ErrorCode.not_leader_or_follower, leader=pinfo))
+                leaders.append(pinfo.leader)
                 failed = True
                 continue
             if acks == -1:
@@ -263,4 +268,5 @@ async def handle_produce(ctx, req):
                     )
                 )
         topics.append(build(mod.TopicProduceResponse, name=name, partition_responses=tuple(out)))
-    return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0))
+    return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0),
+                 node_endpoints=routing.node_endpoints(mod, image, leaders, ctx.listener))
