@@ -1,0 +1,160 @@
+"""Three real brokers in three racks on a real etcd (``tests/cluster_harness.py``), with real
+clients: partitions spread over the brokers, clients routed to each partition's leader whatever
+broker they bootstrap from, group coordinators on the broker leading the group's offsets
+partition, tenants seen alike on every broker, the controller's failover and a broker's death.
+
+The module shares one cluster (``cluster3``); the tests that kill brokers run last."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewTopic
+
+from cluster_harness import SESSION_MS, run, until
+from shoal.client import AdminClient
+
+pytestmark = pytest.mark.timeout(240)
+
+N = 120  # records per client
+
+
+def admin(bootstrap: str) -> KafkaAdmin:
+    return KafkaAdmin({"bootstrap.servers": bootstrap, "log_level": 2})
+
+
+def create(bootstrap: str, name: str, partitions: int = 6) -> None:
+    a = admin(bootstrap)  # kept: a collected handle fails its futures
+    a.create_topics([NewTopic(name, partitions, 1)])[name].result(20)
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    md = admin(bootstrap).list_topics(topic, timeout=15)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def read_all_confluent(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "log_level": 2})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < expected and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def test_leaders_spread_over_the_brokers_and_every_broker_reports_them(cluster3):
+    topic = f"spread-{uuid.uuid4().hex[:6]}"
+    create(cluster3[1].bootstrap, topic)
+    by_broker = [until(lambda b=b: len(leaders(b.bootstrap, topic)) == 6 and leaders(b.bootstrap, topic), 10)
+                 for b in cluster3.brokers.values()]
+    assert by_broker[0] == by_broker[1] == by_broker[2]
+    assert set(by_broker[0].values()) == {1, 2, 3}  # the planner's rack-alternated round robin
+    assert sorted(list(by_broker[0].values()).count(n) for n in (1, 2, 3)) == [2, 2, 2]
+    # each broker keeps logs of the partitions it hosts only
+    for b in cluster3.brokers.values():
+        mine = {p for p, leader in by_broker[0].items() if leader == b.node_id}
+        on_disk = {int(d.name.rsplit("-", 1)[1]) for d in b.data_dir.glob(f"{topic}-*")}
+        assert on_disk == mine, (b.node_id, on_disk, mine)
+
+
+def test_a_partition_asked_of_a_broker_that_does_not_lead_it_is_not_leader(cluster3):
+    topic = f"route-{uuid.uuid4().hex[:6]}"
+    create(cluster3[1].bootstrap, topic, 3)
+    lead = until(lambda: len(leaders(cluster3[2].bootstrap, topic)) == 3 and leaders(cluster3[2].bootstrap, topic))
+
+    async def ask(node: int, partition: int):
+        async with AdminClient(cluster3[node].bootstrap, timeout=10) as c:
+            return await c.request(2, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                 "timestamp": -1, "max_num_offsets": 1}]}], "timeout": 10000})
+
+    for p, leader in lead.items():
+        other = next(n for n in (1, 2, 3) if n != leader)
+        assert run(ask(leader, p)).topics[0].partitions[0].error_code == 0
+        assert run(ask(other, p)).topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+
+
+@pytest.mark.parametrize("via", [1, 2, 3])
+def test_confluent_kafka_produces_and_consumes_through_any_one_broker(cluster3, via):
+    topic = f"ck-{via}-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster3[via].bootstrap  # one broker only: the client finds the leaders from it
+    create(bootstrap, topic)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 2})
+    for i in range(N):
+        p.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    got = read_all_confluent(bootstrap, topic, 6, N)
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(N))
+
+
+def test_kafka_python_and_aiokafka_through_one_broker(cluster3):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    topic = f"py-{uuid.uuid4().hex[:6]}"
+    create(cluster3[1].bootstrap, topic)
+    prod = KafkaProducer(bootstrap_servers=cluster3[2].bootstrap)
+    for i in range(N):
+        prod.send(topic, value=f"k{i}".encode(), partition=i % 6)
+    prod.flush(30)
+    prod.close()
+
+    async def aio() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+        from aiokafka.structs import TopicPartition as ATP
+
+        ap = AIOKafkaProducer(bootstrap_servers=cluster3[3].bootstrap)
+        await ap.start()
+        try:
+            for i in range(N):
+                await ap.send(topic, value=f"a{i}".encode(), partition=i % 6)
+            await ap.flush()
+        finally:
+            await ap.stop()
+        ac = AIOKafkaConsumer(bootstrap_servers=cluster3[1].bootstrap, auto_offset_reset="earliest")
+        await ac.start()
+        got: list[bytes] = []
+        try:
+            ac.assign([ATP(topic, p) for p in range(6)])
+            await ac.seek_to_beginning()
+            deadline = time.monotonic() + 30
+            while len(got) < 2 * N and time.monotonic() < deadline:
+                for msgs in (await ac.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+        finally:
+            await ac.stop()
+        return got
+
+    want = sorted([f"k{i}".encode() for i in range(N)] + [f"a{i}".encode() for i in range(N)])
+    assert sorted(asyncio.run(aio())) == want
+    kc = KafkaConsumer(bootstrap_servers=cluster3[3].bootstrap, auto_offset_reset="earliest",
+                       consumer_timeout_ms=3000)
+    kc.assign([KTP(topic, p) for p in range(6)])
+    kc.seek_to_beginning()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 * N and time.monotonic() < deadline:
+        for recs in kc.poll(timeout_ms=500).values():
+            got += [r.value for r in recs]
+    kc.close()
+    assert sorted(got) == want
+
+
+def test_kcat_lists_three_brokers(cluster3):
+    out = subprocess.run(["kcat", "-L", "-b", cluster3[2].bootstrap, "-m", "10"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert " 3 brokers:" in out.stdout
+    for b in cluster3.brokers.values():
+        assert f"broker {b.node_id} at 127.0.0.1:{b.port}" in out.stdout
