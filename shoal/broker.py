@@ -117,6 +117,7 @@ class Broker:
         self._periodic: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.admin_http: Any = None  # admin: shoal.admin.http.AdminHttpServer when configured
+        self.controller: Any = None  # cluster: shoal.cluster.controller.Controller on etcd
         # quotas: produce/fetch/request client quota managers (shoal.quotas.manager), Prometheus
         from shoal.quotas.manager import QuotaManagers
 
@@ -143,6 +144,14 @@ class Broker:
             samples=int(config.get("controller.quota.window.num")),
             window_ms=int(config.get("controller.quota.window.size.seconds")) * 1000,
         )
+
+    @property
+    def controller_id(self) -> int:
+        """The controller Metadata and DescribeCluster report: the elected one on etcd (-1 until
+        known), this broker in embedded mode."""
+        if self.controller is not None:
+            return self.controller.controller_id
+        return self.metadata.image.controller_id
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -208,6 +217,11 @@ class Broker:
             self.listeners.append(Listener(name, host, actual))
             self._servers.append(server)
         await self.metadata.register_broker(self._broker_info())
+        if hasattr(self.metadata, "backend") and hasattr(self.metadata.backend, "registration"):
+            from shoal.cluster.controller import Controller  # cluster: the controller election
+
+            self.controller = Controller(self.metadata, self.node_id, int(self.config.get("broker.session.timeout.ms")))
+            self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         # -- admin: the HTTP admin API (tenants, namespaces), when shoal.admin.listener is set;
         # up before the Kafka listeners serve, so a client that reaches those finds it too.
@@ -289,6 +303,8 @@ class Broker:
                 await self._protection_task
             except asyncio.CancelledError:
                 pass
+        if self.controller is not None:  # cluster: the key goes with the lease, at close
+            await self.controller.stop()
         if getattr(self, "groups", None) is not None:
             await self.groups.stop()  # groups
         await asyncio.to_thread(self.logs.close)
@@ -378,6 +394,9 @@ class Broker:
                 self.logs.write_topic_id(topic.name, p.partition, topic.topic_id)
             elif plog.config != cfg:
                 plog.update_config(cfg)
+            if plog is not None and p.leader == self.node_id and (p.isr == (self.node_id,) or not p.isr):
+                # cluster: leading again (a returning sole ISR member): every logged batch is committed
+                plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
 
     def _retry_unreconciled(self) -> None:
         """Topics whose logs could not be created or reconfigured at their change: try again."""

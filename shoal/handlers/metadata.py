@@ -173,7 +173,7 @@ async def handle_metadata(ctx, req):
         throttle_time=datetime.timedelta(0),
         brokers=_brokers(mod.MetadataResponseBroker, image, ctx.listener),
         cluster_id=scope.cluster_id(image),
-        controller_id=image.controller_id,
+        controller_id=ctx.broker.controller_id,
         topics=tuple(topics),
         cluster_authorized_operations=cluster_operations(scope)
         if getattr(req, "include_cluster_authorized_operations", False)
@@ -207,7 +207,7 @@ async def handle_describe_cluster(ctx, req):
         error_message=None,
         endpoint_type=1,
         cluster_id=scope.cluster_id(image),
-        controller_id=image.controller_id,
+        controller_id=ctx.broker.controller_id,
         brokers=_brokers(mod.DescribeClusterBroker, image, ctx.listener),
         cluster_authorized_operations=cluster_operations(scope)
         if req.include_cluster_authorized_operations

@@ -158,3 +158,59 @@ def test_kcat_lists_three_brokers(cluster3):
     assert " 3 brokers:" in out.stdout
     for b in cluster3.brokers.values():
         assert f"broker {b.node_id} at 127.0.0.1:{b.port}" in out.stdout
+
+
+def test_every_broker_names_the_same_controller(cluster3):
+    controller = cluster3.wait_controller()
+    assert controller in (1, 2, 3)
+    md = admin(cluster3[3].bootstrap).list_topics(timeout=15)
+    assert md.controller_id == controller  # Metadata reports it too
+
+
+# -- the tests below kill brokers (each brings the cluster back to three) ---------------------------
+
+
+def test_kill9_the_controller_a_new_one_is_elected_and_topics_can_be_created(cluster3):
+    topic = f"ctl-{uuid.uuid4().hex[:6]}"
+    old = cluster3.wait_controller()
+    create(cluster3[old].bootstrap, topic, 3)
+    lead = until(lambda: len(leaders(cluster3[old].bootstrap, topic)) == 3 and leaders(cluster3[old].bootstrap, topic))
+    p = Producer({"bootstrap.servers": cluster3.bootstrap(), "log_level": 2})
+    for i in range(30):
+        p.produce(topic, value=f"c{i}".encode(), partition=i % 3)
+    assert p.flush(30) == 0
+
+    cluster3.kill(old)
+    t0 = time.monotonic()
+    new = cluster3.wait_controller(not_=old, timeout=SESSION_MS / 1000 + 15)
+    elected = time.monotonic() - t0
+    survivor = cluster3[new].bootstrap
+    create(survivor, topic + "-after", 2)  # CreateTopics works again
+    created = time.monotonic() - t0
+    print(f"kill -9 of controller {old}: broker {new} elected after {elected:.1f} s, CreateTopics ok after "
+          f"{created:.1f} s (session {SESSION_MS} ms)")
+    assert elected < SESSION_MS / 1000 + 10
+    # the dead broker's partitions (RF 1: no other replica) are offline, the others keep their leader
+    mine = {p for p, leader in lead.items() if leader == old}
+    now = until(lambda: all(leaders(survivor, topic)[q] == -1 for q in mine) and leaders(survivor, topic))
+    assert {q: (-1 if q in mine else leader) for q, leader in lead.items()} == now
+
+    cluster3.start_one(old)
+    cluster3.wait_brokers({1, 2, 3})
+    until(lambda: leaders(survivor, topic) == lead, 20, "leadership back on the returning broker")
+    got = read_all_confluent(cluster3.bootstrap(), topic, 3, 30)
+    assert sorted(got) == sorted(f"c{i}".encode() for i in range(30))
+
+
+def test_kill9_a_broker_it_leaves_metadata_after_its_lease_and_comes_back(cluster3):
+    controller = cluster3.wait_controller()
+    victim = next(n for n in (3, 2, 1) if n != controller)
+    cluster3.kill(victim)
+    t0 = time.monotonic()
+    cluster3.wait_brokers({1, 2, 3} - {victim}, timeout=SESSION_MS / 1000 + 15)
+    gone = time.monotonic() - t0
+    print(f"broker {victim} left Metadata {gone:.1f} s after kill -9 (session {SESSION_MS} ms)")
+    assert gone >= 1.0  # its lease outlived it
+    cluster3.start_one(victim)
+    cluster3.wait_brokers({1, 2, 3})
+    assert cluster3.wait_controller() == controller  # not moved by another broker's death

@@ -1,0 +1,247 @@
+"""The controller: one broker of an etcd cluster, elected through etcd, that moves leadership.
+
+**Election.** The key ``<prefix>/controller`` holds the controller's node id, under the broker's
+registration lease (``shoal.cluster.registration``). Every broker tries, every ``POLL_S``, the
+transaction ``If(create_revision(key) == 0) Then(put key = node id, lease = my lease)
+Else(get key)``: while the key exists nothing changes and the broker learns who holds it; when it
+goes (the controller stopped, and its lease was revoked; or it died and its lease expired, one
+``broker.session.timeout.ms`` later) the first broker to try takes it. The key's creation revision
+is the **controller epoch**: it changes with every election, and only the holder knows it as its
+own. ``controller_id`` (what Metadata and DescribeCluster report) is the last holder seen.
+
+**Fence.** Every change the controller writes is committed with the extra compare
+``create_revision(key) == my epoch`` (``EtcdBackend.fence``, only inside ``fenced()``): a
+controller that lost the key (a long pause, a partition from etcd) and has not noticed yet cannot
+write; its commit fails inside etcd and answers NOT_CONTROLLER. Changes made by admin requests on
+any broker are not controller changes and are not fenced (they are compare-and-swapped against
+the metadata epoch, ``docs/metadata.md``).
+
+**Leadership on a broker's death** (``elect``, ``leadership_change``): when a partition's leader is
+not registered (its lease went), the controller makes the first replica (in replica order) that is
+alive and in the ISR the leader and drops the dead from the ISR, bumping ``leader_epoch``: a clean
+election only. When no ISR member is alive the leader becomes -1 (offline) and the ISR stays as it
+was, so that only a member of it may lead again; when one of them comes back, it leads again.
+Replication proper (followers, ISR shrink and expand, truncation) is the next issue.
+
+A newly elected controller gives the brokers it has never seen registered one session
+(``broker.session.timeout.ms``) to register before it treats them as dead: at a whole cluster's
+start the first broker up would otherwise take leadership from the others' partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from shoal.metadata import MetadataError, MetadataImage, PartitionInfo
+from shoal.metadata.change import Change, Result, unchanged
+
+if TYPE_CHECKING:
+    from shoal.metadata.etcd import EtcdMetadataStore
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+_fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controller_fencing", default=False)
+
+
+# -- pure decisions -------------------------------------------------------------------------------
+
+
+def elect(p: PartitionInfo, alive: set[int]) -> tuple[int, tuple[int, ...]] | None:
+    """The (leader, ISR) partition ``p`` should have with ``alive`` brokers, or None when it
+    keeps what it has. Clean election only: the leader is an alive ISR member, else -1."""
+    if p.leader >= 0 and p.leader in alive:
+        return None
+    alive_isr = tuple(r for r in p.isr if r in alive)
+    if not alive_isr:
+        return None if p.leader == -1 else (-1, p.isr)
+    leader = next((r for r in p.replicas if r in alive_isr), alive_isr[0])
+    return leader, alive_isr
+
+
+def leadership_change(image: MetadataImage, alive: set[int]) -> Result[int]:
+    """The change moving every partition whose leader is not ``alive`` (``elect``); its response
+    is the number of partitions changed."""
+    topics = {}
+    for name, topic in image.topics.items():
+        parts = list(topic.partitions)
+        moved = False
+        for i, p in enumerate(parts):
+            chosen = elect(p, alive)
+            if chosen is None:
+                continue
+            leader, isr = chosen
+            parts[i] = dataclasses.replace(
+                p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + (leader != p.leader),
+                partition_epoch=p.partition_epoch + 1)
+            moved = True
+        if moved:
+            topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
+    if not topics:
+        return unchanged(0)
+    n = sum(1 for name in topics for a, b in zip(image.topics[name].partitions, topics[name].partitions) if a != b)
+    return Result(Change(topics=topics), n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What one election transaction saw: ``(holder node id, holder's lease, creation revision)``
+    of the key, or None when this broker just created it (at ``revision``)."""
+
+    took: bool
+    revision: int = 0
+    holder: int = -1
+    holder_lease: int = 0
+
+
+def observe(o: Observation, node_id: int, lease: int) -> tuple[int, int | None]:
+    """(controller id, my epoch or None) after an election transaction."""
+    if o.took:
+        return node_id, o.revision
+    if o.holder == node_id and o.holder_lease == lease:  # ours (an earlier answer was lost)
+        return node_id, o.revision
+    return o.holder, None
+
+
+def assumed_alive(image: MetadataImage, seen: set[int], in_grace: bool) -> set[int]:
+    """The brokers the controller treats as alive: the registered ones, and, during its first
+    session, the replicas it has never seen registered (they may still be starting)."""
+    alive = set(image.brokers)
+    if in_grace:
+        for topic in image.topics.values():
+            for p in topic.partitions:
+                alive.update(r for r in p.replicas if r not in seen)
+    return alive
+
+
+# -- the election loop ----------------------------------------------------------------------------
+
+
+class Controller:
+    """One broker's part in the election, and the controller's work while it holds the key."""
+
+    def __init__(self, store: "EtcdMetadataStore", node_id: int, session_timeout_ms: int,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.backend = store.backend
+        self.node_id = node_id
+        self.key = self.backend.key("controller")
+        self.controller_id = -1
+        self.epoch: int | None = None  # the controller epoch while this broker holds the key
+        self._monotonic = monotonic
+        self._grace_until = monotonic() + session_timeout_ms / 1000.0
+        self._seen: set[int] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_error = 0.0
+        self.backend.fence = self._fence
+
+    @property
+    def is_controller(self) -> bool:
+        return self.epoch is not None
+
+    def start(self) -> None:
+        self._seen.update(self.store.image.brokers)
+        self.store.subscribe(self._on_metadata)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+        self.epoch = None
+
+    def _on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
+        if old.brokers is not new.brokers:
+            self._seen.update(new.brokers)
+            self._wake.set()
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        token = _fencing.set(True)
+        try:
+            yield
+        finally:
+            _fencing.reset(token)
+
+    def _fence(self) -> list[Any]:
+        if not _fencing.get():
+            return []
+        rpc = self.backend.client.rpc
+        return [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key,
+                            create_revision=self.epoch if self.epoch is not None else -1)]
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.campaign()
+                if self.is_controller:
+                    await self.maintain()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # etcd unreachable (the store logs it), a lost race: next round
+                now = self._monotonic()
+                if now - self._last_error > 5.0:
+                    self._last_error = now
+                    log.warning("controller election/maintenance failed (retrying): %s", e)
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_S)
+
+    async def campaign(self) -> None:
+        """One election transaction: take the key if it is free, else learn its holder."""
+        registration = self.backend.registration
+        lease = registration.lease_id if registration is not None else None
+        if lease is None:
+            return
+        rpc = self.backend.client.rpc
+        resp = await self.backend.client.txn(
+            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=0)],
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=self.key, value=str(self.node_id).encode(), lease=lease))],
+            [rpc.RequestOp(request_range=rpc.RangeRequest(key=self.key))],
+        )
+        if resp.succeeded:
+            o = Observation(True, revision=int(resp.header.revision))
+        else:
+            kvs = resp.responses[0].response_range.kvs
+            if not kvs:
+                return  # it went between the compare and the read: next round
+            kv = kvs[0]
+            o = Observation(False, revision=int(kv.create_revision), holder=int(kv.value), holder_lease=int(kv.lease))
+        was, before = self.epoch, self.controller_id
+        self.controller_id, self.epoch = observe(o, self.node_id, lease)
+        if self.epoch is not None and was != self.epoch:
+            self._grace_until = self._monotonic() + registration.ttl_s
+            log.info("broker %d is the controller (controller epoch %d)", self.node_id, self.epoch)
+        elif self.epoch is None and was is not None:
+            log.warning("broker %d is no longer the controller (broker %d is)", self.node_id, self.controller_id)
+        elif before != self.controller_id:
+            log.info("the controller is broker %d", self.controller_id)
+
+    async def maintain(self) -> None:
+        """Move the leadership of partitions whose leader is gone, as one fenced change."""
+        image = self.store.image
+        self._seen.update(image.brokers)
+        alive = assumed_alive(image, self._seen, self._monotonic() < self._grace_until)
+        if leadership_change(image, alive).change is None:
+            return
+        with self.fenced():
+            try:
+                n = await self.store.decide_and_commit(lambda img: leadership_change(img, alive))
+            except MetadataError as e:
+                if e.code == "NOT_CONTROLLER":
+                    log.warning("broker %d lost the controller key before its change: %s", self.node_id, e.message)
+                    self.epoch = None
+                    return
+                raise
+        if n:
+            gone = sorted({p.leader for t in image.topics.values() for p in t.partitions} - alive - {-1})
+            log.info("controller: moved the leadership of %d partition(s) (brokers gone: %s)", n, gone)

@@ -1,0 +1,67 @@
+"""The controller's pure parts: the clean leader election, the change it commits, the election
+transaction's reading, and which brokers a new controller treats as alive."""
+
+from __future__ import annotations
+
+import uuid
+from types import MappingProxyType
+
+from shoal.cluster.controller import Observation, assumed_alive, elect, leadership_change, observe
+from shoal.metadata import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+
+
+def P(leader, replicas, isr, epoch=5, pepoch=9, index=0):
+    return PartitionInfo(index, tuple(replicas), tuple(isr), leader, epoch, pepoch)
+
+
+def test_a_live_leader_stays():
+    assert elect(P(1, [1, 2, 3], [1, 2, 3]), {1, 2, 3}) is None
+    assert elect(P(1, [1, 2, 3], [1, 2, 3]), {1}) is None  # followers gone: not the election's business
+
+
+def test_a_dead_leader_gives_way_to_the_first_live_isr_member_in_replica_order():
+    assert elect(P(1, [1, 2, 3], [3, 1, 2]), {2, 3}) == (2, (3, 2))
+    assert elect(P(1, [1, 2, 3], [1, 3]), {2, 3}) == (3, (3,))  # 2 is alive but not in the ISR
+
+
+def test_no_live_isr_member_means_offline_keeping_the_isr():
+    assert elect(P(1, [1, 2], [1]), {2}) == (-1, (1,))  # clean only: 2 was not in sync
+    assert elect(P(-1, [1, 2], [1]), {2}) is None  # already offline
+    assert elect(P(-1, [1, 2], [1]), {1, 2}) == (1, (1,))  # the sole ISR member is back: it leads
+
+
+def _image(brokers, topics) -> MetadataImage:
+    infos = MappingProxyType({n: BrokerInfo(n, "h", 9000 + n) for n in brokers})
+    ts = MappingProxyType({t.name: t for t in topics})
+    return MetadataImage("c", 1, infos, ts, MappingProxyType({t.topic_id: t for t in topics}), MappingProxyType({}))
+
+
+def test_leadership_change_bumps_epochs_of_moved_partitions_only():
+    t = TopicInfo("t", uuid.uuid4(), (P(1, [1, 2], [1, 2], index=0), P(2, [2, 1], [2, 1], index=1),
+                                      P(1, [1], [1], index=2)))
+    u = TopicInfo("u", uuid.uuid4(), (P(2, [2], [2]),))
+    result = leadership_change(_image({2}, [t, u]), {2})
+    assert result.response == 2
+    assert set(result.change.topics) == {"t"}  # u is untouched
+    p0, p1, p2 = result.change.topics["t"].partitions
+    assert (p0.leader, p0.isr, p0.leader_epoch, p0.partition_epoch) == (2, (2,), 6, 10)
+    assert p1 == t.partitions[1]
+    assert (p2.leader, p2.isr, p2.leader_epoch, p2.partition_epoch) == (-1, (1,), 6, 10)
+    assert leadership_change(_image({1, 2}, [t, u]), {1, 2}).change is None
+
+
+def test_observe_the_election_transaction():
+    assert observe(Observation(True, revision=42), 3, lease=7) == (3, 42)
+    assert observe(Observation(False, revision=40, holder=1, holder_lease=9), 3, lease=7) == (1, None)
+    # our own key (the answer of the transaction that created it was lost): still ours, same epoch
+    assert observe(Observation(False, revision=40, holder=3, holder_lease=7), 3, lease=7) == (3, 40)
+    # our node id under another lease (our former self, before a restart): not ours
+    assert observe(Observation(False, revision=40, holder=3, holder_lease=8), 3, lease=7) == (3, None)
+
+
+def test_a_new_controller_waits_one_session_for_brokers_it_never_saw():
+    t = TopicInfo("t", uuid.uuid4(), (P(1, [1], [1]), P(2, [2], [2], index=1), P(3, [3], [3], index=2)))
+    image = _image({1}, [t])
+    assert assumed_alive(image, seen={1}, in_grace=True) == {1, 2, 3}
+    assert assumed_alive(image, seen={1, 2}, in_grace=True) == {1, 3}  # 2 was seen, and went
+    assert assumed_alive(image, seen={1}, in_grace=False) == {1}
