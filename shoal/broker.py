@@ -116,6 +116,7 @@ class Broker:
         self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
         self._periodic: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self._dir_locks: Any = None  # safety: shoal.storage.dirlock.DirLocks, from start() to stop()
         self.admin_http: Any = None  # admin: shoal.admin.http.AdminHttpServer when configured
         self.controller: Any = None  # cluster: shoal.cluster.controller.Controller on etcd
         # quotas: produce/fetch/request client quota managers (shoal.quotas.manager), Prometheus
@@ -177,6 +178,25 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # -- safety: lock every directory this broker writes before anything is read or written
+        # there (a second broker on them is refused, having changed nothing); held until stop().
+        from shoal.storage.dirlock import DirLocks
+
+        self._dir_locks = await asyncio.to_thread(DirLocks.acquire, self._written_dirs())
+        try:
+            await self._start()
+        except BaseException:
+            self._dir_locks.release()
+            raise
+
+    def _written_dirs(self) -> list[tuple[Path, str]]:
+        dirs = [(Path(d), "log dir") for d in self.static_config.log_dirs]
+        store_path = getattr(self.metadata, "path", None)  # the embedded store's file
+        if isinstance(store_path, Path):
+            dirs.append((store_path.parent, "metadata dir"))
+        return dirs
+
+    async def _start(self) -> None:
         await self.metadata.start()
         # -- auth: TLS contexts and SASL settings per listener; bootstrap SCRAM users.
         from shoal.auth import ensure_bootstrap_users, listener_security
@@ -309,6 +329,8 @@ class Broker:
             await self.groups.stop()  # groups
         await asyncio.to_thread(self.logs.close)
         await self.metadata.close()
+        if self._dir_locks is not None:  # safety: last, after every write
+            self._dir_locks.release()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
