@@ -27,8 +27,24 @@ def _serve_parser(sub) -> None:
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
         help="any broker config, as in server.properties (repeatable)",
     )
-    p.add_argument("--log-level", default=os.environ.get("SHOAL_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-level", type=_log_level, default=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
+        metavar="{" + ",".join(LOG_LEVELS) + "}",
+        help="default $SHOAL_LOG_LEVEL or INFO; DEBUG also prints the traceback of a failed start",
+    )
     p.set_defaults(func=cmd_serve)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {', '.join(LOG_LEVELS)}, in any case)"
+        )
+    return level
 
 
 def _overrides(args) -> dict[str, str]:
@@ -53,20 +69,22 @@ def _overrides(args) -> dict[str, str]:
 
 def cmd_serve(args) -> int:
     from shoal.broker import Broker
-    from shoal.auth.principal import MappingError
-    from shoal.auth.tls import TlsConfigError
-    from shoal.metadata import MetadataError
     from shoal.config import BrokerConfig, ConfigError
 
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from shoal.startup_errors import describe
+
     try:
         config = BrokerConfig.load(args.config, _overrides(args))
-    except (ConfigError, OSError) as e:
-        print(f"shoal serve: {e}", file=sys.stderr)
+    except ConfigError as e:
+        _explain_failure(args, e, f"shoal serve: {describe(e, None)}")
+        return 2
+    except OSError as e:
+        _explain_failure(args, e, f"shoal serve: cannot read the config file {args.config}: {e.strerror}: check the --config path")
         return 2
     try:
         import uvloop
@@ -79,10 +97,11 @@ def cmd_serve(args) -> int:
         broker = Broker(config)
         try:
             await broker.start()
-        except (ConfigError, OSError, ValueError, TlsConfigError, MappingError, MetadataError) as e:
-            # A port in use, an unreadable certificate, a bad listener, a node.id held by a live
-            # broker (cluster): one line, no traceback.
-            raise _StartFailed(f"shoal serve: cannot start: {e}") from e
+        except Exception as e:
+            # A directory in use or unwritable, a metadata file that is not Shoal's, a port in use,
+            # an unreadable certificate, a bad listener, a node.id held by a live broker (cluster):
+            # one line that says what to do (shoal.startup_errors), no traceback but at DEBUG.
+            raise _StartFailed(f"shoal serve: cannot start: {describe(e, config)}") from e
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
@@ -109,9 +128,18 @@ def cmd_serve(args) -> int:
     try:
         asyncio.run(run())
     except _StartFailed as e:
-        print(e, file=sys.stderr)
+        _explain_failure(args, e.__cause__, str(e))
         return 1
     return 0
+
+
+def _explain_failure(args, error: BaseException | None, line: str) -> None:
+    """The one line on stderr; at --log-level DEBUG the traceback first."""
+    if args.log_level == "DEBUG" and error is not None:
+        import traceback
+
+        traceback.print_exception(error, file=sys.stderr)
+    print(line, file=sys.stderr)
 
 
 class _StartFailed(Exception):
@@ -119,7 +147,10 @@ class _StartFailed(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shoal import __version__
+
     parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     from shoal import cli_topics, cli_users
@@ -131,8 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
     __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
     __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        args = parser.parse_args(argv)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `shoal ... | head`: the reader has gone; stop quietly, as a command killed by SIGPIPE
+        # does (and keep Python from failing again when it flushes stdout at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return rc
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Deliberate deviations from Kafka:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import logging
 import re
@@ -1059,7 +1060,10 @@ class BrokerConfig:
         props.update({str(k): str(v) for k, v in (overrides or {}).items()})
         for k in props:
             if k not in BROKER_CONFIGS and not k.startswith("listener.name."):
-                log.warning("unknown broker config %r is kept but not used", k)
+                # Kafka's AbstractConfig.logUnused line, and the known name a typo is closest to
+                near = difflib.get_close_matches(k, BROKER_CONFIGS, n=1, cutoff=0.85)
+                hint = f" Did you mean '{near[0]}'?" if near else ""
+                log.warning("The configuration '%s' was supplied but isn't a known config.%s", k, hint)
         return cls(props)
 
     def with_dynamic(self, broker_configs: Mapping[str, str]) -> "BrokerConfig":
