@@ -4,9 +4,9 @@
 Cases: an unwritable log dir (a read-only tmpfs mount as root, else an immutable or mode-0555
 directory), a log dir that cannot be created (a file in its path), a metadata file that is not
 JSON, one of an unknown format version, a directory written by another node id, a listener host
-that does not resolve, a port in use, a bad config value, a missing config file. Plus the unknown
-configuration key warning, and the command-line basics: an invalid ``--log-level`` is an argparse
-error listing the choices, ``shoal --version``, and ``shoal ... | head`` without a BrokenPipeError.
+that does not resolve, a port in use, a bad config value, a missing config file. (A directory in
+use by another broker: tests/e2e/test_data_dir_lock.py; the command's other basics:
+tests/test_cli_basics.py.)
 """
 
 from __future__ import annotations
