@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
     __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
     __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
+    __import__("shoal.cli_cluster").cli_cluster.add_parser(sub)  # shoal cluster describe
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)

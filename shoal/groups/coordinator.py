@@ -181,6 +181,8 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupManager(self)
         self._commit_waiters = Purgatory()  # keyed by group id: a commit finished
         self._timer_task: asyncio.Task[None] | None = None
+        self._creating: asyncio.Task[None] | None = None  # cluster: __consumer_offsets being created
+        self._refused = ""  # why __consumer_offsets could not be created, as last logged
         self._broker: Broker | None = None
         self._topic_id = None
         self.active = num_partitions is not None
@@ -214,7 +216,10 @@ class GroupCoordinator:
         broker = self._broker
         assert broker is not None, "start() is for a broker-bound coordinator (for_broker)"
         self._timer_task = asyncio.create_task(self.timer.drive(), name="group-coordinator-timer")
-        await self._ensure_offsets_topic()
+        if getattr(broker, "controller", None) is None:
+            await self._ensure_offsets_topic()
+        # cluster: created at the first FindCoordinator instead (request_offsets_topic), as Kafka
+        # does, so that it is placed over the brokers up by then, not over the first one alone
         broker.metadata.subscribe(self._on_metadata)
         self.active = True
         self._reconcile(None, broker.metadata.image)
@@ -226,7 +231,7 @@ class GroupCoordinator:
         self.timer.cancel(EXPIRY_TIMER_KEY)
         for p in list(self._owned):
             self.unload_partition(p)
-        tasks = [t for t in (self._timer_task, *self._tasks) if t is not None]
+        tasks = [t for t in (self._timer_task, self._creating, *self._tasks) if t is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -259,8 +264,10 @@ class GroupCoordinator:
                 planner.random_source(broker),
             )
         except planner.PlacementError as e:
-            log.error("cannot create %s (offsets.topic.replication.factor=%d): %s", OFFSETS_TOPIC,
-                      cfg.offsets_topic_replication_factor, e.message)
+            if e.message != self._refused:  # once per reason (FindCoordinator retries it on etcd)
+                self._refused = e.message
+                log.error("cannot create %s (offsets.topic.replication.factor=%d): %s", OFFSETS_TOPIC,
+                          cfg.offsets_topic_replication_factor, e.message)
             return
         assignments = list(plan.assignments)
         configs = {
@@ -274,6 +281,20 @@ class GroupCoordinator:
         except MetadataError as e:
             if e.code != "TOPIC_ALREADY_EXISTS":
                 log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
+
+    def request_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` in the background (once at a time): FindCoordinator's
+        answer while it is missing is COORDINATOR_NOT_AVAILABLE, and the client asks again."""
+        if self._broker is None or not self.active or self._creating is not None:
+            return
+        if getattr(self._broker, "controller", None) is None:
+            return  # one broker: start() created it, or said once why it cannot
+        self._creating = asyncio.get_running_loop().create_task(self._ensure_offsets_topic())
+
+        def done(_t: asyncio.Task[None]) -> None:
+            self._creating = None
+
+        self._creating.add_done_callback(done)
 
     # -- following metadata ---------------------------------------------------------------------
 

@@ -122,6 +122,9 @@ def find_coordinator(broker, listener: str, key_type: int, key: str) -> tuple[in
     image = broker.metadata.image
     topic = image.topic(OFFSETS_TOPIC)
     if topic is None or not topic.partitions:
+        coordinator = getattr(broker, "groups", None)
+        if topic is None and coordinator is not None:  # cluster: created at first use
+            coordinator.request_offsets_topic()
         return -1, "", -1, ErrorCode.coordinator_not_available, None
     pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
     node = image.brokers.get(pinfo.leader)

@@ -39,16 +39,21 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.id: p.leader for p in md.topics[topic].partitions.values()}
 
 
-def read_all_confluent(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                  "log_level": 2})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+def poll_values(c: Consumer, expected: int, timeout: float = 40.0) -> list[bytes]:
     got: list[bytes] = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while len(got) < expected and time.monotonic() < deadline:
         m = c.poll(0.5)
         if m is not None and m.error() is None:
             got.append(m.value())
+    return got
+
+
+def read_all_confluent(bootstrap: str | dict, topic: str, partitions: int, expected: int) -> list[bytes]:
+    conf = bootstrap if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+    c = Consumer({**conf, "group.id": "unused", "enable.auto.commit": False, "log_level": 2})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = poll_values(c, expected)
     c.close()
     return got
 
@@ -160,12 +165,129 @@ def test_kcat_lists_three_brokers(cluster3):
         assert f"broker {b.node_id} at 127.0.0.1:{b.port}" in out.stdout
 
 
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """FindCoordinator through ``bootstrap``: the coordinator's node id (-1 while not available)."""
+    async def go() -> int:
+        async with AdminClient(bootstrap, timeout=10) as c:
+            r = await c.request(10, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        c0 = r.coordinators[0] if getattr(r, "coordinators", None) else r
+        return int(c0.node_id) if c0.error_code == 0 else -1
+
+    return run(go())
+
+
+def test_a_group_coordinated_by_another_broker_commits_and_resumes(cluster3):
+    via = 2
+    bootstrap = cluster3[via].bootstrap  # the only broker the clients are given
+    until(lambda: coordinator_of(bootstrap, "probe") > 0, 20, "__consumer_offsets created")
+    group = next(g for g in (f"grp-{i}-{uuid.uuid4().hex[:4]}" for i in range(100))
+                 if coordinator_of(bootstrap, g) not in (via, -1))
+    coordinator = coordinator_of(bootstrap, group)
+    assert all(coordinator_of(b.bootstrap, group) == coordinator for b in cluster3.brokers.values())
+    # a group API sent to a broker that is not its coordinator: NOT_COORDINATOR (16)
+    async def heartbeat() -> int:
+        async with AdminClient(bootstrap, timeout=10) as c:
+            r = await c.request(12, {"group_id": group, "generation_id": 1, "member_id": "m"})
+        return int(r.error_code)
+
+    assert run(heartbeat()) == 16
+
+    topic = f"grp-{uuid.uuid4().hex[:6]}"
+    create(bootstrap, topic)
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 2})
+    for i in range(60):
+        p.produce(topic, value=f"g{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "log_level": 2})
+    c.subscribe([topic])
+    got = poll_values(c, 60)
+    c.commit(asynchronous=False)
+    c.close()
+    assert sorted(got) == sorted(f"g{i}".encode() for i in range(60))
+    for i in range(60, 90):
+        p.produce(topic, value=f"g{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0
+
+    from kafka import KafkaConsumer
+
+    kc = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                       enable_auto_commit=False)
+    rest: list[bytes] = []
+    deadline = time.monotonic() + 40
+    while len(rest) < 30 and time.monotonic() < deadline:
+        for recs in kc.poll(timeout_ms=500).values():
+            rest += [r.value for r in recs]
+    kc.close()
+    assert sorted(rest) == sorted(f"g{i}".encode() for i in range(60, 90))  # resumed at the commit
+
+
+def test_a_tenant_created_through_broker_1_logs_in_on_broker_3_and_sees_the_same_cluster(cluster3):
+    from cluster_harness import Tenant
+
+    status, body = cluster3[1].http("POST", "/v1/tenants", {"display_name": "Cluster tenant"})
+    assert status == 201, body
+    on1 = Tenant(cluster3[1], body["tenant_id"])
+    on1.add_user(f"carol-{uuid.uuid4().hex[:4]}")
+    on3 = Tenant(cluster3[3], on1.tenant_id, dict(on1.users))  # same user and password, broker 3
+
+    def tenant_admin(t: Tenant) -> KafkaAdmin:
+        return KafkaAdmin({**t.conf(), "log_level": 2})
+
+    a1 = tenant_admin(on1)
+    a1.create_topics([NewTopic("orders", 6, 1)])["orders"].result(20)
+    md1 = a1.list_topics(timeout=15)
+    md3 = until(lambda: (m := tenant_admin(on3).list_topics(timeout=15)) and "orders" in m.topics and m, 10)
+    assert md1.cluster_id == md3.cluster_id and md3.cluster_id.startswith("lkc-")
+    assert set(md3.topics) == set(md1.topics) == {"orders"}  # the tenant's own view, on both
+    assert {b.id for b in md3.brokers.values()} == {1, 2, 3}
+    assert {b.port for b in md3.brokers.values()} == {b.sasl_port for b in cluster3.brokers.values()}
+    p = Producer({**on3.conf(), "log_level": 2})
+    for i in range(30):
+        p.produce("orders", value=f"t{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    got = read_all_confluent(on1.conf(), "orders", 6, 30)
+    assert sorted(got) == sorted(f"t{i}".encode() for i in range(30))
+
+
 def test_every_broker_names_the_same_controller(cluster3):
     controller = cluster3.wait_controller()
     assert controller in (1, 2, 3)
     md = admin(cluster3[3].bootstrap).list_topics(timeout=15)
     assert md.controller_id == controller  # Metadata reports it too
 
+
+
+def test_shoal_cluster_describe(cluster3):
+    import json
+    import sys
+
+    topic = f"cli-{uuid.uuid4().hex[:6]}"
+    create(cluster3[1].bootstrap, topic)
+    lead = until(lambda: len(leaders(cluster3[3].bootstrap, topic)) == 6 and leaders(cluster3[3].bootstrap, topic))
+    controller = cluster3.wait_controller()
+
+    def shoal(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "shoal", "cluster", "describe",
+                               "--bootstrap-server", cluster3[3].bootstrap, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    out = shoal("--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["controller_id"] == controller
+    assert [(b["node_id"], b["rack"], b["port"]) for b in d["brokers"]] == [
+        (n, f"dc{n}", cluster3[n].port) for n in (1, 2, 3)]
+    for b in d["brokers"]:
+        assert {tp for tp in b["leader_of"] if tp.startswith(topic + "-")} == {
+            f"{topic}-{q}" for q, leader in lead.items() if leader == b["node_id"]}
+    text = shoal("--partitions")
+    assert text.returncode == 0, text.stderr
+    assert f"controller {controller}" in text.stdout and "3 broker(s):" in text.stdout
+    assert f"broker 1 at 127.0.0.1:{cluster3[1].port} rack dc1" in text.stdout
+    down = subprocess.run([sys.executable, "-m", "shoal", "cluster", "describe", "--bootstrap-server",
+                           "127.0.0.1:1", "--timeout", "3"], capture_output=True, text=True, timeout=60)
+    assert down.returncode == 3 and down.stderr.startswith("shoal cluster describe:")
 
 # -- the tests below kill brokers (each brings the cluster back to three) ---------------------------
 

@@ -1,0 +1,56 @@
+"""The controller election and its fence against a real etcd (two stores = two brokers): one
+holder at a time, the key's creation revision as the epoch, a stale controller's change refused
+inside etcd while other brokers' admin changes go through."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal.cluster.controller import Controller, leadership_change
+from shoal.metadata import BrokerInfo, MetadataError
+from shoal.metadata.etcd import EtcdMetadataStore
+
+
+@pytest.fixture
+async def two(etcd_cluster, etcd_prefix):
+    url = etcd_cluster.url(etcd_prefix)
+    stores = [EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2)]
+    for n, s in enumerate(stores, 1):
+        await s.start()
+        await s.register_broker(BrokerInfo(n, "127.0.0.1", 9090 + n))
+    yield stores
+    for s in stores:
+        await s.close()
+
+
+async def test_one_controller_and_a_stale_one_is_fenced_inside_etcd(two, etcd_cluster, etcd_prefix):
+    s1, s2 = two
+    await s1.create_topic("t", [(2,), (1,)], {})
+    c1, c2 = Controller(s1, 1, 3000), Controller(s2, 2, 3000)
+    await c1.campaign()
+    await c2.campaign()
+    assert (c1.is_controller, c1.controller_id) == (True, 1)
+    assert (c2.is_controller, c2.controller_id) == (False, 1)
+    first = c1.epoch
+    await c1.campaign()
+    assert c1.epoch == first  # holding the key: same epoch
+
+    # c1 loses the key without noticing (as when its lease expires during a long pause)
+    etcd_cluster.etcdctl("del", f"{etcd_prefix}/controller")
+    await c2.campaign()
+    assert c2.is_controller and c2.epoch > first
+
+    # gone broker 2 in c1's stale view: its fenced change is refused inside etcd
+    with c1.fenced(), pytest.raises(MetadataError) as e:
+        await s1.decide_and_commit(lambda img: leadership_change(img, {1}))
+    assert e.value.code == "NOT_CONTROLLER"
+    assert s2.image.topics["t"].partitions[0].leader == 2  # unchanged
+    await s1.create_topic("u", [(1,)], {})  # an admin change (not the controller's) is not fenced
+
+    with c2.fenced():
+        assert await s2.decide_and_commit(lambda img: leadership_change(img, {2})) == 2  # t-1, u-0
+    p = s2.image.topics["t"].partitions[1]
+    assert (p.leader, p.leader_epoch) == (-1, 1)
+
+    await c1.campaign()  # c1 learns it
+    assert (c1.is_controller, c1.controller_id) == (False, 2)
