@@ -292,6 +292,17 @@ def test_shoal_cluster_describe(cluster3):
 # -- the tests below kill brokers (each brings the cluster back to three) ---------------------------
 
 
+def test_a_controller_stopped_cleanly_hands_over_at_once(cluster3):
+    old = cluster3.wait_controller()
+    cluster3.stop(old)  # SIGTERM: its lease is revoked, the key goes with it
+    t0 = time.monotonic()
+    new = cluster3.wait_controller(not_=old, timeout=20)
+    took = time.monotonic() - t0
+    print(f"SIGTERM of controller {old}: broker {new} elected after {took:.2f} s (session {SESSION_MS} ms)")
+    assert took < SESSION_MS / 1000  # not waiting for a lease to expire
+    cluster3.start_one(old)
+    cluster3.wait_brokers({1, 2, 3})
+
 def test_kill9_the_controller_a_new_one_is_elected_and_topics_can_be_created(cluster3):
     topic = f"ctl-{uuid.uuid4().hex[:6]}"
     old = cluster3.wait_controller()
