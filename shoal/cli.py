@@ -94,8 +94,8 @@ def cmd_serve(args) -> int:
         pass
 
     async def run() -> None:
-        broker = Broker(config)
         try:
+            broker = Broker(config)
             await broker.start()
         except Exception as e:
             # A directory in use or unwritable, a metadata file that is not Shoal's, a port in use,
