@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,25 @@ def test_debug_adds_the_traceback(tmp_path) -> None:
     assert r.returncode == 1
     assert "Traceback (most recent call last)" in r.stderr and "NotADirectoryError" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("shoal serve: cannot start: cannot create log dir")
+
+
+def test_log_dir_of_another_node_id(tmp_path) -> None:
+    """A log dir names its node in meta.properties (as Kafka's): checked before anything is read,
+    so another node's partitions are never taken for this one's (on a cluster, too)."""
+    from broker_process import BrokerProcess
+
+    b = BrokerProcess(tmp_path)
+    b.start()
+    deadline = time.monotonic() + 20
+    while not (b.data_dir / "meta.properties").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # written just after the broker is up
+    b.stop()
+    meta = (b.data_dir / "meta.properties").read_text()
+    assert "node.id=1\n" in meta and "version=1\n" in meta
+    before = {p: p.read_bytes() for p in b.data_dir.rglob("*") if p.is_file()}
+    line = _one_line(_serve(b.data_dir, "--node-id", "7"))
+    assert line == (f"shoal serve: cannot start: log dir {b.data_dir} was written by node 1 ({b.data_dir}/meta.properties), "
+                    f"this is node 7: start this broker with --node-id 1 (node.id), {ELSEWHERE}")
+    # refused before the metadata store was read: nothing changed but the lock file's pid
+    after = {p: p.read_bytes() for p in b.data_dir.rglob("*") if p.is_file()}
+    assert {p: v for p, v in after.items() if p.name != ".lock"} == {p: v for p, v in before.items() if p.name != ".lock"}

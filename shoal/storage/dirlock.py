@@ -13,6 +13,11 @@ open file, so the kernel drops it when the holder dies, kill -9 included: a ``.l
 locks nothing. The descriptor is close-on-exec, so a child process never keeps a lock alive.
 Locks are per open file, not per process: a second ``DirLock`` on one directory in the same process
 is refused too (as a test running two ``Broker`` objects on one directory would be).
+
+Each log dir also names its owner in ``meta.properties`` (Kafka's file: ``node.id``, ``cluster.id``,
+``version=1``), written once the broker has started (``record_owner``). Right after the lock, before
+anything else is read, ``check_owner`` refuses a directory written by another node id
+(``DirOfAnotherNode``), which on a cluster would otherwise be taken for this node's replicas.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 LOCK_FILE = ".lock"  # Kafka's name (LogManager.LockFileName)
+META_FILE = "meta.properties"  # Kafka's name (MetaPropertiesEnsemble.META_PROPERTIES_NAME)
 
 
 class DirLockError(Exception):
@@ -163,3 +169,55 @@ class DirLocks:
     def release(self) -> None:
         for lock in self.locks:
             lock.release()
+
+
+class DirOfAnotherNode(DirLockError):
+    """The log dir's ``meta.properties`` names another node id."""
+
+    def __init__(self, directory: str, owner: int, node_id: int) -> None:
+        super().__init__(
+            directory,
+            f"log dir {directory} was written by node {owner} ({os.path.join(directory, META_FILE)}), "
+            f"this is node {node_id}: start this broker with --node-id {owner} (node.id), "
+            "or point log.dirs (--log-dirs) at another directory",
+        )
+        self.owner = owner
+
+
+def read_meta_properties(directory: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``key=value`` lines of ``<directory>/meta.properties`` (empty when there is none)."""
+    try:
+        text = (Path(directory) / META_FILE).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def check_owner(directories: Iterable[str | os.PathLike[str]], node_id: int) -> None:
+    """Raise ``DirOfAnotherNode`` for the first directory whose ``meta.properties`` names another
+    node id (a file without a number there names no one)."""
+    for d in directories:
+        owner = read_meta_properties(d).get("node.id", "")
+        if owner.lstrip("-").isdigit() and int(owner) != node_id:
+            raise DirOfAnotherNode(os.fspath(d), int(owner), node_id)
+
+
+def record_owner(directories: Iterable[str | os.PathLike[str]], node_id: int, cluster_id: str) -> None:
+    """Write each directory's ``meta.properties`` (atomically) unless it already says this."""
+    want = {"cluster.id": cluster_id, "node.id": str(node_id), "version": "1"}
+    for d in directories:
+        if read_meta_properties(d) == want:
+            continue
+        path = Path(d) / META_FILE
+        tmp = path.with_name(META_FILE + ".tmp")
+        tmp.write_text("#Written by Shoal: the node and cluster this log dir belongs to\n"
+                       + "".join(f"{k}={v}\n" for k, v in want.items()), encoding="utf-8")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)

@@ -6,7 +6,10 @@ import os
 
 import pytest
 
-from shoal.storage.dirlock import LOCK_FILE, DirInUse, DirLock, DirLocks, DirUnusable
+from shoal.storage.dirlock import (
+    LOCK_FILE, DirInUse, DirLock, DirLocks, DirOfAnotherNode, DirUnusable, check_owner, read_meta_properties,
+    record_owner,
+)
 
 
 def test_lock_creates_the_directory_and_names_its_holder(tmp_path) -> None:
@@ -57,3 +60,21 @@ def test_all_or_none(tmp_path) -> None:
     assert len(both.locks) == 1
     both.release()
     DirLock.acquire(a).release()
+
+
+def test_a_log_dir_names_its_node(tmp_path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    check_owner([a, b], 2)  # no meta.properties yet: no one's
+    record_owner([a, b], 1, "clusterA")
+    assert read_meta_properties(a) == {"cluster.id": "clusterA", "node.id": "1", "version": "1"}
+    check_owner([a, b], 1)
+    with pytest.raises(DirOfAnotherNode) as e:
+        check_owner([a, b], 2)
+    assert str(e.value) == (f"log dir {a} was written by node 1 ({a}/meta.properties), this is node 2: start "
+                            "this broker with --node-id 1 (node.id), or point log.dirs (--log-dirs) at another directory")
+    # Kafka writes the same keys (a comment line with the date first)
+    (b / "meta.properties").write_text("#\n#Wed Nov 25 14:00:00 UTC 2026\nnode.id=3\nversion=1\ncluster.id=k\n")
+    with pytest.raises(DirOfAnotherNode) as e:
+        check_owner([b], 1)
+    assert e.value.owner == 3
