@@ -180,14 +180,20 @@ class Broker:
     async def start(self) -> None:
         # -- safety: lock every directory this broker writes before anything is read or written
         # there (a second broker on them is refused, having changed nothing); held until stop().
-        from shoal.storage.dirlock import DirLocks
+        from shoal.storage.dirlock import DirLocks, check_owner, record_owner
 
         self._dir_locks = await asyncio.to_thread(DirLocks.acquire, self._written_dirs())
+        log_dirs = self.static_config.log_dirs
         try:
+            await asyncio.to_thread(check_owner, log_dirs, self.node_id)  # not another node's data
             await self._start()
         except BaseException:
             self._dir_locks.release()
             raise
+        try:
+            await asyncio.to_thread(record_owner, log_dirs, self.node_id, self.metadata.image.cluster_id)
+        except OSError as e:
+            log.warning("cannot record this node in its log dirs (meta.properties): %s", e)
 
     def _written_dirs(self) -> list[tuple[Path, str]]:
         dirs = [(Path(d), "log dir") for d in self.static_config.log_dirs]
