@@ -84,10 +84,26 @@ def test_a_partition_asked_of_a_broker_that_does_not_lead_it_is_not_leader(clust
                 {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
                                                  "timestamp": -1, "max_num_offsets": 1}]}], "timeout": 10000})
 
+    async def produce(node: int, partition: int):
+        from shoal.protocol.records import build_batch
+
+        batch = build_batch([(int(time.time() * 1000), None, b"x", ())])
+        async with AdminClient(cluster3[node].bootstrap, timeout=10) as c:
+            return await c.request(0, {"transactional_id": None, "acks": 1, "timeout": 10000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+
     for p, leader in lead.items():
         other = next(n for n in (1, 2, 3) if n != leader)
         assert run(ask(leader, p)).topics[0].partitions[0].error_code == 0
         assert run(ask(other, p)).topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        # KIP-951 (Produce v10+): who leads, with its endpoint, so the client re-routes at once
+        r = run(produce(other, p))
+        part = r.responses[0].partition_responses[0]
+        assert part.error_code == 6
+        assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, 0)
+        assert [(e.node_id, e.host, e.port, e.rack) for e in r.node_endpoints] == [
+            (leader, "127.0.0.1", cluster3[leader].port, f"dc{leader}")]
+        assert run(produce(leader, p)).responses[0].partition_responses[0].error_code == 0
 
 
 @pytest.mark.parametrize("via", [1, 2, 3])
