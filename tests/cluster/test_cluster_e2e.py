@@ -351,6 +351,30 @@ def test_kill9_the_controller_a_new_one_is_elected_and_topics_can_be_created(clu
     assert sorted(got) == sorted(f"c{i}".encode() for i in range(30))
 
 
+def test_kill9_a_leader_with_other_replicas_in_sync_leadership_moves_to_one_of_them(cluster3):
+    topic = f"rf3-{uuid.uuid4().hex[:6]}"
+    a = admin(cluster3[1].bootstrap)
+    a.create_topics([NewTopic(topic, 1, 3)])[topic].result(20)
+
+    def partition0(bootstrap: str):
+        return admin(bootstrap).list_topics(topic, timeout=15).topics[topic].partitions[0]
+
+    before = until(lambda: partition0(cluster3[1].bootstrap))
+    assert sorted(before.replicas) == [1, 2, 3] and before.leader == before.replicas[0]
+    old = before.leader
+    survivor = cluster3[next(n for n in (1, 2, 3) if n != old)].bootstrap
+    cluster3.kill(old)
+    after = until(lambda: (q := partition0(survivor)).leader not in (old, -1) and q, SESSION_MS / 1000 + 15,
+                  "a new leader")
+    assert after.leader == next(r for r in before.replicas if r != old)  # first live ISR member
+    assert old not in after.isrs and sorted(after.isrs) == sorted(set(before.isrs) - {old})
+    p = Producer({"bootstrap.servers": survivor, "acks": 1, "log_level": 2})  # no replication yet: acks=1
+    p.produce(topic, value=b"after failover", partition=0)
+    assert p.flush(30) == 0
+    cluster3.start_one(old)
+    cluster3.wait_brokers({1, 2, 3})
+    assert partition0(survivor).leader == after.leader  # leadership does not move back by itself
+
 def test_kill9_a_broker_it_leaves_metadata_after_its_lease_and_comes_back(cluster3):
     controller = cluster3.wait_controller()
     victim = next(n for n in (3, 2, 1) if n != controller)
