@@ -291,3 +291,16 @@ class TcpProxy:
         self.cut()
         if self._server is not None:
             self._server.close()
+
+
+async def until(cond, timeout: float = 20.0) -> float:
+    """Poll ``cond`` in the event loop until it is true (AssertionError after ``timeout``); the
+    time it took."""
+    import asyncio
+
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"not within {timeout}s")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0

@@ -33,7 +33,12 @@ one batch of events with one revision; each batch is applied to the image and li
 ``(old, new)``, once per batch and in revision order, for this broker's own changes and others'
 alike. ``commit`` returns once the watch has delivered its own transaction, and for that one the
 change itself (not its decoded keys) is applied, so the image holds the very objects the rules
-made. Registrations (``/brokers``) change the image without bumping the epoch (they are
+made. It waits for that at most ``OWN_WATCH_WAIT_S``: if etcd died right after the transaction (or
+the watch lags), the commit publishes its change itself (``_apply_ahead``; the transaction's epoch
+compare proves no other change lies between), and the watch's later delivery of that revision
+only moves the revision; a registration below it is then told after it (registrations touch other
+keys). Each change is told once and the image never goes back. Registrations (``/brokers``)
+change the image without bumping the epoch (they are
 ephemeral). If the watch's start revision has been compacted, the prefix is read again and
 listeners are told the difference in one call.
 
@@ -82,6 +87,9 @@ REQUEST_TIMEOUT_S = 5.0
 # How long refresh() waits for the watch to bring a newer image before reading the prefix again.
 REFRESH_TIMEOUT_S = 10.0
 LOG_EVERY_S = 5.0
+# How long a commit whose transaction succeeded waits for its watch to deliver it before it
+# publishes the change itself (EtcdBackend._apply_ahead).
+OWN_WATCH_WAIT_S = 1.0
 MAX_BACKOFF_S = 2.0
 
 
@@ -254,6 +262,8 @@ class EtcdBackend(MetadataBackend):
         self._token_base = f"{node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # own commits in flight: token -> (change, future of the image that published it, revision)
         self._own: dict[str, tuple[Change, asyncio.Future[MetadataImage], list[int]]] = {}
+        # own changes published before the watch delivered them: etcd revision -> token
+        self._ahead: dict[int, str] = {}
         self._last_log = 0.0
         self.registration: Any = None  # shoal.cluster.registration.Registration, on first register()
         self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
@@ -418,6 +428,7 @@ class EtcdBackend(MetadataBackend):
         self._epoch_mod = epoch_mod
         self._revision = revision
         self._reload = False
+        self._ahead = {r: t for r, t in self._ahead.items() if r > revision}
         if old is not None:
             self.reloads += 1
         for token, (_change, fut, rev) in list(self._own.items()):
@@ -552,6 +563,9 @@ class EtcdBackend(MetadataBackend):
         revision = int(events[0].kv.mod_revision)
         if revision <= self._revision:
             return
+        if self._ahead.pop(revision, None) is not None:  # our own change, published already
+            self._revision = revision
+            return
         put = self.client.rpc.Event.PUT
         change, epoch, epoch_mod, token = self._decode_events([(ev.type == put, ev.kv) for ev in events])
         old = self.image
@@ -613,7 +627,36 @@ class EtcdBackend(MetadataBackend):
         if not fut.done() and self._revision >= rev[0]:  # a reload went past it
             self._own.pop(token, None)
             return self.image
-        return await asyncio.shield(fut)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), OWN_WATCH_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+        if fut.done():
+            return fut.result()
+        return self._apply_ahead(token, rev[0], expected_epoch)
+
+    def _apply_ahead(self, token: str, revision: int, expected_epoch: int) -> MetadataImage:
+        """Publish our own committed change before the watch has delivered it (etcd went away
+        right after the transaction, or the watch lags): the transaction's success proves that no
+        epoch change lies between the image and ``revision`` (its compare), so only registrations
+        may be missing below it, and those touch other keys. The image goes to epoch + 1 and the
+        watch, when it delivers ``revision``, only moves the revision past it (``_apply_revision``)."""
+        change, fut, _rev = self._own.pop(token)
+        old = self.image
+        if old.epoch != expected_epoch:  # cannot happen (see above); never publish out of order
+            raise MetadataError(
+                "REQUEST_TIMED_OUT", f"the change was committed to etcd (revision {revision}) but this broker "
+                "has not seen it yet; retry")
+        new = dataclasses.replace(change.apply(old), epoch=expected_epoch + 1)
+        self._image = new
+        self._epoch_mod = revision
+        self._ahead[revision] = token
+        log.info("published this broker's change at etcd revision %d before its watch delivered it "
+                 "(the watch is at %d)", revision, self._revision)
+        fut.set_result(new)
+        self._moved()
+        self._tell(old, new)
+        return new
 
     def _txn_error(self, e: BaseException, n_ops: int) -> MetadataError:
         why = _why(e)

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy
+from etcd_cluster import EtcdCluster, TcpProxy, until
 from shoal.metadata import MetadataError, MetadataImage, changed_topics
 from shoal.metadata.etcd import EtcdMetadataStore
 
@@ -29,14 +29,6 @@ def url(cluster):
     cluster.start_all()  # a test that failed may have left members down
     return cluster.url(f"/fail-{uuid.uuid4().hex[:8]}")
 
-
-async def until(cond, timeout: float = 20.0) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout}s")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - t0
 
 
 async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(cluster, url, caplog):
