@@ -10,9 +10,12 @@ error for it), after waiting up to one session timeout for that lease to expire:
 right after a ``kill -9`` finds its former registration still there, and takes the id once it
 goes, while a live broker keeps its lease alive and the newcomer is refused.
 
-If the lease is lost (etcd unreachable for longer than the session: the key is gone), a new one
-is granted and the key created again when etcd answers; if another broker took the id meanwhile,
-this one logs it and stays unregistered.
+If the lease is lost (this broker could not reach etcd for longer than the session, or the lease
+was revoked behind its back: the key is gone), the keep-alive notices it at its next round (etcd
+answers TTL 0), grants a new lease and creates the key again, retrying every round until etcd
+answers, and logs one line when it is registered again; if another live broker took the id
+meanwhile, this one logs that and stays unregistered. An outage of the whole quorum loses no
+lease: etcd's new leader extends every lease by its TTL.
 
 Registrations are ephemeral and outside the metadata epoch: creating or losing one does not bump
 ``/meta/epoch`` (as in ZooKeeper mode, and as the embedded store, which never persists them).
@@ -141,30 +144,33 @@ class Registration:
         return self.lease_id
 
     async def _keep_alive(self) -> None:
-        """Refresh the lease every third of its TTL; when it was lost, take a new one and
-        register again."""
+        """Refresh the lease every third of its TTL; when it was lost (expired while this broker
+        could not reach etcd, or revoked), take a new one and register again, retrying each round
+        until etcd answers, and say so in one line."""
         interval = max(0.3, self.ttl_s / 3)
+        lost: BrokerInfo | None = None  # a registration whose lease went, to make again
         while not self._closed:
             await asyncio.sleep(interval)
-            lease = self.lease_id
-            if lease is None:
-                continue
             try:
-                ttl = await self.client.lease_keepalive(lease)
-                if ttl > 0:
-                    continue
-                log.warning("the registration lease of node id %s expired; registering again",
-                            self.info.node_id if self.info else "?")
-                self.lease_id = None
-                info, self.info = self.info, None
-                if info is not None:
-                    rev = await self.register(info)
-                    if self.on_change is not None:
-                        await self.on_change(rev)
-            except MetadataError as e:
-                log.error("cannot register again: %s", e.message)
+                if lost is None:
+                    lease, info = self.lease_id, self.info
+                    if lease is None or info is None or await self.client.lease_keepalive(lease) > 0:
+                        continue
+                    lost, self.lease_id, self.info = info, None, None
+                rev = await self.register(lost)
+                log.warning("node id %d registered again under a new lease (the former lease was lost: "
+                            "expired while etcd was out of reach, or revoked)", lost.node_id)
+                lost = None
+                if self.on_change is not None:
+                    await self.on_change(rev)
+            except MetadataError as e:  # another live broker took the node id meanwhile
+                log.error("node id %d cannot register again, it stays unregistered: %s",
+                          lost.node_id if lost else -1, e.message)
+                lost = None
             except Exception as e:  # etcd unreachable: the watch logs it; try again next round
-                log.debug("lease keep-alive failed: %s", e)
+                log.debug("lease keep-alive or registration failed: %s", e)
+                if lost is not None:
+                    self.lease_id = None  # a lease granted meanwhile may expire before the next try
 
     async def close(self) -> None:
         """Stop the keep-alive and revoke the lease: the registration goes at once."""

@@ -1,0 +1,98 @@
+"""A broker whose registration lease is lost registers again under a new lease, in one log line:
+the lease revoked behind its back, or expired while it was cut off from etcd (``TcpProxy``); and
+it stays unregistered, saying why, when another live broker took its node id meanwhile. Against the
+session's real etcd (``tests/etcd_cluster.py``), each test on a prefix of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from etcd_cluster import TcpProxy, until
+from shoal.metadata import BrokerInfo
+from shoal.metadata.etcd import EtcdClient, EtcdMetadataStore, parse_url
+
+SESSION_MS = 3000  # a lease of 3 s, kept alive every second
+
+
+
+@pytest.fixture
+async def pair(etcd_cluster, etcd_prefix):
+    """Stores of brokers 1 and 2, and a client of etcd's own (to act behind their backs)."""
+    url = etcd_cluster.url(etcd_prefix)
+    a = EtcdMetadataStore(url, node_id=1, session_timeout_ms=SESSION_MS)
+    b = EtcdMetadataStore(url, node_id=2, session_timeout_ms=SESSION_MS)
+    direct = EtcdClient(parse_url(url)[0])
+    await a.start()
+    await b.start()
+    try:
+        yield a, b, direct
+    finally:
+        await direct.close()
+        await a.close()
+        await b.close()
+
+
+def info(node_id: int, port: int = 9092) -> BrokerInfo:
+    return BrokerInfo(node_id, "127.0.0.1", port, f"dc{node_id}")
+
+
+def again_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "register again" in r.getMessage()
+            or "registered again" in r.getMessage()]
+
+
+async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    a, b, direct = pair
+    await a.register_broker(info(1))
+    await until(lambda: 1 in b.image.brokers)
+    first = a.backend.registration.lease_id
+    await direct.lease_revoke(first)  # behind the broker's back
+    await until(lambda: 1 not in b.image.brokers, 5)
+    took = await until(lambda: 1 in b.image.brokers, 10)  # back, within about a keep-alive round
+    assert a.backend.registration.lease_id not in (None, first)
+    assert b.image.brokers[1] == info(1) and 1 in a.image.brokers
+    assert len(again_lines(caplog)) == 1, again_lines(caplog)
+    # the new lease is kept alive: still registered a few sessions later
+    await asyncio.sleep(2 * SESSION_MS / 1000)
+    assert 1 in b.image.brokers
+    print(f"registered again {took:.2f} s after the revocation")
+
+
+async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(etcd_cluster, etcd_prefix, caplog):
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    proxy = TcpProxy(etcd_cluster.members[0].endpoint)
+    await proxy.start()
+    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    b = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=2, session_timeout_ms=SESSION_MS)
+    await a.start()
+    await b.start()
+    try:
+        await a.register_broker(info(1))
+        await until(lambda: 1 in b.image.brokers)
+        proxy.cut()
+        await until(lambda: 1 not in b.image.brokers, 15)  # the lease expired: the cluster sees it gone
+        await asyncio.sleep(1.5)  # and some keep-alive rounds fail meanwhile
+        proxy.restore()
+        await until(lambda: 1 in b.image.brokers, 15)
+        await until(lambda: 1 in a.image.brokers, 15)
+        assert len(again_lines(caplog)) == 1, again_lines(caplog)
+    finally:
+        await proxy.close()
+        await a.close()
+        await b.close()
+
+
+async def test_a_node_id_taken_meanwhile_is_not_taken_back(pair, caplog):
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    a, b, direct = pair
+    await a.register_broker(info(1))
+    await direct.lease_revoke(a.backend.registration.lease_id)
+    await until(lambda: 1 not in b.image.brokers, 5)
+    await b.register_broker(info(1, 9999))  # another process takes node id 1 first
+    await until(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)
+    assert b.image.brokers[1].port == 9999  # the newcomer keeps it
+    assert len(again_lines(caplog)) == 1, again_lines(caplog)
