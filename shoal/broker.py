@@ -42,10 +42,11 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import sasl  # auth: SaslHandshake/SaslAuthenticate, SCRAM credentials
     from shoal.handlers import acls  # tenancy: CreateAcls/DescribeAcls/DeleteAcls
     from shoal.handlers import client_quotas  # quotas: Describe/AlterClientQuotas
+    from shoal.handlers import describe_topic_partitions  # KIP-966
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
-        consumer_groups, sasl, acls, client_quotas,
+        consumer_groups, sasl, acls, client_quotas, describe_topic_partitions,
     ]
 
 

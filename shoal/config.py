@@ -388,6 +388,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("num.partitions", "int", 1, "Default number of partitions per topic.", at_least(1)),
         _d("default.replication.factor", "int", 1, "Default replication factor of created topics."),
         _d("auto.create.topics.enable", "boolean", True, "Create topics on first metadata request."),
+        _d("max.request.partition.size.limit", "int", 2000,
+           "The maximum number of partitions can be served in one request (DescribeTopicPartitions).", at_least(1)),
         _d("delete.topic.enable", "boolean", True, "Allow deleting topics."),
         _d(
             "message.max.bytes",

@@ -17,7 +17,7 @@ import datetime
 import uuid
 
 from shoal.handlers.registry import api
-from shoal.metadata import MetadataError, MetadataImage, TopicInfo
+from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
@@ -57,33 +57,40 @@ def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
     return tuple(out)
 
 
+def partition_fields(p: PartitionInfo, image: MetadataImage) -> dict:
+    """What Metadata and DescribeTopicPartitions say of a partition: a leader that is not a live
+    broker is LEADER_NOT_AVAILABLE with no leader id; replicas on brokers not live are offline."""
+    leader_ok = p.leader in image.brokers
+    return dict(
+        error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
+        partition_index=p.partition,
+        leader_id=p.leader if leader_ok else -1,
+        leader_epoch=p.leader_epoch,
+        replica_nodes=p.replicas,
+        isr_nodes=p.isr,
+        offline_replicas=tuple(r for r in p.replicas if r not in image.brokers),
+    )
+
+
+def invalid_topic_name(scope, image: MetadataImage, name: str) -> bool:
+    """A name no topic of this scope can have: INVALID_TOPIC_EXCEPTION rather than unknown."""
+    return bool(topic_name_error(scope.physical(name))) or scope.reserved_name(image, name)
+
+
+def topic_operations(scope, name: str) -> int:
+    return authorized_operations(scope, ResourceType.TOPIC, name, TOPIC_OPS)
+
+
 def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str):
-    parts = []
-    for p in topic.partitions:
-        offline = tuple(r for r in p.replicas if r not in image.brokers)
-        leader_ok = p.leader in image.brokers
-        parts.append(
-            build(
-                mod.MetadataResponsePartition,
-                error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
-                partition_index=p.partition,
-                leader_id=p.leader if leader_ok else -1,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=p.replicas,
-                isr_nodes=p.isr,
-                offline_replicas=offline,
-            )
-        )
+    parts = tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
     return build(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=tuple(parts),
-        topic_authorized_operations=authorized_operations(scope, ResourceType.TOPIC, name, TOPIC_OPS)
-        if include_ops
-        else NOT_PROVIDED,
+        partitions=parts,
+        topic_authorized_operations=topic_operations(scope, name) if include_ops else NOT_PROVIDED,
     )
 
 
@@ -143,7 +150,7 @@ async def handle_metadata(ctx, req):
                 continue
             info = scope.topic(image, name)
             if info is None:
-                if topic_name_error(scope.physical(name)) or scope.reserved_name(image, name):
+                if invalid_topic_name(scope, image, name):
                     topics.append(_missing(mod, name, None, ErrorCode.invalid_topic_exception))
                     continue
                 if allow_auto:

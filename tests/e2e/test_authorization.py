@@ -616,6 +616,22 @@ async def consumer_group_describe(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 69, {"group_ids": [c.n(G_848)], "include_authorized_operations": True})
 
 
+def dtp_fields(topics: list[str]) -> dict[str, Any]:
+    return {"topics": [{"name": t} for t in topics], "response_partition_limit": 2000, "cursor": None}
+
+
+@row(75, "by name", Expect(TOPIC_DENIED, lambda r: r["topics"][0]["topic_id"] is None), ((allow(TOPIC, T, DESCRIBE),),
+     Expect(holds=lambda r: r["topics"][0]["topic_authorized_operations"] == 1 << DESCRIBE)))
+async def describe_topic_partitions(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 75, dtp_fields([c.n(T)]))
+
+
+@row(75, "all topics", Expect(holds=lambda r: r["topics"] == []),
+     ((allow(TOPIC, T, DESCRIBE),), Expect(holds=lambda r: topic_names(r) == [T])))
+async def describe_topic_partitions_all(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 75, dtp_fields([]))
+
+
 ROW = {r.id: r for r in ROWS}
 assert len(ROW) == len(ROWS), "two rows with one id"
 

@@ -958,6 +958,30 @@ async def alter_client_quotas(w: World, how: str) -> None:
         {"n": attack}, {"n": missing})
 
 
+def dtp_fields(t: str | None, cursor: str | None = None) -> dict[str, Any]:
+    """DescribeTopicPartitions of topic ``t`` (None: all topics), from ``cursor``'s partition 0."""
+    return {"topics": [] if t is None else [{"name": t}], "response_partition_limit": 2000,
+            "cursor": None if cursor is None else {"topic_name": cursor, "partition_index": 0}}
+
+
+@row(75, "name", "physical")
+async def describe_topic_partitions(w: World, how: str) -> None:
+    """A's topic by name, and as the cursor of a named list."""
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    await like_missing(w, w.b, 75, lambda t: dtp_fields(t), {"t": attack}, {"t": missing})
+    await like_missing(w, w.b, 75, lambda t: dtp_fields(t, cursor=t), {"t": attack}, {"t": missing})
+
+
+@row(75, "all topics")
+async def describe_topic_partitions_all(w: World, _: str) -> None:
+    """All topics: B's own only, also from a cursor naming A's topic (a name to start after)."""
+    for cursor in (None, SECRET, w.pa(SECRET)):
+        r = plain(await call(w.b, 75, dtp_fields(None, cursor)))
+        assert_no_leak(w, r, f"DescribeTopicPartitions (all topics, cursor {cursor})")
+        assert [t["name"] for t in r["topics"]] == [USERS], (cursor, r)  # "users" sorts after both
+        assert r["next_cursor"] is None and r["topics"][0]["topic_id"] == str(w.ids[w.pb(USERS)])
+
+
 CELLS = [pytest.param(key, name, id=f"{key}-{name}")
          for key in sorted(MATRIX) for name in MATRIX[key]
          if key in {s.key for s in Registry(handler_modules()).specs()}]
