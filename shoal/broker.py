@@ -102,8 +102,6 @@ class Broker:
 
         # Log lines a client can cause (rejected connections, failed handlers), rate-limited.
         self.client_log = RateLimitedLog(logging.getLogger("shoal.server"), clock=clock)
-        # Admin handlers read-modify-write metadata under this lock so they don't race each other.
-        self.admin_lock = asyncio.Lock()
         self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
         self.fetch_sessions = FetchSessionCache(
             int(config.get("max.incremental.fetch.session.cache.slots"))

@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import parse_qs
 
 from shoal.config import BrokerConfig, ConfigError, validate_topic_configs
-from shoal.metadata import MetadataError, tenant_prefix
+from shoal.metadata import MetadataError, MetadataImage, tenant_prefix
+from shoal.metadata.change import Result
+from shoal.metadata.rules import existing_tenant
+from shoal.metadata.rules import namespaces as namespace_rules
+from shoal.metadata.rules import tenants as tenant_rules
 from shoal.tenancy import namespaces as ns
 from shoal.tenancy.policy import validate_policy
 
@@ -169,18 +173,31 @@ class TenancyRoutes:
 
     async def _delete(self, prefix: str, name: str, recursive: bool) -> tuple[int, Any]:
         self._existing(prefix, name)
-        plan = ns.plan_delete(self.store.image, prefix, name, recursive=recursive)
-        await self.store.delete_namespaces(list(plan.namespaces), list(plan.topics))
+
+        def delete(image: MetadataImage) -> Result[Any]:  # the topics created meanwhile go too
+            plan = ns.plan_delete(image, prefix, name, recursive=recursive)
+            r = namespace_rules.delete_namespaces(image, list(plan.namespaces), list(plan.topics))
+            return Result(r.change, plan)
+
+        plan = await self.store.decide_and_commit(delete)
         n = len(prefix)
         return 200, {"deleted_namespaces": [x[n:] for x in plan.namespaces], "deleted_topics": [x[n:] for x in plan.topics]}
 
     async def _namespace_configs(self, method: str, prefix: str, name: str, raw: bytes) -> tuple[int, Any]:
         self._existing(prefix, name)
         physical = prefix + name
-        current = dict(self.store.image.namespaces[physical].configs)
         if self.server._allow(method, "GET", "PUT", "PATCH") != "GET":
-            new = self._changed(method, current, self.server._json(raw), lambda k, v: (k, v))
-            await self.store.set_namespace_configs(physical, new)
+            body = self.server._json(raw)
+
+            def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
+                found = image.namespaces.get(physical)
+                if found is None:  # deleted meanwhile
+                    raise MetadataError("RESOURCE_NOT_FOUND", f"Namespace '{name}' does not exist.")
+                current = dict(found.configs)
+                new = self._changed(method, current, body, lambda k, v: (k, v))
+                return namespace_rules.set_namespace_configs(image, physical, new)
+
+            await self.server._store_call(self.store.decide_and_commit(alter))
         image = self.store.image
         entries = ns.resolve_layers(ns.namespace_layers(image, physical), self.broker_config())
         return 200, {"namespace": name, "configs": dict(sorted(image.namespaces[physical].configs.items())),
@@ -207,10 +224,15 @@ class TenancyRoutes:
     # -- tenant defaults and policy -----------------------------------------------------------
 
     async def _tenant_configs(self, method: str, tenant_id: str, raw: bytes) -> tuple[int, Any]:
-        current = dict(self.store.image.tenants[tenant_id].configs)
         if self.server._allow(method, "GET", "PUT", "PATCH") != "GET":
-            new = self._changed(method, current, self.server._json(raw), ns.tenant_default_key)
-            await self.server._store_call(self.store.update_tenant(tenant_id, configs=new))
+            body = self.server._json(raw)
+
+            def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
+                current = dict(existing_tenant(image, tenant_id).configs)
+                new = self._changed(method, current, body, ns.tenant_default_key)
+                return tenant_rules.update_tenant(image, tenant_id, configs=new)
+
+            await self.server._store_call(self.store.decide_and_commit(alter))
         return 200, {"tenant_id": tenant_id, "configs": dict(sorted(self.store.image.tenants[tenant_id].configs.items()))}
 
     async def _policy(self, method: str, tenant_id: str, raw: bytes) -> tuple[int, Any]:

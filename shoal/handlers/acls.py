@@ -32,9 +32,10 @@ import datetime
 import logging
 from typing import Any
 
-from shoal.handlers.admin import admin_lock
 from shoal.handlers.registry import api
-from shoal.metadata import AclEntry
+from shoal.metadata import AclEntry, MetadataImage
+from shoal.metadata.change import Result
+from shoal.metadata.rules import acls as acl_rules
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import (
@@ -79,9 +80,9 @@ def _who(ctx: Any) -> str:
     return f"{ctx.principal} from {ctx.client_address}{where}"
 
 
-def _own_bindings(ctx: Any) -> list[AclEntry]:
+def _own_bindings(ctx: Any, image: MetadataImage | None = None) -> list[AclEntry]:
     tenant = ctx.scope.tenant_id
-    return [a for a in ctx.broker.metadata.image.acls if a.tenant == tenant]
+    return [a for a in (image or ctx.broker.metadata.image).acls if a.tenant == tenant]
 
 
 def _matching(bindings: list[AclEntry], f: Any) -> list[AclEntry]:
@@ -174,9 +175,11 @@ async def handle_delete_acls(ctx: Any, req: Any) -> Any:
             mod.DeleteAclsResponse, throttle_time=_NO_THROTTLE,
             filter_results=tuple(result(*refused) for _ in req.filters),
         )
-    results: list[Any] = []
-    async with admin_lock(ctx.broker):  # read the bindings and remove them as one step
-        bindings = _own_bindings(ctx)
+    def delete(image: MetadataImage) -> Result[tuple[list[Any], dict[AclEntry, None]]]:
+        """Match the filters against the bindings of the image the removal commits against: a
+        binding created meanwhile (through any broker) is matched too, none is reported twice."""
+        bindings = _own_bindings(ctx, image)
+        results: list[Any] = []
         gone: dict[AclEntry, None] = {}
         for f in req.filters:
             why = _invalid_filter(f)
@@ -193,8 +196,9 @@ async def handle_delete_acls(ctx: Any, req: Any) -> Any:
                 )
                 for a in matched
             )))
-        if gone:
-            await ctx.broker.metadata.alter_acls([], list(gone))
+        return Result(acl_rules.alter_acls(image, [], list(gone)).change if gone else None, (results, gone))
+
+    results, gone = await ctx.broker.metadata.decide_and_commit(delete)
     for a in gone:
         log.info("ACL deleted by %s: %s", _who(ctx), describe_binding(a))
     return build(mod.DeleteAclsResponse, throttle_time=_NO_THROTTLE, filter_results=tuple(results))

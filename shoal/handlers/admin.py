@@ -8,8 +8,11 @@
   IncrementalAlterConfigs (44)  v0-1   (SET, DELETE, APPEND, SUBTRACT)
 
 Handlers only change metadata; the broker follows the new image (creates/deletes partition logs,
-applies new LogConfigs). Admin read-modify-write sequences (read the image, compute, write) are
-serialized by the broker's ``admin_lock`` so two concurrent AlterConfigs cannot lose an update.
+applies new LogConfigs). Every change is one decision run through
+``store.decide_and_commit``: its checks (a topic's existence, a tenant's create-topic policy and
+partition limit, the configs an AlterConfigs replaces or an IncrementalAlterConfigs edits) and its
+change are decided on the same image and decided again when another writer (a coroutine or another
+broker) committed first, so no check is bypassed and no update is lost across brokers.
 
 Deliberate deviations from Kafka:
 - Replica placement and its validation are the cluster's one planner (``shoal.cluster.planner``:
@@ -48,7 +51,6 @@ KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.ten
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from typing import Any, Callable, Mapping
@@ -67,6 +69,11 @@ from shoal.config import (
 )
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
+from shoal.metadata.change import Result, unchanged
+from shoal.metadata.rules import configs as config_rules
+from shoal.metadata.rules import namespaces as namespace_rules
+from shoal.metadata.rules import tenants as tenant_rules
+from shoal.metadata.rules import topics as topic_rules
 from shoal.cluster import planner
 from shoal.cluster.planner import PlacementError
 from shoal.protocol.codec import build, response_module
@@ -117,17 +124,17 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
-def admin_lock(broker: Any) -> asyncio.Lock:
-    """The broker's lock for admin read-modify-write sequences (``Broker.admin_lock``)."""
-    lock = getattr(broker, "admin_lock", None)
-    if lock is None:
-        lock = asyncio.Lock()
-        broker.admin_lock = lock
-    return lock
-
-
 def _metadata_error(e: MetadataError) -> AdminError:
     return AdminError(e.code, e.message)
+
+
+async def decide(store: Any, decision: Callable[[MetadataImage], Result[Any]]) -> Any:
+    """``store.decide_and_commit(decision)``: the decision's checks and its change are decided on
+    one image, again after each lost compare-and-swap; a MetadataError becomes an AdminError."""
+    try:
+        return await store.decide_and_commit(decision)
+    except MetadataError as e:
+        raise _metadata_error(e) from None
 
 
 def _charge_mutations(quota: Any, partitions: int) -> None:
@@ -251,48 +258,55 @@ async def handle_create_topics(ctx, req):
             configs=configs,
         )
 
-    async with admin_lock(broker):
-        for t in req.topics:
-            if counts[t.name] > 1:
-                results.append(result(t.name, code="INVALID_REQUEST", message="Duplicate topic name."))
-                continue
-            cfg = broker.config
-            scope = ctx.scope
-            try:
-                if not (
-                    scope.allowed_cluster(Operation.CREATE)
-                    or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
-                ):
-                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-                assignment, configs = _plan_topic(store.image, cfg, t, scope, broker)
-                policy_error = _create_policy_error(store.image, scope, t.name, assignment, configs)
-                if policy_error is not None:
-                    raise AdminError("POLICY_VIOLATION", policy_error)
-                if req.validate_only:
-                    topic_id = None
-                else:
-                    _charge_mutations(quota, len(assignment))
-                    try:
-                        info = await store.create_topic(scope.physical(t.name), assignment, configs)
-                    except MetadataError as e:
-                        raise _metadata_error(e) from None
-                    topic_id = info.topic_id
-            except AdminError as e:
-                results.append(result(t.name, code=e.code, message=e.message))
-                continue
-            if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
-                # Kafka: created, but its configs (and sizes) are not the caller's to see
-                results.append(result(t.name, topic_id=topic_id, config_code="TOPIC_AUTHORIZATION_FAILED"))
-                continue
-            results.append(
-                result(
-                    t.name,
-                    topic_id=topic_id,
-                    partitions=len(assignment),
-                    rf=len(assignment[0]) if assignment else 0,
-                    configs=_creatable_configs(mod, cfg, configs, store.image, scope.physical(t.name)),
-                )
+    for t in req.topics:
+        if counts[t.name] > 1:
+            results.append(result(t.name, code="INVALID_REQUEST", message="Duplicate topic name."))
+            continue
+        cfg = broker.config
+        scope = ctx.scope
+        physical = scope.physical(t.name)
+
+        def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str]]:
+            assignment, configs = _plan_topic(image, cfg, t, scope, broker)
+            policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
+            if policy_error is not None:
+                raise AdminError("POLICY_VIOLATION", policy_error)
+            return assignment, configs
+
+        def create(image: MetadataImage, checked=checked, physical=physical) -> Result[Any]:
+            assignment, configs = checked(image)  # the policy counts what exists at commit time
+            r = topic_rules.create_topic(image, physical, assignment, configs, new_uuid=store.new_uuid)
+            return Result(r.change, (r.response, assignment, configs))
+
+        try:
+            if not (
+                scope.allowed_cluster(Operation.CREATE)
+                or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
+            ):
+                raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+            assignment, configs = checked(store.image)
+            if req.validate_only:
+                topic_id = None
+            else:
+                _charge_mutations(quota, len(assignment))
+                info, assignment, configs = await decide(store, create)
+                topic_id = info.topic_id
+        except AdminError as e:
+            results.append(result(t.name, code=e.code, message=e.message))
+            continue
+        if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+            # Kafka: created, but its configs (and sizes) are not the caller's to see
+            results.append(result(t.name, topic_id=topic_id, config_code="TOPIC_AUTHORIZATION_FAILED"))
+            continue
+        results.append(
+            result(
+                t.name,
+                topic_id=topic_id,
+                partitions=len(assignment),
+                rf=len(assignment[0]) if assignment else 0,
+                configs=_creatable_configs(mod, cfg, configs, store.image, physical),
             )
+        )
     return build(mod.CreateTopicsResponse, throttle_time=mutation.response_throttle(ctx, quota), topics=tuple(results))
 
 
@@ -330,49 +344,54 @@ async def handle_delete_topics(ctx, req):
             ids_seen[tid] = ids_seen.get(tid, 0) + 1
 
     results = []
-    async with admin_lock(broker):
-        enabled = bool(broker.config.get("delete.topic.enable"))
-        for name, tid in wanted:
-            try:
-                if name is not None and tid != _ZERO_UUID:
-                    raise AdminError("INVALID_REQUEST", "You may not specify both topic name and topic id.")
-                if name is None and tid == _ZERO_UUID:
-                    raise AdminError("INVALID_REQUEST", "Neither topic name nor id were specified.")
-                if (name is not None and names_seen[name] > 1) or (tid != _ZERO_UUID and ids_seen[tid] > 1):
-                    raise AdminError("INVALID_REQUEST", "Duplicate topic name or id in request.")
-                image = store.image
-                scope = ctx.scope
-                if name is not None:
-                    if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, name):
-                        raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-                    topic = scope.topic(image, name)
-                    if topic is None:
-                        raise AdminError(
-                            "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
-                        )
-                else:
-                    topic = scope.topic_by_id(image, tid)
-                    if topic is None:
-                        raise AdminError("UNKNOWN_TOPIC_ID", "This server does not host this topic ID.")
-                    if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, scope.visible(topic.name)):
-                        raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-                name, tid = scope.visible(topic.name), topic.topic_id
-                if not enabled:
-                    raise AdminError("TOPIC_DELETION_DISABLED", "Topic deletion is disabled.")
-                if topic.internal:
+    enabled = bool(broker.config.get("delete.topic.enable"))
+    for name, tid in wanted:
+        try:
+            if name is not None and tid != _ZERO_UUID:
+                raise AdminError("INVALID_REQUEST", "You may not specify both topic name and topic id.")
+            if name is None and tid == _ZERO_UUID:
+                raise AdminError("INVALID_REQUEST", "Neither topic name nor id were specified.")
+            if (name is not None and names_seen[name] > 1) or (tid != _ZERO_UUID and ids_seen[tid] > 1):
+                raise AdminError("INVALID_REQUEST", "Duplicate topic name or id in request.")
+            image = store.image
+            scope = ctx.scope
+            if name is not None:
+                if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, name):
+                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+                topic = scope.topic(image, name)
+                if topic is None:
                     raise AdminError(
-                        "INVALID_REQUEST", f"Topic {name} is an internal topic and cannot be deleted."
+                        "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                     )
-                _charge_mutations(quota, len(topic.partitions))
-                try:
-                    await store.delete_topic(topic.name)
-                except MetadataError as e:
-                    raise _metadata_error(e) from None
-            except AdminError as e:
-                results.append(result(name, tid, e.code, e.message))
-                continue
-            results.append(result(name, tid))
+            else:
+                topic = scope.topic_by_id(image, tid)
+                if topic is None:
+                    raise AdminError("UNKNOWN_TOPIC_ID", "This server does not host this topic ID.")
+                if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, scope.visible(topic.name)):
+                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+            name, tid = scope.visible(topic.name), topic.topic_id
+            if not enabled:
+                raise AdminError("TOPIC_DELETION_DISABLED", "Topic deletion is disabled.")
+            if topic.internal:
+                raise AdminError(
+                    "INVALID_REQUEST", f"Topic {name} is an internal topic and cannot be deleted."
+                )
+            _charge_mutations(quota, len(topic.partitions))
+            await decide(store, lambda image, topic=topic: _delete_decision(image, topic))
+        except AdminError as e:
+            results.append(result(name, tid, e.code, e.message))
+            continue
+        results.append(result(name, tid))
     return build(mod.DeleteTopicsResponse, throttle_time=mutation.response_throttle(ctx, quota), responses=tuple(results))
+
+
+def _delete_decision(image: MetadataImage, topic: TopicInfo) -> Result[TopicInfo]:
+    """Delete the topic that was checked (by id: a topic re-created meanwhile under its name is
+    another topic and stays)."""
+    current = image.topics.get(topic.name)
+    if current is None or current.topic_id != topic.topic_id:
+        raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+    return topic_rules.delete_topic(image, topic.name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,27 +429,34 @@ async def handle_create_partitions(ctx, req):
     def result(name, code="NONE", message=None):
         return build(mod.CreatePartitionsTopicResult, name=name, error_code=error_code(code), error_message=message)
 
-    async with admin_lock(broker):
-        for t in req.topics:
-            try:
-                if counts[t.name] > 1:
-                    raise AdminError("INVALID_REQUEST", "Duplicate topic name.")
-                if not ctx.scope.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
-                    raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-                assignment = _plan_partitions(store.image, t, ctx.scope)
-                policy_error = _partitions_policy_error(store.image, ctx.scope, t.name, t.count)
-                if policy_error is not None:
-                    raise AdminError("POLICY_VIOLATION", policy_error)
-                if not req.validate_only:
-                    _charge_mutations(quota, len(assignment))
-                    try:
-                        await store.add_partitions(ctx.scope.physical(t.name), assignment)
-                    except MetadataError as e:
-                        raise _metadata_error(e) from None
-            except AdminError as e:
-                results.append(result(t.name, e.code, e.message))
-                continue
-            results.append(result(t.name))
+    for t in req.topics:
+        scope = ctx.scope
+
+        def checked(image: MetadataImage, t=t, scope=scope) -> list[tuple[int, ...]]:
+            assignment = _plan_partitions(image, t, scope)
+            policy_error = _partitions_policy_error(image, scope, t.name, t.count)
+            if policy_error is not None:
+                raise AdminError("POLICY_VIOLATION", policy_error)
+            return assignment
+
+        def grow(image: MetadataImage, t=t, scope=scope, checked=checked) -> Result[TopicInfo]:
+            # decided on the image it commits against: the count and the tenant's partition limit
+            # include partitions added meanwhile through any broker
+            return topic_rules.add_partitions(image, scope.physical(t.name), checked(image))
+
+        try:
+            if counts[t.name] > 1:
+                raise AdminError("INVALID_REQUEST", "Duplicate topic name.")
+            if not scope.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
+                raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+            assignment = checked(store.image)
+            if not req.validate_only:
+                _charge_mutations(quota, len(assignment))
+                await decide(store, grow)
+        except AdminError as e:
+            results.append(result(t.name, e.code, e.message))
+            continue
+        results.append(result(t.name))
     return build(mod.CreatePartitionsResponse, throttle_time=mutation.response_throttle(ctx, quota), results=tuple(results))
 
 
@@ -505,20 +531,17 @@ def _effective_topic_value(cfg: Any, inherited: Mapping[str, str]) -> Callable[[
     return effective
 
 
-async def _store_topic_configs(current: Mapping[str, str], new: dict[str, str], validate_only: bool,
-                               write: Callable[[dict[str, str]], Any]) -> None:
-    """Validate topic configs (of a topic, a namespace or a tenant's defaults) and store them
-    with ``write`` unless only validating or nothing changed."""
+def _topic_configs_decision(current: Mapping[str, str], new: dict[str, str], validate_only: bool,
+                            rule: Callable[[dict[str, str]], Result[Any]]) -> Result[Any]:
+    """Validate topic configs (of a topic, a namespace or a tenant's defaults); the ``rule``'s
+    change storing them unless only validating or nothing changed."""
     try:
         validate_topic_configs(new)
     except ConfigError as e:
         raise AdminError(e.code, e.message) from None
     if validate_only or new == dict(current):
-        return
-    try:
-        await write(new)
-    except MetadataError as e:
-        raise _metadata_error(e) from None
+        return unchanged(None)
+    return rule(new)
 
 
 @api(DESCRIBE_CONFIGS, 1, 4)
@@ -660,37 +683,49 @@ def _apply_incremental(
     return out
 
 
-async def _alter_resource(
+def _alter_decision(
     ctx,
     resource_type: int,
     resource_name: str,
     compute: Callable[[Mapping[str, str], bool, Callable[[str], str | None]], dict[str, str]],
     validate_only: bool,
-) -> None:
-    """Compute the resource's new overrides from its current ones, validate, store."""
+) -> Callable[[MetadataImage], Result[Any]]:
+    """The decision altering one resource: its new overrides computed from its current ones in
+    the image the change commits against (so an AlterConfigs replacing them all, or an
+    IncrementalAlterConfigs editing some keys, never undoes a change committed meanwhile)."""
     broker = ctx.broker
-    store = broker.metadata
     scope = ctx.scope
     if _is_namespace(resource_type, resource_name):  # KIP-37 namespace configs
-        image = store.image
-        physical = _namespace_resource(scope, image, resource_name, Operation.ALTER_CONFIGS)
-        current = image.namespaces[physical].configs
-        inherited = namespaces.inherited_overrides(namespaces.namespace_layers(image, physical)[1:])
-        new = compute(current, True, _effective_topic_value(broker.config, inherited))
-        await _store_topic_configs(current, new, validate_only, lambda c: store.set_namespace_configs(physical, c))
-    elif resource_type == RESOURCE_BROKER and scope.tenant_id is not None:
-        await _alter_tenant_defaults(ctx, resource_name, compute, validate_only)
-    elif resource_type == RESOURCE_TOPIC:
+
+        def namespace(image: MetadataImage) -> Result[Any]:
+            physical = _namespace_resource(scope, image, resource_name, Operation.ALTER_CONFIGS)
+            current = image.namespaces[physical].configs
+            inherited = namespaces.inherited_overrides(namespaces.namespace_layers(image, physical)[1:])
+            new = compute(current, True, _effective_topic_value(broker.config, inherited))
+            return _topic_configs_decision(
+                current, new, validate_only, lambda c: namespace_rules.set_namespace_configs(image, physical, c)
+            )
+
+        return namespace
+    if resource_type == RESOURCE_BROKER and scope.tenant_id is not None:
+        return _tenant_defaults_decision(ctx, resource_name, compute, validate_only)
+    if resource_type == RESOURCE_TOPIC:
         validate_topic_name(resource_name)
         if not scope.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, resource_name):
             raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-        topic: TopicInfo | None = scope.topic(store.image, resource_name)
-        if topic is None:
-            raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
-        inherited = namespaces.topic_overrides(store.image, topic.name, {})  # what APPEND starts from
-        new = compute(topic.configs, True, _effective_topic_value(broker.config, inherited))
-        await _store_topic_configs(topic.configs, new, validate_only, lambda c: store.set_topic_configs(topic.name, c))
-    elif resource_type == RESOURCE_BROKER:
+
+        def topic(image: MetadataImage) -> Result[Any]:
+            found: TopicInfo | None = scope.topic(image, resource_name)
+            if found is None:
+                raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+            inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
+            new = compute(found.configs, True, _effective_topic_value(broker.config, inherited))
+            return _topic_configs_decision(
+                found.configs, new, validate_only, lambda c: config_rules.set_topic_configs(image, found.name, c)
+            )
+
+        return topic
+    if resource_type == RESOURCE_BROKER:
         if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER_CONFIGS):
             # A tenant never alters the physical broker's configs.
             raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
@@ -700,44 +735,45 @@ async def _alter_resource(
                 "Per-broker dynamic configs are not supported; alter the cluster-wide default "
                 "(empty broker resource name) instead.",
             )
-        cfg = broker.config
-        current = dict(store.image.broker_configs)
 
-        def effective(name: str) -> str | None:
-            return cfg.raw(name)
+        def cluster_default(image: MetadataImage) -> Result[Any]:
+            cfg = broker.config
+            current = dict(image.broker_configs)
+            new = compute(current, False, cfg.raw)
+            try:
+                validate_dynamic_broker_configs(new)
+            except ConfigError as e:
+                raise AdminError(e.code, e.message) from None
+            if validate_only or new == current:
+                return unchanged(None)
+            return config_rules.set_broker_configs(image, new)
 
-        new = compute(current, False, effective)
-        try:
-            validate_dynamic_broker_configs(new)
-        except ConfigError as e:
-            raise AdminError(e.code, e.message) from None
-        if validate_only or new == current:
-            return
-        try:
-            await store.set_broker_configs(new)
-        except MetadataError as e:
-            raise _metadata_error(e) from None
-    elif resource_type == RESOURCE_BROKER_LOGGER:
+        return cluster_default
+    if resource_type == RESOURCE_BROKER_LOGGER:
         if not scope.allowed_cluster(Operation.ALTER_CONFIGS):
             raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
         raise AdminError("INVALID_REQUEST", "Altering broker loggers is not supported.")
-    else:
-        raise _resource_type_error(resource_type)
+    raise _resource_type_error(resource_type)
 
 
-async def _alter_tenant_defaults(ctx, resource_name: str, compute: Callable[..., dict[str, str]],
-                                 validate_only: bool) -> None:
+def _tenant_defaults_decision(ctx, resource_name: str, compute: Callable[..., dict[str, str]],
+                              validate_only: bool) -> Callable[[MetadataImage], Result[Any]]:
     """A tenant's BROKER resource "" (or this broker's id: librdkafka refuses an empty resource
     name) holds its topic config defaults, named as topic configs or as their broker synonyms
     (``log.retention.hours`` sets ``retention.ms``); other broker configs are a POLICY_VIOLATION."""
     scope = ctx.scope
-    store = ctx.broker.metadata
     if not scope.allowed_cluster(Operation.ALTER_CONFIGS):
         raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
     _broker_resource(ctx, resource_name)
-    current = _tenant_configs(scope, store.image)
-    new = compute(current, True, _effective_topic_value(ctx.broker.config, {}), _tenant_default_key)
-    await _store_topic_configs(current, new, validate_only, lambda c: store.update_tenant(scope.tenant_id, configs=c))
+
+    def tenant_defaults(image: MetadataImage) -> Result[Any]:
+        current = _tenant_configs(scope, image)
+        new = compute(current, True, _effective_topic_value(ctx.broker.config, {}), _tenant_default_key)
+        return _topic_configs_decision(
+            current, new, validate_only, lambda c: tenant_rules.update_tenant(image, scope.tenant_id, configs=c)
+        )
+
+    return tenant_defaults
 
 
 async def _alter(ctx, mod, req, compute_for) -> Any:
@@ -746,24 +782,24 @@ async def _alter(ctx, mod, req, compute_for) -> Any:
         k = (res.resource_type, res.resource_name)
         seen[k] = seen.get(k, 0) + 1
     results = []
-    async with admin_lock(ctx.broker):
-        for res in req.resources:
-            code, message = "NONE", None
-            try:
-                if seen[(res.resource_type, res.resource_name)] > 1:
-                    raise AdminError("INVALID_REQUEST", "Duplicate resource in request.")
-                await _alter_resource(ctx, res.resource_type, res.resource_name, compute_for(res), req.validate_only)
-            except AdminError as e:
-                code, message = e.code, e.message
-            results.append(
-                build(
-                    mod.AlterConfigsResourceResponse,
-                    error_code=error_code(code),
-                    error_message=message,
-                    resource_type=res.resource_type,
-                    resource_name=res.resource_name,
-                )
+    for res in req.resources:
+        code, message = "NONE", None
+        try:
+            if seen[(res.resource_type, res.resource_name)] > 1:
+                raise AdminError("INVALID_REQUEST", "Duplicate resource in request.")
+            decision = _alter_decision(ctx, res.resource_type, res.resource_name, compute_for(res), req.validate_only)
+            await decide(ctx.broker.metadata, decision)
+        except AdminError as e:
+            code, message = e.code, e.message
+        results.append(
+            build(
+                mod.AlterConfigsResourceResponse,
+                error_code=error_code(code),
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
             )
+        )
     return tuple(results)
 
 

@@ -37,9 +37,10 @@ from __future__ import annotations
 import datetime
 import logging
 
-from shoal.handlers.admin import admin_lock
 from shoal.handlers.registry import api
-from shoal.metadata import MetadataError
+from shoal.metadata import MetadataError, MetadataImage
+from shoal.metadata.change import Result, unchanged
+from shoal.metadata.rules import quotas as quota_rules
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.quotas.entities import EntityError, check_value, describe, stored_entity
@@ -87,9 +88,11 @@ async def handle_alter_client_quotas(ctx, req):
     broker = ctx.broker
     scope = ctx.scope
     allowed = scope.allowed_cluster(Operation.ALTER_CONFIGS)
-    results: list[tuple[ErrorCode, str | None]] = []
-    async with admin_lock(broker):
-        image = broker.metadata.image
+
+    def plan(image: MetadataImage) -> Result[tuple[list[tuple[ErrorCode, str | None]], list]]:
+        """Each entry's stored entity (a tenant's user named as stored in this image) and checks;
+        the one change setting the valid entries' quotas, decided on the image it commits to."""
+        results: list[tuple[ErrorCode, str | None]] = []
         planned: list[tuple[int, tuple, dict[str, float | None]]] = []  # (entry index, entity, ops)
         for i, entry in enumerate(req.entries):
             results.append((ErrorCode.none, None))
@@ -119,17 +122,22 @@ async def handle_alter_client_quotas(ctx, req):
                 results[i] = (ErrorCode.invalid_request, f"Ignoring duplicate entity {_describe(stored)}")
             else:
                 changes.append((i, stored, ops))
-        if changes and not req.validate_only:
-            try:
-                await broker.metadata.alter_client_quotas([(stored, ops) for _i, stored, ops in changes])
-            except MetadataError as e:
-                log.warning("AlterClientQuotas from %s failed: %s", ctx.client_address, e.message)
-                for i, _stored, _ops in changes:
-                    results[i] = (error_code(e.code), e.message)
-            else:
-                for _i, stored, ops in changes:
-                    log.info("client quotas of %s (%s) by %s: %s", _describe(stored),
-                             scope.tenant_id or "physical view", ctx.principal, ops)
+        if not changes or req.validate_only:
+            return unchanged((results, []))
+        decided = quota_rules.alter_client_quotas(image, [(stored, ops) for _i, stored, ops in changes])
+        return Result(decided.change, (results, changes))
+
+    try:
+        results, changes = await broker.metadata.decide_and_commit(plan)
+    except MetadataError as e:
+        log.warning("AlterClientQuotas from %s failed: %s", ctx.client_address, e.message)
+        results, changes = plan(broker.metadata.image).response
+        for i, _stored, _ops in changes:
+            results[i] = (error_code(e.code), e.message)
+    else:
+        for _i, stored, ops in changes:
+            log.info("client quotas of %s (%s) by %s: %s", _describe(stored),
+                     scope.tenant_id or "physical view", ctx.principal, ops)
     return build(
         mod.AlterClientQuotasResponse,
         throttle_time=_NO_THROTTLE,

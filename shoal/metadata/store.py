@@ -188,6 +188,11 @@ class DecidingStore(MetadataStore):
             await backend.refresh(image.epoch)
         raise MetadataError("REQUEST_TIMED_OUT", f"metadata change lost {MAX_ATTEMPTS} races in a row; retry")
 
+    @property
+    def new_uuid(self) -> Callable[[], uuid.UUID]:
+        """The topic-id source the rules are given (for callers' own decisions)."""
+        return self._new_uuid
+
     # -- reads and lifecycle --------------------------------------------------------------------
 
     @property
