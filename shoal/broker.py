@@ -157,11 +157,13 @@ class Broker:
 
     @property
     def config(self) -> BrokerConfig:
-        """Static config with the cluster-wide dynamic overrides of the current image applied."""
+        """Static config with the current image's cluster-wide dynamic configs and this broker's own
+        (``broker_overrides``) applied."""
         image = self.metadata.image
         cached = self._config_cache
         if cached is None or cached[0] != image.epoch:
-            cached = (image.epoch, self.static_config.with_dynamic(image.broker_configs))
+            own = image.broker_overrides.get(self.node_id)
+            cached = (image.epoch, self.static_config.with_dynamic(image.broker_configs, own))
             self._config_cache = cached
         return cached[1]
 
@@ -373,7 +375,9 @@ class Broker:
             if any(a is None or b is None for a, b in changes.values()):
                 self._follow_renames(old, new)
             recheck = ()
-            if old.broker_configs is not new.broker_configs and old.broker_configs != new.broker_configs:
+            if (old.broker_configs is not new.broker_configs and old.broker_configs != new.broker_configs) or (
+                old.broker_overrides.get(self.node_id) != new.broker_overrides.get(self.node_id)
+            ):
                 self._log_configs.clear()
                 recheck = new.topics
             elif changed := changed_config_prefixes(old, new):  # tenancy: namespace or tenant defaults

@@ -1,6 +1,7 @@
 """Broker and topic configuration, with Kafka's names, types, validators, defaults and synonyms.
 
 Layers, highest precedence first (as Kafka's ``DynamicBrokerConfig``):
+  DYNAMIC_BROKER_CONFIG          this broker's dynamic values (``MetadataImage.broker_overrides``)
   DYNAMIC_DEFAULT_BROKER_CONFIG  cluster-wide dynamic values (``MetadataImage.broker_configs``)
   STATIC_BROKER_CONFIG           the properties file and command-line overrides
   DEFAULT_CONFIG                 the definitions below
@@ -15,7 +16,9 @@ Deliberate deviations from Kafka:
 - ``node.id`` defaults to 1 (Kafka: required in KRaft); ``broker.id`` is its alias and must agree.
 - ``log.dir`` defaults to ``./data``; ``listeners`` to ``PLAINTEXT://127.0.0.1:9092``;
   ``offsets.topic.replication.factor`` and ``transaction.state.log.replication.factor`` to 1.
-- No per-broker dynamic configs (resource name = node id) yet: only cluster-wide ones.
+- A per-broker dynamic config (resource name = node id) may set the same keys as the
+  cluster-wide default (``ConfigDef.dynamic``); Kafka's per-broker-only keys (listeners, SSL
+  keystores) are not dynamic here.
 - ``group.initial.rebalance.delay.ms`` defaults to 500 (Kafka: 3000), so a new group's first member
   consumes within a second; members starting together still land in one generation.
 - DescribeConfigs on a broker shows the *resolved* value of a synonym group's primary name
@@ -1022,6 +1025,20 @@ class ResolvedValue:
     via: str | None  # the name that supplied it (a synonym), None for a default without a key
 
 
+def _parse_dynamic(raw: Mapping[str, str]) -> dict[str, Any]:
+    """Dynamic values were validated when set; one that no longer parses is skipped, not fatal."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        d = BROKER_CONFIGS.get(k)
+        if d is None:
+            continue
+        try:
+            out[k] = d.parse(v)
+        except ConfigError as e:
+            log.warning("ignoring dynamic broker config %s: %s", k, e.message)
+    return out
+
+
 class BrokerConfig:
     """The effective broker configuration: static layer (file + flags) and dynamic cluster layer.
 
@@ -1029,24 +1046,18 @@ class BrokerConfig:
     readable as strings with ``get``.
     """
 
-    def __init__(self, static: Mapping[str, str] | None = None, dynamic: Mapping[str, str] | None = None) -> None:
+    def __init__(self, static: Mapping[str, str] | None = None, dynamic: Mapping[str, str] | None = None,
+                 per_broker: Mapping[str, str] | None = None) -> None:
         self._static: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in (static or {}).items()})
         self._dynamic: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in (dynamic or {}).items()})
+        self._per_broker: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in (per_broker or {}).items()})
         # Static values are validated eagerly: a bad file is an error at start-up.
         self._static_typed: dict[str, Any] = {}
         for k, v in self._static.items():
             d = BROKER_CONFIGS.get(k)
             self._static_typed[k] = d.parse(v) if d is not None else v
-        # Dynamic values were validated when set; one that no longer parses is skipped, not fatal.
-        self._dynamic_typed: dict[str, Any] = {}
-        for k, v in self._dynamic.items():
-            d = BROKER_CONFIGS.get(k)
-            if d is None:
-                continue
-            try:
-                self._dynamic_typed[k] = d.parse(v)
-            except ConfigError as e:
-                log.warning("ignoring dynamic broker config %s: %s", k, e.message)
+        self._dynamic_typed = _parse_dynamic(self._dynamic)
+        self._broker_typed = _parse_dynamic(self._per_broker)
         self._resolved: dict[str, ResolvedValue] = {}
         for name in BROKER_CONFIGS:
             self._resolved[name] = self._resolve(name)
@@ -1068,10 +1079,12 @@ class BrokerConfig:
                 log.warning("The configuration '%s' was supplied but isn't a known config.%s", k, hint)
         return cls(props)
 
-    def with_dynamic(self, broker_configs: Mapping[str, str]) -> "BrokerConfig":
-        if dict(broker_configs) == dict(self._dynamic):
+    def with_dynamic(self, broker_configs: Mapping[str, str], per_broker: Mapping[str, str] | None = None) -> "BrokerConfig":
+        """This static layer under the cluster-wide dynamic configs and this broker's own."""
+        per_broker = per_broker or {}
+        if dict(broker_configs) == dict(self._dynamic) and dict(per_broker) == dict(self._per_broker):
             return self
-        return BrokerConfig(self._static, broker_configs)
+        return BrokerConfig(self._static, broker_configs, per_broker)
 
     # -- resolution -----------------------------------------------------------------------
 
@@ -1080,12 +1093,15 @@ class BrokerConfig:
         group = _GROUP_OF.get(name)
         if group is None or group[0][0] != name:
             # A plain config, or a non-primary synonym: its own layers only.
+            if name in self._broker_typed:
+                return ResolvedValue(self._broker_typed[name], ConfigSource.DYNAMIC_BROKER_CONFIG, name)
             if name in self._dynamic_typed:
                 return ResolvedValue(self._dynamic_typed[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, name)
             if name in self._static_typed:
                 return ResolvedValue(self._static_typed[name], ConfigSource.STATIC_BROKER_CONFIG, name)
             return ResolvedValue(d.default, ConfigSource.DEFAULT_CONFIG, name if d.default is not None else None)
         for layer, source in (
+            (self._broker_typed, ConfigSource.DYNAMIC_BROKER_CONFIG),
             (self._dynamic_typed, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self._static_typed, ConfigSource.STATIC_BROKER_CONFIG),
         ):
@@ -1154,6 +1170,8 @@ class BrokerConfig:
         """(string value, source) of ``name`` in each layer that has one, highest first."""
         d = BROKER_CONFIGS.get(name)
         out: list[tuple[str, ConfigSource]] = []
+        if name in self._broker_typed and d is not None:
+            out.append((format_value(d.type, self._broker_typed[name]) or "", ConfigSource.DYNAMIC_BROKER_CONFIG))
         if name in self._dynamic_typed and d is not None:
             out.append((format_value(d.type, self._dynamic_typed[name]) or "", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
         if name in self._static:
@@ -1170,6 +1188,11 @@ class BrokerConfig:
     @property
     def dynamic_configs(self) -> Mapping[str, str]:
         return self._dynamic
+
+    @property
+    def per_broker_configs(self) -> Mapping[str, str]:
+        """This broker's own dynamic configs (``MetadataImage.broker_overrides[node id]``)."""
+        return self._per_broker
 
     @property
     def unknown_keys(self) -> list[str]:
@@ -1259,6 +1282,7 @@ def _broker_synonym_chain(broker: BrokerConfig, names: Iterable[str], sensitive:
     names = list(names)
     out: list[ConfigSynonym] = []
     for wanted in (
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
         ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
         ConfigSource.STATIC_BROKER_CONFIG,
         ConfigSource.DEFAULT_CONFIG,

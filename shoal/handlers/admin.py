@@ -19,8 +19,12 @@ Deliberate deviations from Kafka:
   Kafka's AdminUtils round-robin with a random start, rack-aware when every broker has a rack,
   KRaft's checks and messages); KRaft's striped placer is not used. At most
   ``MAX_PARTITIONS_PER_TOPIC`` partitions per topic (INVALID_PARTITIONS beyond it).
-- Per-broker dynamic configs (BROKER resource named by a node id) are refused with INVALID_REQUEST:
-  only the cluster-wide default (resource name "") can be altered.
+- BROKER resources: "" is the cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG), this
+  broker's id its own dynamic configs (DYNAMIC_BROKER_CONFIG, ``MetadataImage.broker_overrides``,
+  above the default); both take the keys ``shoal.config`` marks dynamic (others: INVALID_REQUEST
+  "Cannot update these configs dynamically"). Another broker's id is INVALID_REQUEST, as Kafka
+  (a client sends a broker's resource to that broker). The broker follows a change at once where
+  it reads the config per use (quotas, connection limits, log defaults).
 - Internal topics cannot be deleted (INVALID_REQUEST), as ZooKeeper-mode Kafka refused.
 - No ``create.topic.policy.class.name``; tenants have their own create-topic policy.
 
@@ -729,16 +733,15 @@ def _alter_decision(
         if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER_CONFIGS):
             # A tenant never alters the physical broker's configs.
             raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
-        if not _broker_resource(ctx, resource_name):
-            raise AdminError(
-                "INVALID_REQUEST",
-                "Per-broker dynamic configs are not supported; alter the cluster-wide default "
-                "(empty broker resource name) instead.",
-            )
+        cluster_default = _broker_resource(ctx, resource_name)
+        node = broker.node_id
 
-        def cluster_default(image: MetadataImage) -> Result[Any]:
+        def broker_configs(image: MetadataImage) -> Result[Any]:
             cfg = broker.config
-            current = dict(image.broker_configs)
+            if cluster_default:
+                current = dict(image.broker_configs)
+            else:  # this broker's own dynamic configs (Kafka's DYNAMIC_BROKER_CONFIG)
+                current = dict(image.broker_overrides.get(node, {}))
             new = compute(current, False, cfg.raw)
             try:
                 validate_dynamic_broker_configs(new)
@@ -746,9 +749,11 @@ def _alter_decision(
                 raise AdminError(e.code, e.message) from None
             if validate_only or new == current:
                 return unchanged(None)
-            return config_rules.set_broker_configs(image, new)
+            if cluster_default:
+                return config_rules.set_broker_configs(image, new)
+            return config_rules.set_broker_overrides(image, node, new)
 
-        return cluster_default
+        return broker_configs
     if resource_type == RESOURCE_BROKER_LOGGER:
         if not scope.allowed_cluster(Operation.ALTER_CONFIGS):
             raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")

@@ -198,6 +198,8 @@ class MetadataImage:
     tenant_admins: frozenset[str] = frozenset()
     # namespaces by physical name (tenant-qualified)
     namespaces: Mapping[str, NamespaceInfo] = field(default_factory=lambda: MappingProxyType({}))
+    # per-broker dynamic configs (AlterConfigs on broker "<node id>"): node id -> overrides
+    broker_overrides: Mapping[int, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     acls: tuple[AclEntry, ...] = ()
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})

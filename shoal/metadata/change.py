@@ -63,6 +63,7 @@ class Change:
 
     brokers: dict[int, BrokerInfo] = dataclasses.field(default_factory=dict)  # ephemeral
     broker_configs: Mapping[str, str] | None = None
+    broker_overrides: dict[int, Mapping[str, str] | None] = dataclasses.field(default_factory=dict)
     topics: dict[str, TopicInfo | None] = dataclasses.field(default_factory=dict)
     scram_credentials: dict[str, Mapping[str, ScramCredential] | None] = dataclasses.field(default_factory=dict)
     tenants: dict[str, TenantInfo | None] = dataclasses.field(default_factory=dict)
@@ -122,6 +123,7 @@ class Change:
             user_tenants=_patched(old.user_tenants, self.user_tenants),
             tenant_admins=admins,
             namespaces=_patched(old.namespaces, self.namespaces),
+            broker_overrides=_patched(old.broker_overrides, self.broker_overrides),
             acls=acls,
             client_quotas=_patched(old.client_quotas, self.client_quotas),
             renamed_topics=_patched(old.renamed_topics, self.renamed_topics),
@@ -142,6 +144,7 @@ class Change:
             ("user_tenants", self.user_tenants, str),
             ("namespaces", self.namespaces, lambda ns: dict(sorted(ns.configs.items()))),
             ("renamed_topics", self.renamed_topics, str),
+            ("broker_overrides", self.broker_overrides, lambda v: dict(sorted(v.items()))),
         )
         for key, changes, to_json in sections:
             if changes:

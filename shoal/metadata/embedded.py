@@ -209,6 +209,7 @@ def _snapshot_doc(image: MetadataImage, node_id: int, seq: int) -> dict[str, Any
         "acls": [codec.acl_to_json(a) for a in image.acls],
         "client_quotas": codec.quotas_to_json(image.client_quotas),
         "renamed_topics": {n: str(i) for n, i in sorted(image.renamed_topics.items())},
+        "broker_overrides": {str(n): dict(sorted(c.items())) for n, c in sorted(image.broker_overrides.items())},
     }
 
 
@@ -231,7 +232,7 @@ def _encode_doc(doc: Mapping[str, Any]) -> bytes:
 
 # Snapshot sections that are lists of objects, keyed for replay by the field that names them.
 _KEYED_LISTS = {"topics": "name", "tenants": "tenant_id"}
-_KEYED_MAPS = ("scram_credentials", "user_tenants", "namespaces", "renamed_topics")
+_KEYED_MAPS = ("scram_credentials", "user_tenants", "namespaces", "renamed_topics", "broker_overrides")
 
 
 def _replay(doc: dict[str, Any], records: list[Mapping[str, Any]]) -> None:
@@ -501,6 +502,10 @@ class EmbeddedBackend(MetadataBackend):
                     str(n): uuid.UUID(str(i)) for n, i in doc.get("renamed_topics", {}).items()
                 }),
                 "next_producer_id": max(next_producer_id, 0),
+                "broker_overrides": MappingProxyType({
+                    int(n): MappingProxyType({str(k): str(v) for k, v in c.items()})
+                    for n, c in doc.get("broker_overrides", {}).items()
+                }),
             }
         except MetadataError:
             raise

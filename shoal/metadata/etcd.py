@@ -520,6 +520,9 @@ class EtcdBackend(MetadataBackend):
                     c.brokers[int(name)] = broker_from_json(value) if put else None  # type: ignore[assignment]
                 elif section == b"configs" and name == "broker":
                     c.broker_configs = MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
+                elif section == b"broker_configs":  # per-broker dynamic configs, by node id
+                    c.broker_overrides[int(name)] = MappingProxyType(
+                        {str(k): str(v) for k, v in value.items()}) if put else None
                 elif section == b"scram":
                     c.scram_credentials[name] = codec.user_credentials_from_json(value) if put else None
                 elif section == b"tenants":
@@ -695,6 +698,8 @@ class EtcdBackend(MetadataBackend):
         section("user_tenants", c.user_tenants, lambda t: str(t).encode())
         section("namespaces", c.namespaces, lambda ns: _json(dict(sorted(ns.configs.items()))))
         section("renamed_topics", c.renamed_topics, lambda i: str(i).encode())
+        section("broker_configs", {str(n): v for n, v in c.broker_overrides.items()},
+                lambda v: _json(dict(sorted(v.items()))))
         for user, admin in c.tenant_admins.items():
             if admin:
                 put(self.key("tenant_admins", user), b"1")

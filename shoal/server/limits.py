@@ -165,7 +165,7 @@ class ConnectionLimits:
         self._follow(new)
 
     def _follow(self, image: MetadataImage) -> None:
-        key = (image.broker_configs, image.client_quotas)
+        key = (image.broker_configs, image.broker_overrides.get(self.broker.node_id), image.client_quotas)
         if key == self._image_key:
             return
         self._image_key = key

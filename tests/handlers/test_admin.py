@@ -43,7 +43,8 @@ class FakeBroker:
 
     @property
     def config(self) -> BrokerConfig:
-        return self.static_config.with_dynamic(self.metadata.image.broker_configs)
+        image = self.metadata.image
+        return self.static_config.with_dynamic(image.broker_configs, image.broker_overrides.get(self.node_id))
 
 
 async def make_broker(tmp_path: Path, *, brokers: list[tuple[int, str | None]] | None = None, **overrides: str):
@@ -517,11 +518,11 @@ class TestAlterConfigs:
             broker,
             admin.ALTER_CONFIGS,
             2,
-            self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"}), (4, "1", {"log.retention.ms": "1"}), (4, "", {})),
+            self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"}), (4, "2", {"log.retention.ms": "1"}), (4, "", {})),
         )
         r = out.responses
         assert r[0].error_code == ErrorCode.invalid_request  # duplicate resource
-        assert r[1].error_code == ErrorCode.invalid_request  # per-broker dynamic configs
+        assert r[1].error_code == ErrorCode.invalid_request  # another broker's id
         out = await call(broker, admin.ALTER_CONFIGS, 2, self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"})))
         assert out.responses[0].error_code == ErrorCode.invalid_request
         assert "Cannot update these configs dynamically" in out.responses[0].error_message

@@ -1,4 +1,5 @@
-"""Config rules: a topic's overrides and the dynamic cluster-wide broker configs.
+"""Config rules: a topic's overrides, the dynamic cluster-wide broker configs and one broker's
+dynamic overrides (Kafka's per-broker ``ConfigResource(BROKER, "<id>")``).
 
 ``set_*`` replace the whole mapping (callers that computed it from an image risk overwriting a
 change made meanwhile); ``alter_topic_configs`` applies set/delete operations to the topic's
@@ -39,3 +40,11 @@ def alter_topic_configs(image: MetadataImage, name: str, updates: Mapping[str, s
 
 def set_broker_configs(image: MetadataImage, configs: Mapping[str, str]) -> Result[None]:
     return Result(Change(broker_configs={str(k): str(v) for k, v in configs.items()}), None)
+
+
+def set_broker_overrides(image: MetadataImage, node_id: int, configs: Mapping[str, str]) -> Result[None]:
+    """Replace broker ``node_id``'s dynamic overrides (none left: its entry goes)."""
+    new = {str(k): str(v) for k, v in configs.items()}
+    if new == dict(image.broker_overrides.get(node_id, {})):
+        return unchanged(None)
+    return Result(Change(broker_overrides={int(node_id): MappingProxyType(new) if new else None}), None)
