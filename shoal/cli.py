@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
     __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
     __import__("shoal.cli_cluster").cli_cluster.add_parser(sub)  # shoal cluster describe
+    __import__("shoal.cli_configs").cli_configs.add_parser(sub)  # shoal configs describe|alter --broker N
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)

@@ -1,0 +1,137 @@
+"""``shoal configs describe|alter``: broker configs as ``kafka-configs.sh`` manages them, over the
+wire protocol (DescribeConfigs, IncrementalAlterConfigs) through :mod:`shoal.client`.
+
+- ``--broker N``: broker N's own dynamic configs (send it to broker N: a broker answers only for
+  itself, as Kafka's); ``--broker-defaults``: the cluster-wide dynamic defaults.
+- ``describe``: kafka-configs' output, the dynamic configs of the resource with their synonyms
+  (``Dynamic configs for broker 1 are:`` / ``Default configs for brokers in the cluster are:``),
+  or with ``--all`` every config of broker N (``All configs for broker 1 are:``).
+- ``alter``: ``--add-config k=v[,k=v...]`` (a list value in brackets: ``k=[a,b]``) and
+  ``--delete-config k[,k...]``, repeatable; applied by one IncrementalAlterConfigs.
+
+Exit status as every admin command (:mod:`shoal.cli_admin`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+
+RESOURCE_BROKER = 4
+OP_SET, OP_DELETE = 0, 1
+
+
+def add_parser(subparsers: Any) -> None:
+    configs = subparsers.add_parser("configs", help="describe and alter dynamic broker configs (kafka-configs.sh)")
+    sub = configs.add_subparsers(dest="configs_command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--broker", metavar="ID", help="this broker's own dynamic configs (send to broker ID)")
+        which.add_argument("--broker-defaults", action="store_true",
+                           help="the cluster-wide dynamic default configs of every broker")
+        add_connection_args(p)
+        p.set_defaults(func=cmd_configs)
+
+    p = sub.add_parser("describe", help="show dynamic broker configs")
+    p.add_argument("--all", action="store_true", help="every config of the broker, not only the dynamic ones")
+    common(p)
+    p = sub.add_parser("alter", help="set or delete dynamic broker configs")
+    p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",
+                   help="configs to set, e.g. log.cleaner.threads=2,message.max.bytes=2000000")
+    p.add_argument("--delete-config", action="append", default=[], metavar="K[,K...]",
+                   help="configs to delete (back to the next layer: default, static, built-in)")
+    common(p)
+
+
+def _split(item: str) -> list[str]:
+    """Split at commas outside square brackets (kafka-configs' ``k=[a,b]``)."""
+    parts, depth, cur = [], 0, ""
+    for ch in item:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
+    """The IncrementalAlterConfigs operations an ``alter`` asks for; UsageError when none or bad."""
+    ops: dict[str, tuple[str, int, str | None]] = {}
+    for item in args.add_config:
+        for pair in _split(item):
+            key, sep, value = pair.partition("=")
+            key, value = key.strip(), value.strip()
+            if not sep or not key:
+                raise UsageError(f"--add-config wants KEY=VALUE, got {pair!r}")
+            if value.startswith("[") and value.endswith("]"):
+                value = value[1:-1]
+            ops[key] = (key, OP_SET, value)
+    for item in args.delete_config:
+        for key in _split(item):
+            if key in ops:
+                raise UsageError(f"{key} is both added and deleted")
+            ops[key] = (key, OP_DELETE, None)
+    if not ops:
+        raise UsageError("nothing to alter: give --add-config or --delete-config")
+    return list(ops.values())
+
+
+def resource(args: argparse.Namespace) -> tuple[str, str]:
+    """(resource name, how kafka-configs names it)."""
+    if args.broker_defaults:
+        return "", "brokers in the cluster"
+    try:
+        node = int(args.broker)
+    except ValueError:
+        raise UsageError(f"--broker wants a broker id, got {args.broker!r}") from None
+    return str(node), f"broker {node}"
+
+
+def format_entry(e: Any) -> str:
+    """kafka-configs: ``name=value sensitive=false synonyms={SOURCE:name=value, ...}``."""
+    value = "null" if e.sensitive or e.value is None else e.value
+    synonyms = ", ".join(f"{src}:{n}={'null' if e.sensitive or v is None else v}" for n, v, src in e.synonyms)
+    return f"  {e.name}={value} sensitive={str(e.sensitive).lower()} synonyms={{{synonyms}}}"
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    command = args.configs_command
+    name = f"shoal configs {command}"
+    try:
+        rname, label = resource(args)
+        ops = changes(args) if command == "alter" else None
+    except UsageError as e:
+        return usage_error(name, e)
+    key = (RESOURCE_BROKER, rname)
+
+    async def job(client) -> int:
+        if command == "describe":
+            found = (await client.describe_configs([key], include_synonyms=True, raise_errors=False))[key]
+            if not isinstance(found, dict):
+                print(f"{name}: {label}: {found.code_name}: {found.message}", file=sys.stderr)
+                return EXIT_ERROR
+            own = "DYNAMIC_DEFAULT_BROKER_CONFIG" if args.broker_defaults else "DYNAMIC_BROKER_CONFIG"
+            if args.all and not args.broker_defaults:
+                print(f"All configs for {label} are:")
+                shown = list(found.values())
+            else:
+                print(f"{'Default' if args.broker_defaults else 'Dynamic'} configs for {label} are:")
+                shown = [e for e in found.values() if e.source == own]
+            for e in sorted(shown, key=lambda e: e.name):
+                print(format_entry(e))
+            return 0
+        err = (await client.incremental_alter_configs({key: ops}, raise_errors=False))[key]
+        if err is not None:
+            print(f"{name}: {label}: {err.code_name}: {err.message}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"Completed updating {'default config' if args.broker_defaults else 'config'} for {label}.")
+        return 0
+
+    return run_admin(args, name, "shoal-configs", job)
