@@ -220,3 +220,31 @@ async def test_alter_client_quotas_of_different_keys_of_one_entity_both_land(bro
     assert [ra.entries[0].error_code, rb.entries[0].error_code] == [ErrorCode.none, ErrorCode.none]
     assert dict(a.metadata.image.client_quotas[(("user", "u"),)]) == {"producer_byte_rate": 100.0,
                                                                       "consumer_byte_rate": 200.0}
+
+
+async def test_http_admin_patches_of_different_keys_through_two_brokers_both_land(brokers) -> None:
+    """The HTTP admin API's PATCH of a namespace's or a tenant's configs edits the configs it
+    commits to: two brokers' APIs patching different keys at once keep both."""
+    import json
+
+    from shoal.admin.http import AdminHttpServer
+
+    a, b = brokers
+    tid = (await a.metadata.create_tenant("T")).tenant_id
+    await a.metadata.create_namespaces([tid + "_pay"])
+    apis = [AdminHttpServer(x.metadata, "127.0.0.1", 0, broker_config=lambda: x.static_config) for x in (a, b)]
+
+    async def patch(api, path: str, body: dict) -> int:
+        status, _payload = await api.route("PATCH", path.replace("{t}", tid), json.dumps(body).encode(), "")
+        return status
+
+    assert await asyncio.gather(
+        patch(apis[0], "/v1/tenants/{t}/namespaces/pay/configs", {"set": {"retention.ms": "1000"}}),
+        patch(apis[1], "/v1/tenants/{t}/namespaces/pay/configs", {"set": {"segment.ms": "2000"}}),
+        patch(apis[0], "/v1/tenants/{t}/configs", {"set": {"retention.ms": "3000"}}),
+        patch(apis[1], "/v1/tenants/{t}/configs", {"set": {"flush.ms": "42"}}),
+    ) == [200, 200, 200, 200]
+    image = a.metadata.image
+    assert dict(image.namespaces[tid + "_pay"].configs) == {"retention.ms": "1000", "segment.ms": "2000"}
+    assert dict(image.tenants[tid].configs) == {"retention.ms": "3000", "flush.ms": "42"}
+    assert stores_of(a, b) >= 2
