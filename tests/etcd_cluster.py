@@ -304,3 +304,45 @@ async def until(cond, timeout: float = 20.0) -> float:
             raise AssertionError(f"not within {timeout}s")
         await asyncio.sleep(0.02)
     return time.monotonic() - t0
+
+
+class ProxiedEtcd:
+    """A ``TcpProxy`` to each member, run in an event loop of its own thread, for a broker
+    PROCESS: start it with ``url(prefix)`` and ``cut()`` cuts it off from the whole etcd cluster
+    (the others go on), ``restore()`` lets it through again."""
+
+    def __init__(self, cluster: EtcdCluster) -> None:
+        import asyncio
+        import threading
+
+        self.cluster = cluster
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="etcd-proxies", daemon=True)
+        self._thread.start()
+        self.proxies = [TcpProxy(m.endpoint) for m in cluster.members]
+        for p in self.proxies:
+            self._call(p.start())
+
+    def _call(self, coro):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+
+    def url(self, prefix: str = "") -> str:
+        return "etcd://" + ",".join(p.endpoint for p in self.proxies) + (("/" + prefix.strip("/")) if prefix else "")
+
+    async def _each(self, method: str) -> None:
+        for p in self.proxies:
+            getattr(p, method)()
+
+    def cut(self) -> None:
+        self._call(self._each("cut"))
+
+    def restore(self) -> None:
+        self._call(self._each("restore"))
+
+    def close(self) -> None:
+        for p in self.proxies:
+            self._call(p.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)

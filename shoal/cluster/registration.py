@@ -154,9 +154,11 @@ class Registration:
             try:
                 if lost is None:
                     lease, info = self.lease_id, self.info
-                    if lease is None or info is None or await self.client.lease_keepalive(lease) > 0:
+                    if lease is None or await self.client.lease_keepalive(lease) > 0:
                         continue
                     lost, self.lease_id, self.info = info, None, None
+                    if lost is None:  # not registered (refused): a new lease when it tries again
+                        continue
                 rev = await self.register(lost)
                 log.warning("node id %d registered again under a new lease (the former lease was lost: "
                             "expired while etcd was out of reach, or revoked)", lost.node_id)
@@ -185,6 +187,9 @@ class Registration:
         if self.lease_id is not None:
             try:
                 await asyncio.wait_for(self.client.lease_revoke(self.lease_id), 2.0)
-            except Exception as e:  # it will expire by itself
-                log.info("could not revoke the registration lease (it expires by itself): %s", e)
+            except (Exception, asyncio.CancelledError) as e:  # it will expire by itself
+                task = asyncio.current_task()
+                if isinstance(e, asyncio.CancelledError) and task is not None and task.cancelling():
+                    raise
+                log.info("could not revoke the registration lease (it expires by itself): %r", e)
             self.lease_id = None

@@ -90,6 +90,11 @@ LOG_EVERY_S = 5.0
 # How long a commit whose transaction succeeded waits for its watch to deliver it before it
 # publishes the change itself (EtcdBackend._apply_ahead).
 OWN_WATCH_WAIT_S = 1.0
+# A commit's transaction: each attempt waits TXN_ATTEMPT_S (a member that still believes in a dead
+# leader holds a proposal until etcd's own timeout); attempts that failed in transit (etcd member
+# gone, no leader, election) are made again, with the same compare, until COMMIT_DEADLINE_S.
+TXN_ATTEMPT_S = 2.5
+COMMIT_DEADLINE_S = 8.0
 MAX_BACKOFF_S = 2.0
 
 
@@ -115,6 +120,13 @@ def _why(e: BaseException) -> str:
     details = getattr(e, "details", None)
     why = (details() if callable(details) else None) or str(e) or type(e).__name__
     return why.splitlines()[0][:200]
+
+
+def _transient(e: BaseException) -> bool:
+    """An etcd call that failed in transit (member gone, no leader, a timeout): worth another try."""
+    code = getattr(e, "code", None)
+    name = getattr(code() if callable(code) else None, "name", "")
+    return name in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
 
 def _json(value: Any) -> bytes:
@@ -189,10 +201,12 @@ class EtcdClient:
         if channel is not None:
             await channel.close()
 
-    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> Any:
+    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None,
+                  timeout: float | None = None) -> Any:
         self.connect()
         req = self.rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
-        return await self.kv.Txn(req, timeout=self.timeout)
+        # hasleader: a member without a leader answers at once instead of holding the request
+        return await self.kv.Txn(req, timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
 
     async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0) -> Any:
         self.connect()
@@ -610,17 +624,26 @@ class EtcdBackend(MetadataBackend):
         fut: asyncio.Future[MetadataImage] = asyncio.get_running_loop().create_future()
         rev: list[int] = []
         self._own[token] = (change, fut, rev)
-        try:
-            resp = await self.client.txn(
-                compare + fenced, ops, [rpc.RequestOp(request_range=rpc.RangeRequest(key=self._epoch_key))])
-        except BaseException as e:
-            self._own.pop(token, None)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            raise self._txn_error(e, len(ops)) from e
+        read_epoch = [rpc.RequestOp(request_range=rpc.RangeRequest(key=self._epoch_key))]
+        deadline = time.monotonic() + COMMIT_DEADLINE_S
+        while True:
+            try:
+                left = deadline - time.monotonic()
+                resp = await self.client.txn(compare + fenced, ops, read_epoch, timeout=min(TXN_ATTEMPT_S, left))
+                break
+            except BaseException as e:
+                if (isinstance(e, asyncio.CancelledError) or not _transient(e) or self._closed
+                        or deadline - time.monotonic() < 0.5):
+                    self._own.pop(token, None)
+                    if isinstance(e, asyncio.CancelledError):
+                        raise
+                    raise self._txn_error(e, len(ops)) from e
+                await asyncio.sleep(0.2)  # a member died or etcd is electing: again, maybe elsewhere
+        kvs = resp.responses[0].response_range.kvs if not resp.succeeded else []
+        if kvs and json.loads(kvs[0].value).get("by") == token:  # an earlier attempt landed after all
+            resp.succeeded, resp.header.revision = True, kvs[0].mod_revision
         if not resp.succeeded:
             self._own.pop(token, None)
-            kvs = resp.responses[0].response_range.kvs
             actual = int(json.loads(kvs[0].value)["epoch"]) if kvs else -1
             if kvs and int(kvs[0].mod_revision) == self._epoch_mod and fenced:
                 raise MetadataError("NOT_CONTROLLER", "this broker is no longer the controller")

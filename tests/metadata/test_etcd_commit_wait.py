@@ -48,7 +48,7 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
     a.subscribe(lambda old, new: told.append((old, new)))
     real_txn = a.backend.client.txn
 
-    async def txn_then_quorum_dies(compare, success, failure=None):
+    async def txn_then_quorum_dies(compare, success, failure=None, timeout=None):
         proxy.cut()  # the watch goes blind first
         await until(lambda: not a.backend.reachable, 10)
         # a registration lands below the change's revision: the watch has not delivered it either
