@@ -42,6 +42,11 @@ change the image without bumping the epoch (they are
 ephemeral). If the watch's start revision has been compacted, the prefix is read again and
 listeners are told the difference in one call.
 
+A commit's transaction that fails in transit (a member gone, no leader: requests carry
+``hasleader``) is sent again with the same compare, ``TXN_ATTEMPT_S`` an attempt, until
+``COMMIT_DEADLINE_S``; an attempt that landed after all is recognised by its token in
+``/meta/epoch``, so a change is made once.
+
 etcd unreachable: reads keep the last image; ``writable`` refuses changes with the retriable
 REQUEST_TIMED_OUT; the watch reconnects with backoff (at most 2 s apart), logging one line every
 5 s, and on its return catches up from its revision (or reloads after a compaction). ``start``
