@@ -96,3 +96,37 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
         await direct.close()
         await a.close()
         await b.close()
+
+
+async def test_an_answer_lost_in_transit_is_sent_again_and_the_change_made_once(cluster):
+    """The transaction lands but its answer is lost (the member died as it answered): the commit
+    sends it again with the same compare; that one fails, and the writer token in /meta/epoch shows
+    the first landed, so the caller gets its success, not TOPIC_ALREADY_EXISTS, and one change."""
+    import grpc
+
+    cluster.start_all()
+    s = EtcdMetadataStore(cluster.url(f"/lost-{uuid.uuid4().hex[:8]}"), node_id=1)
+    await s.start()
+    real_txn = s.backend.client.txn
+    calls = []
+
+    async def lands_then_answer_lost(compare, success, failure=None, timeout=None):
+        resp = await real_txn(compare, success, failure, timeout)
+        calls.append(resp.succeeded)
+        if len(calls) == 1:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "connection reset as the member answered")
+        return resp
+
+    told: list[tuple[MetadataImage, MetadataImage]] = []
+    s.subscribe(lambda old, new: told.append((old, new)))
+    try:
+        epoch = s.image.epoch
+        s.backend.client.txn = lands_then_answer_lost
+        await s.create_topic("t", [(1,)], {})
+        assert calls == [True, False]  # sent twice, made once
+        assert "t" in s.image.topics and s.image.epoch == epoch + 1
+        assert len(told) == 1
+    finally:
+        s.backend.client.txn = real_txn
+        await s.close()
