@@ -283,3 +283,16 @@ def test_describe_cluster(broker):
     desc = a.describe_cluster(request_timeout=OP_TIMEOUT).result(timeout=OP_TIMEOUT)
     assert desc.cluster_id
     assert [(n.host, n.port) for n in desc.nodes] == [("127.0.0.1", broker.port)]
+
+
+def test_describe_cluster_authorized_operations_are_kafkas_seven(broker):
+    # Without an authorizer the operator may do everything on the cluster: Kafka reports the
+    # seven cluster operations (never WRITE; librdkafka's test 0081 checks this).
+    from confluent_kafka.admin import AclOperation
+
+    a = admin(broker.bootstrap)
+    desc = a.describe_cluster(include_authorized_operations=True, request_timeout=OP_TIMEOUT).result(
+        timeout=OP_TIMEOUT)
+    assert sorted(op.name for op in desc.authorized_operations) == sorted(op.name for op in (
+        AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE))
