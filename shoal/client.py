@@ -58,6 +58,8 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 32, 33, 37
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
+DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCRIBE = 42, 47, 69
 # DescribeClientQuotas match types: a name, the <default> entity, any entity of the type.
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
@@ -257,6 +259,58 @@ class CreatedTopic:
     num_partitions: int
     replication_factor: int
     configs: dict[str, ConfigEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str  # "" when the broker does not say (ListGroups before v4)
+    group_type: str  # "classic" or "consumer" (KIP-848); "" before ListGroups v5
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[tuple[str, int], ...]  # (topic, partition), sorted
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group as DescribeGroups (classic) or ConsumerGroupDescribe (KIP-848) tells it."""
+
+    group_id: str
+    group_type: str  # "classic" or "consumer"
+    state: str  # Kafka's names: Empty, Stable, PreparingRebalance, ..., Dead (no such group)
+    protocol_type: str  # classic groups: "consumer", "connect", "" (offsets only)
+    assignor: str  # the chosen protocol (classic) or server assignor (KIP-848)
+    coordinator: tuple[int, str, int]  # node id, host, port
+    members: tuple[GroupMember, ...]
+    group_epoch: int = -1  # KIP-848 only
+
+
+def consumer_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
+    """The (topic, partition) pairs of a ``ConsumerProtocolAssignment`` (a classic consumer
+    group member's assignment); ``()`` for empty or unreadable bytes."""
+    out = []
+    try:
+        pos = 2  # version
+        (n,) = _I32.unpack_from(data, pos)
+        pos += 4
+        for _ in range(n):
+            (ln,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2:pos + 2 + ln].decode()
+            pos += 2 + ln
+            (count,) = _I32.unpack_from(data, pos)
+            parts = struct.unpack_from(f">{count}i", data, pos + 4)
+            pos += 4 + 4 * count
+            out += [(topic, p) for p in parts]
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return ()
+    return tuple(sorted(out))
 
 
 # -- the connection --------------------------------------------------------------------------
@@ -640,15 +694,20 @@ class AdminClient:
         """The version this client uses for ``api_key`` with this broker."""
         return self._conn().version_for(api_key)
 
-    async def request(self, api_key: int, body: Any, *, node_id: int | None = None) -> Any:
+    async def request(
+        self, api_key: int, body: Any, *, node_id: int | None = None, max_version: int | None = None
+    ) -> Any:
         """Send one request and return the response entity.
 
         ``body`` is either a dict of fields, built for the highest version both sides support
-        (see :func:`build_entity`), or a kio request entity, sent at its own version.
+        (at most ``max_version``; see :func:`build_entity`), or a kio request entity, sent at its
+        own version.
         """
         conn = self._conn() if node_id is None else await self._node(node_id)
         if isinstance(body, Mapping):
             version = conn.version_for(api_key)
+            if max_version is not None:
+                version = min(version, max_version)
             entity = build_entity(codec.request_type(api_key, version), body)
         else:
             entity = body
@@ -1149,6 +1208,169 @@ class AdminClient:
                     err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
                     out[tp] = err if err else int(p.low_watermark)
         return _finish(out, raise_errors)
+
+    # -- consumer groups -----------------------------------------------------------------------
+    # Sent to the group's coordinator (FindCoordinator), as Kafka's admin client does. OffsetFetch
+    # and OffsetCommit stay at v9, the last versions that name topics (v10 names them by id).
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of ``group_id``'s coordinator; later requests reach it."""
+        v = self.version_for(FIND_COORDINATOR)
+        resp = await self.request(
+            FIND_COORDINATOR, {"key": group_id, "key_type": 0, "coordinator_keys": [group_id]}
+        )
+        row = resp.coordinators[0] if v >= 4 else resp
+        err = _check(row.error_code, getattr(row, "error_message", None), group_id)
+        if err:
+            raise err
+        node = (int(row.node_id), row.host, int(row.port))
+        self._brokers[node[0]] = (node[1], node[2])
+        return node
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group of every broker (each lists the groups it coordinates), by id."""
+        md = await self.metadata(topics=[])
+        found: dict[str, GroupListing] = {}
+        for node in sorted(md.brokers) or [None]:
+            resp = await self.request(LIST_GROUPS, {"states_filter": [], "types_filter": []}, node_id=node)
+            err = _check(resp.error_code, None, f"ListGroups on broker {node}")
+            if err:
+                raise err
+            for g in resp.groups:
+                found[g.group_id] = GroupListing(
+                    g.group_id, g.protocol_type, getattr(g, "group_state", ""), getattr(g, "group_type", "")
+                )
+        return [found[k] for k in sorted(found)]
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """One group: ConsumerGroupDescribe first (KIP-848), DescribeGroups when it is not one;
+        a group that does not exist is state ``Dead`` without members, as Kafka reports it."""
+        coordinator = await self.find_coordinator(group_id)
+        node = coordinator[0]
+        if CONSUMER_GROUP_DESCRIBE in self._conn().versions:
+            resp = await self.request(
+                CONSUMER_GROUP_DESCRIBE, {"group_ids": [group_id], "include_authorized_operations": False},
+                node_id=node,
+            )
+            g = resp.groups[0]
+            err = _check(g.error_code, g.error_message, group_id)
+            if err is None:
+                members = tuple(
+                    GroupMember(
+                        m.member_id, m.instance_id, m.client_id, m.client_host,
+                        tuple(sorted((t.topic_name, int(p)) for t in m.assignment.topic_partitions
+                                     for p in t.partitions)),
+                    )
+                    for m in g.members
+                )
+                return GroupDescription(group_id, "consumer", g.group_state, "consumer", g.assignor_name,
+                                        coordinator, members, int(g.group_epoch))
+            if err.code_name not in ("GROUP_ID_NOT_FOUND", "UNSUPPORTED_VERSION"):
+                raise err
+        resp = await self.request(
+            DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}, node_id=node
+        )
+        g = resp.groups[0]
+        err = _check(g.error_code, getattr(g, "error_message", None), group_id)
+        if err is not None and err.code_name != "GROUP_ID_NOT_FOUND":
+            raise err
+        state = "Dead" if err is not None else g.group_state
+        members = tuple(
+            GroupMember(
+                m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
+                consumer_assignment(bytes(m.member_assignment)) if g.protocol_type == "consumer" else (),
+            )
+            for m in g.members
+        )
+        return GroupDescription(group_id, "classic", state, g.protocol_type, g.protocol_data, coordinator, members)
+
+    async def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets, every topic (partitions never committed left out)."""
+        node = (await self.find_coordinator(group_id))[0]
+        resp = await self.request(
+            OFFSET_FETCH,
+            {
+                "group_id": group_id, "topics": None, "require_stable": False,
+                "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}],
+            },
+            node_id=node, max_version=9,
+        )
+        found = resp.groups[0] if hasattr(resp, "groups") else resp
+        err = _check(getattr(found, "error_code", 0), None, group_id)
+        if err:
+            raise err
+        out: dict[tuple[str, int], int] = {}
+        for t in found.topics:
+            for p in t.partitions:
+                err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                if err:
+                    raise err
+                if int(p.committed_offset) >= 0:
+                    out[(t.name, int(p.partition_index))] = int(p.committed_offset)
+        return out
+
+    async def commit_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], *, raise_errors: bool = True
+    ) -> dict[tuple[str, int], None | KafkaError]:
+        """Commit ``offsets`` for ``group_id`` as an admin (no member, generation -1): the group
+        must have no members (else UNKNOWN_MEMBER_ID, as Kafka)."""
+        node = (await self.find_coordinator(group_id))[0]
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), o in sorted(offsets.items()):
+            topics.setdefault(t, []).append({
+                "partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                "commit_timestamp": -1, "committed_metadata": "",
+            })
+        resp = await self.request(
+            OFFSET_COMMIT,
+            {
+                "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            },
+            node_id=node, max_version=9,
+        )
+        out = {
+            (t.name, int(p.partition_index)): _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+            for t in resp.topics for p in t.partitions
+        }
+        return _finish(out, raise_errors)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, None | KafkaError]:
+        """Delete groups (each must have no members: else NON_EMPTY_GROUP)."""
+        out: dict[str, None | KafkaError] = {}
+        for gid in group_ids:
+            try:
+                node = (await self.find_coordinator(gid))[0]
+            except KafkaError as e:
+                out[gid] = e
+                continue
+            resp = await self.request(DELETE_GROUPS, {"groups_names": [gid]}, node_id=node)
+            for r in resp.results:
+                out[r.group_id] = _check(r.error_code, None, r.group_id)
+        return out
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], None | KafkaError]:
+        """OffsetDelete: forget the group's committed offsets of ``partitions`` (refused per topic
+        with GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to it); a group-level error raises."""
+        node = (await self.find_coordinator(group_id))[0]
+        topics: dict[str, list[dict[str, int]]] = {}
+        for t, p in sorted(set(partitions)):
+            topics.setdefault(t, []).append({"partition_index": p})
+        resp = await self.request(
+            OFFSET_DELETE,
+            {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
+            node_id=node,
+        )
+        err = _check(resp.error_code, None, group_id)
+        if err:
+            raise err
+        return {
+            (t.name, int(p.partition_index)): _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+            for t in resp.topics for p in t.partitions
+        }
 
 
 def _finish(out: dict, raise_errors: bool) -> dict:
