@@ -887,6 +887,14 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     ]
 }
 
+# Topic configs Kafka 3.x accepts and ignores (deprecated; gone in Kafka 4). CreateTopics,
+# AlterConfigs and IncrementalAlterConfigs accept them with one warning (rate-limited) and drop
+# them: never stored, no effect, absent from DescribeConfigs. Name -> why, for the warning.
+IGNORED_TOPIC_CONFIGS: dict[str, str] = {
+    "message.format.version": "every record batch is v2 (Kafka ignores it since 3.0, removed in 4.0)",
+    "message.timestamp.difference.max.ms": "use message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+}
+
 # Topic-only configs whose "broker fallback" has no broker config: the default is the empty list.
 _TOPIC_ONLY_DEFAULTS: dict[str, Any] = {
     "follower.replication.throttled.replicas": (),

@@ -27,6 +27,10 @@ Deliberate deviations from Kafka:
   it reads the config per use (quotas, connection limits, log defaults).
 - Internal topics cannot be deleted (INVALID_REQUEST), as ZooKeeper-mode Kafka refused.
 - No ``create.topic.policy.class.name``; tenants have their own create-topic policy.
+- Deprecated topic configs Kafka 3.x accepts and ignores (``shoal.config.IGNORED_TOPIC_CONFIGS``:
+  ``message.format.version``, ``message.timestamp.difference.max.ms``) are accepted by CreateTopics,
+  AlterConfigs and IncrementalAlterConfigs with one warning line (rate-limited) and dropped: never
+  stored, so DescribeConfigs does not list them (Kafka 3.x lists them, ignored).
 
 Scoped (``ctx.scope``): a tenant creates, deletes and alters only its own topics, named as it
 names them (stored with its prefix); another tenant's topic, by name or id, does not exist for it.
@@ -56,6 +60,7 @@ KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.ten
 from __future__ import annotations
 
 import datetime
+import logging
 import uuid
 from typing import Any, Callable, Mapping
 
@@ -68,9 +73,11 @@ from shoal.config import (
     validate_dynamic_broker_configs,
     validate_topic_configs,
     BROKER_CONFIGS,
+    IGNORED_TOPIC_CONFIGS,
     TOPIC_CONFIGS,
     format_value,
 )
+from shoal.logutil import RateLimitedLog
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.metadata.change import Result, unchanged
@@ -175,7 +182,8 @@ def _plan_topic(
     for c in t.configs:
         if c.value is None:
             raise AdminError("INVALID_CONFIG", f"Null value not supported for topic configs: {c.name}")
-        configs[c.name] = c.value
+        if not _ignored_topic_config(c.name, name):
+            configs[c.name] = c.value
     try:
         validate_topic_configs(configs)
     except ConfigError as e:
@@ -647,6 +655,18 @@ async def handle_describe_configs(ctx, req):
 # AlterConfigs / IncrementalAlterConfigs
 
 
+_ignored_log = RateLimitedLog(logging.getLogger("shoal.handlers.admin"))
+
+
+def _ignored_topic_config(name: str, resource: str) -> bool:
+    """True for a deprecated topic config Kafka accepts and ignores (``IGNORED_TOPIC_CONFIGS``),
+    with one warning line per config name per interval."""
+    why = IGNORED_TOPIC_CONFIGS.get(name)
+    if why is not None:
+        _ignored_log.log(logging.WARNING, name, "Topic configuration %s is ignored (%s): %s", name, resource or "-", why)
+    return why is not None
+
+
 def _apply_incremental(
     current: Mapping[str, str],
     ops: list[tuple[str, int, str | None]],
@@ -819,6 +839,8 @@ async def handle_alter_configs(ctx, req):
             for c in res.configs:
                 if c.value is None:
                     raise AdminError("INVALID_REQUEST", f"Null value not supported for : {c.name}")
+                if topic and _ignored_topic_config(c.name, res.resource_name):
+                    continue
                 name, value = key(c.name, c.value)
                 out[name] = value
             return out
@@ -835,11 +857,12 @@ async def handle_incremental_alter_configs(ctx, req):
 
     def compute_for(res):
         def compute(current, topic, effective, key=_same_key):
-            keyed = [key(c.name, c.value) for c in res.configs]
+            configs = [c for c in res.configs if not (topic and _ignored_topic_config(c.name, res.resource_name))]
+            keyed = [key(c.name, c.value) for c in configs]
             names = [name for name, _v in keyed]
             if len(names) != len(set(names)):
                 raise AdminError("INVALID_REQUEST", "Error due to duplicate config keys")
-            ops = [(name, int(c.config_operation), value) for (name, value), c in zip(keyed, res.configs)]
+            ops = [(name, int(c.config_operation), value) for (name, value), c in zip(keyed, configs)]
             return _apply_incremental(current, ops, topic=topic, effective=effective)
 
         return compute
