@@ -14,6 +14,9 @@
 Brokers run ``python -m shoal serve --node-id I --rack R --override shoal.metadata.store=URL``
 with a short ``broker.session.timeout.ms`` (``SESSION_MS``) so a dead broker leaves quickly.
 Imported as ``cluster_harness``: tests/ is on sys.path.
+
+``ProxiedCluster`` (at the end) is the same cluster with every broker<->broker and client<->broker
+link through a link proxy (tests/faults/linkproxy.py), for the fault-injection tests.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from broker_process import free_port
 from shoal.client import AdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -133,3 +137,116 @@ class Cluster:
     def close(self) -> None:
         for b in self.brokers.values():
             b.stop()
+
+
+# -- through link proxies (tests/faults) -----------------------------------------------------------
+
+
+def _client_listener(client: str) -> str:
+    return "CLIENT_" + "".join(c if c.isalnum() else "_" for c in client).upper()
+
+
+class ProxiedClusterBroker(ClusterBroker):
+    """A ClusterBroker with, besides PLAINTEXT (direct, the operator's and the harness's own
+    view) and SASL_PLAINTEXT:
+
+    - a listener ``B<s>`` for each broker s of the cluster, advertised at the proxy port of link
+      ``b<s>->b<self>``; ``inter.broker.listener.name`` is ``B<self>``. A broker looks a peer's
+      endpoint up under its OWN inter-broker listener name (as Kafka's replica fetchers do), so
+      broker s reaches broker d through link ``b<s>->b<d>`` only;
+    - a listener ``CLIENT_<NAME>`` per client, advertised at link ``<client>->b<self>``: a client
+      bootstrapped there gets every broker's address on that listener (Metadata answers with the
+      listener the request came in on), so all its connections go through its own links."""
+
+    def __init__(self, workdir: Path, url: str, node_id: int, rack: str | None,
+                 overrides: dict[str, str] | None, peers: list[int], clients: list[str]) -> None:
+        super().__init__(workdir, url, node_id, rack, overrides)
+        self.extra = {f"B{s}": free_port() for s in peers} | {_client_listener(c): free_port() for c in clients}
+        self.advertised: dict[str, int] = {}  # listener -> proxy port, set by ProxiedCluster
+        protocols = self.overrides["listener.security.protocol.map"]
+        self.overrides["listener.security.protocol.map"] = protocols + "".join(f",{n}:PLAINTEXT" for n in self.extra)
+        self.overrides["inter.broker.listener.name"] = f"B{node_id}"
+
+    def serve_args(self) -> list[str]:
+        args = super().serve_args()
+        i = args.index("--listeners") + 1
+        args[i] += "".join(f",{n}://{self.host}:{p}" for n, p in self.extra.items())
+        adv = ",".join(f"{n}://{self.host}:{p}" for n, p in self.advertised.items())
+        return args + (["--override", f"advertised.listeners={adv}"] if adv else [])
+
+
+class ProxiedCluster(Cluster):
+    """A Cluster whose broker<->broker and client<->broker traffic goes through a
+    ``faults.linkproxy.LinkProxy`` (one link per direction of each pair), so a test cuts,
+    slows or throttles each link apart::
+
+        c = ProxiedCluster(tmp_path, etcd.url("/p"), clients=["producer", "consumer"])
+        c.start()
+        Producer({"bootstrap.servers": c.client_bootstrap("producer"), ...})
+        c.links.cut("producer->b2")              # one client link (LinkProxy's modes apply)
+        c.partition({1}, {2, 3})                 # broker links between the two sides, both ways
+        c.heal()                                 # every link
+        c.leader_of("t", 0); c.controller()      # roles, for a nemesis
+
+    Link names: ``b<s>->b<d>`` (broker s connecting to broker d) and ``<client>->b<d>``. The
+    harness's own calls (readiness, ``describe``, ``wait_brokers``) use the direct PLAINTEXT
+    port and never cross a proxy."""
+
+    def __init__(self, workdir: Path, url: str, size: int = 3, racks: list[str | None] | None = None,
+                 overrides: dict[str, str] | None = None, clients: tuple[str, ...] | list[str] = ("client",),
+                 seed: int = 0) -> None:
+        from faults.linkproxy import LinkProxy
+
+        racks = racks or [f"dc{i}" for i in range(1, size + 1)]
+        self.url, self.clients = url, list(clients)
+        ids = list(range(1, size + 1))
+        self.brokers = {i: ProxiedClusterBroker(workdir / f"broker{i}", url, i, racks[i - 1], overrides, ids,
+                                                self.clients) for i in ids}
+        self.links = LinkProxy(seed)
+        for d, b in self.brokers.items():
+            for s in ids:
+                if s == d:  # a broker never needs itself through a proxy
+                    b.advertised[f"B{s}"] = b.extra[f"B{s}"]
+                else:
+                    b.advertised[f"B{s}"] = self.links.add(f"b{s}->b{d}", (b.host, b.extra[f"B{s}"]))
+            for c in self.clients:
+                name = _client_listener(c)
+                b.advertised[name] = self.links.add(f"{c}->b{d}", (b.host, b.extra[name]))
+
+    def client_bootstrap(self, client: str, *nodes: int) -> str:
+        """``bootstrap.servers`` of a client: its proxy ports to the brokers (all, or ``nodes``)."""
+        return ",".join(f"127.0.0.1:{self.links.port(f'{client}->b{n}')}" for n in (nodes or self.brokers))
+
+    def broker_links(self, a: set[int], b: set[int]) -> list[str]:
+        """Every broker link between the sides ``a`` and ``b``, both directions."""
+        return [f"b{s}->b{d}" for s in sorted(a) for d in sorted(b) if s != d] + \
+               [f"b{s}->b{d}" for s in sorted(b) for d in sorted(a) if s != d]
+
+    def partition(self, a: set[int], b: set[int], mode: str = "stall", new: str = "refuse") -> list[str]:
+        """Cut broker<->broker links between two sides (clients keep reaching everyone); the names."""
+        names = self.broker_links(a, b)
+        for n in names:
+            self.links.cut(n, mode=mode, new=new)
+        return names
+
+    def heal(self) -> None:
+        self.links.heal_all()
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The leader Metadata (through a live broker's direct port) names; -1 when none."""
+        async def go() -> int:
+            async with AdminClient(self.live[0].bootstrap, timeout=10) as c:
+                t = (await c.describe_topics([topic]))[topic]
+                return next(p.leader for p in t.partitions if p.partition == partition)
+
+        return run(go())
+
+    def controller(self) -> int:
+        return self.describe()["controller_id"]
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            if b.proc is not None and b.proc.poll() is None:
+                b.proc.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
+        super().close()
+        self.links.close()

@@ -8,6 +8,7 @@
     c.stop_member(0); c.start_member(0); c.kill_member(1)
     c.stop_all(); c.start_all()       # the whole quorum down, and back (same data)
     c.etcdctl("compact", "1234")
+    c.leader()                        # index of the raft leader member (to kill it)
     c.close()                         # every member killed, the directory removed
 
 Members run with the settings Shoal needs (``docs/cluster.md``): ``--max-txn-ops`` and
@@ -214,6 +215,19 @@ class EtcdCluster:
         rev = self.revision() if revision is None else revision
         self.etcdctl("compact", str(rev), "--physical", members=[self._live()])
         return rev
+
+    def leader(self) -> int:
+        """Index of the member that is the raft leader now (asked of the running members)."""
+        import json
+
+        live = [i for i, m in enumerate(self.members) if m.running]
+        out = json.loads(self.etcdctl("endpoint", "status", "-w", "json", members=live))
+        by_ep = {self.members[i].endpoint: i for i in live}
+        ids = {int(s["Status"]["header"]["member_id"]): by_ep[s["Endpoint"].removeprefix("http://")] for s in out}
+        leader = int(out[0]["Status"]["leader"])
+        if leader not in ids:
+            raise RuntimeError(f"etcd leader {leader:x} is not a running member")
+        return ids[leader]
 
     def _live(self) -> int:
         return next(i for i, m in enumerate(self.members) if m.running)
