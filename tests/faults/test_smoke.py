@@ -16,21 +16,22 @@ broker<->broker and client<->broker link through a link proxy.
 RF: 1 today (``RFS``). Replication (issue 12) is not there yet: Metadata reports an ISR of one
 and acks=all waits for the leader alone, so an RF=3 run would prove nothing and is left out.
 When followers land, add 3 to ``RFS``: ``create_topic`` already passes it, ``replica_bytes``
-compares every in-sync replica's files up to the high watermark, and ``kill``/``partition`` ops
-then exercise failover (raise ``KILL_HOLD`` so that kill -9 outlives the session timeout).
+(tests/faults/run.py) compares every in-sync replica's files up to the high watermark, and ``kill``/``partition`` ops
+then exercise failover (raise the hold of the ``kill`` op in ``FIXED`` above 3 s,
+``cluster_harness.SESSION_MS``, so that the killed leader's partition really fails over; and add
+a ``partition`` op: RF=1 only waits it out).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 import uuid
 
 import pytest
 
-from faults.checker import check, log_bytes_upto, row, table
-from faults.nemesis import Nemesis, Schedule
+from faults.checker import check, row, table
+from faults.nemesis import Schedule
+from faults.run import FaultRun, create_topic
 from faults.workload import Workload
 from shoal.client import AdminClient
 
@@ -43,32 +44,6 @@ seed=0 op=2 at=7.00 kind=cut-client target=consumer->b2 hold=2.00 mode=stall
 seed=0 op=3 at=10.00 kind=etcd-leader target=etcd hold=2.00 mode=-
 seed=0 op=4 at=13.00 kind=kill target=leader:1 hold=1.00 mode=-
 """
-
-
-def create_topic(cluster, name: str, rf: int, partitions: int = PARTITIONS) -> None:
-    async def go() -> None:
-        async with AdminClient(cluster[1].bootstrap, timeout=30) as c:
-            await c.create_topics([{"name": name, "num_partitions": partitions, "replication_factor": rf}])
-
-    asyncio.run(go())
-    deadline = time.monotonic() + 30
-    while any(cluster.leader_of(name, p) < 0 for p in range(partitions)):
-        assert time.monotonic() < deadline, "partitions without a leader"
-        time.sleep(0.2)
-
-
-def replica_bytes(cluster, topic: str, hws: dict[int, int]) -> dict[int, dict[int, bytes]]:
-    """partition -> broker -> its log bytes up to the HW, for every in-sync replica (files, not
-    Fetch: see ``checker.log_bytes_upto``)."""
-    async def isrs() -> dict[int, tuple[int, ...]]:
-        async with AdminClient(cluster.live[0].bootstrap, timeout=10) as c:
-            t = (await c.describe_topics([topic]))[topic]
-            return {p.partition: p.isr for p in t.partitions}
-
-    out: dict[int, dict[int, bytes]] = {}
-    for p, isr in asyncio.run(isrs()).items():
-        out[p] = {b: log_bytes_upto(cluster[b].data_dir / f"{topic}-{p}", hws[p]) for b in isr}
-    return out
 
 
 def _logs(cluster) -> str:
@@ -100,24 +75,13 @@ def test_links_are_routed_through_proxies(proxied3):
 @pytest.mark.parametrize("rf", RFS)
 def test_fixed_schedule_loses_nothing(proxied3, fault_etcd, rf):
     c = proxied3
-    topic = f"faults-{rf}-{uuid.uuid4().hex[:6]}"
-    create_topic(c, topic, rf)
-    w = Workload(topic, PARTITIONS, c.client_bootstrap("producer"), c.client_bootstrap("consumer"),
-                 observer_bootstrap=c.bootstrap(), producers=2, consumers=2, rate=150)
-    w.start()
+    run = FaultRun(c, fault_etcd, rf=rf, partitions=PARTITIONS, producers=2, consumers=2, rate=150)
     schedule = Schedule.parse(FIXED)
-    nemesis = Nemesis(c, fault_etcd, topic)
     try:
-        assert w.wait_acked(100, timeout=60), f"no acks before the faults\n{_logs(c)}"
-        print(schedule)
-        nemesis.run(schedule)
-        c.wait_brokers(set(c.brokers), timeout=60)
-        # liveness after healing: acks come again
-        assert w.wait_acked(300, timeout=90), f"producers stuck after the faults: {w.fatal}\n{_logs(c)}"
-    finally:
-        w.stop()
-    hws = w.final_read(c.bootstrap())
-    result = check(w.history, replica_bytes(c, topic, hws))
+        result = run.play(schedule, warmup_acks=100, after_acks=300)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_logs(c)}") from None
+    w, nemesis = run.workload, run.nemesis
     print(result.summary())
     print(table([row(1, nemesis.faults, [result])]))
     assert [e.error for e in nemesis.events] == [""] * len(schedule.ops), nemesis.events
@@ -133,7 +97,7 @@ def test_checker_catches_a_loss(proxied3):
     """Negative control: records acknowledged with acks=all, then destroyed on purpose."""
     c = proxied3
     topic = f"faults-loss-{uuid.uuid4().hex[:6]}"
-    create_topic(c, topic, 1, partitions=2)
+    create_topic(c, topic, 1, 2)
     w = Workload(topic, 2, c.client_bootstrap("producer"), c.client_bootstrap("consumer"),
                  producers=1, consumers=0, rate=500)
     w.start()

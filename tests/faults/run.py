@@ -1,0 +1,86 @@
+"""One fault run, shared by tests/faults/test_smoke.py and bench/bench_faults.py: a fresh topic,
+the workload, a schedule played by the nemesis, liveness after healing, the final read, replica
+bytes, the checkers::
+
+    run = FaultRun(cluster, etcd, rf=1)
+    result = run.play(schedule)          # a checker.Result; run.nemesis.events, run.workload
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Callable
+
+from faults.checker import Result, check, log_bytes_upto
+from faults.nemesis import Nemesis, Schedule
+from faults.workload import Workload
+from shoal.client import AdminClient
+
+
+def create_topic(cluster, name: str, rf: int, partitions: int) -> None:
+    """CreateTopics through broker 1's direct port; until every partition has a leader."""
+    async def go() -> None:
+        async with AdminClient(cluster.live[0].bootstrap, timeout=30) as c:
+            await c.create_topics([{"name": name, "num_partitions": partitions, "replication_factor": rf}])
+
+    asyncio.run(go())
+    deadline = time.monotonic() + 30
+    while any(cluster.leader_of(name, p) < 0 for p in range(partitions)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name}: partitions without a leader after 30 s")
+        time.sleep(0.2)
+
+
+def isr(cluster, topic: str) -> dict[int, tuple[int, ...]]:
+    async def go() -> dict[int, tuple[int, ...]]:
+        async with AdminClient(cluster.live[0].bootstrap, timeout=10) as c:
+            t = (await c.describe_topics([topic]))[topic]
+            return {p.partition: tuple(p.isr) for p in t.partitions}
+
+    return asyncio.run(go())
+
+
+def replica_bytes(cluster, topic: str, hws: dict[int, int]) -> dict[int, dict[int, bytes]]:
+    """partition -> broker -> its log bytes up to the HW, for every in-sync replica (read from the
+    files, not through Fetch: ``checker.log_bytes_upto``)."""
+    return {p: {b: log_bytes_upto(cluster[b].data_dir / f"{topic}-{p}", hws[p]) for b in members}
+            for p, members in isr(cluster, topic).items()}
+
+
+def replicated(cluster, topic: str, rf: int) -> bool:
+    """Whether the cluster replicates: every partition's ISR has ``rf`` members."""
+    return all(len(members) == rf for members in isr(cluster, topic).values())
+
+
+class FaultRun:
+    def __init__(self, cluster, etcd, rf: int = 1, partitions: int = 6, producers: int = 2, consumers: int = 2,
+                 rate: float = 150.0, log: Callable[[str], None] = print) -> None:
+        self.cluster, self.etcd, self.rf, self.partitions = cluster, etcd, rf, partitions
+        self.topic = f"faults-rf{rf}-{uuid.uuid4().hex[:6]}"
+        self.log = log
+        create_topic(cluster, self.topic, rf, partitions)
+        self.workload = Workload(self.topic, partitions, cluster.client_bootstrap("producer"),
+                                 cluster.client_bootstrap("consumer"), observer_bootstrap=cluster.bootstrap(),
+                                 producers=producers, consumers=consumers, rate=rate)
+        self.nemesis = Nemesis(cluster, etcd, self.topic, log=log)
+        self.hws: dict[int, int] = {}
+
+    def play(self, schedule: Schedule, warmup_acks: int = 100, after_acks: int = 300) -> Result:
+        """Workload; ``warmup_acks``; the schedule; every broker back; ``after_acks`` more (the
+        cluster is live again); stop; final read; checks. A liveness failure raises."""
+        c, w = self.cluster, self.workload
+        w.start()
+        try:
+            if not w.wait_acked(warmup_acks, timeout=60):
+                raise AssertionError("no acknowledgements before the faults")
+            self.log(str(schedule))
+            self.nemesis.run(schedule)
+            c.wait_brokers(set(c.brokers), timeout=60)
+            if not w.wait_acked(after_acks, timeout=90):
+                raise AssertionError(f"producers stuck after the faults healed (fatal: {w.fatal})")
+        finally:
+            w.stop()
+        self.hws = w.final_read(c.bootstrap())
+        return check(w.history, replica_bytes(c, self.topic, self.hws))
