@@ -22,6 +22,8 @@ Checks (each a function; ``check`` runs them all):
 - **misordered**: in the final read, two values of one producer in one partition whose offsets
   are in the opposite order of their producer sequence; and a consumer session that polled a
   partition's offsets out of increasing order.
+- **poll skips**: a consumer session that jumped over records of a partition the final read
+  holds (it will never see them: lost to that consumer, Jepsen's poll-skip).
 - **vanished**: a record a consumer read (so it was below the high watermark then) that the
   final read does not hold at that offset (Jepsen's lost-after-read / inconsistent offsets).
 - **commits backwards**: a consumer's successful commits, or the broker's committed offsets as
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -163,6 +166,24 @@ def nonmonotonic_polls(reads: Iterable[Read]) -> list[tuple[Read, Read]]:
     return out
 
 
+def poll_skips(reads: Iterable[Read], final: Mapping[int, Sequence[tuple[int, bytes]]]) -> list[tuple[Read, Read, int]]:
+    """Within one consumer session, consecutive polls of a partition that jumped over records the
+    final read holds between them (Jepsen's poll-skip): (earlier read, later read, records skipped)."""
+    offsets = {p: [o for o, _ in records] for p, records in final.items()}
+    last: dict[tuple[str, int, int], Read] = {}
+    out = []
+    for r in reads:
+        key = (r.consumer, r.session, r.partition)
+        prev = last.get(key)
+        if prev is not None and r.offset > prev.offset + 1:
+            between = offsets.get(r.partition, [])
+            n = bisect_left(between, r.offset) - bisect_right(between, prev.offset)
+            if n > 0:
+                out.append((prev, r, n))
+        last[key] = r
+    return out
+
+
 def vanished(reads: Iterable[Read], final: Mapping[int, Sequence[tuple[int, bytes]]]) -> list[Read]:
     """Records a consumer read that the final read does not hold at the same offset."""
     at = {(p, o): v for p, records in final.items() for o, v in records}
@@ -246,6 +267,7 @@ class Result:
     misordered: list[tuple[Ack, Ack]]
     nonmonotonic: list[tuple[Read, Read]]
     vanished: list[Read]
+    skipped: list[tuple[Read, Read, int]]
     commits_backwards: list[tuple[Commit, Commit]]
     divergent: dict[int, dict[int, int]]
     errors: int = 0
@@ -258,16 +280,16 @@ class Result:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.inconsistent or self.n_misordered or self.vanished
-                    or self.commits_backwards or self.divergent)
+                    or self.skipped or self.commits_backwards or self.divergent)
 
     def summary(self) -> str:
         """One line, and the first few examples of every problem."""
         line = (f"acked={self.acked} send-errors={self.errors} reads={self.reads} lost={len(self.lost)} "
                 f"duplicated={len(self.duplicated)} inconsistent={len(self.inconsistent)} "
-                f"misordered={self.n_misordered} vanished={len(self.vanished)} "
+                f"misordered={self.n_misordered} vanished={len(self.vanished)} poll-skips={len(self.skipped)} "
                 f"commits-backwards={len(self.commits_backwards)} divergent={len(self.divergent)}")
         details = []
-        for name in ("lost", "inconsistent", "misordered", "nonmonotonic", "vanished", "commits_backwards"):
+        for name in ("lost", "inconsistent", "misordered", "nonmonotonic", "vanished", "skipped", "commits_backwards"):
             items = getattr(self, name)
             if items:
                 details.append(f"  {name}: {items[:3]!r}{' ...' if len(items) > 3 else ''}")
@@ -287,6 +309,7 @@ def check(h: History, replicas: Mapping[int, Mapping[int, bytes]] | None = None)
         misordered=misordered_final(h.acks, h.final),
         nonmonotonic=nonmonotonic_polls(h.reads),
         vanished=vanished(h.reads, h.final),
+        skipped=poll_skips(h.reads, h.final),
         commits_backwards=commits_backwards(h.commits) + commits_backwards(h.observed_commits, per_consumer=False),
         divergent=replica_divergence(replicas or {}),
         errors=len(h.errors),

@@ -9,7 +9,8 @@ from hypothesis import given, strategies as st
 
 from faults.checker import (
     Ack, Commit, History, Read, batches_upto, check, commits_backwards, duplicated, inconsistent,
-    log_bytes_upto, lost, misordered_final, nonmonotonic_polls, replica_divergence, row, table, vanished,
+    log_bytes_upto, lost, misordered_final, nonmonotonic_polls, poll_skips, replica_divergence, row, table,
+    vanished,
 )
 
 
@@ -79,6 +80,14 @@ def test_nonmonotonic_polls_only_within_a_session():
              Read("c1", 1, 0, 4, b""), Read("c1", 1, 0, 4, b"")]
     assert nonmonotonic_polls(reads) == [(reads[3], reads[4])]
     assert nonmonotonic_polls([Read("c1", 0, 0, 2, b""), Read("c2", 0, 0, 1, b"")]) == []
+
+
+def test_poll_skips_are_jumps_over_records_the_final_read_holds():
+    final = {0: [(0, b"a"), (1, b"b"), (3, b"c"), (4, b"d"), (7, b"e")]}
+    reads = [Read("c", 0, 0, 0, b"a"), Read("c", 0, 0, 1, b"b"), Read("c", 0, 0, 3, b"c"),  # 2: no record
+             Read("c", 0, 0, 7, b"e"),  # skips 4
+             Read("c", 1, 0, 4, b"d")]  # a new session may start anywhere
+    assert poll_skips(reads, final) == [(reads[2], reads[3], 1)]
 
 
 def test_vanished_is_a_read_the_final_read_does_not_hold():
