@@ -33,6 +33,7 @@ def run_admin(args: argparse.Namespace, name: str, client_id: str,
               job: Callable[["AdminClient"], Awaitable[int]]) -> int:
     """Connect as ``args`` says, ``await job(client)``, close; errors become one line on stderr
     (prefixed with ``name``, e.g. ``shoal quotas alter``) and an exit status."""
+    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     async def run() -> int:
@@ -55,11 +56,11 @@ def run_admin(args: argparse.Namespace, name: str, client_id: str,
     except UsageError as e:
         return usage_error(name, e)
     except ConnectionLost as e:
-        print(f"{name}: {e.message or e}", file=sys.stderr)
+        print(f"{name}: {explain_lost(e, args)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KafkaError as e:
-        print(f"{name}: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE if e.code_name == "SASL_AUTHENTICATION_FAILED" else EXIT_ERROR
+        print(f"{name}: {explain(e, args)}", file=sys.stderr)
+        return EXIT_UNREACHABLE if e.code_name in CONNECT_ERRORS else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 

@@ -90,7 +90,10 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) ->
             message = json.loads(e.read()).get("message") or str(e)
         except (ValueError, AttributeError):
             message = str(e)
-        raise _Failed(EXIT_ERROR, message) from None
+        from shoal.cli_hints import http_hint
+
+        found = http_hint(e.code, user)
+        raise _Failed(EXIT_ERROR, f"{message}: {found}" if found else message) from None
     except (urllib.error.URLError, OSError) as e:
         raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}") from None
 

@@ -2,7 +2,8 @@
 
 Talks to a broker through :mod:`shoal.client` only (never reads storage). Every failure ends with
 one line on stderr (``shoal topics <command>: <reason>``) and a non-zero exit status:
-1 for an error the broker returned, 2 for bad arguments, 3 when the broker cannot be reached.
+1 for an error the broker returned, 2 for bad arguments, 3 when the broker cannot be reached
+(or refuses the credentials). A refusal for who the caller is adds what to do (:mod:`shoal.cli_hints`).
 
 Output follows kafka-topics.sh: ``--describe`` prints a topic line (TopicId, PartitionCount,
 ReplicationFactor, Configs with the topic's overrides) and one line per partition with its
@@ -88,6 +89,7 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     command = args.topics_command
@@ -97,11 +99,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
         print(f"shoal topics {command}: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionLost as e:
-        print(f"shoal topics {command}: {e.message or e}", file=sys.stderr)
+        print(f"shoal topics {command}: {explain_lost(e, args)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KafkaError as e:
-        print(f"shoal topics {command}: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        print(f"shoal topics {command}: {explain(e, args)}", file=sys.stderr)
+        return EXIT_UNREACHABLE if e.code_name in CONNECT_ERRORS else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 

@@ -65,6 +65,7 @@ def _client_props(path: str | None) -> dict[str, str]:
 
 
 def cmd_scram(args: argparse.Namespace) -> int:
+    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     try:
@@ -73,11 +74,11 @@ def cmd_scram(args: argparse.Namespace) -> int:
         print(f"shoal scram {args.scram_command}: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionLost as e:
-        print(f"shoal scram {args.scram_command}: {e.message or e}", file=sys.stderr)
+        print(f"shoal scram {args.scram_command}: {explain_lost(e, args)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KafkaError as e:
-        print(f"shoal scram {args.scram_command}: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE if e.code_name == "SASL_AUTHENTICATION_FAILED" else EXIT_ERROR
+        print(f"shoal scram {args.scram_command}: {explain(e, args)}", file=sys.stderr)
+        return EXIT_UNREACHABLE if e.code_name in CONNECT_ERRORS else EXIT_ERROR
 
 
 async def _run(args: argparse.Namespace) -> int:
