@@ -16,21 +16,28 @@ sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 
 def _serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="run a broker")
-    p.add_argument("--config", help="a Kafka-style server.properties file")
-    p.add_argument("--listeners", help="e.g. PLAINTEXT://127.0.0.1:9092")
-    p.add_argument("--advertised-listeners", help="what clients are told to connect to")
-    p.add_argument("--log-dirs", "--data-dir", dest="log_dirs", help="where partition logs and metadata live")
-    p.add_argument("--node-id", type=int)
-    p.add_argument("--rack", help="broker.rack")
+    p = sub.add_parser(
+        "serve", help="run a broker",
+        description="Run a Shoal broker. Flags set the broker configs named in their help; any other "
+                    "config goes in --config or --override (Kafka's names, e.g. num.partitions).",
+    )
+    p.add_argument("--config", metavar="FILE", help="a Kafka-style server.properties file (flags win over it)")
+    p.add_argument("--listeners", metavar="NAME://HOST:PORT,...",
+                   help="listeners: where the broker listens (default PLAINTEXT://127.0.0.1:9092)")
+    p.add_argument("--advertised-listeners", metavar="NAME://HOST:PORT,...",
+                   help="advertised.listeners: what clients are told to connect to (default: the listeners)")
+    p.add_argument("--log-dirs", "--data-dir", dest="log_dirs", metavar="DIR[,DIR...]",
+                   help="log.dirs: where partition logs and metadata live (default ./data)")
+    p.add_argument("--node-id", type=int, metavar="N", help="node.id: this broker's id in the cluster (default 1)")
+    p.add_argument("--rack", metavar="RACK", help="broker.rack: the broker's rack, for rack-aware placement")
     p.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
-        help="any broker config, as in server.properties (repeatable)",
+        help="any broker config, as in server.properties (repeatable; wins over --config)",
     )
     p.add_argument(
         "--log-level", type=_log_level, default=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
         metavar="{" + ",".join(LOG_LEVELS) + "}",
-        help="default $SHOAL_LOG_LEVEL or INFO; DEBUG also prints the traceback of a failed start",
+        help="how much the broker logs (default $SHOAL_LOG_LEVEL or INFO); DEBUG also prints the traceback of a failed start",
     )
     p.set_defaults(func=cmd_serve)
 
