@@ -170,7 +170,7 @@ def lag_rows(desc: Any, committed: dict[tuple[str, int], int],
         cur, end = committed.get(tp), ends.get(tp)
         rows.append({
             "topic": tp[0], "partition": tp[1], "current_offset": cur, "log_end_offset": end,
-            "lag": None if cur is None or end is None else max(0, end - cur),
+            "lag": None if cur is None or end is None else end - cur,  # as Kafka's: negative past the end
             "member_id": m.member_id if m else None, "host": m.host if m else None,
             "client_id": m.client_id if m else None,
         })
