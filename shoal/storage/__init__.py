@@ -6,6 +6,7 @@ log settings; ``FileSystem`` is the seam where tests inject torn writes and cras
 
 from shoal.storage.cache import FileHandles, IndexCache
 from shoal.storage.config import LogConfig
+from shoal.storage.epochs import LeaderEpochCache
 from shoal.storage.fs import FileSystem
 from shoal.storage.log import (
     AppendInfo,
@@ -15,6 +16,7 @@ from shoal.storage.log import (
     PartitionState,
     ProducerInfo,
     ReadInfo,
+    UnexpectedAppendOffset,
     parse_partition_dir,
 )
 from shoal.storage.manager import LogManager, MaintenanceReport
@@ -25,6 +27,7 @@ __all__ = [
     "FileHandles",
     "FileSystem",
     "IndexCache",
+    "LeaderEpochCache",
     "LogClosed",
     "LogConfig",
     "LogManager",
@@ -35,5 +38,6 @@ __all__ = [
     "ProducerInfo",
     "ProducerStateError",
     "ReadInfo",
+    "UnexpectedAppendOffset",
     "parse_partition_dir",
 ]

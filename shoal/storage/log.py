@@ -34,7 +34,7 @@ Deliberate deviations from Kafka:
   is the offset after the last kept batch (Kafka assumes batch-aligned targets);
 - ``AppendInfo.offset_of_max_timestamp`` under CreateTime is the last offset of the batch with the
   largest timestamp (records are not decompressed on append);
-- no transaction index or leader-epoch checkpoint (yet);
+- no transaction index (yet);
 - a timestamp lookup whose batch cannot be read (corrupt, or decompressing beyond
   ``decompressed_limit``) answers with that batch's first offset and maxTimestamp (Kafka fails);
 - producer snapshots keep all five retained batches per producer (Kafka's keep the last one);
@@ -60,7 +60,27 @@ shutdown (at the log end offset), fsynced by the next ``flush``, deleted with th
 Opening the log loads the latest snapshot not beyond the log end offset (a torn or corrupt one
 is deleted and the previous one tried) and replays the batch headers after it; without any
 snapshot it replays from the log start, except after a clean shutdown (a log written before
-snapshots existed: it starts empty, as Kafka does on upgrade). Truncation reloads the same way.
+snapshots existed: it starts empty, as Kafka does on upgrade). Truncation reloads the same way,
+so ``truncate_to`` rolls the producer state back to the cut (Kafka's ``truncateTo``).
+
+Leader epochs (``shoal.storage.epochs``, KIP-101/279): the log keeps a ``LeaderEpochCache`` equal
+to a scan of its batch headers (an entry where a batch's partitionLeaderEpoch exceeds every
+earlier one). ``append`` compares its ``leader_epoch`` with the latest epoch (one comparison) and
+assigns a new entry when it is larger; ``append_as_follower`` does so per batch; ``truncate_to``
+drops the entries from the new end, retention and DeleteRecords move the first to the log start,
+``truncate_fully_and_start_at`` clears it. The cache is written to ``leader-epoch-checkpoint``
+(Kafka's format) by ``flush`` (temp file, fsync, rename, directory fsync) before the recovery
+point moves, never on the append path: an unclean open takes the checkpoint, forgets its entries
+from the first segment it recovers on, and assigns the epochs of the batches the recovery scan
+reads there, so entries past the recovery point come from the data itself. A clean open trusts
+the checkpoint (``close`` writes it); a missing or corrupt one is rebuilt from every batch
+header. Only ``truncate_fully_and_start_at`` writes it at once (Kafka's ``clearAndFlush``), so no
+entry of the dropped log survives a crash.
+
+Followers (``append_as_follower``): the leader's batches are written as they are, offsets,
+timestamps and epochs included, after the framing and CRC check recovery uses; the producer state
+and epoch cache learn them, and segments roll batch by batch by the leader's rules, so a
+follower's files are byte-identical to its leader's.
 """
 
 from __future__ import annotations
@@ -104,6 +124,13 @@ from shoal.storage.cleaner import (
     write_checkpoint,
 )
 from shoal.storage.config import MAX_LONG, LogConfig
+from shoal.storage.epochs import (
+    CHECKPOINT_FILE as EPOCH_CHECKPOINT_FILE,
+    CheckpointError,
+    LeaderEpochCache,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 from shoal.storage.fs import DEFAULT_FS, FileSystem
 from shoal.storage.index import TIME_ENTRY, OffsetIndex, TimeIndex
 from shoal.storage.producer_state import (
@@ -159,6 +186,18 @@ class OffsetOutOfRange(Exception):
 
 class LogClosed(OSError):
     """The partition log was closed (or deleted) under the caller."""
+
+
+class UnexpectedAppendOffset(ValueError):
+    """``append_as_follower`` got batches that do not continue the log: the first one starts
+    below the log end offset, or they are not in offset order (Kafka's
+    UnexpectedAppendOffsetException / OffsetsOutOfOrderException). The follower must truncate or
+    fetch again from its log end offset."""
+
+    def __init__(self, message: str, *, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
 
 
 @dataclass(slots=True)
@@ -316,6 +355,11 @@ class PartitionLog:
         self._on_state_change = on_state_change
         self._producers = ProducerStateManager()
         self._snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
+        self._epochs = LeaderEpochCache()
+        self._epoch_seq = 0  # bumped at every change of the epoch cache
+        self._epoch_written = 0  # the change leader-epoch-checkpoint holds
+        self._epoch_synced = 0  # the change it holds fsynced
+        self._epoch_file_lock = threading.Lock()  # orders writes of that file
         self._cleaner_checkpoint: int | None = None  # first dirty offset (None: the log start)
         self._pass: CleanerPass | None = None  # a compaction pass between ``compact`` calls
         self._unreadable: dict[tuple[int, int], None] = {}  # (base offset, crc) of batches timestamp lookups cannot read
@@ -407,6 +451,8 @@ class PartitionLog:
             self._make_ready_empty(seg)
             self._snapshots = sorted(snapshots)
             self._load_producer_state(False)
+            if self._read_epoch_checkpoint():
+                self._epoch_seq += 1  # entries of segments that are gone: rewrite it empty
             return
         for base in sorted(logs):
             seg = self._new_segment(base, now_ms)
@@ -417,6 +463,8 @@ class PartitionLog:
         active = self._segments[-1]
         rp = state.recovery_point if state is not None else 0
         trusted = False
+        checkpointed = self._read_epoch_checkpoint()
+        epochs = LeaderEpochCache(checkpointed) if checkpointed is not None else None
         if (
             clean
             and state is not None
@@ -427,23 +475,128 @@ class PartitionLog:
             self._leo = state.log_end_offset
             trusted = True
         else:
-            self._recover(rp, now_ms)
+            self._recover(rp, now_ms, epochs)
         start = max(state.log_start_offset if state is not None else 0, self._segments[0].base)
         self._log_start = min(start, self._leo)
         self._recovery_point = max(min(rp, self._leo), self._segments[0].base)
         self._hw = self._clamp(state.high_watermark if state is not None else 0)
         self._snapshots = sorted(snapshots)
         self._load_producer_state(trusted)
+        self._load_epochs(epochs, checkpointed)
 
-    def _recover(self, recovery_point: int, now_ms: int) -> None:
-        """Verify every segment from the one holding ``recovery_point``; truncate at the first bad byte."""
+    # -- leader epochs ---------------------------------------------------------------------------
+
+    def _epoch_checkpoint_path(self) -> str:
+        return os.path.join(self.directory, EPOCH_CHECKPOINT_FILE)
+
+    def _read_epoch_checkpoint(self) -> list[tuple[int, int]] | None:
+        """The entries of ``leader-epoch-checkpoint``; None if it is missing or unreadable."""
+        data = self._fs.read_file(self._epoch_checkpoint_path())
+        if data is None:
+            return None
+        try:
+            return decode_checkpoint(data)
+        except CheckpointError as e:
+            log.warning("%s: %s; rebuilding the leader-epoch cache from the batches", self, e)
+            return None
+
+    def _load_epochs(self, epochs: LeaderEpochCache | None, checkpointed: list[tuple[int, int]] | None) -> None:
+        """Settle the epoch cache at open (under the lock). ``epochs`` is the checkpoint's, with
+        the recovered segments' batches already assigned (``_recover``); without a usable
+        checkpoint it is rebuilt from every batch header (one read of the whole log)."""
+        if epochs is None:
+            epochs = LeaderEpochCache()
+            self._scan_epochs(epochs, self._segments)
+        epochs.truncate_from_end(self._leo)
+        epochs.truncate_from_start(self._log_start)
+        self._epochs = epochs
+        if epochs.entries() != checkpointed:
+            self._epoch_seq += 1  # the next flush writes it
+
+    def _scan_epochs(self, epochs: LeaderEpochCache, segments: list[Segment]) -> None:
+        """Assign the epochs of the batch headers of ``segments`` (under the lock)."""
+        for seg in segments:
+            if seg.size == 0:
+                continue
+            fd = self._handles.get(seg)
+            for _p, h in self._iter_headers(fd, 0, seg.size):
+                if h.partition_leader_epoch > epochs.latest_epoch:
+                    epochs.assign(h.partition_leader_epoch, h.base_offset)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        if self._epochs.assign(epoch, start_offset):
+            self._epoch_seq += 1
+
+    def _write_epoch_checkpoint(self, seq: int, data: bytes, *, sync: bool = True) -> None:
+        """Write ``leader-epoch-checkpoint`` (change ``seq`` of the cache) unless a later change
+        is already written: a temp file renamed over it, with ``sync`` fsynced before the rename
+        and the directory after (without: the caller syncs the file system). Without the
+        partition lock (``flush``) or under it."""
+        fs = self._fs
+        path = self._epoch_checkpoint_path()
+        with self._epoch_file_lock:
+            if seq > self._epoch_written:
+                if sync:
+                    fs.write_file_atomic(path, data)
+                else:
+                    fs.write_file(path + ".tmp", data)
+                    fs.rename(path + ".tmp", path)
+                self._epoch_written = seq
+            elif sync and self._epoch_synced < self._epoch_written:
+                fs.fsync_path(path)
+                fs.fsync_dir(self.directory)
+            if sync:
+                self._epoch_synced = self._epoch_written
+
+    def _epoch_snapshot(self, *, synced: bool = True) -> tuple[int, bytes] | None:
+        """``(change, file contents)`` if the file (fsynced, with ``synced``) lags the cache
+        (under the lock)."""
+        seq = self._epoch_seq
+        if seq <= (self._epoch_synced if synced else self._epoch_written):
+            return None
+        return seq, encode_checkpoint(self._epochs.entries())
+
+    @property
+    def latest_epoch(self) -> int:
+        """The largest leader epoch of the log's batches (-1 if none)."""
+        return self._epochs.latest_epoch
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """``(epoch, start_offset)`` of each leader epoch in the log, ascending."""
+        with self._lock:
+            return self._epochs.entries()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end_offset)`` for OffsetsForLeaderEpoch (KIP-279; see ``shoal.storage.epochs``)."""
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self._leo)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The leader epoch the offset was written under, from the cache (None below the first)."""
+        with self._lock:
+            return self._epochs.epoch_for_offset(offset)
+
+    def assign_epoch_start_offset(self, epoch: int) -> None:
+        """A leader taking ``epoch`` records that it starts at the log end offset (Kafka's
+        ``maybeAssignEpochStartOffset`` in ``makeLeader``), before any batch of it is written."""
+        with self._lock:
+            self._check_open()
+            if epoch > self._epochs.latest_epoch:
+                self._assign_epoch(epoch, self._leo)
+
+    def _recover(self, recovery_point: int, now_ms: int, epochs: LeaderEpochCache | None) -> None:
+        """Verify every segment from the one holding ``recovery_point``; truncate at the first bad
+        byte. ``epochs`` (the checkpoint's cache) forgets what it holds from there on and learns
+        the epochs of the batches that survive."""
         segs = self._segments
         first = max(0, bisect_right(self._bases, recovery_point) - 1)
         next_offset = segs[first].base
+        if epochs is not None:
+            epochs.truncate_from_end(next_offset)
         j = first
         while j < len(segs):
             seg = segs[j]
-            scan = self._scan_segment(seg, truncate=True, min_offset=next_offset)
+            scan = self._scan_segment(seg, truncate=True, min_offset=next_offset, epochs=epochs)
             self._size += scan.valid_bytes - seg.size
             seg.size = scan.valid_bytes
             self._adopt_scan(seg, scan)
@@ -593,33 +746,15 @@ class PartitionLog:
                 self._prepare_active(seg)
             base = self._leo
             last = base + count - 1
-            if seg.size and (
-                seg.size > self._segment_bytes - size
-                or len(seg.oi) >= self._max_oi  # type: ignore[arg-type]
-                or len(seg.ti) >= self._max_ti  # type: ignore[arg-type]
-                or last - seg.base > INT32_MAX
-                or self._time_to_roll(seg, msg_ts, now_ms)
-            ):
+            if seg.size and self._roll_due(seg, size, last, msg_ts, now_ms):
                 seg = self._roll(now_ms)
             positions = validated.positions
             assign_offsets(buf, positions, base, log_append_time_ms=lat, partition_leader_epoch=leader_epoch)
             pos = seg.size
-            fd = seg.fd
-            if fd < 0 or not seg.fd_writable:
-                fd = self._handles.get(seg, writable=True)
-            else:
-                self._handles.touch(seg)
-            try:
-                self._fs.pwrite_all(fd, buf, pos)
-            except OSError:
-                try:
-                    self._fs.ftruncate(fd, pos)
-                except OSError:
-                    pass
-                raise
+            self._write_at(seg, buf, pos)
             oi = seg.oi
             ti = seg.ti
-            if len(positions) == 1:
+            if len(positions) == 1:  # ``_track_batch`` inlined: the produce hot path
                 bmax = msg_ts
                 if bmax > seg.max_ts:  # type: ignore[operator]
                     seg.max_ts = bmax
@@ -635,15 +770,7 @@ class PartitionLog:
                 offset = base
                 for i, (p, h) in enumerate(zip(positions, validated.headers)):
                     blast = offset + h.last_offset_delta
-                    bmax = lat if lat is not None else h.max_timestamp
-                    if bmax > seg.max_ts:  # type: ignore[operator]
-                        seg.max_ts = bmax
-                        seg.max_ts_offset = blast
-                    if seg.bytes_since_index > self._interval:
-                        oi.append(blast - seg.base, pos + p)  # type: ignore[union-attr]
-                        ti.maybe_append(seg.max_ts, seg.max_ts_offset - seg.base)  # type: ignore[union-attr,arg-type]
-                        seg.bytes_since_index = 0
-                    seg.bytes_since_index += h.size
+                    self._track_batch(seg, blast, pos + p, h.size, lat if lat is not None else h.max_timestamp)
                     if lat is None and i == validated.max_timestamp_index:
                         offset_of_max = blast
                     offset = blast + 1
@@ -652,6 +779,8 @@ class PartitionLog:
             seg.size = pos + size
             self._size += size
             self._leo = last + 1
+            if leader_epoch > self._epochs.latest_epoch:
+                self._assign_epoch(leader_epoch, base)
             log_start = self._log_start
             if idempotent:
                 if len(headers) == 1:
@@ -701,6 +830,143 @@ class PartitionLog:
                     lat if lat is not None else h.max_timestamp,
                 )
             offset = last + 1
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
+        """Append batches copied from the leader (a Fetch response's records), byte for byte.
+
+        Kafka's ``appendAsFollower``: each whole batch's framing and CRC are verified (the check
+        recovery uses; records are not walked, the CRC covers them and the leader validated them;
+        max.message.bytes does not apply, the leader's may differ); offsets, timestamps and
+        partitionLeaderEpoch stay as the leader wrote them. A partial batch at the end of ``data``
+        (a Fetch response may cut the last one) is ignored; when nothing whole is left the result
+        has ``num_records == 0`` and nothing changes. The first batch may not start below the log
+        end offset, nor a batch at or below the previous one's last offset: UnexpectedAppendOffset
+        (nothing is written). A first batch above the log end offset is accepted (a compacted
+        leader's log has gaps). The producer state records each producer batch (without the
+        client rules), the epoch cache each new larger epoch; segments roll batch by batch by
+        the leader's rules, so a follower's segments hold the same bytes as the leader's.
+        Raises InvalidRecords (corrupt bytes, nothing written) or OSError (the log then ends at
+        the last run of batches written whole).
+        """
+        batches, _end, problem = scan_batches(data, 0, verify_crc=True)
+        if problem is not None and not is_truncation(problem):
+            raise problem
+        with self._lock:
+            self._check_open()
+            if now_ms is None:
+                now_ms = self._now_ms
+            else:
+                self._now_ms = now_ms
+            leo = self._leo
+            if not batches:
+                return AppendInfo(leo, leo - 1, -1, -1, -1, 0, self._log_start)
+            prev = leo - 1
+            for _p, h in batches:
+                if h.base_offset <= prev:
+                    first = batches[0][1].base_offset
+                    raise UnexpectedAppendOffset(
+                        f"{self}: batch at offset {h.base_offset} does not follow offset {prev} "
+                        f"(first batch {first}, log end offset {leo})",
+                        first_offset=first,
+                        log_end_offset=leo,
+                    )
+                prev = h.last_offset
+            mv = memoryview(data)
+            seg = self._segments[-1]
+            if not seg.ready:
+                self._prepare_active(seg)
+            run: list[BatchHeader] = []  # batches placed in ``seg`` from data[run_from:] on, not yet written
+            run_from = run_pos = 0
+            max_ts = -1
+            offset_of_max = batches[0][1].base_offset
+            count = 0
+            for p, h in batches:
+                size = h.batch_length + LOG_OVERHEAD
+                last = h.last_offset
+                bmax = h.max_timestamp
+                if seg.size and self._roll_due(seg, size, last, bmax, now_ms):
+                    if run:
+                        self._write_follower_run(seg, mv[run_from:p], run_pos, run)
+                        run = []
+                    seg = self._roll(now_ms)
+                if not run:
+                    run_from, run_pos = p, seg.size
+                run.append(h)
+                self._track_batch(seg, last, seg.size, size, bmax)
+                if seg.size == 0:
+                    seg.rolling_ts = bmax
+                seg.size += size
+                if bmax > max_ts:
+                    max_ts = bmax
+                    offset_of_max = last
+                count += h.records_count
+            end = batches[-1][0] + batches[-1][1].batch_length + LOG_OVERHEAD
+            self._write_follower_run(seg, mv[run_from:end], run_pos, run)
+            return AppendInfo(
+                batches[0][1].base_offset, prev, -1, max_ts, offset_of_max, count, self._log_start
+            )
+
+    def _write_follower_run(self, seg: Segment, data: memoryview, pos: int, run: list[BatchHeader]) -> None:
+        """Write batches ``append_as_follower`` placed in ``seg`` (its size and indexes already
+        count them) at ``pos``, then move the log end offset and record their producers and epochs
+        (under the lock). A failed write cuts the file back and rebuilds the segment's state."""
+        try:
+            self._write_at(seg, data, pos)
+        except OSError:
+            try:
+                scan = self._scan_segment(seg, truncate=True, min_offset=seg.base)
+                self._adopt_scan(seg, scan)
+                seg.size = scan.valid_bytes
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+        self._leo = run[-1].last_offset + 1
+        epochs = self._epochs
+        replay = self._producers.replay
+        for h in run:
+            if h.partition_leader_epoch > epochs.latest_epoch:
+                self._assign_epoch(h.partition_leader_epoch, h.base_offset)
+            replay(h)
+
+    def _write_at(self, seg: Segment, data: bytes | bytearray | memoryview, pos: int) -> None:
+        """Write ``data`` at ``pos`` of the segment's file in one call; on failure cut the file
+        back to ``pos`` (as far as the disk lets us) and raise."""
+        fd = seg.fd
+        if fd < 0 or not seg.fd_writable:
+            fd = self._handles.get(seg, writable=True)
+        else:
+            self._handles.touch(seg)
+        try:
+            self._fs.pwrite_all(fd, data, pos)
+        except OSError:
+            try:
+                self._fs.ftruncate(fd, pos)
+            except OSError:
+                pass
+            raise
+
+    def _roll_due(self, seg: Segment, size: int, last: int, msg_ts: int, now_ms: int) -> bool:
+        """Whether ``size`` more bytes up to offset ``last`` (max timestamp ``msg_ts``) must go to a
+        new segment: segment.bytes, a full index, 32-bit relative offsets, segment.ms."""
+        return (
+            seg.size > self._segment_bytes - size
+            or len(seg.oi) >= self._max_oi  # type: ignore[arg-type]
+            or len(seg.ti) >= self._max_ti  # type: ignore[arg-type]
+            or last - seg.base > INT32_MAX
+            or self._time_to_roll(seg, msg_ts, now_ms)
+        )
+
+    def _track_batch(self, seg: Segment, last: int, pos: int, size: int, max_ts: int) -> None:
+        """The segment's largest timestamp and sparse indexes learn a batch written at ``pos``."""
+        if max_ts > seg.max_ts:  # type: ignore[operator]
+            seg.max_ts = max_ts
+            seg.max_ts_offset = last
+        if seg.bytes_since_index > self._interval:
+            seg.oi.append(last - seg.base, pos)  # type: ignore[union-attr]
+            seg.ti.maybe_append(seg.max_ts, seg.max_ts_offset - seg.base)  # type: ignore[union-attr,arg-type]
+            seg.bytes_since_index = 0
+        seg.bytes_since_index += size
 
     def _time_to_roll(self, seg: Segment, msg_ts: int, now_ms: int) -> bool:
         rts = seg.rolling_ts
@@ -900,9 +1166,11 @@ class PartitionLog:
 
     # -- scanning --------------------------------------------------------------------------------
 
-    def _scan_segment(self, seg: Segment, *, truncate: bool, min_offset: int) -> _Scan:
+    def _scan_segment(
+        self, seg: Segment, *, truncate: bool, min_offset: int, epochs: LeaderEpochCache | None = None
+    ) -> _Scan:
         """Read the whole segment, verifying every batch; rebuild its indexes. With ``truncate``,
-        cut the file at the first torn or corrupt batch."""
+        cut the file at the first torn or corrupt batch. ``epochs`` learns the batches' epochs."""
         fs = self._fs
         fd = fs.open(seg.prefix + ".log", os.O_RDWR if truncate else os.O_RDONLY)
         try:
@@ -941,6 +1209,8 @@ class PartitionLog:
                         ti.maybe_append(max_ts, max_ts_offset - base)
                         last_entry = p
                     expected = next_offset = h.last_offset + 1
+                    if epochs is not None and h.partition_leader_epoch > epochs.latest_epoch:
+                        epochs.assign(h.partition_leader_epoch, h.base_offset)
                 chunk_end = pos + len(data)
                 pos += end
                 if problem is None:
@@ -1202,6 +1472,8 @@ class PartitionLog:
             if offset > self._log_start:
                 self._log_start = offset
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base <= offset, self._now_ms)
+                if self._epochs.truncate_from_start(offset):
+                    self._epoch_seq += 1
                 changed = True
             result = self._log_start
         if changed and self._on_state_change is not None:
@@ -1271,6 +1543,8 @@ class PartitionLog:
         self._log_start = max(self._log_start, segs[0].base)
         self._recovery_point = max(self._recovery_point, segs[0].base)
         self._hw = self._clamp(self._hw)
+        if self._epochs.truncate_from_start(self._log_start):
+            self._epoch_seq += 1
         return k
 
     def _retire_segment(self, seg: Segment, now_ms: int, *, keep_snapshot: bool = False) -> None:
@@ -1349,6 +1623,8 @@ class PartitionLog:
             self._leo = scan.next_offset if seg.size else seg.base
             self._after_truncation()
             self._load_producer_state(False)
+            if self._epochs.truncate_from_end(self._leo):
+                self._epoch_seq += 1
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``offset``."""
@@ -1373,6 +1649,10 @@ class PartitionLog:
         self._recovery_point = offset
         self._delete_snapshots_above(-1)
         self._producers = ProducerStateManager()
+        # Kafka's clearAndFlush: written at once, so no stale entry below ``offset`` survives a crash.
+        self._epochs.clear()
+        self._epoch_seq += 1
+        self._write_epoch_checkpoint(self._epoch_seq, encode_checkpoint(()))
 
     def _after_truncation(self) -> None:
         self._generation += 1
@@ -1690,8 +1970,11 @@ class PartitionLog:
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
             self._roll_pending = False
+            epochs = self._epoch_snapshot()
         fs = self._fs
         try:
+            if epochs is not None:
+                self._write_epoch_checkpoint(*epochs)
             for i, seg in enumerate(segs):
                 upper = segs[i + 1].base if i + 1 < len(segs) else None
                 if upper is not None and upper <= rp:
@@ -1718,12 +2001,19 @@ class PartitionLog:
 
     def persist_indexes(self) -> None:
         """Write the active segment's indexes, with the final time index entry a closed segment
-        has, so the next clean start need not rebuild them, and a producer snapshot at the log
-        end offset (if it moved since the last one) so it need not replay batches."""
+        has, so the next clean start need not rebuild them, a producer snapshot at the log
+        end offset (if it moved since the last one) so it need not replay batches, and the
+        leader-epoch checkpoint (if it changed). Nothing is fsynced: the caller syncs."""
         with self._lock:
             if not self._closed:
                 self._persist_active_indexes()
                 self._snapshot_at_end()
+                self._write_epochs_unsynced()
+
+    def _write_epochs_unsynced(self) -> None:
+        epochs = self._epoch_snapshot(synced=False)
+        if epochs is not None:
+            self._write_epoch_checkpoint(*epochs, sync=False)
 
     def _persist_active_indexes(self) -> None:
         active = self._segments[-1]
@@ -1750,6 +2040,8 @@ class PartitionLog:
                 self._persist_active_indexes()
                 if flush or synced:
                     self._snapshot_at_end()
+                if synced:
+                    self._write_epochs_unsynced()
             except OSError:
                 if flush or synced:
                     raise
@@ -1877,7 +2169,7 @@ class PartitionLog:
         """Record the producer batches in [start, end) from their headers (under the lock)."""
         if start >= end:
             return
-        update = self._producers.update
+        replay = self._producers.replay
         segs = self._segments
         i = max(0, bisect_right(self._bases, start) - 1)
         for j in range(i, len(segs)):
@@ -1892,14 +2184,5 @@ class PartitionLog:
             for _p, h in self._iter_headers(fd, pos, seg.size):
                 if h.base_offset >= end:
                     return
-                if h.base_offset < start or h.producer_id < 0 or h.attributes & ATTR_CONTROL:
-                    continue
-                update(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    last_sequence(h.base_sequence, h.last_offset_delta),
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                )
+                if h.base_offset >= start:
+                    replay(h)

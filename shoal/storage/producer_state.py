@@ -49,6 +49,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from shoal.protocol.records import ATTR_CONTROL, BatchHeader
+
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
     "BatchMetadata",
@@ -217,6 +219,21 @@ class ProducerStateManager:
             del batches[0]
         batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = timestamp
+
+    def replay(self, h: BatchHeader) -> None:
+        """Record a batch already in the log from its header (load, or a follower's append of the
+        leader's batches): offsets and timestamp as written; batches without a producer id and
+        control batches are skipped."""
+        if h.producer_id >= 0 and not h.attributes & ATTR_CONTROL:
+            self.update(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                last_sequence(h.base_sequence, h.last_offset_delta),
+                h.base_offset,
+                h.base_offset + h.last_offset_delta,
+                h.max_timestamp,
+            )
 
     # -- expiry -----------------------------------------------------------------------------
 

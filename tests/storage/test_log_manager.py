@@ -98,7 +98,9 @@ def test_run_periodic(tmp_path) -> None:
     report = m.run_periodic(clock.now_ms())
     assert report.purged_files >= 3 and not report.checkpointed
     # The roll before the deletion left a producer snapshot at the new active segment's base.
-    assert sorted(os.listdir(tmp_path / "t-0")) == ["00000000000000000012.log", "00000000000000000012.snapshot"]
+    assert sorted(os.listdir(tmp_path / "t-0")) == [
+        "00000000000000000012.log", "00000000000000000012.snapshot", "leader-epoch-checkpoint"
+    ]
     m.close()
 
 
