@@ -5,7 +5,9 @@ offsets, delete-offsets, delete, ``--output json``. Plus the pure helpers, exact
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import os
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from shoal.cli import main
 from shoal.cli_admin import UsageError
 from shoal.cli_groups import new_offset, parse_datetime, parse_topic_specs, table
 
@@ -31,13 +34,23 @@ PER_PARTITION = 20
 BASE_TS = (int(time.time()) - 3600) * 1000
 
 
-def shoal_groups(broker, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "shoal", "groups", *args, "--bootstrap-server", broker.bootstrap, "--timeout", "15"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )
+def shoal_groups(broker, *args: str, subprocess_: bool = False) -> subprocess.CompletedProcess:
+    """``shoal groups ARGS`` against ``broker``: the CLI's ``main`` in this process (a Python start
+    per call would make this module slow on a loaded machine), or ``python -m shoal`` as a user
+    runs it."""
+    argv = ["groups", *args, "--bootstrap-server", broker.bootstrap, "--timeout", "15"]
+    if subprocess_:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.run([sys.executable, "-m", "shoal", *argv], capture_output=True, text=True, timeout=60,
+                              env=env)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # argparse
+            rc = e.code
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 def ok(r: subprocess.CompletedProcess) -> str:
@@ -114,7 +127,7 @@ def test_groups_lifecycle(broker, protocol):
         # commit M on two partitions, none on the third
         c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 12)], asynchronous=False)
 
-        assert group in ok(shoal_groups(broker, "list")).split()
+        assert group in ok(shoal_groups(broker, "list", subprocess_=True)).split()
         listed = {g["group"]: g for g in json.loads(ok(shoal_groups(broker, "list", "--output", "json")))}
         assert listed[group]["type"] == protocol and listed[group]["state"] == "Stable"
 
@@ -190,12 +203,12 @@ def test_groups_lifecycle(broker, protocol):
 
     assert "was successful" in ok(shoal_groups(broker, "delete", group))
     assert group not in ok(shoal_groups(broker, "list")).split()
-    refused(shoal_groups(broker, "describe", group), f"Consumer group '{group}' does not exist.")
+    refused(shoal_groups(broker, "describe", group, subprocess_=True), f"Consumer group '{group}' does not exist.")
     refused(shoal_groups(broker, "delete", group), "GROUP_ID_NOT_FOUND")
 
 
 def test_usage_errors_before_connecting(broker):
-    r = shoal_groups(broker, "describe")
+    r = shoal_groups(broker, "describe", subprocess_=True)
     assert r.returncode == 2 and "name a GROUP or give --all-groups" in r.stderr
     r = shoal_groups(broker, "reset-offsets", "g", "--topic", "t", "--to-datetime", "yesterday")
     assert r.returncode == 2 and "not ISO-8601" in r.stderr
