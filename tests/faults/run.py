@@ -49,11 +49,6 @@ def replica_bytes(cluster, topic: str, hws: dict[int, int]) -> dict[int, dict[in
             for p, members in isr(cluster, topic).items()}
 
 
-def replicated(cluster, topic: str, rf: int) -> bool:
-    """Whether the cluster replicates: every partition's ISR has ``rf`` members."""
-    return all(len(members) == rf for members in isr(cluster, topic).values())
-
-
 class FaultRun:
     def __init__(self, cluster, etcd, rf: int = 1, partitions: int = 6, producers: int = 2, consumers: int = 2,
                  rate: float = 150.0, log: Callable[[str], None] = print) -> None:
@@ -84,3 +79,35 @@ class FaultRun:
             w.stop()
         self.hws = w.final_read(c.bootstrap())
         return check(w.history, replica_bytes(c, self.topic, self.hws))
+
+
+def high_watermarks(cluster, topic: str, partitions: int) -> dict[int, int]:
+    """ListOffsets LATEST of every partition through a live broker's direct port."""
+    from shoal.client import LATEST
+
+    async def go() -> dict[int, int]:
+        async with AdminClient(cluster.live[0].bootstrap, timeout=10) as c:
+            got = await c.list_offsets({(topic, p): LATEST for p in range(partitions)})
+            return {p: got[(topic, p)][0] for p in range(partitions)}
+
+    return asyncio.run(go())
+
+
+def replicating(cluster, topic: str, partitions: int, rf: int, timeout: float = 10.0) -> bool:
+    """Whether followers really hold the data: every partition with records has ``rf`` in-sync
+    replicas whose log files are byte-identical and non-empty up to the high watermark, and some
+    partition has records (a high watermark above 0), at some poll within ``timeout``. (An ISR listing alone proves nothing: a cluster without followers
+    may still list every replica in it.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        hws = high_watermarks(cluster, topic, partitions)
+        try:
+            by_p = replica_bytes(cluster, topic, hws)
+        except OSError:  # a follower without the partition's directory
+            by_p = {}
+        if any(hws.values()) and by_p and all(len(by_b) == rf and len(set(by_b.values())) == 1 and (hws[p] == 0 or all(by_b.values()))
+                        for p, by_b in by_p.items()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
