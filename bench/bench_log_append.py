@@ -7,7 +7,8 @@ The baseline defaults to the commit before the leader-epoch cache came in (the p
 commit that added ``shoal/storage/epochs.py``; HEAD while it is uncommitted). Each round opens a
 fresh log in a temporary directory per side and appends single-batch client requests of one
 1 KiB record (and of ten 100-byte records) under a constant leader epoch, as a partition leader
-does; it prints µs per append per side, the median and the best of the rounds, and the ratios
+does; it prints CPU µs (user + system, ``time.process_time``: steadier than wall time on a
+shared machine) per append per side, the median and the best of the rounds, and the ratios
 new/baseline (the best round is the least disturbed by other load on a shared machine).
 Also times ``append_as_follower`` of the same batches, in chunks of ~64 KiB as a fetcher would.
 """
@@ -57,10 +58,10 @@ def time_appends(mod, batches: list[bytes], tmp: str) -> float:
     log = mod.PartitionLog.open(os.path.join(tmp, "t-0"), now_ms=T0)
     try:
         append = log.append
-        start = time.perf_counter()
+        start = time.process_time()
         for b in batches:
             append(b, now_ms=T0, leader_epoch=5)
-        return (time.perf_counter() - start) / len(batches) * 1e6
+        return (time.process_time() - start) / len(batches) * 1e6
     finally:
         log.close(flush=False)
 
@@ -81,10 +82,10 @@ def time_follower(leader_dir: str, n: int, tmp: str) -> float:
     leader.close(flush=False)
     follower = new_log.PartitionLog.open(os.path.join(tmp, "t-0"), now_ms=T0)
     try:
-        start = time.perf_counter()
+        start = time.process_time()
         for c in chunks:
             follower.append_as_follower(c)
-        return (time.perf_counter() - start) / n * 1e6
+        return (time.process_time() - start) / n * 1e6
     finally:
         follower.close(flush=False)
 
@@ -100,7 +101,7 @@ def main() -> None:
     old = load_baseline(root, rev)
     short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=root, capture_output=True, text=True)
     print(f"baseline: {rev} ({short.stdout.strip()})")
-    print(f"{args.appends} appends per side per round, {args.rounds} rounds, interleaved; µs per append")
+    print(f"{args.appends} appends per side per round, {args.rounds} rounds, interleaved; CPU µs per append")
     shapes = {
         "1 x 1 KiB": [build_batch([(T0, b"k", b"v" * 1024, [])]) for _ in range(64)],
         "10 x 100 B": [build_batch([(T0 + i, b"k%d" % i, b"v" * 100, []) for i in range(10)]) for _ in range(64)],
