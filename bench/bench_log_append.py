@@ -8,7 +8,8 @@ commit that added ``shoal/storage/epochs.py``; HEAD while it is uncommitted). Ea
 fresh log in a temporary directory per side and appends single-batch client requests of one
 1 KiB record (and of ten 100-byte records) under a constant leader epoch, as a partition leader
 does; it prints CPU µs (user + system, ``time.process_time``: steadier than wall time on a
-shared machine) per append per side, the median and the best of the rounds, and the ratios
+shared machine) per append per side, the median and the best of the rounds, the median of the
+per-round ratios (both sides of a round ran back to back, under the same load), and the ratios
 new/baseline (the best round is the least disturbed by other load on a shared machine).
 Also times ``append_as_follower`` of the same batches, in chunks of ~64 KiB as a fetcher would.
 """
@@ -122,6 +123,8 @@ def main() -> None:
         amin, bmin = min(a_times), min(b_times)
         print(f"{name:>11}: median baseline {a:6.2f} µs  new {b:6.2f} µs  ratio new/baseline {b / a:5.3f};"
               f" best baseline {amin:6.2f} µs  new {bmin:6.2f} µs  ratio {bmin / amin:5.3f}")
+        paired = statistics.median(y / x for x, y in zip(a_times, b_times))
+        print(f"{'':>11}  paired (median of the per-round ratios new/baseline): {paired:5.3f}")
         rounds_a = " ".join(f"{x:.2f}" for x in a_times)
         rounds_b = " ".join(f"{x:.2f}" for x in b_times)
         print(f"{'':>11}  rounds: baseline {rounds_a} | new {rounds_b}")
