@@ -203,15 +203,26 @@ class ProxiedCluster(Cluster):
         self.brokers = {i: ProxiedClusterBroker(workdir / f"broker{i}", url, i, racks[i - 1], overrides, ids,
                                                 self.clients) for i in ids}
         self.links = LinkProxy(seed)
+        # the brokers' ports are only numbers until they start: a proxy must not bind one of them
+        taken = {p for b in self.brokers.values()
+                 for p in (b.port, b.sasl_port, int(b.admin_url.rpartition(":")[2]), *b.extra.values())}
+
+        def link(name: str, target: tuple[str, int]) -> int:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            return self.links.add(name, target, port)
+
         for d, b in self.brokers.items():
             for s in ids:
                 if s == d:  # a broker never needs itself through a proxy
                     b.advertised[f"B{s}"] = b.extra[f"B{s}"]
                 else:
-                    b.advertised[f"B{s}"] = self.links.add(f"b{s}->b{d}", (b.host, b.extra[f"B{s}"]))
+                    b.advertised[f"B{s}"] = link(f"b{s}->b{d}", (b.host, b.extra[f"B{s}"]))
             for c in self.clients:
                 name = _client_listener(c)
-                b.advertised[name] = self.links.add(f"{c}->b{d}", (b.host, b.extra[name]))
+                b.advertised[name] = link(f"{c}->b{d}", (b.host, b.extra[name]))
 
     def client_bootstrap(self, client: str, *nodes: int) -> str:
         """``bootstrap.servers`` of a client: its proxy ports to the brokers (all, or ``nodes``)."""
