@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from storage_helpers import T0, Crash, FaultyFS, batch
 
 from shoal.protocol.records import assign_offsets, read_header, scan_batches
-from shoal.storage import LogConfig, PartitionLog
+from shoal.clock import ManualClock
+from shoal.storage import LogConfig, LogManager, PartitionLog
 from shoal.storage.epochs import (
     CHECKPOINT_FILE,
     CheckpointError,
@@ -308,6 +309,42 @@ def test_crash_after_truncation_and_reappend_recovers_the_cache(tmp_path) -> Non
     log = open_log(tmp_path / "t-0")  # no state: recovery from 0
     assert log.epoch_entries() == [(1, 0), (3, 4)] == header_epochs(log)
     log.close()
+
+
+def test_crash_while_writing_the_checkpoint(tmp_path) -> None:
+    fs = FaultyFS()
+    log = open_log(tmp_path / "t-0", fs=fs, segment_bytes=len(batch(2)) * 2)
+    log.append(batch(2), now_ms=T0, leader_epoch=1)
+    log.flush()
+    log.append(batch(2), now_ms=T0, leader_epoch=2)
+    log.append(batch(2), now_ms=T0, leader_epoch=2)  # rolls: the flush is due
+    fs.crash_on_rename = True
+    with pytest.raises(Crash):
+        log.flush()
+    fs.bury()
+    assert os.path.exists(tmp_path / "t-0" / (CHECKPOINT_FILE + ".tmp"))
+    assert file_entries(log) == [(1, 0)]
+    log = open_log(tmp_path / "t-0")
+    assert log.epoch_entries() == [(1, 0), (2, 2)]
+    assert not os.path.exists(tmp_path / "t-0" / (CHECKPOINT_FILE + ".tmp"))
+    log.close()
+
+
+def test_log_manager_clean_restart_reads_no_data(tmp_path) -> None:
+    fs = FaultyFS()
+    m = LogManager(tmp_path, clock=ManualClock(T0), fs=fs)
+    m.load()
+    log = m.get_or_create("t", 0, LogConfig(segment_bytes=len(batch(2)) * 2))
+    for epoch in (1, 1, 3, 4):
+        log.append(batch(2), now_ms=T0, leader_epoch=epoch)
+    m.close()
+    fs.reads.clear()
+    m = LogManager(tmp_path, clock=ManualClock(T0), fs=fs)
+    m.load()
+    assert m.loaded_cleanly
+    assert [r for r in fs.reads if r.endswith(".log")] == []  # the checkpoint was trusted
+    assert m.get("t", 0).epoch_entries() == [(1, 0), (3, 4), (4, 6)]
+    m.close()
 
 
 # -- the property ------------------------------------------------------------------------------
