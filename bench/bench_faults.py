@@ -5,7 +5,8 @@
 For each schedule i (seed ``--seed + i``): a fresh topic (``--partitions``, RF ``--rf``),
 idempotent acks=all producers and a committing consumer group (tests/faults/workload.py), the
 schedule played by the nemesis (kill -9 + restart, SIGSTOP/SIGCONT, broker partitions, client
-link cuts, etcd leader kill, slow links; one fault at a time), liveness after healing, a final
+link cuts, etcd leader kill, slow links, a broker isolated from its peers and etcd; one fault at
+a time), liveness after healing, a final
 read, the checkers (tests/faults/checker.py). Each schedule's lines are printed (replay one with
 ``--replay FILE`` holding those lines), its result line, and at the end the table:
 
@@ -80,7 +81,7 @@ def main() -> int:
     etcd = EtcdCluster(work / "etcd")
     etcd.start()
     cluster = ProxiedCluster(work / "cluster", etcd.url(f"/faults-{uuid.uuid4().hex[:8]}"),
-                             clients=["producer", "consumer"], seed=args.seed)
+                             clients=["producer", "consumer"], seed=args.seed, etcd=etcd)
     results, per_schedule, kinds_done, liveness = [], [], Counter(), []
     t_start = time.monotonic()
     try:

@@ -185,6 +185,7 @@ class ProxiedCluster(Cluster):
         Producer({"bootstrap.servers": c.client_bootstrap("producer"), ...})
         c.links.cut("producer->b2")              # one client link (LinkProxy's modes apply)
         c.partition({1}, {2, 3})                 # broker links between the two sides, both ways
+        c.cut_etcd(1)                            # with etcd=EtcdCluster: broker 1 cut off from etcd
         c.heal()                                 # every link
         c.leader_of("t", 0); c.controller()      # roles, for a nemesis
 
@@ -194,7 +195,7 @@ class ProxiedCluster(Cluster):
 
     def __init__(self, workdir: Path, url: str, size: int = 3, racks: list[str | None] | None = None,
                  overrides: dict[str, str] | None = None, clients: tuple[str, ...] | list[str] = ("client",),
-                 seed: int = 0) -> None:
+                 seed: int = 0, etcd: Any = None) -> None:
         from faults.linkproxy import LinkProxy
 
         racks = racks or [f"dc{i}" for i in range(1, size + 1)]
@@ -223,6 +224,14 @@ class ProxiedCluster(Cluster):
             for c in self.clients:
                 name = _client_listener(c)
                 b.advertised[name] = link(f"{c}->b{d}", (b.host, b.extra[name]))
+        self.etcd_links: dict[int, Any] = {}
+        if etcd is not None:  # each broker reaches etcd through proxies of its own (cut_etcd)
+            from etcd_cluster import ProxiedEtcd
+
+            prefix = url.removeprefix("etcd://").partition("/")[2]
+            for n, b in self.brokers.items():
+                self.etcd_links[n] = ProxiedEtcd(etcd)
+                b.overrides["shoal.metadata.store"] = self.etcd_links[n].url(prefix)
 
     def client_bootstrap(self, client: str, *nodes: int) -> str:
         """``bootstrap.servers`` of a client: its proxy ports to the brokers (all, or ``nodes``)."""
@@ -240,8 +249,15 @@ class ProxiedCluster(Cluster):
             self.links.cut(n, mode=mode, new=new)
         return names
 
+    def cut_etcd(self, node_id: int) -> None:
+        """Cut one broker off from every etcd member (needs ``etcd=`` at construction)."""
+        self.etcd_links[node_id].cut()
+
     def heal(self) -> None:
+        """Every link, etcd's included."""
         self.links.heal_all()
+        for p in self.etcd_links.values():
+            p.restore()
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The leader Metadata (through a live broker's direct port) names; -1 when none."""
@@ -261,3 +277,5 @@ class ProxiedCluster(Cluster):
                 b.proc.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
         super().close()
         self.links.close()
+        for p in self.etcd_links.values():
+            p.close()

@@ -22,11 +22,12 @@ def fault_etcd():
 
 @pytest.fixture(scope="module")
 def proxied3(fault_etcd, tmp_path_factory):
-    """Three brokers (racks dc1..dc3) on ``fault_etcd``, clients ``producer`` and ``consumer``."""
+    """Three brokers (racks dc1..dc3) on ``fault_etcd`` (each through etcd proxies of its own),
+    clients ``producer`` and ``consumer``."""
     from cluster_harness import ProxiedCluster
 
     c = ProxiedCluster(tmp_path_factory.mktemp("proxied3"), fault_etcd.url(f"/faults-{uuid.uuid4().hex[:8]}"),
-                       clients=["producer", "consumer"])
+                       clients=["producer", "consumer"], etcd=fault_etcd)
     try:
         c.start()
         yield c

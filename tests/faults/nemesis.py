@@ -18,7 +18,9 @@ Kinds (``KINDS``) and targets:
   ``stall`` or ``reset`` (linkproxy's modes; new connections refused);
 - ``cut-client``: cut one client's links (target ``<client>`` all, or ``<client>->b<n>`` one);
 - ``etcd-leader``: SIGKILL the etcd raft leader member, restart it after ``hold``;
-- ``slow``: 50-200 ms delay (+ jitter) on a broker's links to the others, for ``hold``.
+- ``slow``: 50-200 ms delay (+ jitter) on a broker's links to the others, for ``hold``;
+- ``isolate``: ``partition`` and the broker cut off from every etcd member too (its lease expires
+  after ``broker.session.timeout.ms``; needs ``ProxiedCluster(..., etcd=...)``).
 
 Broker targets are roles resolved when the op runs (the event log says which broker it was):
 ``leader`` (of a partition drawn by the schedule, ``leader:<p>``), ``follower`` (a replica of that
@@ -36,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-KINDS = ("kill", "pause", "partition", "cut-client", "etcd-leader", "slow")
+KINDS = ("kill", "pause", "partition", "cut-client", "etcd-leader", "slow", "isolate")
 ROLES = ("leader", "follower", "controller", "other")
 
 
@@ -75,9 +77,9 @@ class Schedule:
                 role = rng.choice(ROLES + ("broker",))
                 target = (f"{role}:{rng.randrange(partitions)}" if role in ("leader", "follower")
                           else f"b{rng.choice(brokers)}" if role == "broker" else role)
-            elif kind in ("partition", "slow"):
+            elif kind in ("partition", "slow", "isolate"):
                 target = f"b{rng.choice(brokers)}"
-                mode = rng.choice(("stall", "reset")) if kind == "partition" else str(rng.choice((50, 100, 200)))
+                mode = (str(rng.choice((50, 100, 200))) if kind == "slow" else rng.choice(("stall", "reset")))
             elif kind == "cut-client":
                 c = rng.choice(clients)
                 target = c if rng.random() < 0.5 else f"{c}->b{rng.choice(brokers)}"
@@ -188,10 +190,17 @@ class Nemesis:
             proc = c[n].proc
             proc.send_signal(signal.SIGSTOP)
             return f"b{n}", lambda: proc.send_signal(signal.SIGCONT)
-        if op.kind in ("partition", "slow"):
+        if op.kind in ("partition", "slow", "isolate"):
             n = self.resolve(op.target)
             others = set(c.brokers) - {n}
             names = c.broker_links({n}, others)
+            if op.kind == "isolate":
+                if not c.etcd_links:
+                    raise RuntimeError("isolate needs a ProxiedCluster made with etcd=")
+                c.partition({n}, others, mode=op.mode)
+                c.cut_etcd(n)
+                return (f"b{n} from {sorted(others)} and etcd",
+                        lambda: ([c.links.heal(x) for x in names], c.etcd_links[n].restore()))
             if op.kind == "partition":
                 c.partition({n}, others, mode=op.mode)
                 return f"b{n} from {sorted(others)}", lambda: [c.links.heal(x) for x in names]

@@ -6,7 +6,8 @@ broker<->broker and client<->broker link through a link proxy.
   bootstrapped on its links is told only its own proxy ports.
 - ``test_fixed_schedule_loses_nothing``: idempotent acks=all producers and a committing consumer
   group over 6 partitions while a fixed schedule pauses a partition leader (SIGSTOP 2 s), resets
-  the producers' links, stalls a consumer link, kills the etcd leader and kill -9s a broker;
+  the producers' links, stalls a consumer link, kills the etcd leader, kill -9s a broker and
+  isolates one from its peers and from etcd for 4 s (its lease expires: it leaves and comes back);
   afterwards every checker of ``faults.checker`` is clean and the table row says 0 lost, 0
   duplicated, 0 misordered.
 - ``test_checker_catches_a_loss``: the negative control: acknowledged records are destroyed on
@@ -43,6 +44,7 @@ seed=0 op=1 at=4.00 kind=cut-client target=producer hold=2.00 mode=reset
 seed=0 op=2 at=7.00 kind=cut-client target=consumer->b2 hold=2.00 mode=stall
 seed=0 op=3 at=10.00 kind=etcd-leader target=etcd hold=2.00 mode=-
 seed=0 op=4 at=13.00 kind=kill target=leader:1 hold=1.00 mode=-
+seed=0 op=5 at=16.00 kind=isolate target=b3 hold=4.00 mode=stall
 """
 
 
@@ -85,7 +87,7 @@ def test_fixed_schedule_loses_nothing(proxied3, fault_etcd, rf):
     print(result.summary())
     print(table([row(1, nemesis.faults, [result])]))
     assert [e.error for e in nemesis.events] == [""] * len(schedule.ops), nemesis.events
-    assert nemesis.faults == 5
+    assert nemesis.faults == 6
     assert not w.fatal, w.fatal
     assert result.acked >= 400 and result.reads > 0 and w.history.commits
     assert result.ok, result.summary()
