@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from storage_helpers import T0, batch
+from storage_helpers import T0, Crash, FaultyFS, batch
 
+from shoal.clock import ManualClock
 from shoal.protocol.records import LOG_OVERHEAD, InvalidRecords, assign_offsets, build_batch, read_header
-from shoal.storage import LogConfig, PartitionLog
+from shoal.storage import LogConfig, LogManager, PartitionLog
 from shoal.storage.log import UnexpectedAppendOffset
 
 PID = 7001
@@ -270,3 +271,53 @@ def test_divergent_tail_is_truncated_and_replaced(tmp_path, leader_batches: int,
     a.close()
     b.close()
     assert dir_files(b) == dir_files(a)
+
+
+def follower_scenario(leader: PartitionLog, directory, fs) -> int:
+    """A follower through a LogManager on ``fs`` copies the leader (flushes, checkpoints, a clean
+    close); returns how far it got before ``fs`` crashed, or the end."""
+    m = LogManager(directory, clock=ManualClock(T0), fs=fs, checkpoint_interval_ms=0)
+    m.load()
+    b = m.get_or_create("t", 0, config())
+    while b.log_end_offset < leader.log_end_offset:
+        b.append_as_follower(leader.read(b.log_end_offset, 300).records)
+        m.run_periodic(T0)
+    m.close()
+    return b.log_end_offset
+
+
+@pytest.mark.parametrize("torn", [0, 40])
+def test_follower_crash_at_every_write(tmp_path, torn: int) -> None:
+    """The follower dies at each of its writes in turn (torn or not): after recovery its log is a
+    prefix of the leader's, byte for byte, with the epochs and producers that prefix implies."""
+    a = open_log(tmp_path / "a" / "t-0", config())
+    fill_leader(a, [1, 1, 2, 3, 3])
+    count = FaultyFS()
+    follower_scenario(a, tmp_path / "count", count)
+    assert count.writes > 20
+    prefix = read_rest(a, 0)
+    for fail_at in range(1, count.writes + 1):
+        fs = FaultyFS()
+        fs.fail_at = fail_at
+        fs.torn_bytes = torn
+        d = tmp_path / f"run{fail_at}"
+        with pytest.raises(Crash):
+            follower_scenario(a, d, fs)
+        fs.bury()
+        m = LogManager(d, clock=ManualClock(T0))
+        m.load()
+        b = m.get("t", 0)
+        if b is None:
+            continue
+        got = read_rest(b, 0)
+        assert prefix.startswith(got), fail_at
+        leo = b.log_end_offset
+        assert b.epoch_entries() == [e for e in a.epoch_entries() if e[1] < leo], fail_at
+        ref = open_log(tmp_path / f"ref{fail_at}" / "t-0", config())  # the prefix copied without a crash
+        if got:
+            ref.append_as_follower(got)
+        assert b.producer_entry(PID) == ref.producer_entry(PID), fail_at
+        ref.close()
+        b.append_as_follower(a.read(leo, 1 << 20).records)  # and it goes on from there
+        m.close()
+    a.close()
