@@ -15,7 +15,8 @@ static synonyms of a dynamic key), a static ``log.retention.ms`` beats a static 
 Deliberate deviations from Kafka:
 - ``node.id`` defaults to 1 (Kafka: required in KRaft); ``broker.id`` is its alias and must agree.
 - ``log.dir`` defaults to ``./data``; ``listeners`` to ``PLAINTEXT://127.0.0.1:9092``;
-  ``offsets.topic.replication.factor`` and ``transaction.state.log.replication.factor`` to 1.
+  ``offsets.topic.replication.factor`` and ``transaction.state.log.replication.factor`` to 1 on one
+  node; on an etcd cluster an unset ``offsets.topic.replication.factor`` is Kafka's 3.
 - A per-broker dynamic config (resource name = node id) may set the same keys as the
   cluster-wide default (``ConfigDef.dynamic``); Kafka's per-broker-only keys (listeners, SSL
   keystores) are not dynamic here.
@@ -533,6 +534,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         _d("replica.fetch.wait.max.ms", "int", 500, "Maximum wait time for each fetcher request issued by followers."),
         _d("replica.fetch.min.bytes", "int", 1, "Minimum bytes expected for each follower fetch response."),
+        _d("replica.fetch.response.max.bytes", "int", 10485760, "Maximum bytes of one follower fetch response.", at_least(0)),
+        _d("replica.fetch.backoff.ms", "int", 1000, "Sleep after a follower fetch error.", at_least(0)),
         _d("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
         _d("replica.socket.timeout.ms", "int", 30000, "Socket timeout for follower requests."),
         _d("num.replica.fetchers", "int", 1, "Number of fetcher threads per source broker.", None, True),

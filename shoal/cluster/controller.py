@@ -19,9 +19,9 @@ the metadata epoch, ``docs/metadata.md``).
 **Leadership on a broker's death** (``elect``, ``leadership_change``): when a partition's leader is
 not registered (its lease went), the controller makes the first replica (in replica order) that is
 alive and in the ISR the leader and drops the dead from the ISR, bumping ``leader_epoch``: a clean
-election only. When no ISR member is alive the leader becomes -1 (offline) and the ISR stays as it
+election only. A dead follower leaves the ISR of a partition whose leader lives, too. When no ISR member is alive the leader becomes -1 (offline) and the ISR stays as it
 was, so that only a member of it may lead again; when one of them comes back, it leads again.
-Replication proper (followers, ISR shrink and expand, truncation) is the next issue.
+Followers, ISR shrink and expand and truncation are the replica layer's (``shoal.replica``).
 
 A newly elected controller gives the brokers it has never seen registered one session
 (``broker.session.timeout.ms``) to register before it treats them as dead: at a whole cluster's
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+PROBE_STRIKES = 2  # refused connections in a row before a registered broker counts as dead
+PROBE_TIMEOUT_S = 1.0
 _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controller_fencing", default=False)
 
 
@@ -57,7 +59,11 @@ def elect(p: PartitionInfo, alive: set[int]) -> tuple[int, tuple[int, ...]] | No
     """The (leader, ISR) partition ``p`` should have with ``alive`` brokers, or None when it
     keeps what it has. Clean election only: the leader is an alive ISR member, else -1."""
     if p.leader >= 0 and p.leader in alive:
-        return None
+        # the leader lives: the dead leave the ISR at once (Kafka's controller does this when it
+        # fences a broker), rather than after replica.lag.time.max.ms of acks=all waiting
+        if all(r in alive for r in p.isr):
+            return None
+        return p.leader, tuple(r for r in p.isr if r in alive)
     alive_isr = tuple(r for r in p.isr if r in alive)
     if not alive_isr:
         return None if p.leader == -1 else (-1, p.isr)
@@ -87,6 +93,40 @@ def leadership_change(image: MetadataImage, alive: set[int]) -> Result[int]:
         return unchanged(0)
     n = sum(1 for name in topics for a, b in zip(image.topics[name].partitions, topics[name].partitions) if a != b)
     return Result(Change(topics=topics), n)
+
+
+def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
+    """Controlled shutdown of ``node`` (Kafka's ``enterControlledShutdown``): every partition it
+    leads moves to the first other live ISR member in replica order (a new leader epoch), and it
+    leaves every ISR, so that acks=all neither waits for it nor counts it. A partition with no
+    other live ISR member keeps it as leader (it goes offline when the broker is gone: clean
+    election only). Response: the leaderships moved."""
+    alive = set(image.brokers) - {node}
+    topics = {}
+    moved_leaders = 0
+    for name, topic in image.topics.items():
+        parts = list(topic.partitions)
+        changed = False
+        for i, p in enumerate(parts):
+            if node not in p.isr and p.leader != node:
+                continue
+            others = tuple(r for r in p.isr if r != node and r in alive)
+            if p.leader == node:
+                if not others:
+                    continue
+                leader = next((r for r in p.replicas if r in others), others[0])
+                parts[i] = dataclasses.replace(p, leader=leader, isr=others, leader_epoch=p.leader_epoch + 1,
+                                               partition_epoch=p.partition_epoch + 1)
+                moved_leaders += 1
+            else:
+                parts[i] = dataclasses.replace(p, isr=tuple(r for r in p.isr if r != node),
+                                               partition_epoch=p.partition_epoch + 1)
+            changed = True
+        if changed:
+            topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
+    if not topics:
+        return unchanged(0)
+    return Result(Change(topics=topics), moved_leaders)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +181,9 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._last_error = 0.0
         self._checked: tuple[Any, ...] | None = None  # what maintain() last found nothing to do on
+        # fast death detection: registered brokers whose port refused the controller's probes
+        self._strikes: dict[int, int] = {}
+        self.refused: set[int] = set()
         self.backend.fence = self._fence
 
     @property
@@ -163,6 +206,7 @@ class Controller:
     def _on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
         if old.brokers is not new.brokers:
             self._seen.update(new.brokers)
+            self._on_registration(old, new)
             self._wake.set()
 
     @contextlib.contextmanager
@@ -185,6 +229,7 @@ class Controller:
             try:
                 await self.campaign()
                 if self.is_controller:
+                    await self.probe()
                     await self.maintain()
             except asyncio.CancelledError:
                 raise
@@ -227,15 +272,57 @@ class Controller:
         elif before != self.controller_id:
             log.info("the controller is broker %d", self.controller_id)
 
+    async def probe(self) -> None:
+        """Connect to every other registered broker's first endpoint: a port that refuses the
+        connection twice in a row (``PROBE_STRIKES`` rounds, ``POLL_S`` apart) belongs to a dead
+        process (kill -9, a crash: the kernel closed its listener), so the controller treats that
+        broker as gone without waiting for its lease (``broker.session.timeout.ms``). A paused or
+        partitioned broker does not refuse (its listener still accepts, or the probe times out):
+        it goes with its lease. Moving leadership away from a live broker is never unsafe (clean
+        election, leader epochs fence it), only churn; a broker whose probe connects again, or
+        that registers anew, counts as alive again."""
+        image = self.store.image
+        others = {n: b for n, b in image.brokers.items() if n != self.node_id}
+        for n in list(self._strikes):
+            if n not in others:
+                self._strikes.pop(n, None)
+                self.refused.discard(n)
+
+        async def one(node: int, host: str, port: int) -> None:
+            try:
+                _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
+            except ConnectionRefusedError:
+                self._strikes[node] = self._strikes.get(node, 0) + 1
+                if self._strikes[node] >= PROBE_STRIKES and node not in self.refused:
+                    self.refused.add(node)
+                    log.warning("controller: broker %d refuses connections on %s:%d: treating it as gone "
+                                "before its session expires", node, host, port)
+                return
+            except (OSError, asyncio.TimeoutError):
+                return  # unreachable or slow: not proof of death; its lease decides
+            w.close()
+            self._strikes.pop(node, None)
+            if node in self.refused:
+                self.refused.discard(node)
+                log.info("controller: broker %d accepts connections again", node)
+
+        await asyncio.gather(*(one(n, b.host, b.port) for n, b in others.items()))
+
+    def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:
+        for n, b in new.brokers.items():
+            if old.brokers.get(n) is not b and n in self.refused:  # registered anew
+                self.refused.discard(n)
+                self._strikes.pop(n, None)
+
     async def maintain(self) -> None:
         """Move the leadership of partitions whose leader is gone, as one fenced change."""
         image = self.store.image
         self._seen.update(image.brokers)
         in_grace = self._monotonic() < self._grace_until
-        state = (self.epoch, image.epoch, image.brokers, in_grace)
+        state = (self.epoch, image.epoch, image.brokers, in_grace, frozenset(self.refused))
         if state == self._checked:
             return  # nothing it depends on moved since the last look (2 ms per 6,000 partitions)
-        alive = assumed_alive(image, self._seen, in_grace)
+        alive = assumed_alive(image, self._seen, in_grace) - self.refused
         if leadership_change(image, alive).change is None:
             self._checked = state
             return

@@ -1,8 +1,9 @@
 """Routing: which partitions this broker serves, and where a client should go instead.
 
 Produce, Fetch, ListOffsets and DeleteRecords are answered by a partition's leader only (Kafka's
-``ReplicaManager.getPartitionOrError``). Every handler asks ``leader_log``: the partition's log
-when this broker leads it, else None, and the handler answers NOT_LEADER_OR_FOLLOWER. With it goes
+``ReplicaManager.getPartitionOrError``). Every handler asks the replica manager
+(``ReplicaManager.leader``): the partition when this broker leads it, else None, and the handler
+answers NOT_LEADER_OR_FOLLOWER. With it goes
 KIP-951's hint, so a client re-routes without refreshing its metadata first: the leader's id and
 epoch in the partition (``current_leader``: Produce v10+, Fetch v12+) and that leader's endpoint,
 on the listener the client used, in the response (``node_endpoints``: Produce v10+, Fetch v16+).
@@ -10,8 +11,8 @@ on the listener the client used, in the response (``node_endpoints``: Produce v1
 A partition whose leader is -1 (offline: no live member of its ISR) is NOT_LEADER_OR_FOLLOWER
 everywhere, with leader -1, as Kafka answers (``LEADER_NOT_AVAILABLE`` is Metadata's code).
 
-OffsetsForLeaderEpoch (key 23) is not served by Shoal yet (it is a replication API: the next
-issue); when it is, its handler calls ``leader_log`` too.
+OffsetsForLeaderEpoch (key 23) is not served by Shoal yet (a replication API); when it is, its
+handler asks ``ReplicaManager.leader`` too.
 """
 
 from __future__ import annotations
@@ -22,17 +23,8 @@ from shoal.protocol.codec import build
 
 if TYPE_CHECKING:
     from shoal.metadata import MetadataImage, PartitionInfo
-    from shoal.storage import PartitionLog
 
-__all__ = ["leader_log", "current_leader", "node_endpoints"]
-
-
-def leader_log(broker: Any, name: str, pinfo: "PartitionInfo") -> "PartitionLog | None":
-    """The log of partition ``pinfo`` of (physical) topic ``name`` when this broker leads it;
-    None when another broker does, none does, or this leader has no log (yet)."""
-    if pinfo.leader != broker.node_id or pinfo.leader < 0:
-        return None
-    return broker.partition_log(name, pinfo.partition)
+__all__ = ["current_leader", "node_endpoints"]
 
 
 def current_leader(mod: Any, pinfo: "PartitionInfo | None") -> dict[str, Any]:

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, Sequence
 
 from shoal.clock import Clock
+from shoal.config import ConfigSource
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from shoal.groups.config import GroupConfig
 from shoal.groups.consumer import ConsumerGroup, ConsumerGroupManager  # KIP-848
@@ -86,15 +87,17 @@ from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
 from shoal.groups.timer import Timer
 from shoal.metadata import changed_topics, former_topic_names, topic_renames
 from shoal.protocol.errors import ErrorCode
-from shoal.server.purgatory import Purgatory
+from shoal.replica.purgatory import Purgatory
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.services import Services
     from shoal.metadata import MetadataImage
 
 log = logging.getLogger("shoal.groups")
 
 EXPIRY_TIMER_KEY = ("offsets-expiration",)
+# offsets.topic.replication.factor where it is not set, on an etcd cluster (one node: 1)
+CLUSTER_OFFSETS_REPLICATION_FACTOR = 3
 
 
 def coordinator_error(code: ErrorCode) -> ErrorCode:
@@ -183,24 +186,25 @@ class GroupCoordinator:
         self._timer_task: asyncio.Task[None] | None = None
         self._creating: asyncio.Task[None] | None = None  # cluster: __consumer_offsets being created
         self._refused = ""  # why __consumer_offsets could not be created, as last logged
-        self._broker: Broker | None = None
+        self._services: Services | None = None  # its broker's services (for_services)
         self._topic_id = None
         self.active = num_partitions is not None
 
     # -- construction for a broker ------------------------------------------------------------
 
     @classmethod
-    def for_broker(cls, broker: "Broker") -> "GroupCoordinator":
+    def for_services(cls, services: "Services") -> "GroupCoordinator":
         cache: list = [None, None]
 
         def config() -> GroupConfig:
-            cfg = broker.config
+            cfg = services.config
             if cache[0] is not cfg:
                 cache[0], cache[1] = cfg, GroupConfig.from_broker_config(cfg)
             return cache[1]
 
-        c = cls(clock=broker.clock, log=BrokerCoordinatorLog(broker), config=config)
-        c._broker = broker
+        log = BrokerCoordinatorLog(services.replicas, lambda: services.metadata.image, services.clock)
+        c = cls(clock=services.clock, log=log, config=config)
+        c._services = services
         return c
 
     @property
@@ -213,10 +217,10 @@ class GroupCoordinator:
     async def start(self) -> None:
         """Create ``__consumer_offsets`` if missing, load the partitions this node leads, follow
         metadata from then on, and start the timers."""
-        broker = self._broker
-        assert broker is not None, "start() is for a broker-bound coordinator (for_broker)"
+        broker = self._services
+        assert broker is not None, "start() is for a broker-bound coordinator (for_services)"
         self._timer_task = asyncio.create_task(self.timer.drive(), name="group-coordinator-timer")
-        if getattr(broker, "controller", None) is None:
+        if not broker.is_cluster:
             await self._ensure_offsets_topic()
         # cluster: created at the first FindCoordinator instead (request_offsets_topic), as Kafka
         # does, so that it is placed over the brokers up by then, not over the first one alone
@@ -249,25 +253,26 @@ class GroupCoordinator:
         from shoal.cluster import planner
         from shoal.metadata import MetadataError
 
-        broker = self._broker
+        broker = self._services
         assert broker is not None
         image = broker.metadata.image
         if image.topic(OFFSETS_TOPIC) is not None:
             return
         cfg = self.config
-        defaults = planner.Defaults.for_offsets_topic(
-            cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor
-        )
+        rf = cfg.offsets_topic_replication_factor
+        if broker.is_cluster and broker.config.source("offsets.topic.replication.factor") == ConfigSource.DEFAULT_CONFIG:
+            rf = CLUSTER_OFFSETS_REPLICATION_FACTOR  # a cluster's committed offsets replicate (Kafka's default)
+        defaults = planner.Defaults.for_offsets_topic(cfg.offsets_topic_num_partitions, rf)
         try:  # the cluster's one planner; Kafka (KIP-115) waits for enough brokers, never shrinks RF
             plan = planner.plan_topic(
                 planner.live_brokers(image), planner.TopicRequest(OFFSETS_TOPIC), defaults,
-                planner.random_source(broker),
+                broker.random,
             )
         except planner.PlacementError as e:
             if e.message != self._refused:  # once per reason (FindCoordinator retries it on etcd)
                 self._refused = e.message
                 log.error("cannot create %s (offsets.topic.replication.factor=%d): %s", OFFSETS_TOPIC,
-                          cfg.offsets_topic_replication_factor, e.message)
+                          rf, e.message)
             return
         assignments = list(plan.assignments)
         configs = {
@@ -285,9 +290,9 @@ class GroupCoordinator:
     def request_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` in the background (once at a time): FindCoordinator's
         answer while it is missing is COORDINATOR_NOT_AVAILABLE, and the client asks again."""
-        if self._broker is None or not self.active or self._creating is not None:
+        if self._services is None or not self.active or self._creating is not None:
             return
-        if getattr(self._broker, "controller", None) is None:
+        if not self._services.is_cluster:
             return  # one broker: start() created it, or said once why it cannot
         self._creating = asyncio.get_running_loop().create_task(self._ensure_offsets_topic())
 
@@ -304,7 +309,7 @@ class GroupCoordinator:
         self._reconcile(old, new)
 
     def _reconcile(self, old: "MetadataImage | None", new: "MetadataImage") -> None:
-        broker = self._broker
+        broker = self._services
         assert broker is not None
         topic = new.topic(OFFSETS_TOPIC)
         if topic is None or topic.topic_id != self._topic_id:
@@ -377,11 +382,11 @@ class GroupCoordinator:
             return  # unloaded (or reloaded) meanwhile
         self._apply_loaded(partition, loaded)
         owned.status = PartitionStatus.ACTIVE
-        if self._broker is not None:  # tenancy: groups of tenants deleted while we did not own them
-            self.delete_tenant_groups(self._broker.metadata.image.tenants, [partition])
+        if self._services is not None:  # tenancy: groups of tenants deleted while we did not own them
+            self.delete_tenant_groups(self._services.metadata.image.tenants, [partition])
             # tenancy: offsets of topics moved while this partition was not loaded, or just
             # before a crash, follow them now
-            self.follow_renamed_topics(former_topic_names(self._broker.metadata.image), [partition])
+            self.follow_renamed_topics(former_topic_names(self._services.metadata.image), [partition])
         n_groups = sum(1 for g in self.groups.values() if g.partition == partition)
         if loaded.records or n_groups:
             log.info(

@@ -10,8 +10,8 @@
 - ``replay(partition)`` yields ``(offset, key, value)`` of every record from the log start; it
   blocks on disk reads and is run in a worker thread at load time.
 
-``BrokerCoordinatorLog`` is the real one (the broker's partition logs, high-watermark purgatory
-and flush policy); ``MemoryCoordinatorLog`` keeps records in lists, for tests of the state machine
+``BrokerCoordinatorLog`` is the real one (the broker's replica manager: partitions, acks=all
+purgatory, flush policy); ``MemoryCoordinatorLog`` keeps records in lists, for tests of the state machine
 and for checking exactly which records an operation wrote.
 """
 
@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 from shoal.groups.records import OFFSETS_TOPIC
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.protocol.records import InvalidRecords, build_batch, iter_records, parse_batches
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.clock import Clock
+    from shoal.metadata import MetadataImage
+    from shoal.replica import Partition, ReplicaManager
 
 log = logging.getLogger("shoal.groups")
 
@@ -43,54 +45,56 @@ class CoordinatorLog(Protocol):
 
 
 class BrokerCoordinatorLog:
-    """Appends to the leader's partition log of ``__consumer_offsets`` and waits for the HWM."""
+    """Appends to the leader's partition of ``__consumer_offsets`` (through the replica manager)
+    and waits for its high watermark."""
 
-    def __init__(self, broker: "Broker") -> None:
-        self._broker = broker
+    def __init__(self, replicas: "ReplicaManager", image: "Callable[[], MetadataImage]", clock: "Clock") -> None:
+        self._replicas = replicas
+        self._image = image
+        self._clock = clock
 
-    def _leader_log(self, partition: int):
-        broker = self._broker
-        topic = broker.metadata.image.topic(OFFSETS_TOPIC)
+    def _leader(self, partition: int) -> "tuple[Partition | None, ErrorCode]":
+        topic = self._image().topic(OFFSETS_TOPIC)
         if topic is None or not 0 <= partition < len(topic.partitions):
-            return None, None, None, ErrorCode.unknown_topic_or_partition
-        pinfo = topic.partitions[partition]
-        plog = broker.partition_log(OFFSETS_TOPIC, partition) if pinfo.leader == broker.node_id else None
-        if plog is None:
-            return None, None, None, ErrorCode.not_leader_or_follower
-        return topic, pinfo, plog, ErrorCode.none
+            return None, ErrorCode.unknown_topic_or_partition
+        part = self._replicas.leader(OFFSETS_TOPIC, topic.partitions[partition])
+        if part is None:
+            return None, ErrorCode.not_leader_or_follower
+        return part, ErrorCode.none
 
     def append(self, partition: int, records: Sequence[Record], now_ms: int) -> int | ErrorCode:
-        topic, pinfo, plog, code = self._leader_log(partition)
-        if code != ErrorCode.none:
+        part, code = self._leader(partition)
+        if part is None:
             return code
         batch = bytearray(build_batch([(now_ms, k, v, ()) for k, v in records]))
         try:
-            info = plog.append(batch, now_ms=now_ms, leader_epoch=pinfo.leader_epoch, client=False)
+            info = part.append_as_leader(batch, now_ms, client=False)
         except InvalidRecords as e:
             log.warning("cannot append %d records to %s-%d: %s", len(records), OFFSETS_TOPIC, partition, e)
             return error_code(e.code)
         except OSError as e:
             log.error("cannot append to %s-%d: %s", OFFSETS_TOPIC, partition, e)
             return ErrorCode.kafka_storage_error
-        self._broker.after_leader_append(topic, pinfo, plog)
         return info.last_offset + 1
 
     async def wait_committed(self, partition: int, offset: int, timeout_s: float) -> ErrorCode:
-        _topic, _pinfo, plog, code = self._leader_log(partition)
-        if code != ErrorCode.none:
+        part, code = self._leader(partition)
+        if part is None:
             return code
-        now_ms = self._broker.clock.now_ms()
+        plog = part.log
+        now_ms = self._clock.now_ms()
         if plog.flush_due(now_ms):
             await asyncio.to_thread(plog.maybe_flush, now_ms)
-        if plog.high_watermark >= offset:
+        if part.high_watermark >= offset:
             return ErrorCode.none
-        late = await self._broker.await_high_watermarks([(OFFSETS_TOPIC, partition, offset)], timeout_s)
-        return ErrorCode.request_timed_out if late else ErrorCode.none
+        failed = await self._replicas.wait_committed([(OFFSETS_TOPIC, partition, offset, 1)], timeout_s)
+        return failed.get((OFFSETS_TOPIC, partition), ErrorCode.none)
 
     def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        plog = self._broker.partition_log(OFFSETS_TOPIC, partition)
-        if plog is None:
+        part = self._replicas.partition(OFFSETS_TOPIC, partition)
+        if part is None:
             return
+        plog = part.log
         offset = plog.log_start_offset
         end = plog.log_end_offset  # Kafka's loader reads to the log end offset too
         while offset < end:

@@ -69,7 +69,7 @@ def _refusal(ctx: Any, operation: int) -> tuple[ErrorCode, str] | None:
     """The error of the whole request, or None when the caller may go on."""
     if not ctx.scope.allowed_cluster(operation):
         return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
-    if not ctx.broker.config.get("authorizer.class.name"):
+    if not ctx.services.config.get("authorizer.class.name"):
         return ErrorCode.security_disabled, _SECURITY_DISABLED
     return None
 
@@ -82,7 +82,7 @@ def _who(ctx: Any) -> str:
 
 def _own_bindings(ctx: Any, image: MetadataImage | None = None) -> list[AclEntry]:
     tenant = ctx.scope.tenant_id
-    return [a for a in (image or ctx.broker.metadata.image).acls if a.tenant == tenant]
+    return [a for a in (image or ctx.services.metadata.image).acls if a.tenant == tenant]
 
 
 def _matching(bindings: list[AclEntry], f: Any) -> list[AclEntry]:
@@ -128,7 +128,7 @@ async def handle_create_acls(ctx: Any, req: Any) -> Any:
         new.append(entry)
         results.append(result())
     if new:
-        await ctx.broker.metadata.alter_acls(new, [])
+        await ctx.services.metadata.alter_acls(new, [])
         for a in new:
             log.info("ACL created by %s: %s", _who(ctx), describe_binding(a))
     return build(mod.CreateAclsResponse, throttle_time=_NO_THROTTLE, results=tuple(results))
@@ -198,7 +198,7 @@ async def handle_delete_acls(ctx: Any, req: Any) -> Any:
             )))
         return Result(acl_rules.alter_acls(image, [], list(gone)).change if gone else None, (results, gone))
 
-    results, gone = await ctx.broker.metadata.decide_and_commit(delete)
+    results, gone = await ctx.services.metadata.decide_and_commit(delete)
     for a in gone:
         log.info("ACL deleted by %s: %s", _who(ctx), describe_binding(a))
     return build(mod.DeleteAclsResponse, throttle_time=_NO_THROTTLE, filter_results=tuple(results))

@@ -161,10 +161,10 @@ def _charge_mutations(quota: Any, partitions: int) -> None:
 
 
 def _plan_topic(
-    image: MetadataImage, cfg: Any, t: Any, scope: Any, broker: Any
+    image: MetadataImage, cfg: Any, t: Any, scope: Any, rng: Any
 ) -> tuple[list[tuple[int, ...]], dict[str, str]]:
     """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
-    assignment (the cluster's planner, with ``broker.random``) and config overrides."""
+    assignment (the cluster's planner, with ``svc.random``) and config overrides."""
     name = t.name
     validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
     if scope.topic(image, name) is not None:
@@ -197,7 +197,7 @@ def _plan_topic(
     )
     try:
         plan = planner.plan_topic(
-            planner.live_brokers(image), request, planner.Defaults.for_topics(cfg), planner.random_source(broker)
+            planner.live_brokers(image), request, planner.Defaults.for_topics(cfg), rng
         )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
@@ -248,8 +248,8 @@ def _creatable_configs(
 @api(CREATE_TOPICS, 2, 7)
 async def handle_create_topics(ctx, req):
     mod = response_module(CREATE_TOPICS, ctx.api_version)
-    broker = ctx.broker
-    store = broker.metadata
+    svc = ctx.services
+    store = svc.metadata
     quota = mutation.request_quota(ctx, CREATE_TOPICS)  # quotas: KIP-599
     results = []
     counts: dict[str, int] = {}
@@ -274,12 +274,12 @@ async def handle_create_topics(ctx, req):
         if counts[t.name] > 1:
             results.append(result(t.name, code="INVALID_REQUEST", message="Duplicate topic name."))
             continue
-        cfg = broker.config
+        cfg = svc.config
         scope = ctx.scope
         physical = scope.physical(t.name)
 
         def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str]]:
-            assignment, configs = _plan_topic(image, cfg, t, scope, broker)
+            assignment, configs = _plan_topic(image, cfg, t, scope, svc.random)
             policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
@@ -329,8 +329,8 @@ async def handle_create_topics(ctx, req):
 @api(DELETE_TOPICS, 1, 6)
 async def handle_delete_topics(ctx, req):
     mod = response_module(DELETE_TOPICS, ctx.api_version)
-    broker = ctx.broker
-    store = broker.metadata
+    svc = ctx.services
+    store = svc.metadata
     quota = mutation.request_quota(ctx, DELETE_TOPICS)  # quotas: KIP-599
     by_id = ctx.api_version >= 6
     if by_id:
@@ -356,7 +356,7 @@ async def handle_delete_topics(ctx, req):
             ids_seen[tid] = ids_seen.get(tid, 0) + 1
 
     results = []
-    enabled = bool(broker.config.get("delete.topic.enable"))
+    enabled = bool(svc.config.get("delete.topic.enable"))
     for name, tid in wanted:
         try:
             if name is not None and tid != _ZERO_UUID:
@@ -430,8 +430,8 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> list[tuple[int
 @api(CREATE_PARTITIONS, 0, 3)
 async def handle_create_partitions(ctx, req):
     mod = response_module(CREATE_PARTITIONS, ctx.api_version)
-    broker = ctx.broker
-    store = broker.metadata
+    svc = ctx.services
+    store = svc.metadata
     quota = mutation.request_quota(ctx, CREATE_PARTITIONS)  # quotas: KIP-599
     counts: dict[str, int] = {}
     for t in req.topics:
@@ -484,10 +484,10 @@ def _broker_resource(ctx, name: str) -> bool:
         node = int(name)
     except ValueError:
         raise AdminError("INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}") from None
-    if node != ctx.broker.node_id:
+    if node != ctx.services.node_id:
         raise AdminError(
             "INVALID_REQUEST",
-            f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {ctx.services.node_id} or empty string, but received {name}",
         )
     return False
 
@@ -559,9 +559,9 @@ def _topic_configs_decision(current: Mapping[str, str], new: dict[str, str], val
 @api(DESCRIBE_CONFIGS, 1, 4)
 async def handle_describe_configs(ctx, req):
     mod = response_module(DESCRIBE_CONFIGS, ctx.api_version)
-    broker = ctx.broker
-    cfg = broker.config
-    image = broker.metadata.image
+    svc = ctx.services
+    cfg = svc.config
+    image = svc.metadata.image
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_docs = bool(getattr(req, "include_documentation", False))
     results = []
@@ -717,7 +717,7 @@ def _alter_decision(
     """The decision altering one resource: its new overrides computed from its current ones in
     the image the change commits against (so an AlterConfigs replacing them all, or an
     IncrementalAlterConfigs editing some keys, never undoes a change committed meanwhile)."""
-    broker = ctx.broker
+    svc = ctx.services
     scope = ctx.scope
     if _is_namespace(resource_type, resource_name):  # KIP-37 namespace configs
 
@@ -725,7 +725,7 @@ def _alter_decision(
             physical = _namespace_resource(scope, image, resource_name, Operation.ALTER_CONFIGS)
             current = image.namespaces[physical].configs
             inherited = namespaces.inherited_overrides(namespaces.namespace_layers(image, physical)[1:])
-            new = compute(current, True, _effective_topic_value(broker.config, inherited))
+            new = compute(current, True, _effective_topic_value(svc.config, inherited))
             return _topic_configs_decision(
                 current, new, validate_only, lambda c: namespace_rules.set_namespace_configs(image, physical, c)
             )
@@ -743,7 +743,7 @@ def _alter_decision(
             if found is None:
                 raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
             inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
-            new = compute(found.configs, True, _effective_topic_value(broker.config, inherited))
+            new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
             return _topic_configs_decision(
                 found.configs, new, validate_only, lambda c: config_rules.set_topic_configs(image, found.name, c)
             )
@@ -754,10 +754,10 @@ def _alter_decision(
             # A tenant never alters the physical broker's configs.
             raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
         cluster_default = _broker_resource(ctx, resource_name)
-        node = broker.node_id
+        node = svc.node_id
 
         def broker_configs(image: MetadataImage) -> Result[Any]:
-            cfg = broker.config
+            cfg = svc.config
             if cluster_default:
                 current = dict(image.broker_configs)
             else:  # this broker's own dynamic configs (Kafka's DYNAMIC_BROKER_CONFIG)
@@ -793,7 +793,7 @@ def _tenant_defaults_decision(ctx, resource_name: str, compute: Callable[..., di
 
     def tenant_defaults(image: MetadataImage) -> Result[Any]:
         current = _tenant_configs(scope, image)
-        new = compute(current, True, _effective_topic_value(ctx.broker.config, {}), _tenant_default_key)
+        new = compute(current, True, _effective_topic_value(ctx.services.config, {}), _tenant_default_key)
         return _topic_configs_decision(
             current, new, validate_only, lambda c: tenant_rules.update_tenant(image, scope.tenant_id, configs=c)
         )
@@ -813,7 +813,7 @@ async def _alter(ctx, mod, req, compute_for) -> Any:
             if seen[(res.resource_type, res.resource_name)] > 1:
                 raise AdminError("INVALID_REQUEST", "Duplicate resource in request.")
             decision = _alter_decision(ctx, res.resource_type, res.resource_name, compute_for(res), req.validate_only)
-            await decide(ctx.broker.metadata, decision)
+            await decide(ctx.services.metadata, decision)
         except AdminError as e:
             code, message = e.code, e.message
         results.append(

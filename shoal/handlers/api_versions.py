@@ -43,7 +43,7 @@ async def handle_api_versions(ctx, req):
             conn = ctx.extra.get("connection")
             if conn is not None:
                 conn.client_software = (req.client_software_name, req.client_software_version)
-    return _response(ctx.broker.registry, ctx.api_version, code)
+    return _response(ctx.services.registry, ctx.api_version, code)
 
 
 @functools.lru_cache(maxsize=64)

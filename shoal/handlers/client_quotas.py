@@ -66,7 +66,7 @@ async def handle_describe_client_quotas(ctx, req):
         return error(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
     try:
-        found = describe(ctx.broker.metadata.image, scope.tenant_id, components, req.strict)
+        found = describe(ctx.services.metadata.image, scope.tenant_id, components, req.strict)
     except EntityError as e:
         log.info("DescribeClientQuotas from %s refused: %s", ctx.client_address, e.message)
         return error(error_code(e.code), e.message)
@@ -85,7 +85,7 @@ async def handle_describe_client_quotas(ctx, req):
 @api(ALTER_CLIENT_QUOTAS, 0, 1)
 async def handle_alter_client_quotas(ctx, req):
     mod = response_module(ALTER_CLIENT_QUOTAS, ctx.api_version)
-    broker = ctx.broker
+    svc = ctx.services
     scope = ctx.scope
     allowed = scope.allowed_cluster(Operation.ALTER_CONFIGS)
 
@@ -128,10 +128,10 @@ async def handle_alter_client_quotas(ctx, req):
         return Result(decided.change, (results, changes))
 
     try:
-        results, changes = await broker.metadata.decide_and_commit(plan)
+        results, changes = await svc.metadata.decide_and_commit(plan)
     except MetadataError as e:
         log.warning("AlterClientQuotas from %s failed: %s", ctx.client_address, e.message)
-        results, changes = plan(broker.metadata.image).response
+        results, changes = plan(svc.metadata.image).response
         for i, _stored, _ops in changes:
             results[i] = (error_code(e.code), e.message)
     else:

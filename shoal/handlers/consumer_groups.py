@@ -2,7 +2,7 @@
 v0-1.
 
 The handlers translate between kio entities and ``shoal.groups.consumer.ConsumerGroupManager``
-(``broker.groups.consumer``), which knows nothing of the wire. A heartbeat is answered once the
+(``svc.groups.consumer``), which knows nothing of the wire. A heartbeat is answered once the
 records it wrote to ``__consumer_offsets`` are committed.
 
 Heartbeat v1 (KIP-1082) requires the client to name itself (a non-empty member id even when
@@ -47,7 +47,7 @@ MEMBER_TYPE_CONSUMER = 1
 
 
 def _coordinator(ctx):
-    return getattr(ctx.broker, "groups", None)
+    return ctx.services.groups
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -81,7 +81,7 @@ async def handle_consumer_group_heartbeat(ctx, req):
             return _heartbeat_error(mod, ErrorCode.topic_authorization_failed)
         if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
             return _heartbeat_error(mod, ErrorCode.invalid_group_id)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     owned = None
     if req.topic_partitions is not None:
         owned = {}
@@ -108,7 +108,7 @@ async def handle_consumer_group_heartbeat(ctx, req):
     )
     assignment = None
     if r.assignment is not None:
-        image = ctx.broker.metadata.image
+        image = ctx.services.metadata.image
         assignment = build(
             mod.Assignment,
             topic_partitions=tuple(

@@ -1,4 +1,4 @@
-"""What a handler sees of the world: the broker's services and who is asking."""
+"""What a handler sees of the world: its broker's services (``shoal.services``) and who is asking."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
     from shoal.protocol.codec import RequestHeader
+    from shoal.services import Services
 
 
 @dataclass
 class RequestContext:
-    broker: "Broker"
+    services: "Services"
     header: "RequestHeader"
     client_address: str  # "host:port" of the peer
     listener: str = "PLAINTEXT"
@@ -37,7 +37,7 @@ class RequestContext:
             from shoal.tenancy.scope import Scope
 
             self.scope = Scope(
-                self.broker.metadata.image, self.broker.config, self.principal,
+                self.services.metadata.image, self.services.config, self.principal,
                 self.client_address.rpartition(":")[0], self.tenant,
             )
 

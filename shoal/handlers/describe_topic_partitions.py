@@ -49,7 +49,7 @@ def _response(mod, topics: list, next_cursor=None):
 async def handle_describe_topic_partitions(ctx, req):
     mod = response_module(DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
     scope = ctx.scope
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     cursor = req.cursor
     first = cursor.topic_name if cursor is not None else ""
     every = not req.topics
@@ -62,7 +62,7 @@ async def handle_describe_topic_partitions(ctx, req):
         return _response(mod, [_topic(mod, t.name, ErrorCode.invalid_request) for t in req.topics])
 
     denied = []
-    limit = max(min(ctx.broker.config.get("max.request.partition.size.limit"), req.response_partition_limit), 1)
+    limit = max(min(ctx.services.config.get("max.request.partition.size.limit"), req.response_partition_limit), 1)
     remaining, topics, next_cursor = limit, [], None
     for name in names:
         if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):

@@ -51,6 +51,8 @@ class _SessionPartition:
     fetch_offset: int
     max_bytes: int
     topic_id: uuid.UUID | None
+    current_leader_epoch: int = -1  # v9+: the leader epoch the client knows (KIP-320)
+    last_fetched_epoch: int = -1  # v12+: the epoch of the last batch a follower has (KIP-595)
     # What the client last saw, so an incremental response can leave unchanged partitions out.
     last_hwm: int = -1
     last_log_start: int = -1
@@ -98,9 +100,11 @@ def _timedelta_s(value) -> float:
     return value.total_seconds() if isinstance(value, datetime.timedelta) else value / 1000.0
 
 
-def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None):
+def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None, diverging=None):
     # KIP-951: tell the client who leads now, so it need not refresh metadata first.
     extra = routing.current_leader(mod, pinfo) if code == ErrorCode.not_leader_or_follower else {}
+    if diverging is not None and hasattr(mod, "EpochEndOffset"):  # KIP-320: a follower must truncate
+        extra["diverging_epoch"] = build(mod.EpochEndOffset, epoch=diverging[0], end_offset=diverging[1])
     return build(
         mod.PartitionData,
         partition_index=index,
@@ -117,19 +121,20 @@ def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b
 
 @api(KEY, 4, 18)
 async def handle_fetch(ctx, req):
-    broker = ctx.broker
+    svc = ctx.services
     v = ctx.api_version
     mod = response_module(KEY, v)
     use_ids = v >= 13
-    sessions: FetchSessionCache = broker.fetch_sessions
+    sessions: FetchSessionCache = svc.fetch_sessions
 
     # -- resolve the request's partitions (by name or id) and the session --------------------
-    image = broker.metadata.image
+    image = svc.metadata.image
     scope = ctx.scope
     owner = (scope.tenant_id, ctx.principal)
     # A replica's fetch needs CLUSTER_ACTION on the cluster instead of READ on each topic
     # (Kafka's isFromFollower); replicas are brokers, never a tenant's principals.
-    follower = _from_follower(req)
+    replica_id = _replica_id(req)
+    follower = replica_id >= 0
     replica_ok = follower and scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)
     wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
     unknown_ids: list[tuple[uuid.UUID, int]] = []
@@ -150,7 +155,10 @@ async def handle_fetch(ctx, req):
             denied.extend((visible, tid, p.partition) for p in t.partitions)
             continue
         for p in t.partitions:
-            wanted[(name, p.partition)] = _SessionPartition(p.fetch_offset, p.partition_max_bytes, tid)
+            wanted[(name, p.partition)] = _SessionPartition(
+                p.fetch_offset, p.partition_max_bytes, tid,
+                getattr(p, "current_leader_epoch", -1), getattr(p, "last_fetched_epoch", -1),
+            )
 
     session_id = getattr(req, "session_id", 0)
     session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
@@ -196,25 +204,27 @@ async def handle_fetch(ctx, req):
     deadline = loop.time() + _timedelta_s(req.max_wait)
     min_bytes = max(req.min_bytes, 0)
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    max_bytes = min(max_bytes, int(broker.config.get("fetch.max.bytes")))
+    max_bytes = min(max_bytes, int(svc.config.get("fetch.max.bytes")))
     # quotas: one fetch returns no more than the consumer's quota allows (Kafka caps max_bytes
     # with getMaxValueInQuotaWindow); followers are exempt
-    cap = None if follower else broker.quotas.fetch_cap(ctx, broker.clock.now_ms())
+    cap = None if follower else svc.quotas.fetch_cap(ctx, svc.clock.now_ms())
     if cap is not None:
         max_bytes = min(max_bytes, cap)
         min_bytes = min(min_bytes, max_bytes)
+    if replica_ok:  # replica: what the follower has (its fetch offset) may move the HW / ISR
+        svc.replicas.follower_fetched(replica_id, image, targets.items(), svc.clock.now_ms())
     while True:
-        results, total, must_answer = _read_all(broker, targets, max_bytes)
+        results, total, must_answer = _read_all(svc, targets, max_bytes, follower)
         if must_answer or total >= min_bytes or loop.time() >= deadline or not targets:
             break
-        notified = await broker.fetch_waiters.wait(list(targets.keys()), deadline - loop.time())
+        notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time())
         if not notified:
-            results, total, _ = _read_all(broker, targets, max_bytes)
+            results, total, _ = _read_all(svc, targets, max_bytes, follower)
             break
 
     # quotas: over the consumer's quota, the bytes are taken back and the answer is empty, with
     # the throttle time (Kafka's getThrottledResponse: a new session is not kept)
-    if not follower and broker.quotas.record_fetch(ctx, total, broker.clock.now_ms()):
+    if not follower and svc.quotas.record_fetch(ctx, total, svc.clock.now_ms()):
         if session is not None and not incremental:
             sessions.remove(session.session_id)
             session = None
@@ -241,7 +251,7 @@ async def handle_fetch(ctx, req):
         by_topic.setdefault(name, []).append(
             _partition_data(
                 mod, index, r.code, hwm=r.hwm, lso=r.hwm, log_start=r.log_start,
-                records=r.records, pinfo=r.pinfo,
+                records=r.records, pinfo=r.pinfo, diverging=r.diverging,
             )
         )
     topics = [
@@ -275,7 +285,7 @@ async def handle_fetch(ctx, req):
         session_id=session.session_id if session is not None else 0,
         responses=tuple(topics),
         node_endpoints=routing.node_endpoints(
-            mod, broker.metadata.image, [r.pinfo.leader for r in results.values() if r.pinfo is not None],
+            mod, svc.metadata.image, [r.pinfo.leader for r in results.values() if r.pinfo is not None],
             ctx.listener),
     )
 
@@ -291,11 +301,12 @@ def _top_error(mod, code: ErrorCode, session_id: int = 0):
     )
 
 
-def _from_follower(req) -> bool:
-    """A replica's fetch (exempt from client quotas): replica_id >= 0 (v15+: in replica_state)."""
+def _replica_id(req) -> int:
+    """The fetching replica's broker id (v15+: in replica_state), -1 for a consumer. A replica's
+    fetch is exempt from client quotas and reads up to the log end, not the high watermark."""
     state = getattr(req, "replica_state", None)
     replica = state.replica_id if state is not None else getattr(req, "replica_id", -1)
-    return replica is not None and replica >= 0
+    return replica if replica is not None else -1
 
 
 @dataclass(slots=True)
@@ -305,11 +316,13 @@ class _Read:
     hwm: int = -1
     log_start: int = -1
     pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
+    diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
 
 
-def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
-    """Read every partition once. Returns results, total bytes, and whether to answer at once."""
-    image = broker.metadata.image
+def _read_all(svc, targets, max_bytes: int, follower: bool) -> tuple[dict, int, bool]:
+    """Read every partition once. Returns results, total bytes, and whether to answer at once.
+    A consumer reads up to the high watermark, a follower up to the log end."""
+    image = svc.metadata.image
     results: dict[tuple[str, int], _Read] = {}
     total = 0
     must_answer = False
@@ -322,17 +335,32 @@ def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
             must_answer = True
             continue
         pinfo = topic.partitions[index]
-        plog = routing.leader_log(broker, name, pinfo)
-        if plog is None:  # cluster: another broker leads it
+        part = svc.replicas.leader(name, pinfo)
+        if part is None:  # cluster: another broker leads it
             results[key] = _Read(ErrorCode.not_leader_or_follower, pinfo=pinfo)
             must_answer = True
             continue
+        known = sp.current_leader_epoch
+        if known >= 0 and known != part.leader_epoch:  # KIP-320: the client's leader is not this one
+            code = ErrorCode.fenced_leader_epoch if known < part.leader_epoch else ErrorCode.unknown_leader_epoch
+            results[key] = _Read(code)
+            must_answer = True
+            continue
+        plog = part.log
         hwm = plog.high_watermark
         r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset)
+        upto = plog.log_end_offset if follower else hwm
+        if follower and sp.last_fetched_epoch >= 0 and sp.fetch_offset > plog.log_start_offset:
+            diverging = _divergence(plog, sp.last_fetched_epoch, sp.fetch_offset)
+            if diverging is not None:
+                r.diverging = diverging
+                results[key] = r
+                must_answer = True
+                continue
         limit = min(sp.max_bytes, remaining)
-        if sp.fetch_offset < hwm and (limit > 0 or total == 0):
+        if sp.fetch_offset < upto and (limit > 0 or total == 0):
             try:
-                info = plog.read(sp.fetch_offset, max(limit, 0), max_offset=hwm, min_one_batch=total == 0)
+                info = plog.read(sp.fetch_offset, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
             except OffsetOutOfRange:
                 r.code = ErrorCode.offset_out_of_range
                 must_answer = True
@@ -346,3 +374,16 @@ def _read_all(broker, targets, max_bytes: int) -> tuple[dict, int, bool]:
             must_answer = True
         results[key] = r
     return results, total, must_answer
+
+
+def _divergence(plog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+    """KIP-320 on the leader: where a follower whose last batch has ``last_fetched_epoch`` and
+    whose log ends at ``fetch_offset`` diverges from this log, or None when it does not. The
+    follower's epoch ends earlier here (or is older than every epoch here): it must truncate to
+    the answer, bounded by its own end of that epoch (``shoal.replica.fetcher``)."""
+    epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < 0 or end < 0:  # older than the log's first epoch: keep at most the log start
+        return last_fetched_epoch, plog.log_start_offset
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None

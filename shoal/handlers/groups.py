@@ -65,7 +65,7 @@ def _ms(td: datetime.timedelta) -> int:
 
 
 def _coordinator(ctx):
-    return getattr(ctx.broker, "groups", None)
+    return ctx.services.groups
 
 
 # -- tenancy: names, messages, authorization -------------------------------------------------------
@@ -113,16 +113,16 @@ def client_host(ctx) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------------
 
 
-def find_coordinator(broker, listener: str, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
     """(node id, host, port, error, message) of the coordinator for ``key``."""
     if key_type == KEY_TYPE_TRANSACTION:
         return -1, "", -1, ErrorCode.coordinator_not_available, "Transactions are not supported yet."
     if key_type != KEY_TYPE_GROUP:
         return -1, "", -1, ErrorCode.invalid_request, f"Unsupported coordinator key type {key_type}."
-    image = broker.metadata.image
+    image = svc.metadata.image
     topic = image.topic(OFFSETS_TOPIC)
     if topic is None or not topic.partitions:
-        coordinator = getattr(broker, "groups", None)
+        coordinator = svc.groups
         if topic is None and coordinator is not None:  # cluster: created at first use
             coordinator.request_offsets_topic()
         return -1, "", -1, ErrorCode.coordinator_not_available, None
@@ -144,7 +144,7 @@ def _scoped_coordinator(ctx, key_type: int, key: str) -> tuple[int, str, int, Er
         Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
     ):
         return -1, "", -1, ErrorCode.transactional_id_authorization_failed, None
-    return find_coordinator(ctx.broker, ctx.listener, key_type, scope.physical(key))
+    return find_coordinator(ctx.services, ctx.listener, key_type, scope.physical(key))
 
 
 @api(FIND_COORDINATOR, 0, 6)

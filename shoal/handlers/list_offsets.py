@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 
-from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
@@ -36,16 +35,16 @@ def _resolve(ctx, name: str, index: int, operation: int):
     scope = ctx.scope
     if not scope.allowed(operation, ResourceType.TOPIC, name):
         return None, None, ErrorCode.topic_authorization_failed
-    broker = ctx.broker
+    svc = ctx.services
     name = scope.physical(name)
-    topic = broker.metadata.image.topic(name)
+    topic = svc.metadata.image.topic(name)
     if topic is None or not 0 <= index < len(topic.partitions):
         return None, None, ErrorCode.unknown_topic_or_partition
     pinfo = topic.partitions[index]
-    plog = routing.leader_log(broker, name, pinfo)
-    if plog is None:  # cluster: another broker leads it
+    part = svc.replicas.leader(name, pinfo)
+    if part is None:  # cluster: another broker leads it
         return None, pinfo, ErrorCode.not_leader_or_follower
-    return plog, pinfo, ErrorCode.none
+    return part.log, pinfo, ErrorCode.none
 
 
 @api(LIST_OFFSETS, 1, 10)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo
@@ -22,8 +23,11 @@ from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
 # Kafka's Topic.validate with KIP-37 names; a namespace that does not exist is refused by
-# auto-creation (Broker.auto_create_topic), not here.
+# auto-creation (auto_create_topic below), not here.
 from shoal.tenancy.namespaces import topic_name_error
+
+if TYPE_CHECKING:
+    from shoal.services import Services
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60
@@ -111,7 +115,7 @@ def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode)
 
 @api(METADATA, 0, 13)
 async def handle_metadata(ctx, req):
-    broker = ctx.broker
+    svc = ctx.services
     v = ctx.api_version
     mod = response_module(METADATA, v)
     include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
@@ -119,11 +123,11 @@ async def handle_metadata(ctx, req):
     all_topics = req.topics is None or (v == 0 and not req.topics)
     # Auto-creation: v0-v3 always allow it; v4+ as the request says.
     allow_auto = v < 4 or bool(getattr(req, "allow_auto_topic_creation", True))
-    allow_auto = allow_auto and bool(broker.config.get("auto.create.topics.enable"))
+    allow_auto = allow_auto and bool(svc.config.get("auto.create.topics.enable"))
     scope = ctx.scope
     topics = []
     if all_topics:
-        image = broker.metadata.image
+        image = svc.metadata.image
         for name, topic in sorted(scope.topics(image)):
             if scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
                 topics.append(_topic(mod, topic, image, include_ops, scope, name))
@@ -133,7 +137,7 @@ async def handle_metadata(ctx, req):
             topic_id = getattr(t, "topic_id", None)
             if topic_id is not None and topic_id == ZERO_UUID:
                 topic_id = None
-            image = broker.metadata.image
+            image = svc.metadata.image
             if name is None and topic_id is not None:
                 info = scope.topic_by_id(image, topic_id)
                 if info is None:
@@ -164,26 +168,26 @@ async def handle_metadata(ctx, req):
                         topics.append(_missing(mod, name, None, ErrorCode.topic_authorization_failed))
                         continue
                     try:
-                        await broker.auto_create_topic(scope.physical(name))
+                        await auto_create_topic(svc, scope.physical(name))
                     except MetadataError as e:
                         topics.append(_missing(mod, name, None, error_code(e.code)))
                         continue
                     # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created; our
                     # creation is synchronous, so the topic is ready and we describe it.
-                    image = broker.metadata.image
+                    image = svc.metadata.image
                     info = scope.topic(image, name)
                 if info is None:
                     topics.append(_missing(mod, name, None, ErrorCode.unknown_topic_or_partition))
                     continue
             topics.append(_topic(mod, info, image, include_ops, scope, name))
-    image = broker.metadata.image
+    image = svc.metadata.image
     return build(
         mod.MetadataResponse,
         error_code=ErrorCode.none,  # v13+ (KIP-1102)
         throttle_time=datetime.timedelta(0),
         brokers=_brokers(mod.MetadataResponseBroker, image, ctx.listener),
         cluster_id=scope.cluster_id(image),
-        controller_id=ctx.broker.controller_id,
+        controller_id=ctx.services.controller_id,
         topics=tuple(topics),
         cluster_authorized_operations=cluster_operations(scope)
         if getattr(req, "include_cluster_authorized_operations", False)
@@ -194,7 +198,7 @@ async def handle_metadata(ctx, req):
 @api(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(ctx, req):
     mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     scope = ctx.scope  # no ACL needed (Kafka's computeDescribeClusterResponse)
     endpoint_type = getattr(req, "endpoint_type", 1)
     if endpoint_type != 1:
@@ -217,9 +221,33 @@ async def handle_describe_cluster(ctx, req):
         error_message=None,
         endpoint_type=1,
         cluster_id=scope.cluster_id(image),
-        controller_id=ctx.broker.controller_id,
+        controller_id=ctx.services.controller_id,
         brokers=_brokers(mod.DescribeClusterBroker, image, ctx.listener),
         cluster_authorized_operations=cluster_operations(scope)
         if req.include_cluster_authorized_operations
         else NOT_PROVIDED,
     )
+
+
+async def auto_create_topic(svc: "Services", name: str) -> TopicInfo | None:
+    """Create a topic with broker defaults, as Kafka does for Metadata with auto-creation."""
+    from shoal.cluster import planner
+    from shoal.tenancy.namespaces import auto_create_refusal
+
+    image = svc.metadata.image
+    defaults = planner.Defaults.for_topics(svc.config)
+    refused = auto_create_refusal(  # tenancy: namespace, policy
+        image, name, defaults.num_partitions, defaults.replication_factor
+    )
+    if refused is not None:
+        raise MetadataError(*refused)
+    try:  # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
+        plan = planner.plan_topic(planner.live_brokers(image), planner.TopicRequest(name), defaults, svc.random)
+    except planner.PlacementError as e:
+        raise MetadataError(e.code, e.message) from None
+    try:
+        return await svc.metadata.create_topic(name, list(plan.assignments), {})
+    except MetadataError as e:
+        if e.code == "TOPIC_ALREADY_EXISTS":
+            return svc.metadata.image.topic(name)
+        raise

@@ -42,7 +42,7 @@ ZERO = datetime.timedelta(0)
 
 
 def _coordinator(ctx):
-    return getattr(ctx.broker, "groups", None)
+    return ctx.services.groups
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -56,7 +56,7 @@ def _ms(td: datetime.timedelta) -> int:
 async def handle_offset_commit(ctx, req):
     v = ctx.api_version
     mod = response_module(OFFSET_COMMIT, v)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     scope = ctx.scope
     by_id = v >= 10
     group_denied = not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id)
@@ -139,7 +139,7 @@ async def handle_offset_commit(ctx, req):
 
 async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stable: bool, member_id, member_epoch):
     """(group error, response topics) for one group, named as the client names it."""
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     scope = ctx.scope
     by_id = v >= 10
     coord = _coordinator(ctx)
@@ -241,7 +241,7 @@ async def handle_offset_fetch(ctx, req):
 @api(OFFSET_DELETE, 0, 0)
 async def handle_offset_delete(ctx, req):
     mod = response_module(OFFSET_DELETE, ctx.api_version)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     scope = ctx.scope
     if not scope.allowed(Operation.DELETE, ResourceType.GROUP, req.group_id):
         return build(mod.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO, topics=())

@@ -95,13 +95,13 @@ def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log
 
 @api(KEY, 3, 12)
 async def handle_produce(ctx, req):
-    broker = ctx.broker
+    svc = ctx.services
     mod = response_module(KEY, ctx.api_version)
-    image = broker.metadata.image
+    image = svc.metadata.image
     acks = req.acks
-    now_ms = broker.clock.now_ms()
+    now_ms = svc.clock.now_ms()
     responses = []
-    waits: list[tuple[str, int, int]] = []  # (topic, partition, offset the HWM must pass)
+    waits: list[tuple[str, int, int, int]] = []  # (topic, partition, offset the HWM must pass, min ISR)
     failed = False
     leaders: list[int] = []  # of partitions this broker does not lead (KIP-951 node_endpoints)
     to_flush = []  # logs whose flush.messages / flush.ms is due: fsync before answering
@@ -154,14 +154,14 @@ async def handle_produce(ctx, req):
                 failed = True
                 continue
             pinfo = topic.partitions[p.index]
-            plog = routing.leader_log(broker, physical, pinfo)
-            if plog is None:  # cluster: another broker leads it (KIP-951: say which)
+            part = svc.replicas.leader(physical, pinfo)
+            if part is None:  # cluster: another broker leads it (KIP-951: say which)
                 parts.append(_partition_response(mod, p.index, ErrorCode.not_leader_or_follower, leader=pinfo))
                 leaders.append(pinfo.leader)
                 failed = True
                 continue
             if acks == -1:
-                min_isr = int(topic.configs.get("min.insync.replicas") or broker.config.get("min.insync.replicas"))
+                min_isr = int(part.log.config.min_insync_replicas)  # the topic's, or inherited
                 if len(pinfo.isr) < min_isr:
                     parts.append(_partition_response(mod, p.index, ErrorCode.not_enough_replicas))
                     failed = True
@@ -182,7 +182,7 @@ async def handle_produce(ctx, req):
                     failed = True
                     continue
             try:
-                info = plog.append(p.records, now_ms=now_ms, leader_epoch=pinfo.leader_epoch)
+                info = part.append_as_leader(p.records, now_ms)
             except InvalidRecords as e:
                 code = e.code
                 record_errors = ()
@@ -195,7 +195,7 @@ async def handle_produce(ctx, req):
                         for i, m in e.record_errors
                     )
                 _rejections.log(
-                    (physical, str(ctx.client_address).rpartition(":")[0]), broker.clock.monotonic(),
+                    (physical, str(ctx.client_address).rpartition(":")[0]), svc.clock.monotonic(),
                     "rejected produce to %s-%d from %s (client %s): %s",
                     physical, p.index, ctx.client_address, ctx.client_id, e,
                 )
@@ -222,17 +222,16 @@ async def handle_produce(ctx, req):
                     physical, p.index, ctx.client_address, info.base_offset, info.last_offset,
                 )
             else:
-                broker.after_leader_append(topic, pinfo, plog)
-                if plog.flush_due(now_ms):
-                    to_flush.append(plog)
+                if part.log.flush_due(now_ms):
+                    to_flush.append(part.log)
             if acks == -1:
-                waits.append((physical, p.index, info.last_offset + 1))
+                waits.append((physical, p.index, info.last_offset + 1, min_isr))
             parts.append((p.index, info))
         responses.append((t.name, parts))
 
     # quotas: the whole request's size counts against producer_byte_rate (acks=0 too: no
     # response, but the connection is muted all the same); the throttle goes in ctx.throttle_ms.
-    broker.quotas.record_produce(ctx, now_ms)
+    svc.quotas.record_produce(ctx, now_ms)
 
     if acks == 0:
         # No response for acks=0. On an error Kafka closes the connection so the client notices.
@@ -243,9 +242,9 @@ async def handle_produce(ctx, req):
 
     for plog in to_flush:
         await asyncio.to_thread(plog.maybe_flush, now_ms)
-    timed_out: set[tuple[str, int]] = set()
+    failed_waits: dict[tuple[str, int], ErrorCode] = {}
     if waits:
-        timed_out = await broker.await_high_watermarks(waits, req.timeout.total_seconds())
+        failed_waits = await svc.replicas.wait_committed(waits, req.timeout.total_seconds())
     topics = []
     for name, parts in responses:
         out = []
@@ -253,8 +252,8 @@ async def handle_produce(ctx, req):
         for part in parts:
             if not isinstance(part, tuple):
                 out.append(part)
-            elif (physical, part[0]) in timed_out:
-                out.append(_partition_response(mod, part[0], ErrorCode.request_timed_out))
+            elif (physical, part[0]) in failed_waits:
+                out.append(_partition_response(mod, part[0], failed_waits[(physical, part[0])]))
             else:
                 index, info = part
                 out.append(

@@ -128,12 +128,12 @@ class ProducerIdManager:
         return "NONE", producer_id, epoch + 1
 
 
-def _partition_epoch(broker, producer_id: int, scope) -> int | None:
+def _partition_epoch(svc, producer_id: int, scope) -> int | None:
     """The producer's highest epoch in the partitions this scope owns (a tenant cannot learn of,
     or bump, another tenant's producers)."""
     best = None
     prefix = scope.prefix
-    for plog in broker.logs.logs():
+    for plog in svc.replicas.partition_logs():
         if prefix and not plog.topic.startswith(prefix):
             continue
         e = plog.producer_epoch(producer_id)
@@ -144,7 +144,7 @@ def _partition_epoch(broker, producer_id: int, scope) -> int | None:
 
 @api(INIT_PRODUCER_ID, 0, 5)
 async def handle_init_producer_id(ctx, req):
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.api_version
     mod = response_module(INIT_PRODUCER_ID, version)
 
@@ -166,8 +166,8 @@ async def handle_init_producer_id(ctx, req):
         return answer(ErrorCode.cluster_authorization_failed)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
-    manager: ProducerIdManager = broker.producer_ids
-    partition_epoch = _partition_epoch(broker, pid, scope) if pid >= 0 and epoch >= 0 else None
+    manager: ProducerIdManager = svc.producer_ids
+    partition_epoch = _partition_epoch(svc, pid, scope) if pid >= 0 and epoch >= 0 else None
     try:
         name, pid, epoch = await manager.init_producer(pid, epoch, partition_epoch, scope.tenant_id)
     except MetadataError as e:
@@ -180,9 +180,9 @@ async def handle_init_producer_id(ctx, req):
 
 @api(DESCRIBE_PRODUCERS, 0, 0)
 async def handle_describe_producers(ctx, req):
-    broker = ctx.broker
+    svc = ctx.services
     mod = response_module(DESCRIBE_PRODUCERS, ctx.api_version)
-    image = broker.metadata.image
+    image = svc.metadata.image
     scope = ctx.scope
     topics = []
     for t in req.topics:
@@ -198,8 +198,8 @@ async def handle_describe_producers(ctx, req):
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 pinfo = topic.partitions[index]
-                plog = broker.partition_log(topic.name, index) if pinfo.leader == broker.node_id else None
-                if plog is None:
+                part = svc.replicas.leader(topic.name, pinfo)
+                if part is None:
                     code = ErrorCode.not_leader_or_follower
                 else:
                     producers = tuple(
@@ -212,7 +212,7 @@ async def handle_describe_producers(ctx, req):
                             coordinator_epoch=p.coordinator_epoch,
                             current_txn_start_offset=p.current_txn_start_offset,
                         )
-                        for p in sorted(plog.active_producers(), key=lambda p: p.producer_id)
+                        for p in sorted(part.log.active_producers(), key=lambda p: p.producer_id)
                     )
             parts.append(
                 build(

@@ -104,13 +104,13 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
 
     if session is None:
         return reply(ErrorCode.illegal_sasl_state, "SASL is not enabled on this listener")
-    now = ctx.broker.clock.now_ms
-    clock = ctx.broker.clock
+    now = ctx.services.clock.now_ms
+    clock = ctx.services.clock
 
     def mono() -> int:  # the backoff's time: monotonic ms
         return int(clock.monotonic() * 1000)
 
-    security = getattr(ctx.broker, "listener_security", {}).get(ctx.listener)
+    security = ctx.services.listener_security.get(ctx.listener)
     backoff = security.backoff if security is not None else None
     claimed: str | None = None
     refused = False
@@ -165,7 +165,7 @@ def _access(ctx: Any, operation: int) -> tuple[bool, str | None]:
     """(may the caller touch credentials other than its own, the stored user name it
     authenticated as with SASL or None); see ``shoal.tenancy.principals``."""
     scope = ctx.scope
-    config = ctx.broker.config
+    config = ctx.services.config
     if config.get("authorizer.class.name"):
         granted = scope.allowed_cluster(operation)  # True for super users and tenant admins
     else:
@@ -183,7 +183,7 @@ def _may(access: tuple[bool, str | None], target: str) -> bool:
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     scope = ctx.scope
     access = _access(ctx, Operation.DESCRIBE)
     # Without the right to see others, a caller may describe itself, by name, and nothing else
@@ -285,13 +285,13 @@ def _reserved_user(ctx: Any, image: Any, name: str, operator: bool) -> str | Non
         return None
     if operator and tenant_qualified(name) and owner_tenant(name, image.tenants) is not None:
         return None  # the operator sets a tenant user's password
-    return operator_user_error(name, super_users(ctx.broker.config), into_tenant=False)
+    return operator_user_error(name, super_users(ctx.services.config), into_tenant=False)
 
 
 @api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
-    store = ctx.broker.metadata
+    store = ctx.services.metadata
     scope = ctx.scope
 
     def physical(name: str) -> str:

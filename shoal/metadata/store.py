@@ -257,6 +257,17 @@ class DecidingStore(MetadataStore):
             lambda img: topic_rules.update_partition(img, name, partition, leader=leader, isr=isr, replicas=replicas)
         )
 
+    async def alter_isr(
+        self, name: str, partition: int, *, leader: int, leader_epoch: int, partition_epoch: int,
+        isr: tuple[int, ...],
+    ) -> PartitionInfo:
+        """A leader's ISR change, fenced by its leader epoch and the partition epoch it decided on
+        (``topic_rules.alter_isr``: Kafka's AlterPartition)."""
+        return await self.decide_and_commit(
+            lambda img: topic_rules.alter_isr(img, name, partition, leader=leader, leader_epoch=leader_epoch,
+                                              partition_epoch=partition_epoch, isr=isr)
+        )
+
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         return await self.decide_and_commit(lambda img: config_rules.set_topic_configs(img, name, configs))
 

@@ -151,17 +151,17 @@ class MutationQuotaManager:
 
 def request_quota(ctx: Any, api_key: int) -> RequestMutationQuota | UnboundedMutationQuota:
     """The mutation quota of this request (unbounded when the broker has no manager)."""
-    broker = ctx.broker
-    manager: MutationQuotaManager | None = getattr(broker, "mutation_quotas", None)
+    svc = ctx.services
+    manager: MutationQuotaManager | None = getattr(svc, "mutation_quotas", None)
     if manager is None:
         return UNBOUNDED
-    manager.update(broker.metadata.image.client_quotas)
+    manager.update(svc.metadata.image.client_quotas)
     if not manager.enabled:
         return UNBOUNDED
     strict = ctx.api_version >= STRICT_SINCE[api_key]
     quotas = manager.new_quota_for(ctx.scope.tenant_id, quota_user(ctx.principal), ctx.client_id or "",
                                    strict=strict)
-    return RequestMutationQuota(quotas, broker.clock) if quotas else UNBOUNDED
+    return RequestMutationQuota(quotas, svc.clock) if quotas else UNBOUNDED
 
 
 def response_throttle(ctx: Any, quota: RequestMutationQuota | UnboundedMutationQuota) -> datetime.timedelta:

@@ -117,14 +117,14 @@ class _Continue:
             else:
                 step = coro.send
             if ctx is not None:
-                ctx.step_start_ns = ctx.broker.clock.nanos()
+                ctx.step_start_ns = ctx.services.clock.nanos()
             try:
                 yielded = step(value)
             except StopIteration as stop:
                 return stop.value
             finally:
                 if ctx is not None:
-                    ctx.handling_ns += ctx.broker.clock.nanos() - ctx.step_start_ns
+                    ctx.handling_ns += ctx.services.clock.nanos() - ctx.step_start_ns
 
 
 async def _finish(coro: Any, first: Any, ctx: RequestContext | None = None) -> Any:
@@ -450,7 +450,7 @@ class KafkaConnection(asyncio.Protocol):
         if scope is None:
             return
         ctx = RequestContext(
-            broker=self.broker,
+            services=self.broker.services,
             header=header,
             client_address=self.peer,
             listener=self.listener,

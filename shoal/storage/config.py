@@ -37,6 +37,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = MAX_LONG
     delete_retention_ms: int = 86400000
+    min_insync_replicas: int = 1  # not the log's: the replica layer's acks=all rule (kept with the topic's configs)
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from types import MappingProxyType
 
-from shoal.cluster.controller import Observation, assumed_alive, elect, leadership_change, observe
+from shoal.cluster.controller import Observation, assumed_alive, elect, leadership_change, observe, shutdown_change
 from shoal.metadata import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 
 
@@ -14,9 +14,12 @@ def P(leader, replicas, isr, epoch=5, pepoch=9, index=0):
     return PartitionInfo(index, tuple(replicas), tuple(isr), leader, epoch, pepoch)
 
 
-def test_a_live_leader_stays():
+def test_a_live_leader_stays_and_dead_followers_leave_its_isr():
     assert elect(P(1, [1, 2, 3], [1, 2, 3]), {1, 2, 3}) is None
-    assert elect(P(1, [1, 2, 3], [1, 2, 3]), {1}) is None  # followers gone: not the election's business
+    # a dead follower leaves the ISR at once (acks=all does not wait replica.lag.time.max.ms for it)
+    assert elect(P(1, [1, 2, 3], [1, 2, 3]), {1}) == (1, (1,))
+    assert elect(P(1, [1, 2, 3], [3, 1, 2]), {1, 3}) == (1, (3, 1))
+    assert elect(P(1, [1, 2, 3], [1, 3]), {1, 3}) is None  # 2 is dead but already out
 
 
 def test_a_dead_leader_gives_way_to_the_first_live_isr_member_in_replica_order():
@@ -36,16 +39,16 @@ def _image(brokers, topics) -> MetadataImage:
     return MetadataImage("c", 1, infos, ts, MappingProxyType({t.topic_id: t for t in topics}), MappingProxyType({}))
 
 
-def test_leadership_change_bumps_epochs_of_moved_partitions_only():
+def test_leadership_change_bumps_epochs_of_changed_partitions_only():
     t = TopicInfo("t", uuid.uuid4(), (P(1, [1, 2], [1, 2], index=0), P(2, [2, 1], [2, 1], index=1),
                                       P(1, [1], [1], index=2)))
     u = TopicInfo("u", uuid.uuid4(), (P(2, [2], [2]),))
     result = leadership_change(_image({2}, [t, u]), {2})
-    assert result.response == 2
+    assert result.response == 3
     assert set(result.change.topics) == {"t"}  # u is untouched
     p0, p1, p2 = result.change.topics["t"].partitions
     assert (p0.leader, p0.isr, p0.leader_epoch, p0.partition_epoch) == (2, (2,), 6, 10)
-    assert p1 == t.partitions[1]
+    assert (p1.leader, p1.isr, p1.leader_epoch, p1.partition_epoch) == (2, (2,), 5, 10)  # only the ISR
     assert (p2.leader, p2.isr, p2.leader_epoch, p2.partition_epoch) == (-1, (1,), 6, 10)
     assert leadership_change(_image({1, 2}, [t, u]), {1, 2}).change is None
 
@@ -65,3 +68,16 @@ def test_a_new_controller_waits_one_session_for_brokers_it_never_saw():
     assert assumed_alive(image, seen={1}, in_grace=True) == {1, 2, 3}
     assert assumed_alive(image, seen={1, 2}, in_grace=True) == {1, 3}  # 2 was seen, and went
     assert assumed_alive(image, seen={1}, in_grace=False) == {1}
+
+
+def test_controlled_shutdown_moves_leaderships_and_leaves_every_isr():
+    t = TopicInfo("t", uuid.uuid4(), (P(1, [1, 2, 3], [1, 2, 3], index=0), P(2, [2, 1, 3], [2, 1, 3], index=1),
+                                      P(1, [1, 2], [1], index=2), P(3, [3, 2], [3, 2], index=3)))
+    result = shutdown_change(_image({1, 2, 3}, [t]), 1)
+    assert result.response == 1
+    p0, p1, p2, p3 = result.change.topics["t"].partitions
+    assert (p0.leader, p0.isr, p0.leader_epoch, p0.partition_epoch) == (2, (2, 3), 6, 10)
+    assert (p1.leader, p1.isr, p1.leader_epoch, p1.partition_epoch) == (2, (2, 3), 5, 10)  # only the ISR
+    assert p2 == t.partitions[2]  # no other ISR member: it stays (clean election only)
+    assert p3 == t.partitions[3]  # not its partition
+    assert shutdown_change(_image({1, 2, 3}, [t]), 4).change is None

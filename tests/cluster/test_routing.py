@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 
 from shoal.cluster import routing
 from shoal.metadata import BrokerInfo, MetadataImage, PartitionInfo
 from shoal.protocol.codec import response_module
 
 PRODUCE, FETCH = 0, 1
-
-
-def _broker(node_id: int) -> SimpleNamespace:
-    logs = {("t", 0): "log-t-0", ("t", 1): "log-t-1"}
-    return SimpleNamespace(node_id=node_id, partition_log=lambda name, index: logs.get((name, index)))
 
 
 def _image() -> MetadataImage:
@@ -23,16 +18,6 @@ def _image() -> MetadataImage:
     }
     empty = MappingProxyType({})
     return MetadataImage("c", 1, MappingProxyType(brokers), empty, empty, empty)
-
-
-def test_leader_log_only_on_the_leader():
-    led = PartitionInfo(0, (1, 2), (1, 2), leader=1, leader_epoch=3)
-    assert routing.leader_log(_broker(1), "t", led) == "log-t-0"
-    assert routing.leader_log(_broker(2), "t", led) is None  # a follower does not answer
-    offline = PartitionInfo(1, (1,), (1,), leader=-1, leader_epoch=4)
-    assert routing.leader_log(_broker(1), "t", offline) is None
-    no_log = PartitionInfo(5, (1,), (1,), leader=1)
-    assert routing.leader_log(_broker(1), "t", no_log) is None
 
 
 def test_current_leader_by_version():

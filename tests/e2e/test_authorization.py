@@ -558,6 +558,22 @@ async def delete_groups(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 42, {"groups_names": [c.n(G_DOOMED)]})
 
 
+def epoch_fields(topic: str, replica_id: int = -1) -> dict[str, Any]:
+    return {"replica_id": replica_id, "topics": [
+        {"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}
+
+
+@row(23, "topic", Expect(TOPIC_DENIED), ((allow(TOPIC, T, DESCRIBE),), Expect(
+    holds=lambda r: r["topics"][0]["partitions"][0]["end_offset"] >= 3)))
+async def offsets_for_leader_epoch(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 23, epoch_fields(c.n(T)))
+
+
+@row(23, "as a replica", Expect(TOPIC_DENIED), note="a tenant has no replicas (CLUSTER_ACTION in the physical view)")
+async def offsets_for_leader_epoch_as_replica(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 23, epoch_fields(c.n(T), replica_id=1))
+
+
 @row(47, "group and topic", Expect(GROUP_DENIED),
      ((allow(GROUP, G_TRIM, DELETE),), Expect(TOPIC_DENIED)),
      ((allow(TOPIC, T, READ),), OK))

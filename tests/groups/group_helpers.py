@@ -151,7 +151,7 @@ async def handler_call(broker, api_key: int, version: int, /, *, principal: str 
     header, decoded = decode_request(api_key, version, memoryview(frame)[4:])
     spec = broker.registry.lookup(api_key)
     assert spec is not None and spec.min_version <= version <= spec.max_version
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:5555", principal=principal, tenant=tenant)
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:5555", principal=principal, tenant=tenant)
     resp = await spec.handler(ctx, decoded)
     _, back = decode_response(api_key, version, memoryview(encode_response(7, api_key, version, resp))[4:])
     return back

@@ -661,7 +661,7 @@ async def call(broker, api_key: int, version: int, /, **values):
     header, decoded = decode_request(api_key, version, memoryview(frame)[4:])
     spec = broker.registry.lookup(api_key)
     assert spec is not None and spec.min_version <= version <= spec.max_version
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:5555")
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:5555")
     resp = await spec.handler(ctx, decoded)
     _, back = decode_response(api_key, version, memoryview(encode_response(7, api_key, version, resp))[4:])
     return back

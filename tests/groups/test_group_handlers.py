@@ -11,6 +11,7 @@ from shoal.broker import Broker
 from shoal.client import build_entity
 from shoal.config import BrokerConfig
 from shoal.handlers.context import RequestContext
+from shoal.handlers.metadata import auto_create_topic
 from shoal.protocol.codec import decode_request, decode_response, encode_request, encode_response, request_type
 from shoal.protocol.errors import ErrorCode as E
 
@@ -26,7 +27,7 @@ async def call(broker: Broker, api_key: int, version: int, /, **values):
     header, decoded = decode_request(key, version, memoryview(frame)[4:])
     spec = broker.registry.lookup(key)
     assert spec is not None and spec.min_version <= version <= spec.max_version
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:5555")
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:5555")
     resp = await spec.handler(ctx, decoded)
     out = encode_response(7, key, version, resp)
     _, back = decode_response(key, version, memoryview(out)[4:])
@@ -46,7 +47,7 @@ async def broker(tmp_path):
     )
     b = Broker(cfg)
     await b.start()
-    await b.auto_create_topic("t")
+    await auto_create_topic(b.services, "t")
     yield b
     await b.stop()
 
@@ -187,8 +188,8 @@ async def test_delete_groups_and_offsets(broker, version):
 
 
 async def test_coordinator_missing_answers_coordinator_not_available(broker):
-    coordinator = broker.groups
-    broker.groups = None
+    coordinator = broker.services.groups
+    broker.services.groups = None
     try:
         r = await call(broker, JOIN, 9, group_id="g", member_id="", session_timeout=6000, rebalance_timeout=6000,
                        protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}])
@@ -197,7 +198,7 @@ async def test_coordinator_missing_answers_coordinator_not_available(broker):
                        topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}])
         assert r.topics[0].partitions[0].error_code == E.coordinator_not_available
     finally:
-        broker.groups = coordinator
+        broker.services.groups = coordinator
 
 
 async def test_restart_reloads_offsets_and_groups(tmp_path):
@@ -205,7 +206,7 @@ async def test_restart_reloads_offsets_and_groups(tmp_path):
                                    "offsets.topic.num.partitions": "5"})
     b = Broker(cfg)
     await b.start()
-    await b.auto_create_topic("t")
+    await auto_create_topic(b.services, "t")
     r = await call(b, COMMIT, 9, group_id="keep", generation_id_or_member_epoch=-1, member_id="",
                    topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 77}]}])
     assert r.topics[0].partitions[0].error_code == E.none

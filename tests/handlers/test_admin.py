@@ -3,6 +3,8 @@ request entities; every response is encoded and decoded again to prove it is val
 
 from __future__ import annotations
 
+import random
+
 import asyncio
 import datetime
 import uuid
@@ -40,6 +42,11 @@ class FakeBroker:
     static_config: BrokerConfig
     node_id: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    random: random.Random = field(default_factory=random.Random)
+
+    @property
+    def services(self) -> "FakeBroker":  # what handlers see (shoal.services.Services), duck-typed
+        return self
 
     @property
     def config(self) -> BrokerConfig:
@@ -79,7 +86,7 @@ async def call(broker, key: int, version: int, req):
         admin.ALTER_CONFIGS: admin.handle_alter_configs,
         admin.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
     }[key]
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:1")
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1")
     resp = await spec(ctx, decoded)
     out = encode_response(7, key, version, resp)
     cid, back = decode_response(key, version, memoryview(out)[4:])

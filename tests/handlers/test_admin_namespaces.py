@@ -27,7 +27,7 @@ SET, DELETE, APPEND = 0, 1, 2
 async def call_as(broker, key: int, version: int, req, *, principal="User:alice", tenant=None):
     frame = encode_request(key, version, 7, "test", req)
     header, decoded = decode_request(key, version, memoryview(frame)[4:])
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:1", principal=principal, tenant=tenant)
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1", principal=principal, tenant=tenant)
     resp = await HANDLERS[key](ctx, decoded)
     cid, back = decode_response(key, version, memoryview(encode_response(7, key, version, resp))[4:])
     assert back == resp

@@ -68,7 +68,7 @@ async def send(broker, key: int, body: dict, *, principal: str = "User:admin", t
     version = VERSION[key]
     req = build_entity(request_type(key, version), body)
     header, decoded = decode_request(key, version, memoryview(encode_request(key, version, 7, "t", req))[4:])
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:1", principal=principal,
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1", principal=principal,
                          tenant=tenant)
     resp = await HANDLERS[key](ctx, decoded)
     _cid, back = decode_response(key, version, memoryview(encode_response(7, key, version, resp))[4:])

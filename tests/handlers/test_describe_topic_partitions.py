@@ -35,6 +35,10 @@ class FakeBroker:
     metadata: EmbeddedMetadataStore
     config: BrokerConfig
 
+    @property
+    def services(self) -> "FakeBroker":  # what handlers see (shoal.services.Services), duck-typed
+        return self
+
 
 @pytest.fixture
 async def broker(tmp_path):
@@ -57,7 +61,7 @@ def request(topics=(), limit=2000, cursor=None):
 async def call(broker, req, *, tenant=None, principal="User:admin"):
     frame = encode_request(KEY, 0, 7, "test", req)
     header, decoded = decode_request(KEY, 0, memoryview(frame)[4:])
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:1", principal=principal,
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1", principal=principal,
                          tenant=tenant)
     resp = await handle_describe_topic_partitions(ctx, decoded)
     out = encode_response(7, KEY, 0, resp)

@@ -39,7 +39,7 @@ async def call(broker: Broker, key: int, version: int, req):
     header, decoded = decode_request(key, version, memoryview(frame)[4:])
     spec = broker.registry.lookup(key)
     assert spec is not None and spec.min_version <= version <= spec.max_version
-    ctx = RequestContext(broker=broker, header=header, client_address="127.0.0.1:1")
+    ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1")
     resp = await spec.handler(ctx, decoded)
     out = encode_response(7, key, version, resp)
     _, back = decode_response(key, version, memoryview(out)[4:])
@@ -188,8 +188,8 @@ async def test_a_store_that_cannot_allocate_gives_a_retriable_error(broker) -> N
     async def fail(count: int):
         raise MetadataError("KAFKA_STORAGE_ERROR", "disk full")
 
-    broker.producer_ids = ProducerIdManager(broker.metadata)
-    broker.producer_ids._store = type("S", (), {"allocate_producer_ids": staticmethod(fail)})()
+    broker.services.producer_ids = ProducerIdManager(broker.metadata)
+    broker.services.producer_ids._store = type("S", (), {"allocate_producer_ids": staticmethod(fail)})()
     assert await init(broker) == (ErrorCode.coordinator_load_in_progress, -1, -1)
 
 
@@ -204,7 +204,7 @@ async def test_produce_duplicates_gaps_and_fencing(broker) -> None:
     # Retries of either batch: the original offsets, nothing written.
     assert await produce(broker, "t", 0, pbatch(pid, 0, 0, 3)) == (ErrorCode.none, 0)
     assert await produce(broker, "t", 0, pbatch(pid, 0, 3, 2)) == (ErrorCode.none, 3)
-    assert broker.partition_log("t", 0).log_end_offset == 5
+    assert broker.replicas.partition("t", 0).log.log_end_offset == 5
     assert await produce(broker, "t", 0, pbatch(pid, 0, 7)) == (ErrorCode.out_of_order_sequence_number, -1)
     assert await produce(broker, "t", 0, pbatch(pid, 1, 5)) == (ErrorCode.out_of_order_sequence_number, -1)
     assert await produce(broker, "t", 0, pbatch(pid, 1, 0)) == (ErrorCode.none, 5)
@@ -217,7 +217,7 @@ async def test_produce_duplicates_gaps_and_fencing(broker) -> None:
     )
     # acks=1 and acks=0 use the same rules.
     assert await produce(broker, "t", 0, pbatch(pid, 1, 1), acks=1) == (ErrorCode.none, 6)
-    assert broker.partition_log("t", 0).log_end_offset == 7
+    assert broker.replicas.partition("t", 0).log.log_end_offset == 7
 
 
 async def test_transactional_batches_are_refused(broker) -> None:
@@ -225,7 +225,7 @@ async def test_transactional_batches_are_refused(broker) -> None:
     _, pid, _ = await init(broker)
     got = await produce(broker, "t", 0, pbatch(pid, 0, 0, transactional=True))
     assert got == (ErrorCode.transactional_id_authorization_failed, -1)
-    assert broker.partition_log("t", 0).log_end_offset == 0
+    assert broker.replicas.partition("t", 0).log.log_end_offset == 0
 
 
 # -- DescribeProducers ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The broker's logs follow metadata changes; a log that cannot be created when its topic is
+"""The replica manager's logs follow metadata changes; a log that cannot be created when its topic is
 created (a disk error) is retried by the periodic task, not forgotten until the topic changes."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ def test_a_log_that_failed_to_create_is_retried(tmp_path) -> None:
         broker.logs.get_or_create = failing_once
         tb.run(broker.metadata.create_topic("t", [(node,), (node,)], {}))
         assert failures == ["t"]
-        assert "t" in broker._unreconciled
+        assert "t" in broker.replicas._unreconciled
         deadline = time.monotonic() + 10
         while tb.call(lambda: broker.logs.get("t", 1)) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert tb.call(lambda: broker.logs.get("t", 0)) is not None
         assert tb.call(lambda: broker.logs.get("t", 1)) is not None
-        assert not broker._unreconciled
+        assert not broker.replicas._unreconciled

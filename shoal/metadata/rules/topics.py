@@ -13,7 +13,7 @@ import uuid
 from typing import Callable, Mapping
 
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
-from shoal.metadata.change import Change, Result
+from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import existing_topic
 
 
@@ -106,6 +106,47 @@ def update_partition(
         leader_epoch=p.leader_epoch + (1 if new_leader != p.leader else 0),
         partition_epoch=p.partition_epoch + 1,
     )
+    parts = list(topic.partitions)
+    parts[partition] = np
+    return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
+
+
+def alter_isr(
+    image: MetadataImage,
+    name: str,
+    partition: int,
+    *,
+    leader: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    isr: tuple[int, ...],
+) -> Result[PartitionInfo]:
+    """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its
+    current leader epoch, against the partition epoch it decided on, so a deposed leader or a
+    change decided on a stale ISR cannot commit (FENCED_LEADER_EPOCH / INVALID_UPDATE_VERSION).
+    The new ISR holds the leader and only replicas; the partition epoch is bumped."""
+    topic = existing_topic(image, name)
+    if not 0 <= partition < len(topic.partitions):
+        raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
+    p = topic.partitions[partition]
+    if p.leader != leader or p.leader_epoch != leader_epoch:
+        raise MetadataError(
+            "FENCED_LEADER_EPOCH",
+            f"{name}-{partition}: leader {leader} in epoch {leader_epoch}, but the leader is {p.leader} "
+            f"in epoch {p.leader_epoch}",
+        )
+    if p.partition_epoch != partition_epoch:
+        raise MetadataError(
+            "INVALID_UPDATE_VERSION",
+            f"{name}-{partition}: partition epoch {partition_epoch} is stale (now {p.partition_epoch})",
+        )
+    isr = tuple(isr)
+    if leader not in isr or any(r not in p.replicas for r in isr) or len(set(isr)) != len(isr):
+        raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} must hold the leader, "
+                            f"replicas only ({list(p.replicas)})")
+    if isr == p.isr:
+        return unchanged(p)
+    np = dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
     parts = list(topic.partitions)
     parts[partition] = np
     return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)

@@ -1,0 +1,326 @@
+"""Followers: fetch from leaders with the Fetch API, as Kafka's replica fetchers do.
+
+For every partition this broker follows, one :class:`ReplicaFetcher` per (leader, fetcher index)
+(``num.replica.fetchers`` per leader, a partition's index picked by hashing it) sends Fetch
+requests to the leader's endpoint on ``inter.broker.listener.name`` with this broker's id as
+``replica_id``, its log end offset as fetch offset and the epoch of its last batch as
+``last_fetched_epoch``; it appends what comes back unchanged (``PartitionLog.append_as_follower``)
+and learns the high watermark from the leader.
+
+- ``replica.fetch.max.bytes`` per partition, ``replica.fetch.response.max.bytes`` per response,
+  ``replica.fetch.wait.max.ms`` / ``replica.fetch.min.bytes`` the long poll, ``replica.fetch.backoff.ms``
+  after an error, ``replica.socket.timeout.ms`` for an answer.
+- **Divergence** (KIP-320, the fetch-based form of KIP-101/279): when the leader answers with a
+  ``diverging_epoch`` (the follower's last epoch ends earlier on the leader, or is unknown to it),
+  the follower truncates to the end of the largest epoch both logs share, bounded by the
+  leader's end offset for it (``_truncation_offset``), and fetches again from there.
+- Out of range: a follower behind the leader's log start starts again at it (its log emptied);
+  one ahead of the leader's log truncates to the leader's high watermark and fetches on.
+- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION: the partition waits
+  for the next metadata image (which moves it to another fetcher, or confirms this leader);
+  UNKNOWN_LEADER_EPOCH (the leader has not seen its epoch yet): retried after the backoff.
+
+A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
+leader's do). Deviation from Kafka: no fetch sessions between brokers (each fetch lists every
+partition; fine for the partition counts of a Python broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from shoal.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataImage
+    from shoal.replica.manager import ReplicaManager
+    from shoal.replica.partition import Partition
+
+log = logging.getLogger("shoal.replica.fetcher")
+
+FETCH = 1
+FETCH_VERSION = 12  # topic names, replica_id in the body, last_fetched_epoch / diverging_epoch
+
+
+@dataclass
+class _Fetching:
+    partition: "Partition"
+    leader_epoch: int  # the epoch of the leader we fetch from, as the image says
+    delayed_until: float = 0.0  # loop time: after an error, skip until then
+    parked: bool = False  # waiting for a new image (the leader said it does not lead)
+
+
+def _truncation_offset(part: "Partition", leader_epoch: int, leader_end: int) -> int:
+    """Where a follower whose log diverges from the leader's must truncate (Kafka's
+    ``getOffsetTruncationState``): the leader says its epoch ``leader_epoch`` ends at
+    ``leader_end``; the follower's own largest epoch <= that ends at ``f_end``. When the follower
+    has that very epoch, both logs agree up to the smaller end; when it does not, it truncates to
+    the end of its own epoch (below the leader's) and the next fetch resolves further."""
+    plog = part.log
+    f_epoch, f_end = plog.end_offset_for_epoch(leader_epoch)
+    if f_epoch < 0 or f_end < 0:
+        return min(leader_end, plog.log_end_offset) if leader_epoch >= 0 else plog.log_start_offset
+    if f_epoch == leader_epoch:
+        return min(leader_end, f_end, plog.log_end_offset)
+    return min(f_end, plog.log_end_offset)
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: "FetcherManager", leader_id: int, index: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.index = index
+        self.partitions: dict[tuple[str, int], _Fetching] = {}
+        self._conn: Any = None
+        self._endpoint: tuple[str, int] | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.fetches = 0  # requests answered (tests, metrics)
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(leader={self.leader_id}, index={self.index}, partitions={len(self.partitions)})"
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}-{self.index}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
+
+    async def _connection(self) -> Any:
+        endpoint = self.manager.endpoint(self.leader_id)
+        if endpoint is None:
+            raise ConnectionError(f"broker {self.leader_id} is not registered")
+        if self._conn is not None and endpoint == self._endpoint and self._conn._closed_reason is None:
+            return self._conn
+        await self._close()
+        from shoal.client import _Connection
+
+        cfg = self.manager.config()
+        timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
+        conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout)
+        await conn.open()
+        self._conn, self._endpoint = conn, endpoint
+        return conn
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            cfg = self.manager.config()
+            backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000.0
+            now = loop.time()
+            ready = {k: f for k, f in self.partitions.items() if not f.parked and f.delayed_until <= now}
+            if not ready:
+                self._wake.clear()
+                delays = [f.delayed_until - now for f in self.partitions.values() if not f.parked]
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                conn = await self._connection()
+                response = await conn.send(FETCH, FETCH_VERSION, self._request(cfg, ready))
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                failures += 1
+                if failures == 1 or failures % 50 == 0:
+                    log.warning("broker %d: cannot fetch from leader %d (%d partitions): %s", self.manager.node_id,
+                                self.leader_id, len(ready), e)
+                await self._close()
+                await asyncio.sleep(backoff)
+                continue
+            self.fetches += 1
+            self._handle(response, ready, loop.time() + backoff)
+
+    def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> Any:
+        from shoal.client import build_entity
+        from shoal.protocol import codec
+
+        per_partition = int(cfg.get("replica.fetch.max.bytes"))
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), f in ready.items():
+            plog = f.partition.log
+            topics.setdefault(name, []).append({
+                "partition": index,
+                "current_leader_epoch": f.leader_epoch,
+                "fetch_offset": plog.log_end_offset,
+                "last_fetched_epoch": plog.latest_epoch,
+                "log_start_offset": plog.log_start_offset,
+                "partition_max_bytes": per_partition,
+            })
+        return build_entity(codec.request_type(FETCH, FETCH_VERSION), {
+            "replica_id": self.manager.node_id,
+            "max_wait": int(cfg.get("replica.fetch.wait.max.ms")),
+            "min_bytes": int(cfg.get("replica.fetch.min.bytes")),
+            "max_bytes": int(cfg.get("replica.fetch.response.max.bytes")),
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        })
+
+    def _handle(self, response: Any, ready: dict[tuple[str, int], _Fetching], retry_at: float) -> None:
+        if response.error_code != ErrorCode.none:
+            for f in ready.values():
+                f.delayed_until = retry_at
+            log.warning("leader %d answered a fetch with %s", self.leader_id, ErrorCode(response.error_code).name)
+            return
+        now_ms = self.manager.now_ms()
+        for t in response.responses:
+            for p in t.partitions:
+                key = (t.topic, p.partition_index)
+                f = self.partitions.get(key)
+                if f is None or f is not ready.get(key):
+                    continue  # removed or replaced while the fetch was in flight
+                try:
+                    self._handle_partition(f, p, now_ms, retry_at)
+                except Exception:
+                    log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
+                    f.delayed_until = retry_at
+
+    def _handle_partition(self, f: _Fetching, p: Any, now_ms: int, retry_at: float) -> None:
+        part = f.partition
+        plog = part.log
+        code = p.error_code
+        if code == ErrorCode.none:
+            diverging = p.diverging_epoch
+            if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+                offset = _truncation_offset(part, diverging.epoch, diverging.end_offset)
+                log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
+                         part.topic, part.index, self.leader_id, diverging.epoch, diverging.end_offset,
+                         plog.log_end_offset, offset)
+                self.manager.truncate(part, offset)
+                return
+            records = p.records
+            if records:
+                plog.append_as_follower(records, now_ms=now_ms)
+            part.observe_leader_high_watermark(p.high_watermark)
+            return
+        if code == ErrorCode.offset_out_of_range:
+            leader_start = p.log_start_offset
+            if leader_start >= 0 and plog.log_end_offset < leader_start:
+                log.info("%s-%d: behind leader %d's log start %d: starting again there", part.topic, part.index,
+                         self.leader_id, leader_start)
+                self.manager.truncate_fully(part, leader_start)
+            elif p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
+                log.info("%s-%d: ahead of leader %d: truncating to its high watermark %d", part.topic, part.index,
+                         self.leader_id, p.high_watermark)
+                self.manager.truncate(part, max(p.high_watermark, part.high_watermark))
+            else:
+                f.delayed_until = retry_at
+            return
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+                    ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
+            f.parked = True  # until the next image says who leads
+            return
+        if code != ErrorCode.unknown_leader_epoch:
+            log.warning("%s-%d: leader %d answered %s", part.topic, part.index, self.leader_id, ErrorCode(code).name)
+        f.delayed_until = retry_at
+
+
+def fetcher_index(name: str, index: int, fetchers: int) -> int:
+    """Kafka's ``getFetcherId``: a stable spread of partitions over ``num.replica.fetchers``."""
+    return (zlib.crc32(name.encode()) * 31 + index) % max(1, fetchers)
+
+
+class FetcherManager:
+    """The fetchers of one broker: which follower partition fetches from which leader."""
+
+    def __init__(self, replicas: "ReplicaManager", image: Callable[[], "MetadataImage"],
+                 config: Callable[[], "BrokerConfig"]) -> None:
+        self.replicas = replicas
+        self.node_id = replicas.node_id
+        self._image = image
+        self.config = config
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._running = False
+
+    def now_ms(self) -> int:
+        return self.replicas.clock.now_ms()
+
+    def endpoint(self, node: int) -> tuple[str, int] | None:
+        b = self._image().brokers.get(node)
+        if b is None:
+            return None
+        listener = self.config().get("inter.broker.listener.name") or (b.endpoints[0][0] if b.endpoints else "")
+        return b.endpoint(str(listener))
+
+    def truncate(self, part: "Partition", offset: int) -> None:
+        if offset < part.log.log_end_offset:
+            part.log.truncate_to(offset)
+
+    def truncate_fully(self, part: "Partition", offset: int) -> None:
+        part.log.truncate_fully_and_start_at(offset)
+
+    def start(self) -> None:
+        self._running = True
+        self.sync()
+
+    async def stop(self) -> None:
+        self._running = False
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        for f in fetchers:
+            await f.stop()
+
+    def sync(self) -> None:
+        """Follow the hosted partitions' roles: every partition this broker follows (a live
+        leader elsewhere) is in exactly one fetcher, that of its leader; a new leader epoch
+        starts it afresh (un-parked). Fetchers left without partitions stop."""
+        if not self._running:
+            return
+        fetchers = int(self.config().get("num.replica.fetchers"))
+        wanted: dict[tuple[str, int], tuple[tuple[int, int], "Partition"]] = {}
+        for part in self.replicas.hosted():
+            leader = part.info.leader
+            if leader < 0 or leader == self.node_id:
+                continue
+            wanted[part.key] = ((leader, fetcher_index(part.topic, part.index, fetchers)), part)
+        for fid, fetcher in list(self.fetchers.items()):
+            for key, f in list(fetcher.partitions.items()):
+                want = wanted.get(key)
+                if want is None or want[0] != fid or want[1] is not f.partition:
+                    del fetcher.partitions[key]
+                elif f.leader_epoch != f.partition.info.leader_epoch:
+                    fetcher.partitions[key] = _Fetching(f.partition, f.partition.info.leader_epoch)
+                    fetcher.wake()
+                elif f.parked:
+                    f.parked = False
+                    fetcher.wake()
+        for key, (fid, part) in wanted.items():
+            fetcher = self.fetchers.get(fid)
+            if fetcher is None:
+                fetcher = self.fetchers[fid] = ReplicaFetcher(self, *fid)
+                fetcher.start()
+            if key not in fetcher.partitions:
+                fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
+                fetcher.wake()
+        for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
+            fetcher = self.fetchers.pop(fid)
+            asyncio.get_running_loop().create_task(fetcher.stop())

@@ -1,0 +1,385 @@
+"""The replica manager: every partition this broker hosts, and the one way to reach them.
+
+Kafka's ``ReplicaManager`` is the model. It follows the metadata image: when a partition is
+assigned to this node it opens (or creates) its log and a :class:`~shoal.replica.partition.Partition`
+for it, when a topic goes away it deletes its logs, when configs change it re-derives the
+partitions' ``LogConfig``, when a topic is renamed (a KIP-37 namespace move) its logs move. So
+handlers only change metadata; storage follows, on one node as on many.
+
+Handlers and the group coordinator reach partitions only through it:
+
+- ``leader(name, pinfo)``: the partition when this broker leads it, else None (the caller answers
+  NOT_LEADER_OR_FOLLOWER, see ``shoal.cluster.routing``);
+- ``Partition.append_as_leader``: the leader's append, which moves the high watermark;
+- ``wait_committed``: acks=all, Kafka's ``DelayedProduce`` (a purgatory keyed by partition that
+  completes when the high watermark passes the batch, or times out);
+- ``wait_for_data``: Fetch's ``DelayedFetch`` (new data or a moved high watermark wakes it).
+
+Single-threaded: called on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator
+
+from shoal.config import BrokerConfig, log_config
+from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topics, topic_renames
+from shoal.protocol.errors import ErrorCode
+from shoal.replica.partition import Partition
+from shoal.replica.purgatory import Purgatory
+from shoal.storage import LogConfig, LogManager, PartitionLog
+from shoal.tenancy.namespaces import changed_config_prefixes, topic_overrides
+
+if TYPE_CHECKING:
+    from shoal.clock import Clock
+
+log = logging.getLogger("shoal.replica")
+
+__all__ = ["ReplicaManager"]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        image: Callable[[], MetadataImage],
+        config: Callable[[], BrokerConfig],
+        clock: "Clock",
+        alter_isr: "Callable[..., Awaitable[Any]] | None" = None,
+    ) -> None:
+        self.node_id = node_id
+        self.logs = logs
+        self._image = image
+        self._config = config
+        self.clock = clock
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._log_configs: dict[str, LogConfig] = {}
+        self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
+        self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
+        self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
+        # the metadata store's ``alter_isr`` (Kafka's AlterPartition); None: ISRs never change
+        self._alter_isr = alter_isr
+        self._isr_tasks: set[asyncio.Task[None]] = set()
+        self._isr_task: asyncio.Task[None] | None = None
+        from shoal.replica.fetcher import FetcherManager
+
+        self.fetchers = FetcherManager(self, image, config)  # followers: fetch from leaders
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        """The hosted partition ``index`` of (physical) topic ``name``, whatever its role."""
+        return self._partitions.get((name, index))
+
+    def leader(self, name: str, pinfo: PartitionInfo) -> Partition | None:
+        """The partition when this broker leads it (per ``pinfo``, the caller's image); None when
+        another broker does, none does, or this leader has no log (yet)."""
+        if pinfo.leader != self.node_id or pinfo.leader < 0:
+            return None
+        p = self._partitions.get((name, pinfo.partition))
+        return p if p is not None and p.is_leader else None
+
+    def hosted(self) -> Iterator[Partition]:
+        return iter(list(self._partitions.values()))
+
+    def partition_logs(self) -> list[PartitionLog]:
+        """Every local log (leaders' and followers')."""
+        return self.logs.logs()
+
+    # -- delayed operations ----------------------------------------------------------------
+
+    def _progress(self, p: Partition, hw_moved: bool) -> None:
+        """A partition's high watermark moved (or its role changed: ``hw_moved`` too, so that
+        acks=all waiters re-check), or data arrived."""
+        if hw_moved:
+            self.hwm_waiters.notify(p.key)
+        self.fetch_waiters.notify(p.key)
+
+    async def wait_committed(
+        self, waits: list[tuple[str, int, int, int]], timeout: float
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """acks=all, Kafka's ``DelayedProduce``: wait until each partition's high watermark reaches
+        its offset. ``waits`` holds ``(topic, partition, offset, min.insync.replicas)``.
+
+        Returns the partitions that failed, with their error: REQUEST_TIMED_OUT when ``timeout``
+        seconds passed first; NOT_LEADER_OR_FOLLOWER when this broker stopped leading in the
+        epoch of the append (the new leader may or may not have the batch: the producer retries,
+        and idempotence keeps it once); NOT_ENOUGH_REPLICAS_AFTER_APPEND when the high watermark
+        got there but the ISR had shrunk below ``min.insync.replicas`` (Kafka's
+        ``checkEnoughReplicasReachOffset``).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        epochs = {}
+        for topic, index, _offset, _min_isr in waits:
+            p = self._partitions.get((topic, index))
+            epochs[(topic, index)] = p.leader_epoch if p is not None and p.is_leader else None
+        failed: dict[tuple[str, int], ErrorCode] = {}
+        pending = list(waits)
+
+        def settle() -> None:
+            still = []
+            for w in pending:
+                topic, index, offset, min_isr = w
+                key = (topic, index)
+                p = self._partitions.get(key)
+                if p is None or not p.is_leader or p.leader_epoch != epochs[key]:
+                    failed[key] = ErrorCode.not_leader_or_follower
+                elif p.high_watermark >= offset:
+                    if len(p.info.isr or (self.node_id,)) < min_isr:
+                        failed[key] = ErrorCode.not_enough_replicas_after_append
+                else:
+                    still.append(w)
+            pending[:] = still
+
+        settle()
+        while pending:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await self.hwm_waiters.wait([(t, i) for t, i, _, _ in pending], remaining)
+            settle()
+        for t, i, _, _ in pending:
+            failed[(t, i)] = ErrorCode.request_timed_out
+        return failed
+
+    async def wait_for_data(self, keys: Iterable[tuple[str, int]], timeout: float) -> bool:
+        """Fetch's purgatory: True when one of ``keys`` got data or a new high watermark."""
+        return await self.fetch_waiters.wait(keys, timeout)
+
+    # -- ISR (leader) ----------------------------------------------------------------------
+
+    def follower_fetched(self, replica_id: int, image: MetadataImage, partitions: Iterable[tuple[tuple[str, int], Any]],
+                         now_ms: int) -> None:
+        """A follower's fetch (``(key, fetch state)`` with ``fetch_offset``) for the partitions
+        this broker leads: their high watermarks may move, the follower may join an ISR."""
+        for (name, index), sp in partitions:
+            topic = image.topic(name)
+            if topic is None or not 0 <= index < len(topic.partitions):
+                continue
+            part = self.leader(name, topic.partitions[index])
+            if part is None:
+                continue
+            proposed = part.update_follower_fetch(replica_id, sp.fetch_offset, now_ms)
+            if proposed is not None:
+                self._propose_isr(part, proposed, f"replica {replica_id} caught up")
+
+    def shrink_isrs(self) -> None:
+        """Drop from their ISRs the followers not caught up for ``replica.lag.time.max.ms``."""
+        lag = int(self._config().get("replica.lag.time.max.ms"))
+        now = self.clock.now_ms()
+        for part in list(self._partitions.values()):
+            proposed = part.shrink(now, lag)
+            if proposed is not None:
+                out = [r for r in part.info.isr if r not in proposed]
+                self._propose_isr(part, proposed, f"replicas {out} not caught up for {lag} ms")
+
+    def _propose_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
+        if self._alter_isr is None or part.pending_isr is not None:
+            return
+        info = part.info
+        part.pending_isr = isr
+        part.maybe_increment_high_watermark()  # an expansion may let it move already
+
+        async def commit() -> None:
+            try:
+                await self._alter_isr(part.topic, part.index, leader=self.node_id, leader_epoch=info.leader_epoch,
+                                      partition_epoch=info.partition_epoch, isr=isr)
+                log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, list(info.isr), list(isr), why)
+            except Exception as e:  # fenced, stale, or the store is unreachable: retried later
+                log.warning("%s-%d: cannot change the ISR %s -> %s: %s", part.topic, part.index, list(info.isr),
+                            list(isr), e)
+                if part.pending_isr == isr and part.info.partition_epoch == info.partition_epoch:
+                    part.pending_isr = None
+
+        task = asyncio.get_running_loop().create_task(commit())
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def run_isr_checks(self) -> None:
+        """Every half ``replica.lag.time.max.ms`` (Kafka's isr-expiration task), shrink ISRs."""
+        while True:
+            await asyncio.sleep(max(0.05, int(self._config().get("replica.lag.time.max.ms")) / 2000.0))
+            try:
+                self.shrink_isrs()
+            except Exception:
+                log.exception("ISR check failed")
+
+    def start_background(self) -> None:
+        """ISR checks and follower fetchers (once the broker serves: leaders answer followers)."""
+        self._isr_task = asyncio.get_running_loop().create_task(self.run_isr_checks())
+        self.fetchers.start()
+
+    async def stop(self) -> None:
+        await self.fetchers.stop()
+        tasks = [t for t in (self._isr_task, *self._isr_tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    # -- log configs -----------------------------------------------------------------------
+
+    def log_config_for(self, topic: TopicInfo) -> LogConfig:
+        cfg = self._log_configs.get(topic.name)
+        if cfg is None:
+            # tenancy: configs the topic does not set come from its namespaces and tenant (KIP-37)
+            overrides = topic_overrides(self._image(), topic.name, topic.configs)
+            cfg = log_config(self._config(), overrides)
+            self._log_configs[topic.name] = cfg
+        return cfg
+
+    def config_for_name(self, topic: str) -> LogConfig:
+        """The log config of ``topic`` by name (broker defaults for a topic the image lacks)."""
+        info = self._image().topic(topic)
+        return self.log_config_for(info) if info is not None else log_config(self._config(), {})
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the logs on disk (blocking: run in a worker thread), adopting those renamed while
+        the broker was down."""
+        self.logs.load(self.config_for_name)
+        self._adopt_renamed_logs(self._image())
+
+    def start(self) -> None:
+        """Host what the current image assigns to this node (after :meth:`load`)."""
+        self.reconcile(None, self._image())
+
+    # -- following metadata ---------------------------------------------------------------
+
+    def on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
+        self.reconcile(old, new)
+        self.fetchers.sync()
+
+    def reconcile(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        """Logs follow the topics: created, deleted, moved (renames) and reconfigured. After a
+        change (``old`` given) only the topics it touched are visited, plus those whose inherited
+        configs it changed (namespace or tenant defaults, broker configs)."""
+        old_topics = old.topics if old is not None else {}
+        if old is None:
+            changes = {name: (None, topic) for name, topic in new.topics.items()}
+            recheck: Any = ()
+        else:
+            changes = changed_topics(old, new)
+            if any(a is None or b is None for a, b in changes.values()):
+                self._follow_renames(old, new)
+            recheck = ()
+            if (old.broker_configs is not new.broker_configs and old.broker_configs != new.broker_configs) or (
+                old.broker_overrides.get(self.node_id) != new.broker_overrides.get(self.node_id)
+            ):
+                self._log_configs.clear()
+                recheck = new.topics
+            elif changed := changed_config_prefixes(old, new):  # tenancy: namespace or tenant defaults
+                for name in [n for n in self._log_configs if n.startswith(changed)]:
+                    del self._log_configs[name]
+                recheck = [n for n in new.topics if n.startswith(changed)]
+        for name, (topic, current) in changes.items():
+            if topic is None:
+                continue
+            if (current is None or current.topic_id != topic.topic_id) and topic.topic_id not in new.topics_by_id:
+                self._log_configs.pop(name, None)
+                for p in topic.partitions:
+                    self._partitions.pop((name, p.partition), None)
+                    if self.node_id in p.replicas:
+                        self.logs.delete_partition(name, p.partition)
+        visit = dict.fromkeys(n for n, (_, t) in changes.items() if t is not None)
+        visit.update(dict.fromkeys(recheck))
+        visit.update(dict.fromkeys(n for n in self._unreconciled if n in new.topics))
+        self._unreconciled.clear()
+        for name in visit:
+            topic = new.topics[name]
+            prev = old_topics.get(name)
+            if prev is not None and prev.configs != topic.configs:
+                self._log_configs.pop(name, None)
+            try:
+                self._reconcile_topic(topic)
+            except OSError:  # a disk error: retried by the periodic task, and at the next change
+                log.exception("cannot create or reconfigure the logs of %s; will retry", name)
+                self._unreconciled.add(name)
+        if old is None:
+            # Logs on disk for topics that no longer exist (deleted while we were down).
+            for name, index in list(self.logs.partitions()):
+                topic = new.topics.get(name)
+                if topic is None or index >= len(topic.partitions):
+                    self._partitions.pop((name, index), None)
+                    self.logs.delete_partition(name, index)
+
+    def _reconcile_topic(self, topic: TopicInfo) -> None:
+        """This broker's logs of ``topic`` exist, have its current config, and each has its
+        ``Partition`` following the partition's current state."""
+        cfg = self.log_config_for(topic)
+        for p in topic.partitions:
+            key = (topic.name, p.partition)
+            if self.node_id not in p.replicas:
+                self._partitions.pop(key, None)  # reassigned away (the log goes with the topic)
+                continue
+            plog = self.logs.get(topic.name, p.partition)
+            if plog is None:
+                plog = self.logs.get_or_create(topic.name, p.partition, cfg)
+                self.logs.write_topic_id(topic.name, p.partition, topic.topic_id)
+            elif plog.config != cfg:
+                plog.update_config(cfg)
+            part = self._partitions.get(key)
+            if part is None:
+                self._partitions[key] = Partition(
+                    topic.name, p.partition, self.node_id, plog, p, self._progress, self.clock.now_ms
+                )
+            elif part.info is not p or part.log is not plog:
+                part.update(p, plog)
+
+    def retry_unreconciled(self) -> None:
+        """Topics whose logs could not be created or reconfigured at their change: try again."""
+        if not self._unreconciled:
+            return
+        image = self._image()
+        for name in list(self._unreconciled):
+            topic = image.topics.get(name)
+            self._unreconciled.discard(name)
+            if topic is None:
+                continue
+            try:
+                self._reconcile_topic(topic)
+                log.info("logs of %s created after an earlier failure", name)
+            except OSError as e:
+                log.warning("cannot create or reconfigure the logs of %s yet: %s", name, e)
+                self._unreconciled.add(name)
+
+    def _follow_renames(self, old: MetadataImage, new: MetadataImage) -> None:
+        """A topic whose id stayed but whose name changed (a KIP-37 move): its logs move to the
+        directories of the new name, data, offsets and producer state kept."""
+        for prev_name, name in topic_renames(old, new).items():
+            prev, topic = old.topics[prev_name], new.topics[name]
+            self._log_configs.pop(prev.name, None)
+            for p in prev.partitions:
+                self._partitions.pop((prev.name, p.partition), None)
+                if self.node_id not in p.replicas:
+                    continue
+                try:
+                    self.logs.rename_partition(prev.name, topic.name, p.partition)
+                except (OSError, ValueError):
+                    log.exception("cannot move %s-%d to %s", prev.name, p.partition, topic.name)
+            log.info("topic %s (%s) is now %s", prev.name, topic.topic_id, topic.name)
+
+    def _adopt_renamed_logs(self, image: MetadataImage) -> None:
+        """At start-up: a partition directory whose topic id (``partition.metadata``) now belongs
+        to a topic of another name was renamed while we were down, or just before a crash: move it
+        to the current name. Directories from before topic ids were written get theirs."""
+        for name, index in self.logs.partitions():
+            topic = image.topics.get(name)
+            topic_id = self.logs.read_topic_id(name, index)
+            if topic is not None and topic_id in (None, topic.topic_id):
+                if topic_id is None:
+                    self.logs.write_topic_id(name, index, topic.topic_id)
+                continue
+            current = image.topics_by_id.get(topic_id) if topic_id is not None else None
+            if current is None or index >= len(current.partitions) or self.logs.get(current.name, index) is not None:
+                continue  # not ours any more: reconcile deletes it
+            log.info("moving %s-%d to %s (renamed while the broker was down)", name, index, current.name)
+            self.logs.rename_partition(name, current.name, index, self.log_config_for(current))

@@ -1,0 +1,218 @@
+"""One hosted partition on one broker: its role, ISR, leader epoch, high watermark and local log.
+
+Kafka's ``Partition`` is the model. A ``Partition`` exists on every broker that is one of the
+partition's replicas (``PartitionInfo.replicas``); the metadata image says who leads, in which
+epoch, and who is in the ISR, and :meth:`Partition.update` follows it. Everything else in the
+broker reaches the partition's log through this object.
+
+Invariants:
+
+- the high watermark moves in one place, :meth:`maybe_increment_high_watermark`, and only
+  forward while this broker stays leader in one epoch: it is the smallest log end offset over the
+  ISR (this leader's own included; a member that has not fetched yet in this epoch holds it back);
+- a partition whose ISR is this leader alone (or empty: metadata written before ISRs were kept)
+  commits every appended batch at once: the high watermark is the log end offset;
+- a follower learns its high watermark from the leader (``observe_leader_high_watermark``), never
+  above its own log end.
+
+Single-threaded: called on the event loop only (the log's own lock covers its worker threads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from shoal.metadata import PartitionInfo
+
+if TYPE_CHECKING:
+    from shoal.storage import AppendInfo, PartitionLog
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's ``Replica``): its log end offset as of its
+    last fetch, and when it last was caught up (the ISR shrink clock)."""
+
+    log_end_offset: int = -1  # unknown until it fetches in this leader epoch
+    last_fetch_ms: int = -1
+    last_fetch_leader_log_end: int = -1  # the leader's log end offset at that fetch
+    last_caught_up_ms: int = -1
+
+
+class Partition:
+    __slots__ = ("topic", "index", "node_id", "log", "info", "followers", "pending_isr", "_now_ms", "_on_progress")
+
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        node_id: int,
+        log: "PartitionLog",
+        info: PartitionInfo,
+        on_progress: Callable[["Partition", bool], None],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.node_id = node_id
+        self.log = log
+        self.info = info
+        self.followers: dict[int, FollowerState] = {}
+        # An ISR change sent to the metadata store and not yet seen in the image (Kafka's
+        # PendingExpandIsr / PendingShrinkIsr): one at a time.
+        self.pending_isr: tuple[int, ...] | None = None
+        self._now_ms = now_ms
+        # (partition, high watermark moved): wakes fetchers and acks=all producers
+        self._on_progress = on_progress
+        self._become()
+        self.maybe_increment_high_watermark()
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"Partition({self.topic}-{self.index} leader={i.leader} epoch={i.leader_epoch} isr={list(i.isr)})"
+
+    # -- role ------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.index
+
+    @property
+    def is_leader(self) -> bool:
+        return self.info.leader == self.node_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.info.leader_epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def _sole_member(self) -> bool:
+        isr = self.info.isr
+        return not isr or isr == (self.node_id,)
+
+    def update(self, info: PartitionInfo, log: "PartitionLog") -> None:
+        """Follow the image: a new leader or epoch resets what this leader knows of followers."""
+        old = self.info
+        self.log = log
+        self.info = info
+        if info.leader != old.leader or info.leader_epoch != old.leader_epoch or info.replicas != old.replicas:
+            self._become()
+            self._on_progress(self, True)  # acks=all waiters of the old role answer now
+        if info.partition_epoch != old.partition_epoch or info.leader_epoch != old.leader_epoch:
+            self.pending_isr = None  # committed (or overtaken by another change)
+        self.maybe_increment_high_watermark()
+
+    def _become(self) -> None:
+        """Take the role the image gives (Kafka's ``makeLeader`` / ``makeFollower``). A leader
+        records where its epoch starts in the log's epoch cache (so followers can find where they
+        diverge) and gives every follower a full ``replica.lag.time.max.ms`` from now (Kafka
+        starts their caught-up clocks at the leadership change)."""
+        if self.is_leader and self.info.leader_epoch > self.log.latest_epoch:
+            self.log.assign_epoch_start_offset(self.info.leader_epoch)
+        now = self._now_ms()
+        self.followers = (
+            {r: FollowerState(last_caught_up_ms=now) for r in self.info.replicas if r != self.node_id}
+            if self.is_leader else {}
+        )
+
+    # -- leader ----------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytearray | bytes, now_ms: int, *, client: bool = True) -> "AppendInfo":
+        """Append a producer's (or the coordinator's) batches in this leader epoch; the caller
+        checked that this broker leads. Raises what ``PartitionLog.append`` raises."""
+        info = self.log.append(records, now_ms=now_ms, leader_epoch=self.info.leader_epoch, client=client)
+        if not info.duplicate:
+            self.maybe_increment_high_watermark(appended=True)
+        return info
+
+    def maybe_increment_high_watermark(self, *, appended: bool = False) -> bool:
+        """Move the high watermark to the smallest log end offset over the ISR; True if it moved.
+        ``appended``: new data arrived (wake fetchers waiting for it even when the HW stays)."""
+        plog = self.log
+        old = plog.high_watermark
+        if self.is_leader:
+            new = plog.log_end_offset
+            if not self._sole_member():
+                for r in self.maximal_isr():
+                    if r == self.node_id:
+                        continue
+                    f = self.followers.get(r)
+                    new = min(new, f.log_end_offset if f is not None and f.log_end_offset >= 0 else old)
+        else:
+            new = old
+        moved = new > old
+        if moved:
+            plog.high_watermark = new
+        if moved or appended:
+            self._on_progress(self, moved)
+        return moved
+
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark must respect: while an expansion is in flight the new member
+        counts already (it is caught up); while a shrink is, the members leaving still do."""
+        pending = self.pending_isr
+        if pending is None:
+            return self.info.isr
+        return self.info.isr + tuple(r for r in pending if r not in self.info.isr)
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> tuple[int, ...] | None:
+        """A follower fetched from ``fetch_offset``: it has every offset below it (Kafka's
+        ``updateFollowerFetchState``). It is caught up as of now when it asked for the log end,
+        or as of its previous fetch when it has what the log end was then. The high watermark
+        may move. Returns the ISR to propose when this follower may join it, else None."""
+        f = self.followers.get(replica_id)
+        if f is None or not self.is_leader:
+            return None
+        leo = self.log.log_end_offset
+        f.log_end_offset = min(fetch_offset, leo)
+        if fetch_offset >= leo:
+            f.last_caught_up_ms = now_ms
+        elif fetch_offset >= f.last_fetch_leader_log_end >= 0:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.last_fetch_ms = now_ms
+        f.last_fetch_leader_log_end = leo
+        self.maybe_increment_high_watermark()
+        return self._expansion(replica_id, f)
+
+    def _expansion(self, replica_id: int, f: FollowerState) -> tuple[int, ...] | None:
+        """Kafka's ``isFollowerInSync`` for a replica outside the ISR: it has everything up to
+        the high watermark (and at least one offset of this leader's epoch, when there is one)."""
+        if replica_id in self.info.isr or self.pending_isr is not None:
+            return None
+        if f.log_end_offset < self.log.high_watermark:
+            return None
+        return self.info.isr + (replica_id,)
+
+    def shrink(self, now_ms: int, lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR without the followers not caught up for ``lag_ms`` (Kafka's
+        ``getOutOfSyncReplicas``), or None when all are in sync or a change is in flight."""
+        if not self.is_leader or self.pending_isr is not None or self._sole_member():
+            return None
+        out = [
+            r for r in self.info.isr
+            if r != self.node_id and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_ms
+        ]
+        if not out:
+            return None
+        return tuple(r for r in self.info.isr if r not in out)
+
+    # -- follower --------------------------------------------------------------------------
+
+    def observe_leader_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's high watermark: the leader's, capped at this log's end."""
+        new = min(leader_high_watermark, self.log.log_end_offset)
+        if new > self.log.high_watermark:
+            self.log.high_watermark = new
+            self._on_progress(self, True)

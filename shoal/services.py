@@ -1,0 +1,59 @@
+"""What handlers and the group coordinator may use of their broker: narrow, typed collaborators.
+
+A handler sees ``ctx.services`` (and the request's own context); nothing reaches back into the
+``Broker`` object, which only assembles these services, runs the listeners and follows its
+lifecycle. Partitions are reached only through ``replicas`` (the replica layer).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from shoal.clock import Clock
+    from shoal.config import BrokerConfig
+    from shoal.groups import GroupCoordinator
+    from shoal.handlers.fetch import FetchSessionCache
+    from shoal.handlers.producer_ids import ProducerIdManager
+    from shoal.handlers.registry import Registry
+    from shoal.metadata import MetadataImage, MetadataStore
+    from shoal.quotas.manager import QuotaManagers
+    from shoal.quotas.mutation import MutationQuotaManager
+    from shoal.replica import ReplicaManager
+
+
+@dataclass(eq=False)
+class Services:
+    node_id: int
+    clock: "Clock"
+    metadata: "MetadataStore"
+    replicas: "ReplicaManager"
+    quotas: "QuotaManagers"
+    mutation_quotas: "MutationQuotaManager"
+    producer_ids: "ProducerIdManager"
+    fetch_sessions: "FetchSessionCache"
+    registry: "Registry"
+    config_source: Callable[[], "BrokerConfig"]  # static + dynamic configs as of the image
+    controller_source: Callable[[], int]  # the elected controller's id (-1 until known)
+    cluster_source: Callable[[], bool]  # True on etcd, once the controller election runs
+    random: random.Random = field(default_factory=random.Random)  # placement's start index
+    listener_security: dict[str, Any] = field(default_factory=dict)  # name -> auth.ListenerSecurity
+    groups: "GroupCoordinator | None" = None  # set at start, before listeners serve
+
+    @property
+    def config(self) -> "BrokerConfig":
+        return self.config_source()
+
+    @property
+    def controller_id(self) -> int:
+        return self.controller_source()
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.cluster_source()
+
+    @property
+    def image(self) -> "MetadataImage":
+        return self.metadata.image

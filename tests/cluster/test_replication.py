@@ -1,0 +1,278 @@
+"""Replication across three real brokers on a real etcd, with real clients: followers fetch from
+leaders, the high watermark waits for the ISR, acks=all survives the leader's kill -9, a returning
+broker catches up byte for byte and rejoins the ISR, and min.insync.replicas refuses writes the
+ISR cannot hold.
+
+The module shares one cluster whose ``replica.lag.time.max.ms`` is short (a stalled follower
+leaves the ISR within seconds); the tests that kill brokers bring them back."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewTopic
+
+from cluster_harness import Cluster, run, until
+from shoal.client import AdminClient
+from shoal.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(300)
+
+LAG_MS = 3000
+OFFSETS_FOR_LEADER_EPOCH = 23
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd_cluster, tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("replication"), etcd_cluster.url(f"/repl-{uuid.uuid4().hex[:8]}"),
+                overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def admin(bootstrap: str) -> KafkaAdmin:
+    return KafkaAdmin({"bootstrap.servers": bootstrap, "log_level": 2})
+
+
+def create(bootstrap: str, name: str, partitions: int, rf: int = 3, configs: dict[str, str] | None = None) -> None:
+    a = admin(bootstrap)
+    a.create_topics([NewTopic(name, partitions, rf, config=configs or {})])[name].result(20)
+
+
+def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    """partition -> (leader, replicas, isr) as Metadata reports them."""
+    md = admin(bootstrap).list_topics(topic, timeout=15)
+    return {p.id: (p.leader, tuple(p.replicas), tuple(p.isrs)) for p in md.topics[topic].partitions.values()}
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], timeout: float = 60) -> dict[bytes, tuple[int, int]]:
+    """Idempotent acks=all; value -> (partition, offset) of every acknowledged record."""
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def done(err, msg) -> None:
+        if err is None:
+            acked[msg.value()] = (msg.partition(), msg.offset())
+        else:
+            errors.append(str(err))
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                  "log_level": 2, "message.timeout.ms": int(timeout * 1000)})
+    for v in values:
+        p.produce(topic, v, key=v, on_delivery=done)  # keyed: spread over the partitions
+        p.poll(0)
+    assert p.flush(timeout + 10) == 0
+    assert not errors, errors[:5]
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, n_partitions: int, expected: int, timeout: float = 60) -> list[tuple[int, int, bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "log_level": 2, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(n_partitions)])
+    got: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.partition(), m.offset(), m.value()))
+    c.close()
+    return got
+
+
+def segments(data_dir: Path, topic: str, partition: int) -> bytes:
+    d = data_dir / f"{topic}-{partition}"
+    return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+
+
+def replicas_identical(cluster: Cluster, topic: str, partition: int, nodes) -> bool:
+    logs = [segments(cluster[n].data_dir, topic, partition) for n in nodes]
+    return len(logs[0]) > 0 and all(x == logs[0] for x in logs)
+
+
+def partition_sizes(acked: dict[bytes, tuple[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for p, _ in acked.values():
+        out[p] = out.get(p, 0) + 1
+    return out
+
+
+def test_acks_all_is_replicated_to_every_isr_member_byte_for_byte(cluster):
+    topic = f"rf3-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 3)
+    layout = until(lambda: (p := partitions(cluster[2].bootstrap, topic)) and len(p) == 3 and p, 15)
+    for leader, replicas, isr in layout.values():
+        assert len(replicas) == 3 and sorted(isr) == sorted(replicas) and leader == replicas[0]
+    values = [b"v%04d" % i for i in range(300)]
+    acked = produce(cluster[3].bootstrap, topic, values)
+    assert len(acked) == 300 and sorted(partition_sizes(acked)) == [0, 1, 2]
+    got = read_all(cluster[2].bootstrap, topic, 3, 300)
+    assert sorted(v for _, _, v in got) == sorted(values)
+    for p in range(3):  # followers hold the leader's bytes (appended unchanged)
+        until(lambda p=p: replicas_identical(cluster, topic, p, (1, 2, 3)), 20, f"replicas of partition {p}")
+    # nobody left the ISR while following
+    assert all(sorted(isr) == [1, 2, 3] for _, _, isr in partitions(cluster[1].bootstrap, topic).values())
+
+
+def test_the_leaders_kill_loses_no_acknowledged_write_and_the_broker_catches_up(cluster):
+    topic = f"failover-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1, configs={"min.insync.replicas": "2"})
+    leader = until(lambda: partitions(cluster[2].bootstrap, topic)[0][0], 15)
+    first = produce(cluster[1].bootstrap, topic, [b"a%04d" % i for i in range(200)])
+    cluster.kill(leader)
+    others = [n for n in (1, 2, 3) if n != leader]
+    survivor = cluster[others[0]].bootstrap
+    # a new leader from the ISR, and the dead broker out of it
+    new_leader, _, isr = until(lambda: (p := partitions(survivor, topic)[0]) and p[0] in others and p, 30,
+                               "a new leader")
+    assert leader not in isr
+    second = produce(survivor, topic, [b"b%04d" % i for i in range(200)])
+    got = read_all(survivor, topic, 1, 400)
+    values = [v for _, _, v in got]
+    assert sorted(values) == sorted(list(first) + list(second))  # none lost, none twice
+    assert [o for _, o, _ in got] == list(range(400))  # one log, no holes
+    # the killed broker returns as a follower, catches up and rejoins the ISR
+    cluster.start_one(leader)
+    until(lambda: sorted(partitions(survivor, topic)[0][2]) == [1, 2, 3], 60, "the returning broker in the ISR")
+    until(lambda: replicas_identical(cluster, topic, 0, (1, 2, 3)), 30, "byte-identical replicas")
+    assert partitions(survivor, topic)[0][0] == new_leader  # no leadership bounce on its return
+    # OffsetsForLeaderEpoch (KIP-279): epoch 0 (the killed leader's) ends where epoch 1 starts
+    assert epoch_end(cluster[new_leader].bootstrap, topic, 0) == ("NONE", 0, 200)
+    assert epoch_end(cluster[new_leader].bootstrap, topic, 1) == ("NONE", 1, 400)  # the latest: log end
+    assert epoch_end(cluster[new_leader].bootstrap, topic, 1, current=0)[0] == "FENCED_LEADER_EPOCH"
+    assert epoch_end(cluster[leader].bootstrap, topic, 1)[0] == "NOT_LEADER_OR_FOLLOWER"
+
+
+def epoch_end(bootstrap: str, topic: str, epoch: int, current: int = -1) -> tuple[str, int, int]:
+    async def ask():
+        async with AdminClient(bootstrap, timeout=10) as c:
+            r = await c.request(OFFSETS_FOR_LEADER_EPOCH, {"replica_id": -1, "topics": [
+                {"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": current,
+                                                 "leader_epoch": epoch}]}]})
+        p = r.topics[0].partitions[0]
+        return ErrorCode(p.error_code).name.upper(), p.leader_epoch, p.end_offset
+
+    return run(ask())
+
+
+def test_min_insync_replicas_refuses_what_the_isr_cannot_hold(cluster):
+    topic = f"minisr-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1, configs={"min.insync.replicas": "3"})
+    leader, replicas, _ = until(lambda: partitions(cluster[1].bootstrap, topic)[0], 15)
+    produce(cluster[leader].bootstrap, topic, [b"ok"])
+    victim = next(r for r in replicas if r != leader)
+    cluster.kill(victim)
+    try:
+        until(lambda: victim not in partitions(cluster[leader].bootstrap, topic)[0][2], 30, "the ISR shrinks")
+        errors: list[KafkaError] = []
+        p = Producer({"bootstrap.servers": cluster[leader].bootstrap, "acks": "all", "log_level": 2,
+                      "message.timeout.ms": 3000, "retries": 0})
+        p.produce(topic, b"refused", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(10)
+        assert [e.code() for e in errors] == [KafkaError.NOT_ENOUGH_REPLICAS]
+        # acks=1 does not need the ISR
+        p1 = Producer({"bootstrap.servers": cluster[leader].bootstrap, "acks": 1, "log_level": 2})
+        ok: list = []
+        p1.produce(topic, b"acks1", on_delivery=lambda err, msg: ok.append(err))
+        p1.flush(10)
+        assert ok == [None]
+    finally:
+        cluster.start_one(victim)
+    until(lambda: len(partitions(cluster[leader].bootstrap, topic)[0][2]) == 3, 60, "the ISR whole again")
+    produce(cluster[leader].bootstrap, topic, [b"again"])
+
+
+def test_a_controlled_shutdown_moves_leadership_without_a_produce_error(cluster):
+    topic = f"sigterm-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1, configs={"min.insync.replicas": "2"})
+    leader = until(lambda: (p := partitions(cluster[1].bootstrap, topic)[0]) and len(p[2]) == 3 and p[0], 15)
+    others = [n for n in (1, 2, 3) if n != leader]
+    acked: list[bytes] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        p = Producer({"bootstrap.servers": ",".join(cluster[n].bootstrap for n in others), "acks": "all",
+                      "enable.idempotence": True, "linger.ms": 2, "log_level": 2, "message.timeout.ms": 30000})
+        i = 0
+        while not stop.is_set():
+            p.produce(topic, b"c%05d" % i, on_delivery=lambda err, msg: (errors if err else acked).append(
+                str(err) if err else msg.value()))
+            i += 1
+            p.poll(0.005)
+        assert p.flush(40) == 0
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        until(lambda: len(acked) >= 100, 30, "records before the shutdown")
+        cluster.stop(leader)  # SIGTERM: a clean stop
+        new_leader = until(lambda: (p := partitions(cluster[others[0]].bootstrap, topic)[0]) and p[0] in others
+                           and p[0], 30, "a new leader")
+        n = len(acked)
+        until(lambda: len(acked) >= n + 100, 30, "records after the shutdown")
+    finally:
+        stop.set()
+        worker.join(60)
+    assert errors == []
+    got = read_all(cluster[new_leader].bootstrap, topic, 1, len(acked))
+    assert sorted(v for _, _, v in got) == sorted(acked)
+    cluster.start_one(leader)
+    until(lambda: len(partitions(cluster[new_leader].bootstrap, topic)[0][2]) == 3, 60, "the ISR whole again")
+
+
+def test_committed_offsets_survive_the_coordinators_kill(cluster):
+    topic, group = f"offsets-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1)
+    produce(cluster[1].bootstrap, topic, [b"r%03d" % i for i in range(100)])
+    everyone = ",".join(b.bootstrap for b in cluster.live)
+    c = Consumer({"bootstrap.servers": everyone, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "log_level": 2})
+    c.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + 60
+    while len(got) < 40 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m)
+    c.commit(got[39], asynchronous=False)  # committed: offset 40
+    c.close()
+
+    node = coordinator_of(cluster[1].bootstrap, group)
+    offsets_topic = partitions(cluster[1].bootstrap, "__consumer_offsets")
+    assert all(len(replicas) == 3 for _, replicas, _ in offsets_topic.values())  # replicated, as Kafka's
+    cluster.kill(node)
+    try:
+        survivor = next(b.bootstrap for b in cluster.live if b.node_id != node)
+        moved = until(lambda: (n := coordinator_of(survivor, group)) != node and n, 60, "a new coordinator")
+        assert moved != node
+        c = Consumer({"bootstrap.servers": survivor, "group.id": group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "log_level": 2})
+        c.subscribe([topic])
+        first = None
+        deadline = time.monotonic() + 60
+        while first is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                first = m
+        c.close()
+        assert first is not None and (first.offset(), first.value()) == (40, b"r040")
+    finally:
+        cluster.start_one(node)
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    async def ask() -> int:
+        async with AdminClient(bootstrap, timeout=5) as a:
+            return (await a.find_coordinator(group))[0]
+
+    return run(ask())

@@ -1,0 +1,209 @@
+"""The replica layer on one broker: which partitions it hosts and leads, where the high watermark
+is, and when acks=all completes. Real partition logs in a temporary directory; the metadata image
+is set by hand, as a store would publish it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import MappingProxyType
+
+import pytest
+
+from shoal.clock import ManualClock
+from shoal.config import BrokerConfig
+from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import build_batch
+from shoal.replica import ReplicaManager
+from shoal.storage import LogManager
+
+NODE = 1
+TOPIC_ID = uuid.uuid4()
+
+
+def image(partitions: list[PartitionInfo], epoch: int = 1, *, topic: bool = True) -> MetadataImage:
+    empty = MappingProxyType({})
+    topics = {}
+    if topic:
+        t = TopicInfo("t", TOPIC_ID, tuple(partitions))
+        topics = {"t": t}
+    return MetadataImage("c", NODE, empty, MappingProxyType(topics),
+                         MappingProxyType({t.topic_id: t for t in topics.values()}), empty, epoch=epoch)
+
+
+def batch(n: int = 1) -> bytearray:
+    return bytearray(build_batch([(0, None, b"v%d" % i, ()) for i in range(n)]))
+
+
+@pytest.fixture
+def rm(tmp_path):
+    clock = ManualClock()
+    logs = LogManager(tmp_path, clock=clock)
+    holder = {"image": image([])}
+    m = ReplicaManager(NODE, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock)
+    m.load()
+
+    def publish(new: MetadataImage) -> None:
+        old, holder["image"] = holder["image"], new
+        m.on_metadata(old, new)
+
+    m.publish = publish  # type: ignore[attr-defined]
+    m.start()
+    yield m
+    logs.close()
+
+
+SOLE = PartitionInfo(0, (1,), (1,), leader=1, leader_epoch=0)
+WITH_FOLLOWER = PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=0)
+FOLLOWING = PartitionInfo(2, (2, 1), (2, 1), leader=2, leader_epoch=0)
+ELSEWHERE = PartitionInfo(3, (2,), (2,), leader=2, leader_epoch=0)
+OFFLINE = PartitionInfo(4, (1, 2), (2,), leader=-1, leader_epoch=3)
+
+
+def test_hosts_its_replicas_and_leads_only_where_the_image_says(rm) -> None:
+    rm.publish(image([SOLE, WITH_FOLLOWER, FOLLOWING, ELSEWHERE, OFFLINE]))
+    assert sorted(p.index for p in rm.hosted()) == [0, 1, 2, 4]  # the replicas on node 1
+    assert rm.leader("t", SOLE) is not None and rm.leader("t", WITH_FOLLOWER) is not None
+    assert rm.leader("t", FOLLOWING) is None  # a follower does not answer for the leader
+    assert rm.leader("t", ELSEWHERE) is None and rm.partition("t", 3) is None
+    assert rm.leader("t", OFFLINE) is None  # no leader: nobody serves it
+    assert rm.logs.get("t", 3) is None and rm.logs.get("t", 2) is not None
+
+
+async def test_a_sole_isr_member_commits_at_once(rm) -> None:
+    rm.publish(image([SOLE]))
+    p = rm.leader("t", SOLE)
+    info = p.append_as_leader(batch(3), 0)
+    assert (info.base_offset, p.log_end_offset, p.high_watermark) == (0, 3, 3)
+    assert await rm.wait_committed([("t", 0, 3, 1)], 0.01) == {}
+
+
+async def test_acks_all_waits_for_every_isr_member(rm) -> None:
+    rm.publish(image([WITH_FOLLOWER]))
+    p = rm.leader("t", WITH_FOLLOWER)
+    p.append_as_leader(batch(2), 0)
+    assert p.high_watermark == 0  # follower 2 has not fetched in this epoch
+    assert await rm.wait_committed([("t", 1, 2, 1)], 0.01) == {("t", 1): ErrorCode.request_timed_out}
+    waiter = asyncio.ensure_future(rm.wait_committed([("t", 1, 2, 2)], 5))
+    await asyncio.sleep(0)
+    p.update_follower_fetch(2, 1, now_ms=10)  # has offset 0 only: HW 1, not yet 2
+    assert p.high_watermark == 1 and not waiter.done()
+    p.update_follower_fetch(2, 2, now_ms=20)
+    assert p.high_watermark == 2
+    assert await asyncio.wait_for(waiter, 1) == {}
+    assert p.followers[2].last_caught_up_ms == 20
+
+
+async def test_acks_all_fails_when_leadership_moves_or_the_isr_shrinks_meanwhile(rm) -> None:
+    rm.publish(image([WITH_FOLLOWER]))
+    p = rm.leader("t", WITH_FOLLOWER)
+    p.append_as_leader(batch(2), 0)
+    # the ISR shrank to the leader while the batch waited: committed, but below min.insync.replicas=2
+    waiter = asyncio.ensure_future(rm.wait_committed([("t", 1, 2, 2)], 5))
+    await asyncio.sleep(0)
+    rm.publish(image([PartitionInfo(1, (1, 2), (1,), leader=1, leader_epoch=0, partition_epoch=1)], epoch=2))
+    assert await asyncio.wait_for(waiter, 1) == {("t", 1): ErrorCode.not_enough_replicas_after_append}
+    rm.publish(image([PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=0, partition_epoch=2)], epoch=3))
+    p.append_as_leader(batch(1), 0)
+    assert (p.log_end_offset, p.high_watermark) == (3, 2)
+    waiter = asyncio.ensure_future(rm.wait_committed([("t", 1, 3, 1)], 5))
+    await asyncio.sleep(0)
+    # leadership moves before the follower has it: the producer must retry elsewhere, at once
+    rm.publish(image([PartitionInfo(1, (1, 2), (2,), leader=2, leader_epoch=1, partition_epoch=3)], epoch=4))
+    assert await asyncio.wait_for(waiter, 1) == {("t", 1): ErrorCode.not_leader_or_follower}
+
+
+async def test_isr_expands_when_a_follower_catches_up_and_shrinks_when_it_lags(tmp_path) -> None:
+    clock = ManualClock()
+    logs = LogManager(tmp_path, clock=clock)
+    holder = {"image": image([SOLE, PartitionInfo(1, (1, 2), (1,), leader=1, leader_epoch=0)])}
+    proposals = []
+
+    async def alter_isr(name, index, *, leader, leader_epoch, partition_epoch, isr):
+        proposals.append((name, index, leader, leader_epoch, partition_epoch, isr))
+
+    cfg = BrokerConfig.load(None, {"replica.lag.time.max.ms": "1000"})
+    m = ReplicaManager(NODE, logs, lambda: holder["image"], lambda: cfg, clock, alter_isr=alter_isr)
+    m.load()
+    m.start()
+    p = m.partition("t", 1)
+    p.append_as_leader(batch(3), 0)
+    assert p.high_watermark == 3  # the leader alone is the ISR
+    m.follower_fetched(2, holder["image"], [(("t", 1), FetchAt(1))], clock.now_ms())
+    await asyncio.sleep(0)
+    assert proposals == []  # behind the high watermark: not in sync
+    m.follower_fetched(2, holder["image"], [(("t", 1), FetchAt(3))], clock.now_ms())
+    await asyncio.sleep(0)
+    assert proposals == [("t", 1, 1, 0, 0, (1, 2))] and p.pending_isr == (1, 2)
+    old, holder["image"] = holder["image"], image([SOLE, PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=0,
+                                                                       partition_epoch=1)], epoch=2)
+    m.on_metadata(old, holder["image"])
+    assert p.pending_isr is None and p.info.isr == (1, 2)
+    clock.sleep(0.9)
+    p.append_as_leader(batch(1), clock.now_ms())
+    m.shrink_isrs()
+    assert len(proposals) == 1  # caught up 900 ms ago: still in sync
+    clock.sleep(0.2)
+    m.shrink_isrs()
+    await asyncio.sleep(0)
+    assert proposals[-1] == ("t", 1, 1, 0, 1, (1,))
+    assert p.high_watermark == 3  # the pending shrink does not move it: the ISR is still (1, 2)
+    logs.close()
+
+
+class FetchAt:
+    def __init__(self, offset: int) -> None:
+        self.fetch_offset = offset
+
+
+async def test_the_high_watermark_never_goes_back(rm) -> None:
+    rm.publish(image([WITH_FOLLOWER]))
+    p = rm.leader("t", WITH_FOLLOWER)
+    p.append_as_leader(batch(4), 0)
+    p.update_follower_fetch(2, 4, now_ms=1)
+    assert p.high_watermark == 4
+    p.update_follower_fetch(2, 1, now_ms=2)  # a stale or reordered fetch
+    assert p.high_watermark == 4
+
+
+def test_new_leader_epoch_forgets_what_followers_had(rm) -> None:
+    rm.publish(image([WITH_FOLLOWER]))
+    p = rm.leader("t", WITH_FOLLOWER)
+    p.append_as_leader(batch(1), 0)
+    p.update_follower_fetch(2, 1, now_ms=1)
+    rm.publish(image([PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=1, partition_epoch=1)], epoch=2))
+    assert rm.partition("t", 1) is p and p.followers[2].log_end_offset == -1
+
+
+def test_leadership_moving_away_stops_serving_but_keeps_the_log(rm) -> None:
+    rm.publish(image([WITH_FOLLOWER]))
+    rm.leader("t", WITH_FOLLOWER).append_as_leader(batch(2), 0)
+    moved = PartitionInfo(1, (1, 2), (2,), leader=2, leader_epoch=1, partition_epoch=1)
+    rm.publish(image([moved], epoch=2))
+    assert rm.leader("t", moved) is None
+    assert rm.partition("t", 1).log_end_offset == 2 and not rm.partition("t", 1).is_leader
+
+
+def test_topic_deletion_deletes_the_logs(rm) -> None:
+    rm.publish(image([SOLE, WITH_FOLLOWER]))
+    rm.publish(image([], epoch=2, topic=False))
+    assert list(rm.hosted()) == [] and rm.logs.get("t", 0) is None
+
+
+def test_a_restarted_sole_leader_commits_its_whole_log(tmp_path) -> None:
+    clock = ManualClock()
+    logs = LogManager(tmp_path, clock=clock)
+    img = image([SOLE])
+    m = ReplicaManager(NODE, logs, lambda: img, lambda: BrokerConfig.load(None, {}), clock)
+    m.load()
+    m.start()
+    m.leader("t", SOLE).append_as_leader(batch(5), 0)
+    logs.get("t", 0).high_watermark = 2  # as if the checkpoint were older than the log
+    logs.close()
+    logs = LogManager(tmp_path, clock=clock)
+    m = ReplicaManager(NODE, logs, lambda: img, lambda: BrokerConfig.load(None, {}), clock)
+    m.load()
+    m.start()
+    assert m.leader("t", SOLE).high_watermark == 5
+    logs.close()
