@@ -32,7 +32,7 @@ import pytest
 
 from faults.checker import check, row, table
 from faults.nemesis import Schedule
-from faults.run import FaultRun, create_topic
+from faults.run import FaultRun, create_topic, replicating
 from faults.workload import Workload
 from shoal.client import AdminClient
 
@@ -91,6 +91,8 @@ def test_fixed_schedule_loses_nothing(proxied3, fault_etcd, rf):
     assert not w.fatal, w.fatal
     assert result.acked >= 400 and result.reads > 0 and w.history.commits
     assert result.ok, result.summary()
+    # followers (RF > 1) hold the leader's bytes up to the high watermark: an ISR listing is not proof
+    assert replicating(c, run.topic, PARTITIONS, rf)
     # every client byte went through the proxies
     assert all(c.links.stats(f"producer->b{n}")["up_bytes"] > 0 for n in c.brokers)
 
