@@ -36,10 +36,13 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import client_quotas  # quotas: Describe/AlterClientQuotas
     from shoal.handlers import describe_topic_partitions  # KIP-966
     from shoal.handlers import offsets_for_leader_epoch  # replica: KIP-101/279/320
+    from shoal.handlers import elect_leaders  # replica: KIP-183/460
+    from shoal.handlers import describe_log_dirs  # replica: sizes and lags of hosted replicas
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
+        elect_leaders, describe_log_dirs,
     ]
 
 
@@ -231,7 +234,8 @@ class Broker:
         if hasattr(self.metadata, "backend") and hasattr(self.metadata.backend, "registration"):
             from shoal.cluster.controller import Controller  # cluster: the controller election
 
-            self.controller = Controller(self.metadata, self.node_id, int(self.config.get("broker.session.timeout.ms")))
+            self.controller = Controller(self.metadata, self.node_id, int(self.config.get("broker.session.timeout.ms")),
+                                         unclean=self._unclean_election, rebalance=self._rebalance_settings)
             self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         # -- admin: the HTTP admin API (tenants, namespaces), when shoal.admin.listener is set;
@@ -287,6 +291,21 @@ class Broker:
             rack=self.static_config.rack,
             endpoints=tuple(endpoints),
         )
+
+    def _rebalance_settings(self) -> tuple[bool, float, int]:
+        cfg = self.config
+        return (bool(cfg.get("auto.leader.rebalance.enable")), float(cfg.get("leader.imbalance.check.interval.seconds")),
+                int(cfg.get("leader.imbalance.per.broker.percentage")))
+
+    def _unclean_election(self, image: Any, topic: str) -> bool:
+        """``unclean.leader.election.enable`` of ``topic``: its own, its namespaces' or tenant's
+        (KIP-37 inheritance), else the broker's."""
+        from shoal.config import topic_config_value
+        from shoal.tenancy.namespaces import topic_overrides
+
+        info = image.topics.get(topic)
+        overrides = topic_overrides(image, topic, info.configs) if info is not None else {}
+        return bool(topic_config_value(self.config, overrides, "unclean.leader.election.enable"))
 
     async def controlled_shutdown(self, timeout: float = 10.0) -> None:
         """cluster: before a clean stop, move this broker's leaderships to other ISR members and

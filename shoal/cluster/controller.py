@@ -55,9 +55,12 @@ _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controlle
 # -- pure decisions -------------------------------------------------------------------------------
 
 
-def elect(p: PartitionInfo, alive: set[int]) -> tuple[int, tuple[int, ...]] | None:
+def elect(p: PartitionInfo, alive: set[int], unclean: bool = False) -> tuple[int, tuple[int, ...]] | None:
     """The (leader, ISR) partition ``p`` should have with ``alive`` brokers, or None when it
-    keeps what it has. Clean election only: the leader is an alive ISR member, else -1."""
+    keeps what it has. Clean election: the leader is an alive ISR member, else -1 (offline: no
+    acknowledged write is lost, the partition waits for an ISR member). ``unclean`` (the topic's
+    ``unclean.leader.election.enable``): with no ISR member alive, the first alive replica leads
+    alone, and what it lacks is lost."""
     if p.leader >= 0 and p.leader in alive:
         # the leader lives: the dead leave the ISR at once (Kafka's controller does this when it
         # fences a broker), rather than after replica.lag.time.max.ms of acks=all waiting
@@ -66,20 +69,26 @@ def elect(p: PartitionInfo, alive: set[int]) -> tuple[int, tuple[int, ...]] | No
         return p.leader, tuple(r for r in p.isr if r in alive)
     alive_isr = tuple(r for r in p.isr if r in alive)
     if not alive_isr:
+        if unclean:
+            out_of_sync = next((r for r in p.replicas if r in alive), None)
+            if out_of_sync is not None:
+                return out_of_sync, (out_of_sync,)
         return None if p.leader == -1 else (-1, p.isr)
     leader = next((r for r in p.replicas if r in alive_isr), alive_isr[0])
     return leader, alive_isr
 
 
-def leadership_change(image: MetadataImage, alive: set[int]) -> Result[int]:
-    """The change moving every partition whose leader is not ``alive`` (``elect``); its response
-    is the number of partitions changed."""
+def leadership_change(image: MetadataImage, alive: set[int],
+                      unclean: Callable[[str], bool] = lambda _topic: False) -> Result[int]:
+    """The change moving every partition whose leader is not ``alive`` (``elect``; ``unclean``
+    says per topic whether it allows an unclean election); its response is the number of
+    partitions changed."""
     topics = {}
     for name, topic in image.topics.items():
         parts = list(topic.partitions)
         moved = False
         for i, p in enumerate(parts):
-            chosen = elect(p, alive)
+            chosen = elect(p, alive, unclean(name) if p.leader not in alive else False)
             if chosen is None:
                 continue
             leader, isr = chosen
@@ -93,6 +102,83 @@ def leadership_change(image: MetadataImage, alive: set[int]) -> Result[int]:
         return unchanged(0)
     n = sum(1 for name in topics for a, b in zip(image.topics[name].partitions, topics[name].partitions) if a != b)
     return Result(Change(topics=topics), n)
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
+
+
+def election_change(
+    image: MetadataImage, election_type: int, wanted: list[tuple[str, int]] | None,
+) -> Result[dict[tuple[str, int], tuple[str, str | None]]]:
+    """ElectLeaders (KIP-460): the change electing leaders of ``wanted`` partitions (None: every
+    partition), and per partition ``(error code name, message)``, as Kafka's controller answers:
+
+    - PREFERRED: the first replica leads when it is alive and in the ISR (ELECTION_NOT_NEEDED when
+      it leads already, PREFERRED_LEADER_NOT_AVAILABLE otherwise);
+    - UNCLEAN: only a partition without a live leader gets one: an alive ISR member, else the
+      first alive replica (ELECTION_NOT_NEEDED when the leader lives; ELIGIBLE_LEADERS_NOT_AVAILABLE
+      when no replica is alive).
+    Unknown partitions are UNKNOWN_TOPIC_OR_PARTITION."""
+    alive = set(image.brokers)
+    results: dict[tuple[str, int], tuple[str, str | None]] = {}
+    topics: dict[str, Any] = {}
+    if wanted is None:
+        wanted = [(n, p.partition) for n, t in image.topics.items() for p in t.partitions]
+    for name, index in wanted:
+        topic = topics.get(name) or image.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            results[(name, index)] = ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+            continue
+        p = topic.partitions[index]
+        if election_type == PREFERRED:
+            preferred = p.replicas[0] if p.replicas else -1
+            if p.leader == preferred:
+                results[(name, index)] = ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+                continue
+            if preferred not in alive or preferred not in p.isr:
+                results[(name, index)] = ("PREFERRED_LEADER_NOT_AVAILABLE",
+                                          f"Failed to elect leader for partition {name}-{index} under strategy "
+                                          "PreferredReplicaPartitionLeaderElectionStrategy")
+                continue
+            leader, isr = preferred, p.isr
+        else:
+            if p.leader >= 0 and p.leader in alive:
+                results[(name, index)] = ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+                continue
+            chosen = elect(p, alive, unclean=True)
+            if chosen is None or chosen[0] < 0:
+                results[(name, index)] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE",
+                                          f"Failed to elect leader for partition {name}-{index} under strategy "
+                                          "UncleanPartitionLeaderElectionStrategy")
+                continue
+            leader, isr = chosen
+        parts = list(topic.partitions)
+        parts[index] = dataclasses.replace(p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + 1,
+                                           partition_epoch=p.partition_epoch + 1)
+        topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
+        results[(name, index)] = ("NONE", None)
+    return Result(Change(topics=topics) if topics else None, results)
+
+
+def preferred_rebalance(image: MetadataImage, imbalance_pct: int) -> list[tuple[str, int]]:
+    """``auto.leader.rebalance.enable``: the partitions to hand back to their preferred replica,
+    for every broker whose share of not-preferred leaderships among the partitions it is
+    preferred for exceeds ``leader.imbalance.per.broker.percentage`` (Kafka's
+    ``checkAndTriggerAutoLeaderRebalance``); only where the preferred replica is alive and in sync."""
+    preferred_of: dict[int, list[tuple[str, int, bool]]] = {}
+    for name, topic in image.topics.items():
+        for p in topic.partitions:
+            if p.replicas:
+                preferred_of.setdefault(p.replicas[0], []).append(
+                    (name, p.partition, p.leader != p.replicas[0] and p.replicas[0] in p.isr))
+    out = []
+    for node, parts in preferred_of.items():
+        if node not in image.brokers:
+            continue
+        movable = [(n, i) for n, i, off in parts if off]
+        if movable and len(movable) * 100 > imbalance_pct * len(parts):
+            out.extend(movable)
+    return out
 
 
 def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
@@ -167,7 +253,9 @@ class Controller:
     """One broker's part in the election, and the controller's work while it holds the key."""
 
     def __init__(self, store: "EtcdMetadataStore", node_id: int, session_timeout_ms: int,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 unclean: Callable[[MetadataImage, str], bool] = lambda _image, _topic: False,
+                 rebalance: Callable[[], tuple[bool, float, int]] = lambda: (False, 300.0, 10)) -> None:
         self.store = store
         self.backend = store.backend
         self.node_id = node_id
@@ -185,6 +273,11 @@ class Controller:
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
         self.backend.fence = self._fence
+        self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
+        # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
+        #        leader.imbalance.per.broker.percentage)
+        self._rebalance = rebalance
+        self._next_rebalance = monotonic() + rebalance()[1]
 
     @property
     def is_controller(self) -> bool:
@@ -231,6 +324,7 @@ class Controller:
                 if self.is_controller:
                     await self.probe()
                     await self.maintain()
+                    await self.rebalance_leaders()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # etcd unreachable (the store logs it), a lost race: next round
@@ -308,6 +402,26 @@ class Controller:
 
         await asyncio.gather(*(one(n, b.host, b.port) for n, b in others.items()))
 
+    async def rebalance_leaders(self) -> None:
+        """``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds``,
+        hand leadership back to preferred replicas on brokers above the imbalance threshold."""
+        enabled, interval, pct = self._rebalance()
+        now = self._monotonic()
+        if now < self._next_rebalance:
+            return
+        self._next_rebalance = now + interval
+        if not enabled:
+            return
+        wanted = preferred_rebalance(self.store.image, pct)
+        if not wanted:
+            return
+        with self.fenced():
+            results = await self.store.decide_and_commit(lambda img: election_change(img, PREFERRED, wanted))
+        moved = [f"{n}-{i}" for (n, i), (code, _m) in results.items() if code == "NONE"]
+        if moved:
+            log.info("controller: %d leadership(s) back to their preferred replica: %s", len(moved),
+                     ", ".join(moved[:20]) + (" ..." if len(moved) > 20 else ""))
+
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:
         for n, b in new.brokers.items():
             if old.brokers.get(n) is not b and n in self.refused:  # registered anew
@@ -323,12 +437,13 @@ class Controller:
         if state == self._checked:
             return  # nothing it depends on moved since the last look (2 ms per 6,000 partitions)
         alive = assumed_alive(image, self._seen, in_grace) - self.refused
-        if leadership_change(image, alive).change is None:
+        if leadership_change(image, alive, lambda t: self._unclean(image, t)).change is None:
             self._checked = state
             return
         with self.fenced():
             try:
-                n = await self.store.decide_and_commit(lambda img: leadership_change(img, alive))
+                n = await self.store.decide_and_commit(
+                    lambda img: leadership_change(img, alive, lambda t: self._unclean(img, t)))
             except MetadataError as e:
                 if e.code == "NOT_CONTROLLER":
                     log.warning("broker %d lost the controller key before its change: %s", self.node_id, e.message)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import uuid
 from types import MappingProxyType
 
-from shoal.cluster.controller import Observation, assumed_alive, elect, leadership_change, observe, shutdown_change
+from shoal.cluster.controller import (
+    PREFERRED, UNCLEAN, Observation, assumed_alive, elect, election_change, leadership_change, observe,
+    preferred_rebalance, shutdown_change,
+)
 from shoal.metadata import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 
 
@@ -81,3 +84,52 @@ def test_controlled_shutdown_moves_leaderships_and_leaves_every_isr():
     assert p2 == t.partitions[2]  # no other ISR member: it stays (clean election only)
     assert p3 == t.partitions[3]  # not its partition
     assert shutdown_change(_image({1, 2, 3}, [t]), 4).change is None
+
+
+def test_unclean_election_only_where_the_topic_allows_it():
+    p = P(1, [1, 2, 3], [1])  # only the dead leader was in sync
+    assert elect(p, {2, 3}) == (-1, (1,))  # clean: offline, nothing acknowledged is lost
+    assert elect(p, {2, 3}, unclean=True) == (2, (2,))  # the first live replica, alone in the ISR
+    assert elect(P(1, [1, 2, 3], [1, 3]), {2, 3}, unclean=True) == (3, (3,))  # an ISR member first
+    t = TopicInfo("t", uuid.uuid4(), (p,))
+    u = TopicInfo("u", uuid.uuid4(), (P(1, [1, 2], [1]),))
+    result = leadership_change(_image({2, 3}, [t, u]), {2, 3}, unclean=lambda name: name == "t")
+    assert result.change.topics["t"].partitions[0].leader == 2
+    assert result.change.topics["u"].partitions[0].leader == -1
+
+
+def test_preferred_election_moves_leadership_to_the_first_replica_when_it_can():
+    t = TopicInfo("t", uuid.uuid4(), (P(2, [1, 2, 3], [1, 2, 3], index=0), P(1, [1, 2], [1, 2], index=1),
+                                      P(2, [1, 2], [2], index=2), P(2, [3, 2], [3, 2], index=3)))
+    result = election_change(_image({1, 2}, [t]), PREFERRED, [("t", 0), ("t", 1), ("t", 2), ("t", 3), ("t", 9),
+                                                               ("nope", 0)])
+    assert result.response == {
+        ("t", 0): ("NONE", None),
+        ("t", 1): ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition."),
+        ("t", 2): ("PREFERRED_LEADER_NOT_AVAILABLE", result.response[("t", 2)][1]),  # 1 is not in sync
+        ("t", 3): ("PREFERRED_LEADER_NOT_AVAILABLE", result.response[("t", 3)][1]),  # 3 is not alive
+        ("t", 9): ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist."),
+        ("nope", 0): ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist."),
+    }
+    p0 = result.change.topics["t"].partitions[0]
+    assert (p0.leader, p0.isr, p0.leader_epoch, p0.partition_epoch) == (1, (1, 2, 3), 6, 10)
+
+
+def test_unclean_election_on_request_gives_a_leaderless_partition_a_live_replica():
+    t = TopicInfo("t", uuid.uuid4(), (P(-1, [1, 2], [1], index=0), P(2, [2, 1], [2, 1], index=1),
+                                      P(-1, [3], [3], index=2)))
+    result = election_change(_image({2}, [t]), UNCLEAN, None)
+    assert {k: v[0] for k, v in result.response.items()} == {
+        ("t", 0): "NONE", ("t", 1): "ELECTION_NOT_NEEDED", ("t", 2): "ELIGIBLE_LEADERS_NOT_AVAILABLE"}
+    p0 = result.change.topics["t"].partitions[0]
+    assert (p0.leader, p0.isr) == (2, (2,))
+
+
+def test_auto_rebalance_picks_brokers_above_the_imbalance_threshold():
+    # broker 1 is preferred for 5 partitions, 3 led elsewhere, 2 of them movable; broker 2 for 1, led
+    t = TopicInfo("t", uuid.uuid4(), (P(2, [1, 2], [1, 2], index=0), P(2, [1, 2], [2, 1], index=1),
+                                      P(1, [1, 2], [1, 2], index=2), P(1, [1, 2], [1, 2], index=3),
+                                      P(2, [2, 1], [2, 1], index=4), P(2, [1, 2], [2], index=5)))
+    img = _image({1, 2}, [t])
+    assert preferred_rebalance(img, 10) == [("t", 0), ("t", 1)]  # not 5: 1 is out of its ISR
+    assert preferred_rebalance(img, 50) == []  # 2 of 5 = 40% is under 50%

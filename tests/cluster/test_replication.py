@@ -276,3 +276,36 @@ def coordinator_of(bootstrap: str, group: str) -> int:
             return (await a.find_coordinator(group))[0]
 
     return run(ask())
+
+
+def test_kafka_python_elects_the_preferred_leader_back_and_describes_log_dirs(cluster):
+    from kafka import KafkaAdminClient
+
+    topic = f"preferred-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1)
+    preferred, replicas, _ = until(lambda: (p := partitions(cluster[1].bootstrap, topic)[0]) and len(p[2]) == 3 and p, 15)
+    assert preferred == replicas[0]
+    produce(cluster[1].bootstrap, topic, [b"p%03d" % i for i in range(50)])
+    cluster.stop(preferred)  # SIGTERM: leadership moves to another ISR member
+    other = next(n for n in (1, 2, 3) if n != preferred)
+    until(lambda: partitions(cluster[other].bootstrap, topic)[0][0] not in (-1, preferred), 30, "a new leader")
+    cluster.start_one(preferred)
+    until(lambda: sorted(partitions(cluster[other].bootstrap, topic)[0][2]) == [1, 2, 3], 60, "back in the ISR")
+    assert partitions(cluster[other].bootstrap, topic)[0][0] != preferred
+    admin = KafkaAdminClient(bootstrap_servers=cluster[other].bootstrap, request_timeout_ms=30000)
+    try:
+        r = admin.elect_leaders(0, {topic: [0]})  # preferred
+        assert [(x.topic, [(p.partition_id, p.error_code) for p in x.partition_result])
+                for x in r.replica_election_results] == [(topic, [(0, 0)])]
+        until(lambda: partitions(cluster[other].bootstrap, topic)[0][0] == preferred, 15, "the preferred leader")
+        r = admin.elect_leaders(0, {topic: [0]})  # again: nothing to do
+        assert r.replica_election_results[0].partition_result[0].error_code == KafkaError.ELECTION_NOT_NEEDED
+        dirs = admin.describe_log_dirs()  # every broker's log directory, and the replicas in it
+        found = {
+            d["broker"]: [(p["partition_index"], p["partition_size"] > 0, p["offset_lag"])
+                          for ld in d["log_dirs"] for t in ld["topics"] if t["name"] == topic for p in t["partitions"]]
+            for d in dirs
+        }
+        assert found == {1: [(0, True, 0)], 2: [(0, True, 0)], 3: [(0, True, 0)]}, found
+    finally:
+        admin.close()

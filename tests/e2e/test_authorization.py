@@ -574,6 +574,20 @@ async def offsets_for_leader_epoch_as_replica(env: Env, c: Caller, cl: AdminClie
     return await send(cl, 23, epoch_fields(c.n(T), replica_id=1))
 
 
+@row(35, "all", Expect(CLUSTER_DENIED), ((on_cluster(DESCRIBE),), Expect(
+    holds=lambda r: T in (names := [t["name"] for t in r["results"][0]["topics"]])
+    and not any(n.startswith("lkc-") for n in names))))  # its own topics, by their names
+async def describe_log_dirs(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 35, {"topics": None})
+
+
+@row(43, "preferred", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(
+    ErrorCode.election_not_needed, holds=lambda r: r["replica_election_results"][0]["topic"] == T)))
+async def elect_leaders(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 43, {"election_type": 0, "topic_partitions": [{"topic": c.n(T), "partitions": [0]}],
+                               "timeout": 5000})
+
+
 @row(47, "group and topic", Expect(GROUP_DENIED),
      ((allow(GROUP, G_TRIM, DELETE),), Expect(TOPIC_DENIED)),
      ((allow(TOPIC, T, READ),), OK))

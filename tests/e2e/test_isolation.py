@@ -826,6 +826,34 @@ async def describe_cluster(w: World, _: str) -> None:
     assert {**ra, "cluster_id": ""} == {**rb, "cluster_id": ""}
 
 
+@row(23, "name", "physical")
+async def offsets_for_leader_epoch(w: World, how: str) -> None:
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    await like_missing(w, w.b, 23, lambda t: {"replica_id": -1, "topics": [{"topic": t, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}, {"t": attack}, {"t": missing})
+
+
+@row(35, "name", "physical")
+async def describe_log_dirs(w: World, how: str) -> None:
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    await like_missing(w, w.b, 35, lambda t: {"topics": [{"topic": t, "partitions": [0]}]},
+                       {"t": attack}, {"t": missing}, ignore=frozenset({"usable_bytes"}))  # the disk moves
+
+
+@row(35, "all topics")
+async def describe_log_dirs_all(w: World, _: str) -> None:
+    async with w.b.client() as c:
+        r = plain(await send(c, 35, {"topics": None}))
+    assert_no_leak(w, r, "DescribeLogDirs of every topic")
+
+
+@row(43, "name", "physical")
+async def elect_leaders(w: World, how: str) -> None:
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    await like_missing(w, w.b, 43, lambda t: {"election_type": 0, "topic_partitions": [
+        {"topic": t, "partitions": [0]}], "timeout": 5000}, {"t": attack}, {"t": missing})
+
+
 @row(61, "name", "physical")
 async def describe_producers(w: World, how: str) -> None:
     attack, missing = ways(w, SECRET, "nosuch-t")[how]
