@@ -8,6 +8,13 @@ can make progress past a batch larger than its limits (Kafka's KIP-74 rule).
 If fewer than ``min_bytes`` are ready the request waits in the purgatory until a producer appends
 to one of its partitions or ``max_wait`` passes, then answers with what there is.
 
+A follower's fetch (``replica_id`` >= 0, CLUSTER_ACTION in the physical view) reads up to the log
+end, not the high watermark; its fetch offset tells the leader what it has (the high watermark and
+the ISR may move: ``ReplicaManager.follower_fetched``), and a ``last_fetched_epoch`` whose epoch
+ends earlier here is answered with a ``diverging_epoch`` to truncate to (KIP-320). Every fetch's
+``current_leader_epoch`` is checked: FENCED_LEADER_EPOCH when older than the leader's,
+UNKNOWN_LEADER_EPOCH when newer.
+
 Scoped: topic names and ids are the tenant's (``ctx.scope``): another tenant's topic id is
 UNKNOWN_TOPIC_ID, its name resolves to this tenant's own (missing) topic. Reading needs READ on the
 topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does); a replica's fetch
@@ -17,8 +24,7 @@ to the scope and principal that created it: any other caller gets FETCH_SESSION_
 
 Deviations from Kafka:
 - READ_COMMITTED reads up to the high watermark: there are no transactions yet, so LSO == HWM.
-- The follower fields (replica_state, diverging epochs) are answered as a consumer's; replication
-  is a later issue.
+- No preferred read replica (follower fetching for consumers, KIP-392, is the multi-region issue).
 - Quotas: the fetch quota counts the record bytes of the response (Kafka: the whole response's
   size), and a fetch throttled only by the request quota keeps its data (Kafka empties it too).
 """
