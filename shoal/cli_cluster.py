@@ -1,7 +1,8 @@
 """``shoal cluster describe``: the cluster as its brokers report it, over the wire protocol
 (Metadata, through :mod:`shoal.client`): the cluster id, the controller, the live brokers with
 their racks and endpoints, and per broker the partitions it leads and hosts; partitions without a
-leader (offline) are listed apart. ``--json`` prints the same as one JSON document.
+leader (offline) and under-replicated partitions (an ISR smaller than the replicas: a follower is
+down or behind) are listed apart. ``--json`` prints the same as one JSON document.
 
 Exit status as every admin command (:mod:`shoal.cli_admin`).
 """
@@ -31,7 +32,7 @@ def summarize(md: Any) -> dict[str, Any]:
         node: {"node_id": node, "host": host, "port": port, "rack": rack, "leader_of": [], "replicas": 0}
         for node, (host, port, rack) in sorted(md.brokers.items())
     }
-    offline = []
+    offline, under = [], []
     for name, topic in sorted(md.topics.items()):
         if not hasattr(topic, "partitions"):
             continue  # an error for this topic
@@ -41,11 +42,13 @@ def summarize(md: Any) -> dict[str, Any]:
                 brokers[p.leader]["leader_of"].append(tp)
             else:
                 offline.append({"partition": tp, "leader": p.leader, "replicas": list(p.replicas)})
+            if p.leader in brokers and len(p.isr) < len(p.replicas):
+                under.append({"partition": tp, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isr)})
             for r in p.replicas:
                 if r in brokers:
                     brokers[r]["replicas"] += 1
     return {"cluster_id": md.cluster_id, "controller_id": md.controller_id,
-            "brokers": list(brokers.values()), "offline_partitions": offline}
+            "brokers": list(brokers.values()), "offline_partitions": offline, "under_replicated_partitions": under}
 
 
 def render(d: dict[str, Any], partitions: bool = False) -> str:
@@ -62,6 +65,11 @@ def render(d: dict[str, Any], partitions: bool = False) -> str:
         lines.append(f"{len(d['offline_partitions'])} offline partition(s) (no live leader):")
         for p in d["offline_partitions"]:
             lines.append(f"  {p['partition']} replicas {','.join(map(str, p['replicas']))}")
+    if d["under_replicated_partitions"]:
+        lines.append(f"{len(d['under_replicated_partitions'])} under-replicated partition(s) (ISR smaller than the replicas):")
+        for p in d["under_replicated_partitions"]:
+            lines.append(f"  {p['partition']} leader {p['leader']} replicas {','.join(map(str, p['replicas']))} "
+                         f"isr {','.join(map(str, p['isr']))}")
     return "\n".join(lines)
 
 

@@ -8,6 +8,9 @@ leaves the ISR within seconds); the tests that kill brokers bring them back."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -173,6 +176,11 @@ def test_min_insync_replicas_refuses_what_the_isr_cannot_hold(cluster):
     cluster.kill(victim)
     try:
         until(lambda: victim not in partitions(cluster[leader].bootstrap, topic)[0][2], 30, "the ISR shrinks")
+        described = subprocess.run([sys.executable, "-m", "shoal", "cluster", "describe", "--json",
+                                    "--bootstrap-server", cluster[leader].bootstrap],
+                                   capture_output=True, text=True, timeout=60)
+        under = {p["partition"]: p for p in json.loads(described.stdout)["under_replicated_partitions"]}
+        assert victim not in under[f"{topic}-0"]["isr"] and victim in under[f"{topic}-0"]["replicas"]
         errors: list[KafkaError] = []
         p = Producer({"bootstrap.servers": cluster[leader].bootstrap, "acks": "all", "log_level": 2,
                       "message.timeout.ms": 3000, "retries": 0})
