@@ -53,6 +53,14 @@ class PartitionInfo:
     leader: int  # -1 when there is none
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # An ongoing reassignment (KIP-455; KRaft's PartitionRegistration addingReplicas /
+    # removingReplicas): ``replicas`` is then target + the current replicas not in it.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ def partition_to_json(p: PartitionInfo) -> dict[str, Any]:
         "leader": p.leader,
         "leader_epoch": p.leader_epoch,
         "partition_epoch": p.partition_epoch,
+        # a reassignment's fields only while one runs: data stored before them reads the same
+        **({"adding": list(p.adding), "removing": list(p.removing)} if p.reassigning else {}),
     }
 
 
@@ -39,6 +41,8 @@ def partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
         leader=int(d["leader"]),
         leader_epoch=int(d.get("leader_epoch", 0)),
         partition_epoch=int(d.get("partition_epoch", 0)),
+        adding=tuple(int(r) for r in d.get("adding", ())),
+        removing=tuple(int(r) for r in d.get("removing", ())),
     )
 
 

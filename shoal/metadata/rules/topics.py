@@ -98,8 +98,8 @@ def update_partition(
         raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
     p = topic.partitions[partition]
     new_leader = p.leader if leader is None else leader
-    np = PartitionInfo(
-        partition=p.partition,
+    np = dataclasses.replace(
+        p,
         replicas=p.replicas if replicas is None else tuple(replicas),
         isr=p.isr if isr is None else tuple(isr),
         leader=new_leader,
@@ -150,3 +150,125 @@ def alter_isr(
     parts = list(topic.partitions)
     parts[partition] = np
     return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
+
+
+# -- reassignment (KIP-455) -----------------------------------------------------------------------
+
+
+def _with_partition(image: MetadataImage, name: str, np: PartitionInfo) -> Change:
+    topic = image.topics[name]
+    parts = list(topic.partitions)
+    parts[np.partition] = np
+    return Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))})
+
+
+def _existing_partition(image: MetadataImage, name: str, partition: int) -> PartitionInfo:
+    topic = existing_topic(image, name)
+    if not 0 <= partition < len(topic.partitions):
+        raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
+    return topic.partitions[partition]
+
+
+def start_reassignment(
+    image: MetadataImage, name: str, partition: int, target: tuple[int, ...]
+) -> Result[PartitionInfo]:
+    """AlterPartitionReassignments with a target (KRaft's ``PartitionReassignmentReplicas``):
+    replicas = target + the current replicas not in it (in that order), adding = target -
+    current, removing = current - target; leader and ISR unchanged, partition epoch bumped. The
+    adding replicas start as followers and catch up; :func:`complete_reassignment` finishes.
+    A partition already being reassigned gets the new target, computed against its current
+    replicas (Kafka's override). A target that is empty, repeats a broker or names an
+    unregistered one: INVALID_REPLICA_ASSIGNMENT. A target equal to the replicas of a partition
+    not being reassigned changes nothing."""
+    p = _existing_partition(image, name, partition)
+    target = tuple(int(r) for r in target)
+    if not target:
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT", f"{name}-{partition}: the target replica list is empty.")
+    if len(set(target)) != len(target):
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT", f"{name}-{partition}: duplicate brokers in {list(target)}.")
+    unknown = [r for r in target if r not in image.brokers]
+    if unknown:
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"{name}-{partition}: brokers {unknown} of {list(target)} are not registered.")
+    current = p.replicas
+    replicas = target + tuple(r for r in current if r not in target)
+    adding = tuple(r for r in target if r not in current)
+    removing = tuple(r for r in current if r not in target)
+    if (replicas, adding, removing) == (p.replicas, p.adding, p.removing):
+        return unchanged(p)
+    np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing,
+                             partition_epoch=p.partition_epoch + 1)
+    return Result(_with_partition(image, name, np), np)
+
+
+def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Result[PartitionInfo]:
+    """AlterPartitionReassignments with a null target (KRaft's ``PartitionReassignmentRevert``):
+    back to the replicas before it (current - adding), the ISR without the adding replicas,
+    adding/removing cleared; a leader that was an adding replica hands over to the first remaining
+    ISR member (a new leader epoch). An ISR left empty takes the first original replica (Kafka does
+    the same, as an unclean choice). NO_REASSIGNMENT_IN_PROGRESS when none runs."""
+    p = _existing_partition(image, name, partition)
+    if not p.reassigning:
+        raise MetadataError("NO_REASSIGNMENT_IN_PROGRESS", f"{name}-{partition} is not being reassigned.")
+    replicas = tuple(r for r in p.replicas if r not in p.adding)
+    isr = tuple(r for r in p.isr if r not in p.adding) or replicas[:1]
+    leader = p.leader if p.leader in replicas else next((r for r in replicas if r in isr), -1)
+    np = dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, adding=(), removing=(),
+                             leader_epoch=p.leader_epoch + (leader != p.leader),
+                             partition_epoch=p.partition_epoch + 1)
+    return Result(_with_partition(image, name, np), np)
+
+
+def reassignment_done(p: PartitionInfo) -> bool:
+    """A reassignment may complete once every target replica is in the ISR (KRaft's
+    ``maybeCompleteReassignment``; so every adding one is, and the ISR left is not empty)."""
+    return p.reassigning and all(r in p.isr for r in p.replicas if r not in p.removing)
+
+
+def complete_reassignment(p: PartitionInfo) -> PartitionInfo | None:
+    """The partition after its reassignment completes (None while it may not: see
+    :func:`reassignment_done`): replicas = target, ISR = ISR ∩ target, adding/removing cleared;
+    a leader outside the target hands over to the first target replica in the ISR (a new leader
+    epoch), as KRaft's PartitionChangeBuilder elects when the leader is removed."""
+    if not reassignment_done(p):
+        return None
+    target = tuple(r for r in p.replicas if r not in p.removing)
+    isr = tuple(r for r in p.isr if r in target)
+    leader = p.leader if p.leader in target else next(r for r in target if r in isr)
+    return dataclasses.replace(p, replicas=target, isr=isr, leader=leader, adding=(), removing=(),
+                               leader_epoch=p.leader_epoch + (leader != p.leader),
+                               partition_epoch=p.partition_epoch + 1)
+
+
+def complete_reassignments(image: MetadataImage) -> Result[list[tuple[str, int]]]:
+    """Every reassignment that may complete, as one change; the response names the partitions."""
+    topics = {}
+    done = []
+    for name, topic in image.topics.items():
+        parts = list(topic.partitions)
+        for i, p in enumerate(parts):
+            np = complete_reassignment(p) if p.reassigning else None
+            if np is not None:
+                parts[i] = np
+                done.append((name, p.partition))
+                topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
+    if not topics:
+        return unchanged([])
+    return Result(Change(topics=topics), done)
+
+
+def ongoing_reassignments(
+    image: MetadataImage, wanted: list[tuple[str, int]] | None = None
+) -> list[tuple[str, PartitionInfo]]:
+    """ListPartitionReassignments: (topic, partition) of every partition being reassigned, or of
+    those of ``wanted`` that are (unknown ones are left out, as Kafka does)."""
+    out = []
+    if wanted is None:
+        for name, topic in image.topics.items():
+            out.extend((name, p) for p in topic.partitions if p.reassigning)
+        return out
+    for name, index in wanted:
+        topic = image.topics.get(name)
+        if topic is not None and 0 <= index < len(topic.partitions) and topic.partitions[index].reassigning:
+            out.append((name, topic.partitions[index]))
+    return out
