@@ -385,11 +385,13 @@ def _read_all(svc, targets, max_bytes: int, follower: bool) -> tuple[dict, int, 
 def _divergence(plog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
     """KIP-320 on the leader: where a follower whose last batch has ``last_fetched_epoch`` and
     whose log ends at ``fetch_offset`` diverges from this log, or None when it does not. The
-    follower's epoch ends earlier here (or is older than every epoch here): it must truncate to
-    the answer, bounded by its own end of that epoch (``shoal.replica.fetcher``)."""
+    follower's epoch ends earlier here, is unknown here (above every epoch here: the answer is this
+    log's latest epoch and end), or is older than every epoch here: it must truncate to the
+    answer, bounded by its own end of that epoch (``shoal.replica.fetcher``)."""
     epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
-    if epoch < 0 or end < 0:  # older than the log's first epoch: keep at most the log start
-        return last_fetched_epoch, plog.log_start_offset
+    if epoch < 0 or end < 0:  # an epoch above every epoch here: agree up to the end of the latest
+        latest = plog.latest_epoch
+        return (latest, plog.log_end_offset) if latest >= 0 else (last_fetched_epoch, plog.log_start_offset)
     if epoch < last_fetched_epoch or end < fetch_offset:
         return epoch, end
     return None

@@ -16,9 +16,9 @@ and learns the high watermark from the leader.
   leader's end offset for it (``_truncation_offset``), and fetches again from there.
 - Out of range: a follower behind the leader's log start starts again at it (its log emptied);
   one ahead of the leader's log truncates to the leader's high watermark and fetches on.
-- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION: the partition waits
-  for the next metadata image (which moves it to another fetcher, or confirms this leader);
-  UNKNOWN_LEADER_EPOCH (the leader has not seen its epoch yet): retried after the backoff.
+- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_LEADER_EPOCH
+  (images reach brokers at slightly different times): retried after ``replica.fetch.backoff.ms``,
+  or at once when the next image moves the partition to another leader or epoch.
 
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
 leader's do). Deviation from Kafka: no fetch sessions between brokers (each fetch lists every
@@ -52,7 +52,6 @@ class _Fetching:
     partition: "Partition"
     leader_epoch: int  # the epoch of the leader we fetch from, as the image says
     delayed_until: float = 0.0  # loop time: after an error, skip until then
-    parked: bool = False  # waiting for a new image (the leader said it does not lead)
 
 
 def _truncation_offset(part: "Partition", leader_epoch: int, leader_end: int) -> int:
@@ -131,10 +130,10 @@ class ReplicaFetcher:
             cfg = self.manager.config()
             backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000.0
             now = loop.time()
-            ready = {k: f for k, f in self.partitions.items() if not f.parked and f.delayed_until <= now}
+            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
             if not ready:
                 self._wake.clear()
-                delays = [f.delayed_until - now for f in self.partitions.values() if not f.parked]
+                delays = [f.delayed_until - now for f in self.partitions.values()]
                 try:
                     await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
                 except asyncio.TimeoutError:
@@ -238,7 +237,9 @@ class ReplicaFetcher:
             return
         if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                     ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
-            f.parked = True  # until the next image says who leads
+            # the leader has not seen the image that makes it leader yet, or another broker leads
+            # now: the next image re-targets it (sync); meanwhile ask again after the backoff
+            f.delayed_until = retry_at
             return
         if code != ErrorCode.unknown_leader_epoch:
             log.warning("%s-%d: leader %d answered %s", part.topic, part.index, self.leader_id, ErrorCode(code).name)
@@ -292,7 +293,7 @@ class FetcherManager:
     def sync(self) -> None:
         """Follow the hosted partitions' roles: every partition this broker follows (a live
         leader elsewhere) is in exactly one fetcher, that of its leader; a new leader epoch
-        starts it afresh (un-parked). Fetchers left without partitions stop."""
+        starts it afresh (no backoff). Fetchers left without partitions stop."""
         if not self._running:
             return
         fetchers = int(self.config().get("num.replica.fetchers"))
@@ -309,9 +310,6 @@ class FetcherManager:
                     del fetcher.partitions[key]
                 elif f.leader_epoch != f.partition.info.leader_epoch:
                     fetcher.partitions[key] = _Fetching(f.partition, f.partition.info.leader_epoch)
-                    fetcher.wake()
-                elif f.parked:
-                    f.parked = False
                     fetcher.wake()
         for key, (fid, part) in wanted.items():
             fetcher = self.fetchers.get(fid)
