@@ -138,9 +138,11 @@ class QuotaCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families: dict[str, GaugeMetricFamily] = {}
+        replicas = getattr(self.broker, "replicas", None)
         samples = itertools.chain(quota_metric_values(self.broker.quotas, self.broker.clock.now_ms()),
                                   protection_metric_values(getattr(self.broker, "protection", None)),
-                                  login_metric_values(_backoff(self.broker)))
+                                  login_metric_values(_backoff(self.broker)),
+                                  replicas.metric_values() if replicas is not None else ())
         for name, doc, labels, value in samples:
             keys = sorted(labels)
             fam = families.get(name)

@@ -63,6 +63,8 @@ class ReplicaManager:
         # the metadata store's ``alter_isr`` (Kafka's AlterPartition); None: ISRs never change
         self._alter_isr = alter_isr
         self._isr_tasks: set[asyncio.Task[None]] = set()
+        self.isr_shrinks = 0  # ISR changes committed by this broker as leader (metrics)
+        self.isr_expands = 0
         self._isr_task: asyncio.Task[None] | None = None
         from shoal.replica.fetcher import FetcherManager
 
@@ -189,6 +191,10 @@ class ReplicaManager:
                 await self._alter_isr(part.topic, part.index, leader=self.node_id, leader_epoch=info.leader_epoch,
                                       partition_epoch=info.partition_epoch, isr=isr)
                 log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, list(info.isr), list(isr), why)
+                if len(isr) < len(info.isr):
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
             except Exception as e:  # fenced, stale, or the store is unreachable: retried later
                 log.warning("%s-%d: cannot change the ISR %s -> %s: %s", part.topic, part.index, list(info.isr),
                             list(isr), e)
@@ -223,6 +229,37 @@ class ReplicaManager:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def metric_values(self) -> Iterator[tuple[str, str, dict[str, str], float]]:
+        """Kafka's ReplicaManager gauges and meters, read at scrape time (``shoal.admin.metrics``):
+        (name, help, labels, value)."""
+        parts = list(self._partitions.values())
+        led = [p for p in parts if p.is_leader]
+        under = sum(1 for p in led if len(p.info.isr) < len(p.info.replicas))
+        below_min = sum(1 for p in led if len(p.info.isr) < p.log.config.min_insync_replicas)
+        lag = max((p.log_end_offset - max(f.log_end_offset, 0) for p in led for r, f in p.followers.items()
+                   if r in p.info.isr), default=0)
+        yield "shoal_replica_partitions", "partition replicas this broker hosts (leader or follower)", {}, float(len(parts))
+        yield "shoal_replica_leader_partitions", "partitions this broker leads", {}, float(len(led))
+        yield ("shoal_replica_under_replicated_partitions",
+               "partitions this broker leads whose ISR is smaller than their replicas", {}, float(under))
+        yield ("shoal_replica_under_min_isr_partitions",
+               "partitions this broker leads whose ISR is below min.insync.replicas (acks=all refused)", {},
+               float(below_min))
+        yield ("shoal_replica_isr_shrinks", "ISR shrinks committed by this broker as leader since start", {},
+               float(self.isr_shrinks))
+        yield ("shoal_replica_isr_expands", "ISR expansions committed by this broker as leader since start", {},
+               float(self.isr_expands))
+        yield ("shoal_replica_max_follower_lag_messages",
+               "the largest number of offsets an in-sync follower of this broker's partitions lacks", {}, float(lag))
+        for (leader, index), fetcher in self.fetchers.fetchers.items():
+            labels = {"leader": str(leader), "fetcher": str(index)}
+            yield ("shoal_replica_fetcher_partitions", "partitions a replica fetcher follows", labels,
+                   float(len(fetcher.partitions)))
+            yield ("shoal_replica_fetcher_requests", "fetches a replica fetcher got answered since start", labels,
+                   float(fetcher.fetches))
 
     # -- log configs -----------------------------------------------------------------------
 
@@ -318,7 +355,11 @@ class ReplicaManager:
         for p in topic.partitions:
             key = (topic.name, p.partition)
             if self.node_id not in p.replicas:
-                self._partitions.pop(key, None)  # reassigned away (the log goes with the topic)
+                # reassigned away (KIP-455): stop hosting it and delete the log (StopReplica delete=true)
+                if self._partitions.pop(key, None) is not None or self.logs.get(topic.name, p.partition) is not None:
+                    self.logs.delete_partition(topic.name, p.partition)
+                    log.info("%s-%d: no longer a replica here (replicas %s): log deleted", topic.name, p.partition,
+                             list(p.replicas))
                 continue
             plog = self.logs.get(topic.name, p.partition)
             if plog is None:

@@ -149,6 +149,10 @@ async def test_isr_expands_when_a_follower_catches_up_and_shrinks_when_it_lags(t
     await asyncio.sleep(0)
     assert proposals[-1] == ("t", 1, 1, 0, 1, (1,))
     assert p.high_watermark == 3  # the pending shrink does not move it: the ISR is still (1, 2)
+    values = {name: v for name, _help, _labels, v in m.metric_values()}
+    assert values["shoal_replica_leader_partitions"] == 2 and values["shoal_replica_under_replicated_partitions"] == 0
+    assert values["shoal_replica_max_follower_lag_messages"] == 1  # follower 2 has 3 of 4
+    assert values["shoal_replica_isr_expands"] == 1  # committed (the fake store accepted it)
     logs.close()
 
 
