@@ -38,11 +38,12 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import offsets_for_leader_epoch  # replica: KIP-101/279/320
     from shoal.handlers import elect_leaders  # replica: KIP-183/460
     from shoal.handlers import describe_log_dirs  # replica: sizes and lags of hosted replicas
+    from shoal.handlers import reassignments  # replica: KIP-455 Alter/ListPartitionReassignments
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
-        elect_leaders, describe_log_dirs,
+        elect_leaders, describe_log_dirs, reassignments,
     ]
 
 

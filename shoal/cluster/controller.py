@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
+from shoal.metadata.rules import topics as topic_rules
 
 if TYPE_CHECKING:
     from shoal.metadata.etcd import EtcdMetadataStore
@@ -269,6 +270,7 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._last_error = 0.0
         self._checked: tuple[Any, ...] | None = None  # what maintain() last found nothing to do on
+        self._reassignments_checked = -1  # the image epoch complete_reassignments() found none on
         # fast death detection: registered brokers whose port refused the controller's probes
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
@@ -324,6 +326,7 @@ class Controller:
                 if self.is_controller:
                     await self.probe()
                     await self.maintain()
+                    await self.complete_reassignments()
                     await self.rebalance_leaders()
             except asyncio.CancelledError:
                 raise
@@ -421,6 +424,21 @@ class Controller:
         if moved:
             log.info("controller: %d leadership(s) back to their preferred replica: %s", len(moved),
                      ", ".join(moved[:20]) + (" ..." if len(moved) > 20 else ""))
+
+    async def complete_reassignments(self) -> None:
+        """KIP-455: every reassignment whose target replicas are all in the ISR ends (replicas =
+        target, the removed replicas leave; ``topic_rules.complete_reassignments``), as one
+        fenced change, within a ``POLL_S`` of the leader's AlterPartition adding the last one."""
+        image = self.store.image
+        if image.epoch == self._reassignments_checked:
+            return
+        if topic_rules.complete_reassignments(image).change is None:
+            self._reassignments_checked = image.epoch
+            return
+        with self.fenced():
+            done = await self.store.decide_and_commit(topic_rules.complete_reassignments)
+        if done:
+            log.info("controller: reassignment of %s complete", ", ".join(f"{n}-{i}" for n, i in done[:20]))
 
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:
         for n, b in new.brokers.items():

@@ -588,6 +588,18 @@ async def elect_leaders(env: Env, c: Caller, cl: AdminClient) -> Any:
                                "timeout": 5000})
 
 
+@row(45, "cancel", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(
+    ErrorCode.no_reassignment_in_progress, holds=lambda r: r["responses"][0]["name"] == T)))
+async def alter_partition_reassignments(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 45, {"timeout": 5000, "topics": [{"name": c.n(T), "partitions": [
+        {"partition_index": 0, "replicas": None}]}]})
+
+
+@row(46, "all", Expect(CLUSTER_DENIED), ((on_cluster(DESCRIBE),), Expect(holds=lambda r: r["topics"] == [])))
+async def list_partition_reassignments(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 46, {"timeout": 5000, "topics": None})
+
+
 @row(47, "group and topic", Expect(GROUP_DENIED),
      ((allow(GROUP, G_TRIM, DELETE),), Expect(TOPIC_DENIED)),
      ((allow(TOPIC, T, READ),), OK))

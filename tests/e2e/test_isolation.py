@@ -854,6 +854,28 @@ async def elect_leaders(w: World, how: str) -> None:
         {"topic": t, "partitions": [0]}], "timeout": 5000}, {"t": attack}, {"t": missing})
 
 
+@row(45, "name", "physical")
+async def alter_partition_reassignments(w: World, how: str) -> None:
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    for target in (None, [1]):  # cancel, and a move
+        await like_missing(w, w.b, 45, lambda t: {"timeout": 5000, "topics": [{"name": t, "partitions": [
+            {"partition_index": 0, "replicas": target}]}]}, {"t": attack}, {"t": missing})
+
+
+@row(46, "name", "physical")
+async def list_partition_reassignments(w: World, how: str) -> None:
+    attack, missing = ways(w, SECRET, "nosuch-t")[how]
+    await like_missing(w, w.b, 46, lambda t: {"timeout": 5000, "topics": [{"name": t, "partition_indexes": [0]}]},
+                       {"t": attack}, {"t": missing})
+
+
+@row(46, "all topics")
+async def list_partition_reassignments_all(w: World, _: str) -> None:
+    async with w.b.client() as c:
+        r = plain(await send(c, 46, {"timeout": 5000, "topics": None}))
+    assert_no_leak(w, r, "ListPartitionReassignments of every topic")
+
+
 @row(61, "name", "physical")
 async def describe_producers(w: World, how: str) -> None:
     attack, missing = ways(w, SECRET, "nosuch-t")[how]

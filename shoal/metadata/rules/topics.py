@@ -272,3 +272,28 @@ def ongoing_reassignments(
         if topic is not None and 0 <= index < len(topic.partitions) and topic.partitions[index].reassigning:
             out.append((name, topic.partitions[index]))
     return out
+
+
+def alter_reassignments(
+    image: MetadataImage, wanted: list[tuple[str, int, tuple[int, ...] | None]]
+) -> Result[dict[tuple[str, int], tuple[str, str | None]]]:
+    """AlterPartitionReassignments: each ``(topic, partition, target or None to cancel)`` decided
+    in turn (:func:`start_reassignment`, :func:`cancel_reassignment`), one change for all; per
+    partition ``(error code name, message)``, NONE when accepted."""
+    work = image
+    changed: dict[str, TopicInfo | None] = {}
+    results: dict[tuple[str, int], tuple[str, str | None]] = {}
+    for name, index, target in wanted:
+        try:
+            if target is None:
+                r = cancel_reassignment(work, name, index)
+            else:
+                r = start_reassignment(work, name, index, target)
+        except MetadataError as e:
+            results[(name, index)] = (e.code, e.message)
+            continue
+        if r.change is not None:
+            work = r.change.apply(work)
+            changed[name] = work.topics[name]
+        results[(name, index)] = ("NONE", None)
+    return Result(Change(topics=changed) if changed else None, results)
