@@ -4,7 +4,20 @@ their racks and endpoints, and per broker the partitions it leads and hosts; par
 leader (offline) and under-replicated partitions (an ISR smaller than the replicas: a follower is
 down or behind) are listed apart. ``--json`` prints the same as one JSON document.
 
-Exit status as every admin command (:mod:`shoal.cli_admin`).
+``shoal cluster reassign`` is Kafka's ``kafka-reassign-partitions.sh`` over
+AlterPartitionReassignments / ListPartitionReassignments, with its reassignment JSON
+(``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``): ``--execute``
+prints the current assignment (the JSON to roll back with) and starts the moves; with
+``--throttle BYTES`` it first sets ``leader.replication.throttled.rate`` and
+``follower.replication.throttled.rate`` on every broker involved and the topics'
+``leader.replication.throttled.replicas`` (the current replicas) and
+``follower.replication.throttled.replicas`` (the new ones); ``--verify`` says per partition
+whether its move is complete and, once all are, removes those throttles; ``--cancel`` cancels
+the moves and removes them. ``shoal cluster elect-leaders`` is ``kafka-leader-election.sh``
+(ElectLeaders: PREFERRED or UNCLEAN, one partition or all).
+
+Exit status as every admin command (:mod:`shoal.cli_admin`); elect-leaders exits 1 when a
+partition could not get a leader, reassign --verify when a move is not complete.
 """
 
 from __future__ import annotations
@@ -24,6 +37,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--partitions", action="store_true", help="name every partition a broker leads")
     add_connection_args(p)
     p.set_defaults(func=cmd_cluster)
+    p = sub.add_parser("reassign", help="move partitions' replicas (Kafka's reassignment JSON)")
+    p.add_argument("--reassignment-json-file", required=True, metavar="FILE",
+                   help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}')
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--execute", action="store_true", help="start the reassignments the file describes")
+    action.add_argument("--verify", action="store_true",
+                        help="report whether they are complete; once all are, remove the throttles")
+    action.add_argument("--cancel", action="store_true", help="cancel them and remove the throttles")
+    p.add_argument("--throttle", type=int, default=-1, metavar="BYTES",
+                   help="with --execute: replication throttle in bytes/s for the moving replicas")
+    add_connection_args(p)
+    p.set_defaults(func=cmd_reassign)
+    p = sub.add_parser("elect-leaders", help="elect preferred (or, unclean, any) leaders (ElectLeaders)")
+    p.add_argument("--election-type", required=True, type=str.upper, choices=["PREFERRED", "UNCLEAN"])
+    p.add_argument("--topic", help="the topic of --partition")
+    p.add_argument("--partition", type=int, help="the partition to elect a leader for")
+    p.add_argument("--all-topic-partitions", action="store_true", help="every partition")
+    add_connection_args(p)
+    p.set_defaults(func=cmd_elect_leaders)
 
 
 def summarize(md: Any) -> dict[str, Any]:
@@ -80,3 +112,176 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return 0
 
     return run_admin(args, f"shoal cluster {args.cluster_command}", "shoal-cluster", job)
+
+
+# -- reassign (kafka-reassign-partitions.sh) -------------------------------------------------------
+
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def parse_reassignment(text: str) -> dict[tuple[str, int], list[int]]:
+    """Kafka's reassignment JSON -> {(topic, partition): target replicas}; ValueError says what is
+    wrong (``log_dirs`` is accepted and ignored: one log directory per broker)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    parts = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(parts, list) or not parts:
+        raise ValueError('expected {"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}, ...]}')
+    out: dict[tuple[str, int], list[int]] = {}
+    for i, p in enumerate(parts):
+        if not (isinstance(p, dict) and isinstance(p.get("topic"), str) and type(p.get("partition")) is int
+                and isinstance(p.get("replicas"), list) and all(type(r) is int for r in p["replicas"])):
+            raise ValueError(f"partitions[{i}]: expected topic (string), partition (int), replicas (ints): {p}")
+        key = (p["topic"], p["partition"])
+        if key in out:
+            raise ValueError(f"partition {key[0]}-{key[1]} is listed twice")
+        out[key] = list(p["replicas"])
+    return out
+
+
+def throttle_plan(current: dict[tuple[str, int], list[int]], targets: dict[tuple[str, int], list[int]]
+                  ) -> tuple[set[int], dict[str, dict[str, str]]]:
+    """Kafka's throttles for a reassignment: the brokers whose rates are set (every current and
+    target replica), and per topic ``leader.replication.throttled.replicas`` (the current replicas
+    of its moving partitions, as ``partition:broker``) and ``follower.replication.throttled.replicas``
+    (their new replicas)."""
+    brokers: set[int] = set()
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for (topic, p), target in sorted(targets.items()):
+        now = current.get((topic, p), [])
+        if target == now:
+            continue
+        brokers.update(now, target)
+        leader.setdefault(topic, []).extend(f"{p}:{b}" for b in now)
+        follower.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in now)
+    return brokers, {t: {THROTTLED_REPLICAS[0]: ",".join(leader[t]), THROTTLED_REPLICAS[1]: ",".join(follower.get(t, []))}
+                     for t in leader}
+
+
+def _name(key: tuple[str, int]) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+async def _current(client: Any, topics: set[str]) -> dict[tuple[str, int], list[int]]:
+    md = await client.metadata(sorted(topics))
+    return {(name, p.partition): list(p.replicas) for name, t in md.topics.items() if hasattr(t, "partitions")
+            for p in t.partitions}
+
+
+async def _clear_throttles(client: Any, topics: set[str]) -> None:
+    from shoal.client import OP_DELETE, RESOURCE_BROKER, RESOURCE_TOPIC
+
+    md = await client.metadata([])
+    brokers = sorted(md.brokers)
+    for b in brokers:  # a broker's own configs go to that broker
+        await client.incremental_alter_configs({(RESOURCE_BROKER, str(b)): [(k, OP_DELETE, None) for k in THROTTLE_RATES]},
+                                               node_id=b)
+    print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+    await client.incremental_alter_configs({(RESOURCE_TOPIC, t): [(k, OP_DELETE, None) for k in THROTTLED_REPLICAS]
+                                            for t in sorted(topics)})
+    print(f"Clearing topic-level throttles on topic {','.join(sorted(topics))}")
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    from shoal.cli_admin import EXIT_ERROR, UsageError
+
+    async def job(client: Any) -> int:
+        from shoal.client import OP_SET, RESOURCE_BROKER, RESOURCE_TOPIC
+
+        try:
+            with open(args.reassignment_json_file, encoding="utf-8") as f:
+                targets = parse_reassignment(f.read())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--reassignment-json-file: {e}") from None
+        topics = {t for t, _ in targets}
+        if args.verify:
+            ongoing = await client.list_partition_reassignments(list(targets))
+            current = await _current(client, topics)
+            print("Status of partition reassignment:")
+            done = True
+            for key, target in targets.items():
+                if key in ongoing:
+                    done = False
+                    print(f"Reassignment of partition {_name(key)} is still in progress.")
+                elif current.get(key) == target:
+                    print(f"Reassignment of partition {_name(key)} is completed.")
+                else:
+                    done = False
+                    print(f"There is no active reassignment of partition {_name(key)}, but replica set is "
+                          f"{current.get(key)} rather than {target}.")
+            if done:
+                await _clear_throttles(client, topics)
+            return 0 if done else EXIT_ERROR
+        if args.cancel:
+            results = await client.alter_partition_reassignments({key: None for key in targets})
+            cancelled = [_name(k) for k, e in results.items() if e is None]
+            if cancelled:
+                print(f"Successfully cancelled partition reassignments for: {', '.join(cancelled)}")
+            failed = {k: e for k, e in results.items() if e is not None and e.code_name != "NO_REASSIGNMENT_IN_PROGRESS"}
+            for k, e in failed.items():
+                print(f"Error cancelling partition reassignment for {_name(k)}: {e}")
+            await _clear_throttles(client, topics)
+            return EXIT_ERROR if failed else 0
+        current = await _current(client, topics)
+        missing = [_name(k) for k in targets if k not in current]
+        if missing:
+            print(f"Topic-partitions not found in the cluster: {', '.join(missing)}")
+            return EXIT_ERROR
+        print("Current partition replica assignment\n")
+        print(json.dumps({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": current[(t, p)], "log_dirs": ["any"] * len(current[(t, p)])}
+            for t, p in targets]}))
+        print("\nSave this to use as the --reassignment-json-file option during rollback")
+        if args.throttle >= 0:
+            brokers, topic_configs = throttle_plan(current, targets)
+            rate = str(args.throttle)
+            for b in sorted(brokers):
+                await client.incremental_alter_configs(
+                    {(RESOURCE_BROKER, str(b)): [(k, OP_SET, rate) for k in THROTTLE_RATES]}, node_id=b)
+            await client.incremental_alter_configs({(RESOURCE_TOPIC, t): [(k, OP_SET, v) for k, v in cfg.items()]
+                                                    for t, cfg in topic_configs.items()})
+            print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+                  "throttle is removed.")
+            print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+        results = await client.alter_partition_reassignments(targets)
+        failed = {k: e for k, e in results.items() if e is not None}
+        started = [_name(k) for k, e in results.items() if e is None]
+        if started:
+            print(f"Successfully started partition reassignments for {','.join(started)}")
+        for k, e in failed.items():
+            print(f"Error reassigning partition(s): {_name(k)}: {e}")
+        return EXIT_ERROR if failed else 0
+
+    return run_admin(args, "shoal cluster reassign", "shoal-reassign", job)
+
+
+# -- elect-leaders (kafka-leader-election.sh) ------------------------------------------------------
+
+
+def cmd_elect_leaders(args: argparse.Namespace) -> int:
+    from shoal.cli_admin import EXIT_ERROR, UsageError
+
+    async def job(client: Any) -> int:
+        if args.all_topic_partitions == (args.topic is not None or args.partition is not None):
+            raise UsageError("give either --topic and --partition, or --all-topic-partitions")
+        if not args.all_topic_partitions and (args.topic is None or args.partition is None):
+            raise UsageError("--topic and --partition go together")
+        wanted = None if args.all_topic_partitions else [(args.topic, args.partition)]
+        kind = args.election_type
+        results = await client.elect_leaders(0 if kind == "PREFERRED" else 1, wanted)
+        elected = [_name(k) for k, e in sorted(results.items()) if e is None]
+        already = [_name(k) for k, e in sorted(results.items()) if e is not None and e.code_name == "ELECTION_NOT_NEEDED"]
+        failed = {k: e for k, e in sorted(results.items()) if e is not None and e.code_name != "ELECTION_NOT_NEEDED"}
+        if elected:
+            print(f"Successfully completed leader election ({kind}) for partitions {', '.join(elected)}")
+        if already:
+            print(f"Valid replica already elected for partitions {', '.join(already)}")
+        for k, e in failed.items():
+            print(f"Error completing leader election ({kind}) for partition: {_name(k)}: {e}")
+        return EXIT_ERROR if failed else 0
+
+    return run_admin(args, "shoal cluster elect-leaders", "shoal-elect-leaders", job)

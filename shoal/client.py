@@ -60,6 +60,7 @@ DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
 DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCRIBE = 42, 47, 69
+ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 # DescribeClientQuotas match types: a name, the <default> entity, any entity of the type.
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
@@ -967,8 +968,10 @@ class AdminClient:
         *,
         validate_only: bool = False,
         raise_errors: bool = True,
+        node_id: int | None = None,
     ) -> dict[tuple[int, str], None | KafkaError]:
-        """``changes[(type, name)] = [(config, OP_SET|OP_DELETE|OP_APPEND|OP_SUBTRACT, value)]``."""
+        """``changes[(type, name)] = [(config, OP_SET|OP_DELETE|OP_APPEND|OP_SUBTRACT, value)]``;
+        ``node_id``: the broker to send them to (a broker's own configs go to that broker)."""
         resp = await self.request(
             INCREMENTAL_ALTER_CONFIGS,
             {
@@ -982,6 +985,7 @@ class AdminClient:
                 ],
                 "validate_only": validate_only,
             },
+            node_id=node_id,
         )
         out = {
             (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
@@ -1371,6 +1375,60 @@ class AdminClient:
             (t.name, int(p.partition_index)): _check(p.error_code, None, f"{t.name}-{p.partition_index}")
             for t in resp.topics for p in t.partitions
         }
+
+    # -- replicas: reassignment (KIP-455) and leader election (KIP-460) -------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], "list[int] | None"], timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], None | KafkaError]:
+        """Start (target replicas) or cancel (None) reassignments; per partition None or the error.
+        A request-level error (authorization) raises."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), replicas in targets.items():
+            topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+        resp = await self.request(ALTER_PARTITION_REASSIGNMENTS, {"timeout": timeout_ms, "topics": [
+            {"name": t, "partitions": ps} for t, ps in topics.items()]})
+        err = _check(resp.error_code, resp.error_message)
+        if err:
+            raise err
+        return {(t.name, int(p.partition_index)): _check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
+                for t in resp.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """Ongoing reassignments (of ``partitions``, or all): ``{"replicas", "adding", "removing"}``."""
+        topics = None if partitions is None else [
+            {"name": t, "partition_indexes": ps} for t, ps in _by_topic(partitions).items()]
+        resp = await self.request(LIST_PARTITION_REASSIGNMENTS, {"timeout": timeout_ms, "topics": topics})
+        err = _check(resp.error_code, resp.error_message)
+        if err:
+            raise err
+        return {(t.name, int(p.partition_index)): {"replicas": list(p.replicas), "adding": list(p.adding_replicas),
+                                                   "removing": list(p.removing_replicas)}
+                for t in resp.topics for p in t.partitions}
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Iterable[tuple[str, int]] | None = None, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], None | KafkaError]:
+        """ElectLeaders (0 preferred, 1 unclean) for ``partitions`` (None: every partition); per
+        partition None or the error (ELECTION_NOT_NEEDED when the leader is already the one)."""
+        topics = None if partitions is None else [
+            {"topic": t, "partitions": ps} for t, ps in _by_topic(partitions).items()]
+        resp = await self.request(ELECT_LEADERS, {"election_type": election_type, "topic_partitions": topics,
+                                                  "timeout": timeout_ms})
+        err = _check(resp.error_code)
+        if err:
+            raise err
+        return {(r.topic, int(p.partition_id)): _check(p.error_code, p.error_message, f"{r.topic}-{p.partition_id}")
+                for r in resp.replica_election_results for p in r.partition_result}
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for t, p in partitions:
+        out.setdefault(t, []).append(p)
+    return out
 
 
 def _finish(out: dict, raise_errors: bool) -> dict:

@@ -664,6 +664,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "The number of samples to retain in memory for controller mutation quotas.", at_least(1)),
         _d("controller.quota.window.size.seconds", "int", 1,
            "The time span of each sample for controller mutations quotas.", at_least(1)),
+        # -- replication throttles (KIP-73; shoal.replica.throttle): for the replicas the topic
+        # configs leader/follower.replication.throttled.replicas name, outside the ISR
+        _d("replication.quota.window.num", "int", 11,
+           "The number of samples to retain in memory for replication quotas.", at_least(1)),
+        _d("replication.quota.window.size.seconds", "int", 1,
+           "The time span of each sample for replication quotas.", at_least(1)),
+        _d("leader.replication.throttled.rate", "long", LONG_MAX,
+           "Bytes/s a leader sends to followers of its throttled replicas (reassignment).", at_least(0), True),
+        _d("follower.replication.throttled.rate", "long", LONG_MAX,
+           "Bytes/s a follower fetches for its throttled replicas (reassignment).", at_least(0), True),
         # -- broker-wide protection and auto-tuned tenant quotas (shoal.quotas.autotune; the
         # multi-tenancy document, seeds/000)
         _d("shoal.broker.produce.byte.rate.limit", "long", LONG_MAX,
@@ -776,7 +786,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "follower.replication.throttled.replicas",
             "list",
             "follower.replication.throttled.replicas",
-            "Replicas whose log replication is throttled on the follower side (accepted, not enforced).",
+            "Replicas (partition:broker, or *) whose log replication is throttled on the follower side.",
             _throttled_replicas,
         ),
         _t(
@@ -790,7 +800,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "leader.replication.throttled.replicas",
             "list",
             "leader.replication.throttled.replicas",
-            "Replicas whose log replication is throttled on the leader side (accepted, not enforced).",
+            "Replicas (partition:broker, or *) whose log replication is throttled on the leader side.",
             _throttled_replicas,
         ),
         _t(

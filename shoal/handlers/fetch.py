@@ -219,14 +219,20 @@ async def handle_fetch(ctx, req):
         min_bytes = min(min_bytes, max_bytes)
     if replica_ok:  # replica: what the follower has (its fetch offset) may move the HW / ISR
         svc.replicas.follower_fetched(replica_id, image, targets.items(), svc.clock.now_ms())
+    # reassignment (KIP-73): throttled replicas get no records while over the leader's rate
+    throttle = svc.replicas.throttle
+    throttled = throttle.leader_keys(image, replica_id, targets) if replica_ok else set()
+    skip = throttled if throttled and throttle.exceeded("leader") else frozenset()
     while True:
-        results, total, must_answer = _read_all(svc, targets, max_bytes, follower)
+        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip)
         if must_answer or total >= min_bytes or loop.time() >= deadline or not targets:
             break
         notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time())
         if not notified:
-            results, total, _ = _read_all(svc, targets, max_bytes, follower)
+            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip)
             break
+    if throttled:
+        throttle.record("leader", sum(len(results[k].records or b"") for k in throttled if k in results))
 
     # quotas: over the consumer's quota, the bytes are taken back and the answer is empty, with
     # the throttle time (Kafka's getThrottledResponse: a new session is not kept)
@@ -325,9 +331,10 @@ class _Read:
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
 
 
-def _read_all(svc, targets, max_bytes: int, follower: bool) -> tuple[dict, int, bool]:
+def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset()) -> tuple[dict, int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
-    A consumer reads up to the high watermark, a follower up to the log end."""
+    A consumer reads up to the high watermark, a follower up to the log end; ``skip``: partitions
+    answered without records (a throttled reassignment)."""
     image = svc.metadata.image
     results: dict[tuple[str, int], _Read] = {}
     total = 0
@@ -364,7 +371,7 @@ def _read_all(svc, targets, max_bytes: int, follower: bool) -> tuple[dict, int, 
                 must_answer = True
                 continue
         limit = min(sp.max_bytes, remaining)
-        if sp.fetch_offset < upto and (limit > 0 or total == 0):
+        if key not in skip and sp.fetch_offset < upto and (limit > 0 or total == 0):
             try:
                 info = plog.read(sp.fetch_offset, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
             except OffsetOutOfRange:

@@ -52,6 +52,7 @@ class _Fetching:
     partition: "Partition"
     leader_epoch: int  # the epoch of the leader we fetch from, as the image says
     delayed_until: float = 0.0  # loop time: after an error, skip until then
+    throttled: bool = False  # reassignment: its bytes count against follower.replication.throttled.rate
 
 
 def _truncation_offset(part: "Partition", leader_epoch: int, leader_end: int) -> int:
@@ -131,6 +132,7 @@ class ReplicaFetcher:
             backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000.0
             now = loop.time()
             ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
+            ready = self.manager.replicas.throttle.follower_ready(ready, self.manager._image(), now)
             if not ready:
                 self._wake.clear()
                 delays = [f.delayed_until - now for f in self.partitions.values()]
@@ -220,6 +222,8 @@ class ReplicaFetcher:
             records = p.records
             if records:
                 plog.append_as_follower(records, now_ms=now_ms)
+                if f.throttled:
+                    self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
             return
         if code == ErrorCode.offset_out_of_range:

@@ -69,6 +69,9 @@ class ReplicaManager:
         from shoal.replica.fetcher import FetcherManager
 
         self.fetchers = FetcherManager(self, image, config)  # followers: fetch from leaders
+        from shoal.replica.throttle import ReplicationThrottle
+
+        self.throttle = ReplicationThrottle(node_id, config, clock.now_ms)  # reassignment: KIP-73 throttles
 
     # -- lookup ----------------------------------------------------------------------------
 

@@ -7,15 +7,22 @@ reassignment JSON, with a replication throttle that measurably slows the move.""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import signal
+import subprocess
+import time
 import uuid
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.errors import NoReassignmentInProgressError
 
-from cluster_harness import Cluster, until
+from cluster_harness import Cluster, run, until
+from shoal.cli import main
+from shoal.client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient
 from test_replication import partitions, produce, read_all, segments
 
 pytestmark = pytest.mark.timeout(300)
@@ -24,7 +31,9 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("reassign"), etcd_cluster.url(f"/reassign-{uuid.uuid4().hex[:8]}"),
-                overrides={"replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200"})
+                overrides={"replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200",
+                           # a throttle's granularity: fetches of 64 KiB, a rate measured over 3 s
+                           "replica.fetch.max.bytes": "65536", "replication.quota.window.num": "3"})
     try:
         c.start()
         yield c
@@ -133,3 +142,110 @@ def test_refused_targets_answer_kafkas_errors(cluster, kadmin):
     r = kadmin.alter_partition_reassignments({TopicPartition(topic, 0): [9]})
     assert r == {TopicPartition(topic, 0): InvalidReplicationAssignmentError}
     assert partitions(cluster[1].bootstrap, topic)[0][1] == (1,)
+
+
+def shoal_cluster(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    """``shoal cluster ARGS``: the CLI's ``main`` in this process."""
+    argv = ["cluster", *args, "--bootstrap-server", bootstrap, "--timeout", "15"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # argparse
+            rc = e.code
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
+def reassignment_file(tmp_path, topic: str, replicas: list[int]):
+    f = tmp_path / f"{topic}.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}))
+    return str(f)
+
+
+def produce_kib(bootstrap: str, topic: str, n: int) -> None:
+    """``n`` records of 1 KiB, in batches of 16 KiB (a throttled fetch moves a few at a time)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 16384, "linger.ms": 5, "log_level": 2})
+    for i in range(n):
+        p.produce(topic, b"%06d" % i + bytes(1018))
+        p.poll(0)
+    assert p.flush(60) == 0
+
+
+def move_with_the_cli(cluster, tmp_path, topic: str, *throttle: str) -> float:
+    """Seconds from ``reassign --execute`` of ``topic`` (on broker 1) to broker 2 until ``--verify``
+    says it is complete."""
+    f = reassignment_file(tmp_path, topic, [2])
+    bootstrap = cluster[3].bootstrap
+    t0 = time.monotonic()
+    r = shoal_cluster(bootstrap, "reassign", "--reassignment-json-file", f, "--execute", *throttle)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Successfully started partition reassignments for {topic}-0" in r.stdout
+    rollback = json.loads(r.stdout.split("\n\n")[1])
+    assert rollback["partitions"] == [{"topic": topic, "partition": 0, "replicas": [1], "log_dirs": ["any"]}]
+
+    def verified() -> str | None:
+        v = shoal_cluster(bootstrap, "reassign", "--reassignment-json-file", f, "--verify")
+        return v.stdout if v.returncode == 0 else None
+
+    out = until(verified, 90, f"{topic} moved")
+    elapsed = time.monotonic() - t0
+    assert f"Reassignment of partition {topic}-0 is completed." in out and "Clearing broker-level throttles" in out
+    return elapsed
+
+
+def configs(bootstrap: str, node: int, topic: str) -> tuple[dict, dict]:
+    async def ask():
+        async with AdminClient(bootstrap, timeout=15) as c:
+            b = await c.describe_configs([(RESOURCE_BROKER, str(node))], keys=["leader.replication.throttled.rate"])
+            t = await c.describe_configs([(RESOURCE_TOPIC, topic)])
+        return b[(RESOURCE_BROKER, str(node))], t[(RESOURCE_TOPIC, topic)]
+
+    return run(ask())
+
+
+def test_the_cli_moves_kafkas_json_and_a_throttle_slows_the_move(cluster, tmp_path):
+    records, rate = 1500, 300_000  # 1.5 MB at 300 kB/s: some 5 s throttled
+    plain, slow = f"cli-{uuid.uuid4().hex[:6]}", f"throttled-{uuid.uuid4().hex[:6]}"
+    for topic in (plain, slow):
+        create_on(cluster[1].bootstrap, topic, [1])
+        produce_kib(cluster[1].bootstrap, topic, records)
+    unthrottled = move_with_the_cli(cluster, tmp_path, plain)
+    throttled = move_with_the_cli(cluster, tmp_path, slow, "--throttle", str(rate))
+    size = len(segments(cluster[2].data_dir, slow, 0))
+    print(f"REASSIGN throttled {throttled:.2f}s unthrottled {unthrottled:.2f}s size {size} rate {rate}")
+    assert size > records * 1024
+    # bound loosely (a loaded 2-core machine): the throttled move took at least a third of
+    # size / rate (Kafka's window lets a burst through), and clearly longer than the free one
+    assert throttled >= size / (3 * rate) and throttled > 1.5 * unthrottled, (throttled, unthrottled, size)
+    assert len(read_all(cluster[2].bootstrap, slow, 1, records)) == records
+    # --verify removed the throttles once the move was complete
+    for node in (1, 2, 3):
+        rates, topic_cfg = configs(cluster[node].bootstrap, node, slow)
+        assert rates["leader.replication.throttled.rate"].source == "DEFAULT_CONFIG"
+        assert topic_cfg["leader.replication.throttled.replicas"].source == "DEFAULT_CONFIG"
+        assert topic_cfg["follower.replication.throttled.replicas"].source == "DEFAULT_CONFIG"
+
+
+def test_the_cli_elects_leaders_and_refuses_bad_files(cluster, tmp_path):
+    topic = f"elect-{uuid.uuid4().hex[:6]}"
+    create_on(cluster[1].bootstrap, topic, [2, 3, 1])
+    settled(cluster[1].bootstrap, topic, (2, 3, 1))
+    r = shoal_cluster(cluster[1].bootstrap, "elect-leaders", "--election-type", "preferred", "--topic", topic,
+                      "--partition", "0")
+    assert (r.returncode, r.stdout) == (0, f"Valid replica already elected for partitions {topic}-0\n"), r
+    r = shoal_cluster(cluster[1].bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--topic", topic,
+                      "--partition", "5")
+    assert r.returncode == 1 and f"{topic}-5: UNKNOWN_TOPIC_OR_PARTITION" in r.stdout, r
+    r = shoal_cluster(cluster[1].bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--topic", topic)
+    assert r.returncode == 2 and "--partition" in r.stderr
+    bad = tmp_path / "bad.json"
+    for text in ("{", '{"version":1,"partitions":[{"topic":"t","partition":"0","replicas":[1]}]}', '{"partitions":[]}'):
+        bad.write_text(text)
+        r = shoal_cluster(cluster[1].bootstrap, "reassign", "--reassignment-json-file", str(bad), "--execute")
+        assert r.returncode == 2 and "--reassignment-json-file" in r.stderr, r
+    r = shoal_cluster(cluster[1].bootstrap, "reassign", "--reassignment-json-file",
+                      reassignment_file(tmp_path, topic, [1, 1]), "--execute")
+    assert r.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in r.stdout, r
+    assert partitions(cluster[1].bootstrap, topic)[0][1] == (2, 3, 1)
