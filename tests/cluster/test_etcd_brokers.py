@@ -31,6 +31,9 @@ class EtcdBroker(BrokerProcess):
             "--node-id", str(self.node_id), "--rack", self.rack,
             "--override", f"shoal.metadata.store={self.url}",
             "--override", f"broker.session.timeout.ms={SESSION_MS}",
+            # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
+            # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
+            "--override", "offsets.topic.replication.factor=1",
         ]
 
 

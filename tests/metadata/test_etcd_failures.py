@@ -52,7 +52,9 @@ async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(c
             await b.create_topic("during", [(1,)], {})
         assert e.value.code == "REQUEST_TIMED_OUT"
         logged = [r.getMessage() for r in caplog.records if "cannot reach etcd" in r.getMessage()]
-        assert 1 <= len(logged) <= 4, logged  # said, and not once per retry
+        # said, and not once per retry (two stores retrying for 3 s would log dozens of lines; on
+        # a loaded machine the members stopping one by one make each store flap once or twice)
+        assert 1 <= len(logged) <= 8, logged
         await asyncio.to_thread(cluster.start_all)
         # b gets through first (retrying as a client would); a sees it, then writes again
         await until(lambda: b.backend.reachable)
