@@ -206,6 +206,26 @@ class ReplicaFetcher:
                     log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
                     f.delayed_until = retry_at
 
+    def _append(self, part: "Partition", records: Any, now_ms: int) -> None:
+        """Append the leader's batches. An empty log (a new replica, started at the leader's log
+        start) whose first batch holds its start but begins below it (DeleteRecords cut inside a
+        batch) starts again at that batch's base offset, as Kafka's
+        ``appendRecordsToFollowerOrFutureReplica`` does; the leader's log start is learnt after."""
+        from shoal.storage.log import UnexpectedAppendOffset
+
+        plog = part.log
+        try:
+            plog.append_as_follower(records, now_ms=now_ms)
+        except UnexpectedAppendOffset as e:
+            end = plog.log_end_offset
+            last = e.first_offset + int.from_bytes(bytes(records[23:27]), "big", signed=True)  # lastOffsetDelta
+            if not (end == plog.log_start_offset and e.first_offset < end <= last):
+                raise
+            log.info("%s-%d: the leader's first batch starts at %d, below this empty log's start %d: starting there",
+                     part.topic, part.index, e.first_offset, end)
+            self.manager.truncate_fully(part, e.first_offset)
+            plog.append_as_follower(records, now_ms=now_ms)
+
     def _handle_partition(self, f: _Fetching, p: Any, now_ms: int, retry_at: float) -> None:
         part = f.partition
         plog = part.log
@@ -221,10 +241,12 @@ class ReplicaFetcher:
                 return
             records = p.records
             if records:
-                plog.append_as_follower(records, now_ms=now_ms)
+                self._append(part, records, now_ms)
                 if f.throttled:
                     self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
+            if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:  # Kafka's LeaderOffsetIncremented
+                plog.delete_records_before(p.log_start_offset)  # the leader's DeleteRecords or retention
             return
         if code == ErrorCode.offset_out_of_range:
             leader_start = p.log_start_offset

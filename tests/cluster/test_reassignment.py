@@ -101,6 +101,24 @@ def test_move_a_partition_to_another_broker_then_change_its_replication_factor(c
     assert [v for _, _, v in got] == values + sorted(more)
 
 
+def test_a_new_replica_starts_at_the_leaders_log_start(cluster, kadmin):
+    topic = f"start-{uuid.uuid4().hex[:6]}"
+    create_on(cluster[1].bootstrap, topic, [1])
+    values = [b"s%04d" % i for i in range(300)]
+    produce(cluster[1].bootstrap, topic, values)
+
+    async def trim() -> dict:
+        async with AdminClient(cluster[1].bootstrap, timeout=15) as c:
+            return await c.delete_records({(topic, 0): 120})
+
+    assert run(trim()) == {(topic, 0): 120}
+    tp = TopicPartition(topic, 0)
+    assert kadmin.alter_partition_reassignments({tp: [3]}) == {tp: None}
+    settled(cluster[2].bootstrap, topic, (3,))
+    got = read_all(cluster[3].bootstrap, topic, 1, 180)
+    assert [(o, v) for _, o, v in got] == list(enumerate(values))[120:]  # offsets kept, nothing below the start
+
+
 def test_a_stalled_reassignment_is_listed_and_cancelled(cluster):
     topic = f"cancel-{uuid.uuid4().hex[:6]}"
     controller = cluster.wait_controller()
