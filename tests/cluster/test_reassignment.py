@@ -119,6 +119,31 @@ def test_a_new_replica_starts_at_the_leaders_log_start(cluster, kadmin):
     assert [(o, v) for _, o, v in got] == list(enumerate(values))[120:]  # offsets kept, nothing below the start
 
 
+def test_a_replica_removed_while_its_broker_is_down_is_deleted_when_it_returns(cluster):
+    topic = f"down-{uuid.uuid4().hex[:6]}"
+    controller = cluster.wait_controller()
+    gone, kept, added = [n for n in (1, 2, 3) if n != controller][0], controller, [n for n in (1, 2, 3) if n != controller][1]
+    create_on(cluster[kept].bootstrap, topic, [kept, gone])
+    settled(cluster[kept].bootstrap, topic, (kept, gone))
+    produce(cluster[kept].bootstrap, topic, [b"d%03d" % i for i in range(200)])
+    until(lambda: segments(cluster[gone].data_dir, topic, 0) == segments(cluster[kept].data_dir, topic, 0), 30,
+          "the follower caught up")
+    cluster.kill(gone)
+    try:
+        kadmin = KafkaAdminClient(bootstrap_servers=cluster[kept].bootstrap, request_timeout_ms=30000)
+        tp = TopicPartition(topic, 0)
+        try:
+            assert kadmin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
+        finally:
+            kadmin.close()
+        settled(cluster[kept].bootstrap, topic, (kept, added))
+        assert (cluster[gone].data_dir / f"{topic}-0").exists()  # down: nobody deleted it yet
+    finally:
+        cluster.start_one(gone)
+    until(lambda: not (cluster[gone].data_dir / f"{topic}-0").exists(), 60, "deleted at the broker's return")
+    assert len(read_all(cluster[gone].bootstrap, topic, 1, 200)) == 200
+
+
 def test_a_stalled_reassignment_is_listed_and_cancelled(cluster):
     topic = f"cancel-{uuid.uuid4().hex[:6]}"
     controller = cluster.wait_controller()
