@@ -176,3 +176,18 @@ async def test_both_backends_persist_a_reassignment(reopened):
     done = await store.decide_and_commit(lambda img: topics.cancel_reassignment(img, "t", 0))
     store = await reopen()
     assert store.image.topics["t"].partitions[0] == done and not done.reassigning
+
+
+def test_messages_name_no_topic():
+    """A tenant's answer must not show its physical topic names (the partition is in the response)."""
+    img = image((1,))
+    img = topics.rename_topic(img, "t", "lkc-aaaaaa_t").change.apply(img)
+    rules = [lambda: topics.start_reassignment(img, "lkc-aaaaaa_t", 0, (2, 2)),
+             lambda: topics.start_reassignment(img, "lkc-aaaaaa_t", 0, (9,)),
+             lambda: topics.start_reassignment(img, "lkc-aaaaaa_t", 0, ()),
+             lambda: topics.start_reassignment(img, "lkc-aaaaaa_t", 3, (2,)),
+             lambda: topics.cancel_reassignment(img, "lkc-aaaaaa_t", 0)]
+    for rule in rules:
+        with pytest.raises(MetadataError) as e:
+            rule()
+        assert "lkc-" not in e.value.message, e.value.message

@@ -163,9 +163,10 @@ def _with_partition(image: MetadataImage, name: str, np: PartitionInfo) -> Chang
 
 
 def _existing_partition(image: MetadataImage, name: str, partition: int) -> PartitionInfo:
+    """(Messages name no topic: a tenant's answer must not show its physical names.)"""
     topic = existing_topic(image, name)
     if not 0 <= partition < len(topic.partitions):
-        raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
+        raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
     return topic.partitions[partition]
 
 
@@ -183,13 +184,15 @@ def start_reassignment(
     p = _existing_partition(image, name, partition)
     target = tuple(int(r) for r in target)
     if not target:
-        raise MetadataError("INVALID_REPLICA_ASSIGNMENT", f"{name}-{partition}: the target replica list is empty.")
-    if len(set(target)) != len(target):
-        raise MetadataError("INVALID_REPLICA_ASSIGNMENT", f"{name}-{partition}: duplicate brokers in {list(target)}.")
-    unknown = [r for r in target if r not in image.brokers]
-    if unknown:
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list.")
+    dup = next((r for i, r in enumerate(target) if r in target[:i]), None)
+    if dup is not None:
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
-                            f"{name}-{partition}: brokers {unknown} of {list(target)} are not registered.")
+                            f"The manual partition assignment includes the replica {dup} more than once.")
+    unknown = next((r for r in target if r not in image.brokers), None)
+    if unknown is not None:
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"The manual partition assignment includes broker {unknown}, but no such broker is registered.")
     current = p.replicas
     replicas = target + tuple(r for r in current if r not in target)
     adding = tuple(r for r in target if r not in current)
@@ -209,7 +212,7 @@ def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Resu
     the same, as an unclean choice). NO_REASSIGNMENT_IN_PROGRESS when none runs."""
     p = _existing_partition(image, name, partition)
     if not p.reassigning:
-        raise MetadataError("NO_REASSIGNMENT_IN_PROGRESS", f"{name}-{partition} is not being reassigned.")
+        raise MetadataError("NO_REASSIGNMENT_IN_PROGRESS", "No reassignment is in progress for this partition.")
     replicas = tuple(r for r in p.replicas if r not in p.adding)
     isr = tuple(r for r in p.isr if r not in p.adding) or replicas[:1]
     leader = p.leader if p.leader in replicas else next((r for r in replicas if r in isr), -1)
