@@ -292,3 +292,9 @@ def test_the_cli_elects_leaders_and_refuses_bad_files(cluster, tmp_path):
                       reassignment_file(tmp_path, topic, [1, 1]), "--execute")
     assert r.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in r.stdout, r
     assert partitions(cluster[1].bootstrap, topic)[0][1] == (2, 3, 1)
+    r = shoal_cluster(cluster[1].bootstrap, "reassign", "--reassignment-json-file",
+                      reassignment_file(tmp_path, topic, [1]), "--cancel")  # nothing to cancel: throttles cleared
+    assert r.returncode == 0 and "Successfully cancelled" not in r.stdout and "Clearing topic-level" in r.stdout, r
+    r = shoal_cluster(cluster[1].bootstrap, "reassign", "--reassignment-json-file",
+                      reassignment_file(tmp_path, topic, [1]), "--verify")
+    assert r.returncode == 1 and "There is no active reassignment" in r.stdout, r
