@@ -128,9 +128,10 @@ def test_a_replica_removed_while_its_broker_is_down_is_deleted_when_it_returns(c
     produce(cluster[kept].bootstrap, topic, [b"d%03d" % i for i in range(200)])
     until(lambda: segments(cluster[gone].data_dir, topic, 0) == segments(cluster[kept].data_dir, topic, 0), 30,
           "the follower caught up")
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster[kept].bootstrap, request_timeout_ms=30000)
+    assert ongoing(kadmin, topic) == {}  # (kafka-python learns the controller now, while all brokers are up)
     cluster.kill(gone)
     try:
-        kadmin = KafkaAdminClient(bootstrap_servers=cluster[kept].bootstrap, request_timeout_ms=30000)
         tp = TopicPartition(topic, 0)
         try:
             assert kadmin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
