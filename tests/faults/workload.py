@@ -206,6 +206,18 @@ class Workload:
                     last_commit = time.monotonic()
             commit(list(positions))
         finally:
+            # Leave the group in poll, not in close: a rebalance callback served inside close()
+            # can wait forever in rd_kafka_rebalance_protocol (librdkafka #4041) and
+            # confluent-kafka holds the GIL there, freezing every thread of this process,
+            # the link proxies included.
+            try:
+                c.unsubscribe()
+                deadline = time.monotonic() + 15
+                while c.assignment() and time.monotonic() < deadline:
+                    c.poll(0.1)
+            except Exception as e:
+                with self._lock:
+                    self.client_errors.append(f"{name} unsubscribe: {e}")
             c.close()
 
     # -- the observer -----------------------------------------------------------------------------
