@@ -16,9 +16,10 @@ and learns the high watermark from the leader.
   leader's end offset for it (``_truncation_offset``), and fetches again from there.
 - Out of range: a follower behind the leader's log start starts again at it (its log emptied);
   one ahead of the leader's log truncates to the leader's high watermark and fetches on.
-- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_LEADER_EPOCH
-  (images reach brokers at slightly different times): retried after ``replica.fetch.backoff.ms``,
-  or at once when the next image moves the partition to another leader or epoch.
+- NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_LEADER_EPOCH (the leader's image
+  lags this broker's: images reach brokers milliseconds apart): retried after 20 ms, doubling up
+  to ``replica.fetch.backoff.ms``; FENCED_LEADER_EPOCH (this broker's image lags): after the
+  backoff, or at once when the next image moves the partition to another leader or epoch.
 
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
 leader's do). Deviation from Kafka: no fetch sessions between brokers (each fetch lists every
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.replica.fetcher")
 
 FETCH = 1
+LAGGING_RETRY_S = 0.02  # the first retry when the leader's image lags this broker's
 FETCH_VERSION = 12  # topic names, replica_id in the body, last_fetched_epoch / diverging_epoch
 
 
@@ -52,6 +54,7 @@ class _Fetching:
     partition: "Partition"
     leader_epoch: int  # the epoch of the leader we fetch from, as the image says
     delayed_until: float = 0.0  # loop time: after an error, skip until then
+    lagging_retries: int = 0  # answers that the leader's image lags ours, in a row
     throttled: bool = False  # reassignment: its bytes count against follower.replication.throttled.rate
 
 
@@ -239,6 +242,7 @@ class ReplicaFetcher:
                          plog.log_end_offset, offset)
                 self.manager.truncate(part, offset)
                 return
+            f.lagging_retries = 0
             records = p.records
             if records:
                 self._append(part, records, now_ms)
@@ -261,13 +265,16 @@ class ReplicaFetcher:
             else:
                 f.delayed_until = retry_at
             return
-        if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
-                    ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
-            # the leader has not seen the image that makes it leader yet, or another broker leads
-            # now: the next image re-targets it (sync); meanwhile ask again after the backoff
-            f.delayed_until = retry_at
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
+                    ErrorCode.unknown_topic_id, ErrorCode.unknown_leader_epoch):
+            # most often the leader has not seen the image that made the topic or made it leader
+            # (images reach brokers milliseconds apart): ask again soon, backing off to
+            # replica.fetch.backoff.ms; if another broker leads now, the next image re-targets it
+            f.lagging_retries += 1
+            now = asyncio.get_running_loop().time()
+            f.delayed_until = min(retry_at, now + LAGGING_RETRY_S * 2 ** min(f.lagging_retries - 1, 6))
             return
-        if code != ErrorCode.unknown_leader_epoch:
+        if code != ErrorCode.fenced_leader_epoch:
             log.warning("%s-%d: leader %d answered %s", part.topic, part.index, self.leader_id, ErrorCode(code).name)
         f.delayed_until = retry_at
 

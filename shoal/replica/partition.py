@@ -107,9 +107,15 @@ class Partition:
         old = self.info
         self.log = log
         self.info = info
-        if info.leader != old.leader or info.leader_epoch != old.leader_epoch or info.replicas != old.replicas:
+        if info.leader != old.leader or info.leader_epoch != old.leader_epoch:
             self._become()
             self._on_progress(self, True)  # acks=all waiters of the old role answer now
+        elif info.replicas != old.replicas and self.is_leader:
+            # a reassignment adds or removes replicas: what is known of those that stay is kept
+            # (resetting it would hold the high watermark back until each fetched again)
+            now, known = self._now_ms(), self.followers
+            self.followers = {r: known.get(r) or FollowerState(last_caught_up_ms=now)
+                              for r in info.replicas if r != self.node_id}
         if info.partition_epoch != old.partition_epoch or info.leader_epoch != old.leader_epoch:
             self.pending_isr = None  # committed (or overtaken by another change)
         self.maybe_increment_high_watermark()
