@@ -117,6 +117,30 @@ def test_update_partition_bumps_epochs_as_kraft():
     assert code(e) == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
+def test_alter_isr_is_fenced_by_the_leader_epoch_and_the_partition_epoch():
+    img = then(with_topic(empty(), "a"), topics.update_partition(with_topic(empty(), "a"), "a", 0, leader=1,
+                                                                   isr=(1,), replicas=(1, 2, 3)))
+    p = img.topics["a"].partitions[0]
+    assert (p.leader, p.leader_epoch, p.partition_epoch) == (1, 0, 1)
+    r = topics.alter_isr(img, "a", 0, leader=1, leader_epoch=0, partition_epoch=1, isr=(1, 2))
+    assert (r.response.isr, r.response.leader_epoch, r.response.partition_epoch) == ((1, 2), 0, 2)
+    img2 = then(img, r)
+    for kwargs, expected in (
+        (dict(leader=2, leader_epoch=0, partition_epoch=2), "FENCED_LEADER_EPOCH"),  # not the leader
+        (dict(leader=1, leader_epoch=1, partition_epoch=2), "FENCED_LEADER_EPOCH"),  # another epoch
+        (dict(leader=1, leader_epoch=0, partition_epoch=1), "INVALID_UPDATE_VERSION"),  # decided on a stale ISR
+    ):
+        with pytest.raises(MetadataError) as e:
+            topics.alter_isr(img2, "a", 0, isr=(1,), **kwargs)
+        assert code(e) == expected
+    for bad in ((2, 3), (1, 4), (1, 1)):  # without the leader, a non-replica, a repeat
+        with pytest.raises(MetadataError) as e:
+            topics.alter_isr(img2, "a", 0, leader=1, leader_epoch=0, partition_epoch=2, isr=bad)
+        assert code(e) == "INVALID_REQUEST"
+    same = topics.alter_isr(img2, "a", 0, leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
+    assert same.change is None and same.response.isr == (1, 2)
+
+
 # -- configs ------------------------------------------------------------------------------------
 
 
