@@ -274,6 +274,7 @@ class Controller:
         # fast death detection: registered brokers whose port refused the controller's probes
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
+        self._holder_lease = 0  # the controller key's lease, as the last campaign saw it
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -328,6 +329,8 @@ class Controller:
                     await self.maintain()
                     await self.complete_reassignments()
                     await self.rebalance_leaders()
+                else:
+                    await self.probe_controller()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # etcd unreachable (the store logs it), a lost race: next round
@@ -360,6 +363,7 @@ class Controller:
             kv = kvs[0]
             o = Observation(False, revision=int(kv.create_revision), holder=int(kv.value), holder_lease=int(kv.lease))
         was, before = self.epoch, self.controller_id
+        self._holder_lease = o.holder_lease
         self.controller_id, self.epoch = observe(o, self.node_id, lease)
         if self.epoch is not None and was != self.epoch:
             self._grace_until = self._monotonic() + registration.ttl_s
@@ -439,6 +443,35 @@ class Controller:
             done = await self.store.decide_and_commit(topic_rules.complete_reassignments)
         if done:
             log.info("controller: reassignment of %s complete", ", ".join(f"{n}-{i}" for n, i in done[:20]))
+
+    async def probe_controller(self) -> None:
+        """A dead controller (its port refuses, ``probe``'s rule) holds the key until its lease
+        expires, and with it every failover it should run. Any broker that sees its port refuse
+        twice revokes that lease (etcd lets any client revoke a lease by id): its registration
+        and the key go at once, and the next campaign elects a live controller. A controller
+        that was alive after all only re-registers (``shoal.cluster.registration``)."""
+        holder, lease = self.controller_id, self._holder_lease
+        if holder < 0 or holder == self.node_id or not lease:
+            return
+        info = self.store.image.brokers.get(holder)
+        if info is None:
+            return
+        try:
+            _r, w = await asyncio.wait_for(asyncio.open_connection(info.host, info.port), PROBE_TIMEOUT_S)
+        except ConnectionRefusedError:
+            self._strikes[holder] = self._strikes.get(holder, 0) + 1
+            if self._strikes[holder] >= PROBE_STRIKES:
+                self._strikes.pop(holder, None)
+                log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d: revoking its "
+                            "lease so that a live broker takes over now", self.node_id, holder, info.host, info.port)
+                with contextlib.suppress(Exception):
+                    await self.backend.client.lease_revoke(lease)
+                self._wake.set()
+            return
+        except (OSError, asyncio.TimeoutError):
+            return
+        w.close()
+        self._strikes.pop(holder, None)
 
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:
         for n, b in new.brokers.items():
