@@ -123,6 +123,7 @@ def main() -> int:
     print(table([row(len(results), faults, results)]))
     print(f"faults by kind: {dict(sorted(kinds_done.items()))}")
     print(f"inconsistent={sum(len(r.inconsistent) for r in results)} vanished={sum(len(r.vanished) for r in results)} "
+          f"poll-skips={sum(len(r.skipped) for r in results)} "
           f"commits-backwards={sum(len(r.commits_backwards) for r in results)} "
           f"divergent={sum(len(r.divergent) for r in results)} liveness-failures={len(liveness)} "
           f"wall={time.monotonic() - t_start:.0f} s")
