@@ -14,13 +14,11 @@ broker<->broker and client<->broker link through a link proxy.
   purpose (a partition's segment cut in half while its broker is down) and the same checker
   reports exactly those as lost, so the harness can fail.
 
-RF: 1 today (``RFS``). Replication (issue 12) is not there yet: Metadata reports an ISR of one
-and acks=all waits for the leader alone, so an RF=3 run would prove nothing and is left out.
-When followers land, add 3 to ``RFS``: ``create_topic`` already passes it, ``replica_bytes``
-(tests/faults/run.py) compares every in-sync replica's files up to the high watermark, and ``kill``/``partition`` ops
-then exercise failover (raise the hold of the ``kill`` op in ``FIXED`` above 3 s,
-``cluster_harness.SESSION_MS``, so that the killed leader's partition really fails over; and add
-a ``partition`` op: RF=1 only waits it out).
+RF: ``RFS`` = [1, 3]. RF=3 runs since replication landed (checked: followers hold the leader's
+bytes up to the high watermark, ``faults.run.replicating``, asserted after the run, and their
+fetches cross the ``b<s>->b<d>`` proxy links, asserted too). The ``kill`` op's hold (1 s) is
+shorter than a session (``cluster_harness.SESSION_MS``); a longer hold and ``partition`` ops
+exercise failover harder: that is the campaign's job (bench/bench_faults.py --rf 3).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from faults.run import FaultRun, create_topic, replicating
 from faults.workload import Workload
 from shoal.client import AdminClient
 
-RFS = [1]
+RFS = [1, 3]
 PARTITIONS = 6
 FIXED = """\
 seed=0 op=0 at=1.00 kind=pause target=leader:0 hold=2.00 mode=-
@@ -93,6 +91,8 @@ def test_fixed_schedule_loses_nothing(proxied3, fault_etcd, rf):
     assert result.ok, result.summary()
     # followers (RF > 1) hold the leader's bytes up to the high watermark: an ISR listing is not proof
     assert replicating(c, run.topic, PARTITIONS, rf)
+    if rf > 1:  # replication traffic went through the broker links
+        assert sum(c.links.stats(n)["up_bytes"] for n in c.broker_links({1}, {2, 3})) > 0
     # every client byte went through the proxies
     assert all(c.links.stats(f"producer->b{n}")["up_bytes"] > 0 for n in c.brokers)
 
