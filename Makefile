@@ -22,9 +22,14 @@ deps:
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; fi
 	$(PIP) install -q --disable-pip-version-check -e '.[test,spark]'
 
-# Install what the tests need, then run the whole suite.
+# Install what the tests need, then run the whole suite: most of it on $(TEST_WORKERS) pytest-xdist
+# workers (it mostly waits on brokers, etcd and Spark), one group per module (tests/conftest.py);
+# then the tests that measure time or throughput (marked `serial`) with nothing beside them.
+TEST_WORKERS ?= 3
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 test: deps
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not serial"; rc=$$?; \
+	$(PYTEST) -m serial && exit $$rc
 
 bench: install
 	$(PIP) install -q --disable-pip-version-check -e '.[bench]'

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,7 +26,37 @@ START_TIMEOUT = 20.0
 LOG_TAIL_LINES = 150
 
 
+def _below_ephemeral() -> range:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    return range(10000, low) if low > 12000 else range(0)
+
+
+_PORTS = _below_ephemeral()
+_random = random.Random()  # its own: Hypothesis seeds the module's
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
+    """A free loopback port for a listener that a test starts later. Drawn at random from below the
+    kernel's ephemeral range (ip_local_port_range), which outgoing connections take their local
+    ports from: no client's connect() takes it before the broker binds it, even with several
+    pytest workers and other test runs connecting all the time. Ephemeral when there is no room."""
+    for _ in range(200):
+        if not _PORTS:
+            break
+        port = _random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

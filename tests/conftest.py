@@ -125,6 +125,42 @@ def topic_name(request) -> str:
     return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
+# -- running in parallel (`make test`: pytest-xdist, `-n 3 --dist loadgroup -m "not serial"`, then
+# `-m serial` alone) -------------------------------------------------------------------------------
+# Tests that measure throughput, latency or fairness against a bound: they run in a second pytest
+# invocation with nothing else of the suite beside them. Paths (a whole module) or node ids.
+SERIAL = (
+    "tests/e2e/test_noisy_neighbour.py",  # p99 latency of one tenant beside another
+    "tests/e2e/test_quotas.py",  # throughput held to (and kept within) a quota
+    "tests/e2e/test_broker_limits.py",  # weighted shares of a saturated broker
+    "tests/e2e/test_groups.py::test_first_record_of_a_new_group_within_two_seconds",
+    "tests/e2e/test_consumer_protocol.py::test_first_record_of_a_new_group_with_default_settings",
+    "tests/e2e/test_hardening_batches.py::test_bomb_planted_on_disk",  # another client's slowest round trip
+)
+# One xdist group per module (module and session fixtures are started once, as in a serial run),
+# except these folders, whose modules share one group: one Spark JVM for all the Spark tests.
+GROUPED_DIRS = ("tests/spark/",)
+# Groups handed out first: the longest, so that none starts last and keeps the run waiting.
+FIRST = ("tests/spark/",)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: measures time or throughput; `make test` runs it alone")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+        if not any(item.iter_markers("xdist_group")):
+            group = next((d for d in GROUPED_DIRS if path.startswith(d)), path)
+            item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks)
+        items.sort(key=lambda it: not it.nodeid.startswith(FIRST))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

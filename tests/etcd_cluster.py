@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -30,6 +29,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from broker_process import free_port  # noqa: F401  (below the ephemeral ports; imported from here too)
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -48,10 +49,6 @@ def require_etcd() -> None:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EtcdMember:
