@@ -140,8 +140,18 @@ SERIAL = (
 # One xdist group per module (module and session fixtures are started once, as in a serial run),
 # except these folders, whose modules share one group: one Spark JVM for all the Spark tests.
 GROUPED_DIRS = ("tests/spark/",)
-# Groups handed out first: the longest, so that none starts last and keeps the run waiting.
-FIRST = ("tests/spark/",)
+# Groups handed out first, longest first (measured), so that none starts last and keeps the run
+# waiting; the others follow in collection order.
+FIRST = (
+    "tests/spark/",
+    "tests/protocol/test_writer.py",
+    "tests/groups/test_assignors.py",
+    "tests/e2e/test_auth.py",
+    "tests/protocol/test_guard_nulls.py",
+    "tests/auth/test_scram_first.py",
+    "tests/test_startup_errors.py",
+    "tests/cluster/test_etcd_outage.py",
+)
 
 
 def pytest_configure(config):
@@ -158,7 +168,7 @@ def pytest_collection_modifyitems(config, items):
             group = next((d for d in GROUPED_DIRS if path.startswith(d)), path)
             item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks)
-        items.sort(key=lambda it: not it.nodeid.startswith(FIRST))
+        items.sort(key=lambda it: next((i for i, p in enumerate(FIRST) if it.nodeid.startswith(p)), len(FIRST)))
 
 
 @pytest.hookimpl(hookwrapper=True)
