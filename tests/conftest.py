@@ -136,7 +136,19 @@ SERIAL = (
     "tests/e2e/test_groups.py::test_first_record_of_a_new_group_within_two_seconds",
     "tests/e2e/test_consumer_protocol.py::test_first_record_of_a_new_group_with_default_settings",
     "tests/e2e/test_hardening_batches.py::test_bomb_planted_on_disk",  # another client's slowest round trip
+    # failed once beside the other workers (high watermark 0 after the torn tail), passes alone
+    "tests/faults/test_smoke.py::test_checker_catches_a_loss",
 )
+# CPU-bound property tests: beside other workers on 2 cores they take 2-3 times as long as alone
+# (146 s measured for test_writer's), so their hang guard (pytest-timeout) is longer.
+CPU_BOUND = (
+    "tests/protocol/test_writer.py",
+    "tests/protocol/test_guard_nulls.py",
+    "tests/protocol/test_codec.py",
+    "tests/groups/test_assignors.py",
+    "tests/auth/test_scram_first.py",
+)
+CPU_BOUND_TIMEOUT = 600
 # One xdist group per module (module and session fixtures are started once, as in a serial run),
 # except these folders, whose modules share one group: one Spark JVM for all the Spark tests.
 GROUPED_DIRS = ("tests/spark/",)
@@ -164,6 +176,10 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::")[0]
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+        if item.nodeid.startswith(CPU_BOUND):
+            own = item.get_closest_marker("timeout")
+            if own is None or (own.args and own.args[0] < CPU_BOUND_TIMEOUT):
+                item.add_marker(pytest.mark.timeout(CPU_BOUND_TIMEOUT))
         if not any(item.iter_markers("xdist_group")):
             group = next((d for d in GROUPED_DIRS if path.startswith(d)), path)
             item.add_marker(pytest.mark.xdist_group(group))
