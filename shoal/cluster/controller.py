@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5
 PROBE_STRIKES = 2  # refused connections in a row before a registered broker counts as dead
 PROBE_TIMEOUT_S = 1.0
+PROBE_GRACE_S = 5.0  # after a broker (re)registers: it may not accept connections yet
 _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controller_fencing", default=False)
 
 
@@ -275,6 +276,9 @@ class Controller:
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
         self._holder_lease = 0  # the controller key's lease, as the last campaign saw it
+        # when each broker last registered anew: a starting broker registers before its listeners
+        # accept (its port refuses meanwhile), so it is not probed for PROBE_GRACE_S after that
+        self._registered_at: dict[int, float] = {}
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -390,6 +394,8 @@ class Controller:
                 self.refused.discard(n)
 
         async def one(node: int, host: str, port: int) -> None:
+            if self._monotonic() - self._registered_at.get(node, float("-inf")) < PROBE_GRACE_S:
+                return
             try:
                 _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
             except ConnectionRefusedError:
@@ -475,7 +481,8 @@ class Controller:
 
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:
         for n, b in new.brokers.items():
-            if old.brokers.get(n) is not b and n in self.refused:  # registered anew
+            if old.brokers.get(n) is not b:  # registered anew
+                self._registered_at[n] = self._monotonic()
                 self.refused.discard(n)
                 self._strikes.pop(n, None)
 
