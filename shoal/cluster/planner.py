@@ -1,7 +1,7 @@
 """The one topic-creation planner: every path that creates partitions asks it where they go.
 
 Callers: CreateTopics (validate_only too, manual assignments too), auto-creation through
-Metadata (``Broker.auto_create_topic``), the group coordinator's ``__consumer_offsets`` and
+Metadata (``shoal.handlers.metadata.auto_create_topic``), the group coordinator's ``__consumer_offsets`` and
 CreatePartitions. Each hands it the live brokers with their racks (``live_brokers(image)``),
 the request and its defaults (``Defaults.for_topics`` / ``Defaults.for_offsets_topic``), and an
 injected random source; it returns a :class:`Plan` or raises :class:`PlacementError` with
@@ -56,7 +56,6 @@ __all__ = [
     "live_brokers",
     "plan_new_partitions",
     "plan_topic",
-    "random_source",
 ]
 
 MAX_PARTITIONS_PER_TOPIC = 100_000
@@ -113,12 +112,6 @@ class Plan:
 def live_brokers(image: "MetadataImage") -> list[Broker]:
     """The brokers placement may use, ``(node id, rack)`` sorted by id (Kafka sorts them too)."""
     return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
-
-
-def random_source(owner: Any) -> random.Random:
-    """``owner.random`` (``Broker.random``; tests seed it), or a fresh system-seeded one."""
-    rng = getattr(owner, "random", None)
-    return rng if isinstance(rng, random.Random) else random.Random()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -216,12 +216,6 @@ def test_live_brokers_sorted_by_id_with_racks():
     assert planner.live_brokers(image) == [(1, "a"), (2, None), (3, "b")]
 
 
-def test_random_source_is_the_owners():
-    rng = random.Random(5)
-    assert planner.random_source(SimpleNamespace(random=rng)) is rng
-    assert isinstance(planner.random_source(object()), random.Random)
-
-
 def test_leaders_of_many_topics_spread_over_brokers():
     # A fixed start would put every single-partition topic's leader on the same broker.
     rng = random.Random(42)
