@@ -62,6 +62,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, Sequence
 
+from shoal.asyncutil import cancel_and_wait
 from shoal.clock import Clock
 from shoal.config import ConfigSource
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
@@ -235,14 +236,7 @@ class GroupCoordinator:
         self.timer.cancel(EXPIRY_TIMER_KEY)
         for p in list(self._owned):
             self.unload_partition(p)
-        tasks = [t for t in (self._timer_task, self._creating, *self._tasks) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait([self._timer_task, self._creating, *self._tasks])
         self._timer_task = None
 
     async def wait_loaded(self) -> None:

@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from shoal.asyncutil import cancel_and_wait
 from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -92,12 +93,7 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}-{self.index}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait([self._task])
         await self._close()
 
     def wake(self) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator
 
+from shoal.asyncutil import cancel_and_wait
 from shoal.config import BrokerConfig, log_config
 from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topics, topic_renames
 from shoal.protocol.errors import ErrorCode
@@ -224,14 +225,7 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await self.fetchers.stop()
-        tasks = [t for t in (self._isr_task, *self._isr_tasks) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait([self._isr_task, *self._isr_tasks])
 
     # -- metrics ---------------------------------------------------------------------------
 
