@@ -7,7 +7,9 @@ means every partition (of the caller's scope); per partition NONE, ELECTION_NOT_
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION
 (``shoal.cluster.controller.election_change``). The change is one compare-and-swap against the
 image it was decided on, from whichever broker receives it; leader epochs fence the old leaders.
-v0 has no election type (preferred). Scoped: topic names are the tenant's.
+v0 has no election type (preferred). Scoped: topic names are the tenant's. An operator action: a
+tenant's principals are refused even with ALTER on their logical cluster
+(``shoal.tenancy.scope.PLACEMENT_IS_OPERATORS``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from shoal.metadata import MetadataError
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation
+from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
 
 KEY = 43
 log = logging.getLogger("shoal.admin")
@@ -33,11 +36,12 @@ async def handle_elect_leaders(ctx, req):
     scope = ctx.scope
     election_type = getattr(req, "election_type", PREFERRED)
     requested = req.topic_partitions
-    if not scope.allowed_cluster(Operation.ALTER):
+    if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER):
         code = ErrorCode.cluster_authorization_failed
+        message = PLACEMENT_IS_OPERATORS if scope.allowed_cluster(Operation.ALTER) else None
         results = tuple(
             build(mod.ReplicaElectionResult, topic=t.topic, partition_result=tuple(
-                      build(mod.PartitionResult, partition_id=i, error_code=code, error_message=None)
+                      build(mod.PartitionResult, partition_id=i, error_code=code, error_message=message)
                       for i in t.partitions))
             for t in (requested or ())
         )

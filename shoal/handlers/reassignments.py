@@ -5,6 +5,10 @@ As Kafka's ``KafkaApis`` and the KRaft controller's ``alterPartitionReassignment
 
 - Alter needs ALTER on the cluster, List DESCRIBE (CLUSTER_AUTHORIZATION_FAILED for the whole
   request otherwise; Alter repeats it on every partition, as Kafka's error response does).
+- Alter is an operator action: a tenant's principals are refused even with ALTER on their logical
+  cluster (and a tenant administrator too), since where replicas live decides how brokers'
+  load is shared between tenants (``shoal.tenancy.scope.PLACEMENT_IS_OPERATORS``). List stays
+  open to a tenant with DESCRIBE, for its own topics.
 - Alter: a partition with replicas starts (or overrides) its reassignment, one with null replicas
   cancels it (``shoal.metadata.rules.topics.alter_reassignments``); per partition NONE,
   UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (empty, duplicate or unregistered
@@ -30,6 +34,7 @@ from shoal.metadata.rules.topics import alter_reassignments, ongoing_reassignmen
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation
+from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
 
 ALTER_KEY, LIST_KEY = 45, 46
 log = logging.getLogger("shoal.admin")
@@ -41,9 +46,9 @@ async def handle_alter_partition_reassignments(ctx, req):
     svc = ctx.services
     mod = response_module(ALTER_KEY, ctx.api_version)
     scope = ctx.scope
-    if not scope.allowed_cluster(Operation.ALTER):
+    if not scope.physical_view or not scope.allowed_cluster(Operation.ALTER):
         code = ErrorCode.cluster_authorization_failed
-        message = "Cluster authorization failed."
+        message = PLACEMENT_IS_OPERATORS if scope.allowed_cluster(Operation.ALTER) else "Cluster authorization failed."
         return build(mod.AlterPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE, error_code=code,
                      error_message=message, responses=tuple(
                          build(mod.ReassignableTopicResponse, name=t.name, partitions=tuple(

@@ -68,6 +68,14 @@ def acls_of(acls: tuple["AclEntry", ...], tenant_id: str | None) -> tuple["AclEn
     return index.get(tenant_id, ())
 
 
+# Where a tenant's replicas live and which of them lead decides how the brokers' load is shared
+# between tenants, so moving them (AlterPartitionReassignments, ElectLeaders) is the platform
+# operator's, as in Confluent's multi-tenant cloud: a tenant's principals are refused with
+# CLUSTER_AUTHORIZATION_FAILED and this message, even a tenant administrator.
+PLACEMENT_IS_OPERATORS = ("Reassigning partitions and electing leaders are operator actions: a tenant's principals "
+                          "cannot move its replicas (ask the platform operator)")
+
+
 class Scope:
     """One principal's view of the cluster at one metadata image."""
 

@@ -369,6 +369,7 @@ async def list_groups(env: Env, c: Caller, cl: AdminClient) -> Any:
 
 
 EXEMPT = "no ACL is checked (Kafka neither)"
+OPERATORS = "an operator action: refused to tenants even with ALTER (test_placement_is_the_operators)"
 
 
 async def unauthenticated(env: Env, c: Caller, keys: tuple[int, ...]) -> Any:
@@ -581,15 +582,13 @@ async def describe_log_dirs(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 35, {"topics": None})
 
 
-@row(43, "preferred", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(
-    ErrorCode.election_not_needed, holds=lambda r: r["replica_election_results"][0]["topic"] == T)))
+@row(43, "preferred", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(CLUSTER_DENIED)), note=OPERATORS)
 async def elect_leaders(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 43, {"election_type": 0, "topic_partitions": [{"topic": c.n(T), "partitions": [0]}],
                                "timeout": 5000})
 
 
-@row(45, "cancel", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(
-    ErrorCode.no_reassignment_in_progress, holds=lambda r: r["responses"][0]["name"] == T)))
+@row(45, "cancel", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(CLUSTER_DENIED)), note=OPERATORS)
 async def alter_partition_reassignments(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 45, {"timeout": 5000, "topics": [{"name": c.n(T), "partitions": [
         {"partition_index": 0, "replicas": None}]}]})
@@ -864,6 +863,34 @@ def test_replica_fetch_needs_cluster_action(env):
     asyncio.run(climb(env, env.ada, env.mallory, fetch, [
         ((allow(TOPIC, T, READ), action), Expect(TOPIC_DENIED)),
     ], "mallory's replica fetch"))
+
+
+PLACEMENT_ROWS = {  # what an operator's ALTER gets, where a tenant's gets CLUSTER_AUTHORIZATION_FAILED
+    "43-preferred": Expect(ErrorCode.election_not_needed,
+                           holds=lambda r: r["replica_election_results"][0]["topic"].endswith("_" + T)),
+    "45-cancel": Expect(ErrorCode.no_reassignment_in_progress,
+                        holds=lambda r: r["responses"][0]["name"].endswith("_" + T)),
+}
+
+
+@pytest.mark.parametrize("rid", list(PLACEMENT_ROWS))
+def test_placement_is_the_operators(env, rid):
+    """ElectLeaders and AlterPartitionReassignments decide where a tenant's load lands on the
+    shared brokers: a physical-view principal with ALTER on the cluster is served (carol, for the
+    tenant's topics by their physical names), a tenant's are refused even with ALTER (mallory) and
+    even as the tenant's administrator (ada), with a message that says why."""
+    r = ROW[rid]
+    carol = env.carol
+    asyncio.run(climb(env, env.operator, carol, r.cell, [((on_cluster(ALTER),), PLACEMENT_ROWS[rid])],
+                      f"{rid} as carol with ALTER"))
+
+    async def as_ada() -> dict:
+        async with env.ada.client() as cl:
+            return plain(await r.cell(env, Caller(env.ada), cl))
+
+    resp = asyncio.run(as_ada())
+    Expect(CLUSTER_DENIED).check(resp, f"{rid} as the tenant's administrator")
+    assert "operator actions" in repr(resp), resp
 
 
 def test_zz_tenant_resources_unchanged(env):
