@@ -204,6 +204,10 @@ class Broker:
         from shoal.auth import ensure_bootstrap_users, listener_security
 
         self.listener_security = listener_security(self.static_config)
+        if hasattr(getattr(self.metadata, "backend", None), "registration"):  # a cluster: followers log in to leaders
+            from shoal.auth.interbroker import inter_broker_security
+
+            inter_broker_security(self.static_config)
         await ensure_bootstrap_users(self.static_config, self.metadata)
         self.services.listener_security = self.listener_security
         await asyncio.to_thread(self.replicas.load)  # the logs on disk (tenancy: and moves we did not apply)

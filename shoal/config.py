@@ -612,6 +612,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("sasl.enabled.mechanisms", "list", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
            "SASL mechanisms the SASL listeners accept (Kafka's default, GSSAPI, is not supported).",
            list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        _d("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
+           "SASL mechanism brokers log in with on a SASL inter.broker.listener.name (Kafka's default, GSSAPI, "
+           "is not supported).", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        _d("sasl.jaas.config", "password", None,
+           "The broker's own login on a SASL inter-broker listener: a PlainLoginModule or ScramLoginModule entry "
+           "with username and password (listener.name.<listener>.<mechanism>.sasl.jaas.config first, as Kafka). "
+           "The user needs CLUSTER_ACTION on the cluster (super.users)."),
+        _d("ssl.endpoint.identification.algorithm", "string", "https",
+           "Brokers connecting to a TLS inter-broker listener check its certificate's host name (https) or "
+           "not (empty).", one_of("https", "")),
         _d("connections.max.reauth.ms", "long", 0,
            "SASL sessions expire this long after authenticating; clients re-authenticate (KIP-368). 0: never.",
            at_least(0)),

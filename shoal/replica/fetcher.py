@@ -114,11 +114,13 @@ class ReplicaFetcher:
         if self._conn is not None and endpoint == self._endpoint and self._conn._closed_reason is None:
             return self._conn
         await self._close()
+        from shoal.auth.interbroker import inter_broker_security
         from shoal.client import _Connection
 
         cfg = self.manager.config()
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
-        conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout)
+        conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
+                           inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
         await conn.open()
         self._conn, self._endpoint = conn, endpoint
         return conn

@@ -42,6 +42,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from shoal.auth.jaas import JaasError
+from shoal.auth.jaas import parse_jaas as _parse_jaas
+
 __all__ = [
     "EARLIEST",
     "LATEST",
@@ -246,23 +249,15 @@ _REFUSED_SINK = {
     "interceptor.classes": "Producer interceptors are not supported.",
 }
 
-_JAAS = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s;]+))""")
-
-
 def parse_jaas(text: str) -> dict[str, str]:
     """username/password of ``org.apache.kafka...PlainLoginModule required username="u" password="p";``."""
-    body = text.strip()
-    m = re.match(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b", body)
-    if not m or not re.search(r"(PlainLoginModule|ScramLoginModule)$", m.group(1)):
+    try:
+        return _parse_jaas(text)
+    except JaasError:
         raise OptionError(
             "only a PlainLoginModule or ScramLoginModule 'kafka.sasl.jaas.config' can be translated; "
             "set 'kafka.sasl.username' and 'kafka.sasl.password' (and 'kafka.sasl.mechanism') instead"
-        )
-    out: dict[str, str] = {}
-    for k, dq, sq, bare in _JAAS.findall(body[m.end():]):
-        value = dq if dq or (not sq and not bare) else (sq or bare)
-        out[k] = re.sub(r"\\(.)", r"\1", value)
-    return out
+        ) from None
 
 
 def kafka_client_conf(opts: Mapping[str, str], *, sink: bool = False) -> dict[str, str]:

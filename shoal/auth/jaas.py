@@ -1,0 +1,31 @@
+"""Kafka's ``sasl.jaas.config`` text, as far as Shoal reads it: the ``username`` and ``password``
+of a ``PlainLoginModule`` or ``ScramLoginModule`` entry.
+
+Used by the broker for its own inter-broker login (``shoal.auth.interbroker``) and by the Spark
+connector for its ``kafka.sasl.jaas.config`` option (``shoal.spark.options``).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b")
+_OPTION = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s;]+))""")
+
+
+class JaasError(ValueError):
+    pass
+
+
+def parse_jaas(text: str) -> dict[str, str]:
+    """The options of ``org.apache.kafka...PlainLoginModule required username="u" password="p";``
+    (quoted with " or ', backslash escapes, or bare); ``JaasError`` for another login module."""
+    body = text.strip()
+    m = _ENTRY.match(body)
+    if not m or not re.search(r"(PlainLoginModule|ScramLoginModule)$", m.group(1)):
+        raise JaasError("only a PlainLoginModule or ScramLoginModule sasl.jaas.config is supported")
+    out: dict[str, str] = {}
+    for k, dq, sq, bare in _OPTION.findall(body[m.end():]):
+        value = dq if dq or (not sq and not bare) else (sq or bare)
+        out[k] = re.sub(r"\\(.)", r"\1", value)
+    return out
