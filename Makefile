@@ -6,9 +6,12 @@ DEBIAN_PACKAGES := kcat etcd-server etcd-client
 
 .PHONY: serve install deps test bench
 
-# Start a single-node broker on 127.0.0.1:9092 with its data in ./data (embedded metadata store).
+# Start a single-node broker with its data in ./data (embedded metadata store), everything on
+# loopback: PLAINTEXT on 127.0.0.1:9092 as before, a SASL listener for tenants on :9093, the HTTP
+# admin API on :9644, metrics on :9645 and a generated admin (./data/admin.properties, mode 0600);
+# it prints the commands to try tenants (shoal serve --quickstart, shoal/quickstart.py).
 serve: install
-	$(PYTHON) -m shoal serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+	$(PYTHON) -m shoal serve --quickstart --log-dirs ./data
 
 install:
 	$(PIP) install -q --disable-pip-version-check -e .

@@ -39,6 +39,15 @@ def _serve_parser(sub) -> None:
         metavar="{" + ",".join(LOG_LEVELS) + "}",
         help="how much the broker logs (default $SHOAL_LOG_LEVEL or INFO); DEBUG also prints the traceback of a failed start",
     )
+    p.add_argument(
+        "--quickstart", action="store_true",
+        help="everything a newcomer needs on one machine, on loopback only (what `make serve` runs): "
+             "PLAINTEXT on 127.0.0.1:9092, a SASL listener for tenants on 127.0.0.1:9093, the HTTP admin "
+             "API on 127.0.0.1:9644, metrics on 127.0.0.1:9645, ACLs, and a super user 'admin' whose "
+             "password is generated on first start into <log dir>/admin.properties (mode 0600); prints the "
+             "commands to create a tenant and a user and to produce and consume as that user. Flags, "
+             "--override and --config win over each of these settings",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -85,13 +94,19 @@ def cmd_serve(args) -> int:
     )
     from shoal.startup_errors import describe
 
+    quick = None
     try:
-        config = BrokerConfig.load(args.config, _overrides(args))
+        config = BrokerConfig.load(args.config, _serve_settings(args))
+        if args.quickstart:
+            config, quick = _quickstart(config)
     except ConfigError as e:
         _explain_failure(args, e, f"shoal serve: {describe(e, None)}")
         return 2
     except OSError as e:
         _explain_failure(args, e, f"shoal serve: cannot read the config file {args.config}: {e.strerror}: check the --config path")
+        return 2
+    except ValueError as e:  # shoal.quickstart.QuickstartError, a bad admin or metrics listener
+        _explain_failure(args, e, f"shoal serve --quickstart: {e}")
         return 2
     try:
         import uvloop
@@ -114,6 +129,8 @@ def cmd_serve(args) -> int:
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
         image = broker.metadata.image
         for l in broker.listeners:
+            if quick is not None and broker.config.listener_security_protocols.get(l.name, "").startswith("SASL"):
+                continue  # the quickstart's banner shows how to use it
             print(
                 f"Shoal broker {broker.node_id} is up: {l.name}://{l.host}:{l.port} "
                 f"(cluster {image.cluster_id}, data in {broker.data_dir})\n"
@@ -130,6 +147,8 @@ def cmd_serve(args) -> int:
         note = durability_note(broker.config, image)
         if note:
             print(f"  {note}", flush=True)
+        if quick is not None:
+            print(_quickstart_banner(broker, *quick), flush=True)
         await broker.wait_stopped()
 
     try:
@@ -138,6 +157,66 @@ def cmd_serve(args) -> int:
         _explain_failure(args, e.__cause__, str(e))
         return 1
     return 0
+
+
+def _serve_settings(args) -> dict[str, str]:
+    """The flags and --override settings; with --quickstart, its defaults under them and the file."""
+    given = _overrides(args)
+    if not args.quickstart:
+        return given
+    from shoal import quickstart
+    from shoal.config import parse_properties
+
+    file_keys: set[str] = set()
+    if args.config is not None:
+        with open(args.config, encoding="utf-8") as f:
+            file_keys = set(parse_properties(f.read()))
+    return quickstart.overrides(given, file_keys)
+
+
+def _quickstart(config):
+    """(the config with the quickstart admin as a bootstrap user, (credentials file, the password
+    to write there once the broker holds its directories or None))."""
+    from shoal import quickstart
+    from shoal.config import BrokerConfig
+
+    quickstart.check(config)
+    path = quickstart.credentials_path(config)
+    password = quickstart.read_password(path)
+    pending = None
+    if password is None:
+        password = pending = quickstart.new_password()
+    elif quickstart.loose_permissions(path):
+        logging.getLogger("shoal.quickstart").warning(
+            "%s holds the admin password and others may read it: chmod 600 %s", path, path)
+    static = dict(config.static_configs)
+    static["shoal.sasl.bootstrap.users"] = quickstart.with_admin(static.get("shoal.sasl.bootstrap.users"), password)
+    return BrokerConfig(static), (path, pending)
+
+
+def _quickstart_banner(broker, path, pending: str | None) -> str:
+    """Write the generated credentials (the broker now holds the directory), then the banner."""
+    from shoal import quickstart
+
+    protocols = broker.config.listener_security_protocols
+    plain = next((f"{l.host}:{l.port}" for l in broker.listeners if protocols.get(l.name) == "PLAINTEXT"), "")
+    sasl = next(f"{l.host}:{l.port}" for l in broker.listeners if protocols.get(l.name) in quickstart.SASL_PROTOCOLS)
+    extra = ""
+    if pending is not None:
+        try:
+            quickstart.write_credentials(path, pending, sasl)
+        except OSError as e:
+            logging.getLogger("shoal.quickstart").warning("cannot write %s: %s", path, e.strerror or e)
+            extra = f"\n  (not written: {e.strerror or e}; the admin password, shown once: {pending})"
+    admin = broker.admin_http
+    metrics = getattr(broker, "metrics_http", None)
+    return quickstart.banner(
+        plaintext=plain, sasl=sasl,
+        sasl_mechanisms=broker.config.get("sasl.enabled.mechanisms"),
+        admin_url=f"http://{admin.host}:{admin.port}",
+        metrics_url=f"http://{metrics.host}:{metrics.port}" if metrics is not None else None,
+        credentials=path,
+    ) + extra
 
 
 def _explain_failure(args, error: BaseException | None, line: str) -> None:

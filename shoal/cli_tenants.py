@@ -5,7 +5,9 @@ The password is read from stdin (``--password-stdin``, first line) and sent to t
 hashes it and stores only the salted keys.
 
 With ``shoal.admin.authentication=basic`` the credentials come from the environment:
-``SHOAL_ADMIN_USER`` and ``SHOAL_ADMIN_PASSWORD``.
+``SHOAL_ADMIN_USER`` and ``SHOAL_ADMIN_PASSWORD``; ``SHOAL_ADMIN_URL`` is the default of ``--admin-url``.
+
+Times are printed as ISO-8601 (UTC); ``--output json`` prints the API's JSON (epoch milliseconds).
 
 Exit status: 1 for an error the API returned (unknown tenant, user exists...), 2 for bad arguments,
 3 when the admin API cannot be reached.
@@ -36,7 +38,8 @@ class _Failed(Exception):
 
 def admin_api_arguments(p: argparse.ArgumentParser, func: Any) -> None:
     """``--admin-url`` and ``--timeout`` of a command that speaks the HTTP admin API, which runs ``func``."""
-    p.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="the broker's shoal.admin.listener")
+    p.add_argument("--admin-url", default=os.environ.get("SHOAL_ADMIN_URL") or DEFAULT_ADMIN_URL,
+                   help=f"the broker's shoal.admin.listener (default $SHOAL_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     p.add_argument("--timeout", type=float, default=30.0)
     p.set_defaults(func=func)
 
@@ -49,10 +52,12 @@ def add_parser(subparsers: Any) -> None:
     p = sub.add_parser("create", help="create a tenant; prints its id")
     p.add_argument("name", metavar="NAME", help="display name")
     common(p, cmd_tenants)
-    p = sub.add_parser("list", help="list tenants")
+    p = sub.add_parser("list", help="list tenants (id, name, created, users)")
+    output_argument(p)
     common(p, cmd_tenants)
     p = sub.add_parser("describe", help="a tenant and its users")
     p.add_argument("tenant_id", metavar="ID")
+    output_argument(p)
     common(p, cmd_tenants)
     p = sub.add_parser("delete", help="delete a tenant with its users")
     p.add_argument("tenant_id", metavar="ID")
@@ -98,8 +103,23 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) ->
         raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}") from None
 
 
+def output_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", choices=("text", "json"), default="text",
+                   help="json: the admin API's answer as it is (times in epoch milliseconds)")
+
+
+def iso_time(ms: int | None) -> str:
+    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond (``2026-11-27T04:56:01.852Z``)."""
+    if ms is None:
+        return "-"
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _print_tenant(t: dict[str, Any]) -> None:
-    print(f"{t['tenant_id']}\t{t['display_name']}\tusers={','.join(t.get('users', []))}")
+    print(f"{t['tenant_id']}\t{t['display_name']}\tcreated={iso_time(t.get('created_ms'))}\t"
+          f"users={','.join(t.get('users', []))}")
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
@@ -109,12 +129,20 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             t = _call(args, "POST", "/v1/tenants", {"display_name": args.name})
             print(t["tenant_id"])
         elif cmd == "list":
-            for t in _call(args, "GET", "/v1/tenants")["tenants"]:
+            tenants = _call(args, "GET", "/v1/tenants")["tenants"]
+            if args.output == "json":
+                print(json.dumps(tenants, indent=2))
+            for t in tenants if args.output == "text" else ():
                 _print_tenant(t)
         elif cmd == "describe":
             t = _call(args, "GET", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
-            print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {t['created_ms']}\n"
-                  f"Users: {', '.join(t['users'])}")
+            if args.output == "json":
+                print(json.dumps(t, indent=2))
+            else:
+                admins = set(t.get("admins", []))
+                users = ", ".join(u + (" (admin)" if u in admins else "") for u in t["users"])
+                print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {iso_time(t.get('created_ms'))}\n"
+                      f"Users: {users}")
         else:
             t = _call(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
             print(f"tenant {t['tenant_id']} deleted")

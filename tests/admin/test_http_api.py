@@ -204,7 +204,8 @@ def test_cli(admin_broker):
     r = shoal("users", "create", "carl", "--tenant", tid, "--password-stdin", stdin="x\n")
     assert r.returncode == 1 and "already" in r.stderr
     r = shoal("tenants", "list")
-    assert r.returncode == 0 and f"{tid}\tCli Co\tusers=carl" in r.stdout.splitlines()
+    assert r.returncode == 0 and any(re.fullmatch(rf"{tid}\tCli Co\tcreated=\d{{4}}-\d\d-\d\dT[\d:.]+Z\tusers=carl", line)
+                                     for line in r.stdout.splitlines()), r.stdout
     r = shoal("tenants", "describe", tid)
     assert r.returncode == 0 and "Users: carl" in r.stdout and "Name: Cli Co" in r.stdout
     _confluent_metadata(b, "carl", "carl-pw")

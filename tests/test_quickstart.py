@@ -1,0 +1,208 @@
+"""``shoal serve --quickstart``, what ``make serve`` runs (issue 16, tenants out of the box): a real
+broker process on free loopback ports; its banner's commands run as a shell script (the ``shoal``
+CLI, kcat and confluent-kafka as a tenant's user); the generated admin credentials (mode 0600,
+random, reused on restart, never on a command line, written only once the broker holds its
+directory); refusals (off loopback, a directory in use) in one line having written nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_process import REPO, BrokerProcess, free_port
+from shoal import quickstart
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class QuickstartBroker(BrokerProcess):
+    """``shoal serve --quickstart`` with its four loopback ports moved to free ones."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.sasl_port, self.admin_port, self.metrics_port = free_port(), free_port(), free_port()
+
+    def serve_args(self) -> list[str]:
+        return ["--quickstart", "--log-dirs", str(self.data_dir),
+                "--listeners", f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+                "--override", f"shoal.admin.listener=http://127.0.0.1:{self.admin_port}",
+                "--override", f"shoal.metrics.listener=http://127.0.0.1:{self.metrics_port}"]
+
+    @property
+    def credentials(self) -> Path:
+        return self.data_dir / quickstart.CREDENTIALS_FILE
+
+    def banner(self) -> str:
+        """The last start's quickstart banner, from the broker's stdout (printed just after its
+        listeners answer)."""
+        deadline = time.monotonic() + 30
+        while True:
+            text = self.log_text().rsplit("===== start #", 1)[-1]
+            if "\nshoal topics list" in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        start = text.index("Quickstart: everything on loopback")
+        end = text.index("\nEOF\n", start) + len("\nEOF\n")
+        return text[start:end] + text[end:].split("\n", 1)[0]
+
+
+def tool_path(tmp: Path) -> dict[str, str]:
+    """An environment whose ``shoal`` and ``python3`` are this checkout and this interpreter."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "shoal").write_text(f'#!/bin/sh\nexec {sys.executable} -m shoal "$@"\n')
+    (bin_dir / "shoal").chmod(0o755)
+    if not (bin_dir / "python3").exists():
+        (bin_dir / "python3").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_script(text: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=150)
+
+
+@pytest.fixture(scope="module")
+def qb(tmp_path_factory):
+    b = QuickstartBroker(tmp_path_factory.mktemp("shoal-quickstart"))
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_make_serve_runs_the_quickstart():
+    recipe = (REPO / "Makefile").read_text().split("\nserve:", 1)[1].split("\n\n", 1)[0]
+    assert "-m shoal serve --quickstart" in recipe and "--log-dirs ./data" in recipe
+
+
+def test_banner_commands_create_a_tenant_and_user_and_produce_and_consume(qb, tmp_path):
+    banner = qb.banner()
+    assert f"SASL_PLAINTEXT://127.0.0.1:{qb.sasl_port}" in banner and f"http://127.0.0.1:{qb.admin_port}" in banner
+    assert str(qb.credentials) in banner
+    r = run_script(quickstart.script(banner), tmp_path, tool_path(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    tenant = re.search(r"user alice created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
+    assert "Created topic orders." in out
+    assert out.count("k1:hello from kcat") == 2  # kcat, then confluent-kafka
+    assert "k2:hello from confluent-kafka" in out
+    assert f"{tenant}_orders" in out  # the operator's physical view
+
+
+def test_admin_credentials_are_generated_private_and_kept(qb, tmp_path):
+    qb.banner()  # the file is written just before the banner
+    path = qb.credentials
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    props = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    password = props["sasl.password"]
+    assert props["sasl.username"] == "admin" and len(password) >= 32 and re.fullmatch(r"[A-Za-z0-9_-]+", password)
+    cmdline = Path(f"/proc/{qb.proc.pid}/cmdline").read_bytes()
+    assert password.encode() not in cmdline
+    assert password not in qb.log_text()
+    before = path.read_bytes()
+    qb.restart()  # the same password, the same file
+    assert path.read_bytes() == before and "Quickstart" in qb.banner()
+    env = tool_path(tmp_path)
+    # the file is a client properties file of a super user: the SASL listener and the admin API
+    r = subprocess.run(["shoal", "topics", "list", "--bootstrap-server", f"127.0.0.1:{qb.sasl_port}",
+                        "--command-config", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "__consumer_offsets" in r.stdout, r.stderr
+    r = subprocess.run(["shoal", "tenants", "list"], capture_output=True, text=True, timeout=60,
+                       env={**env, "SHOAL_ADMIN_URL": f"http://127.0.0.1:{qb.admin_port}",
+                            "SHOAL_ADMIN_USER": "admin", "SHOAL_ADMIN_PASSWORD": password})
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["shoal", "tenants", "list"], capture_output=True, text=True, timeout=60,
+                       env={**env, "SHOAL_ADMIN_URL": f"http://127.0.0.1:{qb.admin_port}"})
+    assert r.returncode == 1 and "SHOAL_ADMIN_USER" in r.stderr  # never without the password
+
+
+def test_another_data_dir_gets_another_password(tmp_path):
+    b = QuickstartBroker(tmp_path)
+    b.start()
+    try:
+        b.banner()  # written before the banner
+        first = b.credentials.read_text()
+    finally:
+        b.stop()
+    b.credentials.unlink()  # deleted: a new one on the next start
+    b.start()
+    try:
+        b.banner()
+        assert b.credentials.read_text() != first
+    finally:
+        b.stop()
+
+
+def _serve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "shoal", "serve", "--quickstart", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_second_broker_on_the_directory_writes_no_credentials(tmp_path):
+    running = BrokerProcess(tmp_path)  # a plain broker holds the directory
+    running.start()
+    try:
+        r = _serve("--log-dirs", str(running.data_dir), "--listeners",
+                   f"PLAINTEXT://127.0.0.1:{free_port()},SASL_PLAINTEXT://127.0.0.1:{free_port()}",
+                   "--override", f"shoal.admin.listener=http://127.0.0.1:{free_port()}",
+                   "--override", f"shoal.metrics.listener=http://127.0.0.1:{free_port()}", cwd=tmp_path)
+        assert r.returncode == 1 and "is in use by process" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not (running.data_dir / quickstart.CREDENTIALS_FILE).exists()
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--listeners", "PLAINTEXT://0.0.0.0:{p},SASL_PLAINTEXT://127.0.0.1:{q}"],
+     ("listener PLAINTEXT://0.0.0.0:", "not on loopback", "without --quickstart")),
+    (["--listeners", "PLAINTEXT://127.0.0.1:{p}"], ("no SASL listener", "SASL_PLAINTEXT://127.0.0.1:PORT")),
+    (["--override", "shoal.admin.listener=http://0.0.0.0:{p}"], ("shoal.admin.listener=0.0.0.0", "not on loopback")),
+])
+def test_off_loopback_or_without_sasl_is_refused_in_one_line(tmp_path, args, words):
+    args = [a.format(p=free_port(), q=free_port()) for a in args]
+    r = _serve("--log-dirs", str(tmp_path / "data"), *args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shoal serve --quickstart: "), r.stderr
+    for w in words:
+        assert w in lines[0]
+    assert not (tmp_path / "data").exists()
+
+
+# -- pure parts -----------------------------------------------------------------------------------
+
+
+def test_flags_and_the_file_win_over_the_quickstart_defaults():
+    got = quickstart.overrides({"listeners": "PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2"},
+                               {"super.users", "num.partitions"})
+    assert got["listeners"] == "PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2"
+    assert "super.users" not in got  # the file's value stands
+    assert got["shoal.admin.listener"] == "http://127.0.0.1:9644"
+    assert got["shoal.admin.authentication"] == "basic"
+    assert quickstart.with_admin(None, "pw") == "admin:pw"
+    assert quickstart.with_admin("bob:b,admin:old", "pw") == "bob:b,admin:pw"
+    assert quickstart.new_password() != quickstart.new_password()
+
+
+def test_unusable_credentials_file_is_one_line(tmp_path):
+    path = tmp_path / "admin.properties"
+    assert quickstart.read_password(path) is None
+    path.write_text("sasl.username=root\nsasl.password=x\n")
+    with pytest.raises(quickstart.QuickstartError, match="delete it"):
+        quickstart.read_password(path)
+    quickstart.write_credentials(tmp_path / "new.properties", "s3cret", "127.0.0.1:9093")
+    assert quickstart.read_password(tmp_path / "new.properties") == "s3cret"
+    with pytest.raises(FileExistsError):  # never over an existing file
+        quickstart.write_credentials(tmp_path / "new.properties", "other", "127.0.0.1:9093")
