@@ -129,6 +129,10 @@ class Broker:
             nanos=clock.nanos, weight=self.quotas.scheduling_weight,
         )
         self.metrics_http: Any = None  # shoal.admin.metrics.MetricsHttpServer when configured
+        # metrics: Kafka's broker metrics, counted while the endpoint is on (shoal.observability)
+        from shoal.observability import BrokerMetrics
+
+        self.metrics: Any = BrokerMetrics(clock) if config.get("shoal.metrics.listener") else None
         # quotas: shoal.server.limits.ConnectionLimits (counters per listener: .stats, .total)
         self.connection_limits: Any = None
         # quotas: shoal.quotas.autotune.BrokerProtection (from start()); its tuning task

@@ -1,6 +1,7 @@
 """The Prometheus endpoint: ``GET /metrics`` on ``shoal.metrics.listener`` (``http://HOST:PORT``).
 
-Quota metrics, named after Kafka's (metric group ``Produce``/``Fetch``/``Request``, names
+Kafka's broker metrics (per topic and tenant, per API, connections, logs, consumer lag, the process
+and its event loop) are listed in docs/metrics.md (``shoal.observability``). Quota metrics, named after Kafka's (metric group ``Produce``/``Fetch``/``Request``, names
 ``byte-rate``, ``request-time``, ``throttle-time``), as gauges:
 
 ==========================================  ==========================  =================================
@@ -160,9 +161,15 @@ def _backoff(broker: "Broker") -> Any:
 
 def render(broker: "Broker") -> bytes:
     """The text exposition of the broker's metrics."""
+    from prometheus_client import ProcessCollector
+
+    from shoal.observability.collector import BrokerCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QuotaCollector(broker))
     registry.register(ConnectionCollector(broker))  # shoal.server.bounds
+    registry.register(BrokerCollector(broker))  # Kafka's broker metrics (docs/metrics.md)
+    ProcessCollector(registry=registry)  # process_*: CPU, memory, open files
     return generate_latest(registry)
 
 
@@ -206,7 +213,11 @@ class MetricsHttpServer:
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
+        from shoal.observability.loop import LoopLagProbe
+
         self.broker.quotas.set_record_usage(True)
+        self.broker.loop_lag = LoopLagProbe(self.broker.clock)
+        self.broker.loop_lag.start()
         self._server = await asyncio.start_server(self._on_connection, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("Prometheus metrics on http://%s:%d/metrics (authentication: %s)", self.host, self.port,
@@ -217,6 +228,9 @@ class MetricsHttpServer:
                         "or bind it to 127.0.0.1)", self.host)
 
     async def stop(self) -> None:
+        probe = getattr(self.broker, "loop_lag", None)
+        if probe is not None:
+            await probe.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

@@ -78,13 +78,14 @@ SCHED_BURST = 8
 
 
 class _Slot:
-    __slots__ = ("data", "ready", "close_after", "size")
+    __slots__ = ("data", "ready", "close_after", "size", "m")
 
     def __init__(self, size: int = 0) -> None:
         self.data: bytes | None = None
         self.ready = False
         self.close_after = False
         self.size = size  # bounds: the request's bytes, held in the request memory until answered
+        self.m: Any = None  # metrics: shoal.observability.requests.RequestRecord
 
 
 class _Continue:
@@ -173,6 +174,8 @@ class KafkaConnection(asyncio.Protocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.broker.connections.add(self)
+        if self.broker.metrics is not None:  # metrics (shoal.observability)
+            self.broker.metrics.connection_opened(self.listener)
         # -- bounds: pause_writing past this many unsent response bytes; the sweep watches us
         transport.set_write_buffer_limits(high=self._queue_max, low=self._queue_max // 4)  # type: ignore[attr-defined]
         self._guard.watch()
@@ -326,7 +329,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- scheduler (shoal.server.scheduler): a request runs at once while the broker keeps up;
     # otherwise it waits in this connection's queue, and the connection in its tenant's flow.
-    _sched_q: deque[bytes] | None = None  # requests waiting for the scheduler, in order
+    _sched_q: deque[tuple[bytes, int]] | None = None  # requests waiting for the scheduler, in order
     _sched_key: Any = None  # the flow they are counted in
     _sched_in = False  # in the scheduler's round (False: nothing waits, or parked while muted)
     _sched_full = False  # reading paused: this connection's or its tenant's queue is full
@@ -342,7 +345,7 @@ class KafkaConnection(asyncio.Protocol):
         if q is None:
             q = self._sched_q = deque()
             self._sched_key = self.scheduler_key()
-        q.append(frame)
+        q.append((frame, sched.nanos()))  # metrics: when it started to wait (queue time)
         full = sched.count(self._sched_key, 1)
         if not self._sched_in:
             self._sched_unpark()  # into its flow (or parked, when muted)
@@ -372,11 +375,11 @@ class KafkaConnection(asyncio.Protocol):
                 self._sched_in = False
                 self._sched_parked_io = True
                 return False
-            frame = q.popleft()
+            frame, queued_ns = q.popleft()
             sched.count(self._sched_key, -1)
             if not q:
                 self._sched_q = None
-            self._process(frame)
+            self._process(frame, queued_ns)
             if self._mute is not None:
                 sched.hold(self.scheduler_key(), self._mute.when() - asyncio.get_running_loop().time())
         if self._sched_q is None or self._closed:
@@ -418,11 +421,15 @@ class KafkaConnection(asyncio.Protocol):
             self._sched_in = True
             self.broker.scheduler.submit(self, self.scheduler_key())
 
-    def _process(self, frame: bytes) -> None:
-        """Decode and start one request (in request order on this connection)."""
-        # quotas: measure the time spent on the request when a request quota may apply (KIP-124)
+    def _process(self, frame: bytes, queued_ns: int = 0) -> None:
+        """Decode and start one request (in request order on this connection); ``queued_ns``:
+        when it began to wait in the scheduler's queue (0: it did not)."""
+        # quotas: measure the time spent on the request when a request quota may apply (KIP-124);
+        # metrics: always while they are on
         measure = self.broker.quotas.request.active
-        start_ns = self.broker.clock.nanos() if measure else 0
+        metrics = self.broker.metrics
+        timed = measure or metrics is not None
+        start_ns = self.broker.clock.nanos() if timed else 0
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
@@ -460,8 +467,10 @@ class KafkaConnection(asyncio.Protocol):
         )
         ctx.extra["connection"] = self
         ctx.request_size = len(frame)
-        if measure:
+        if timed:
             ctx.step_start_ns = start_ns
+        if metrics is not None:
+            slot.m = metrics.begin(ctx, request, queued_ns or start_ns, start_ns)
         self._pending.append(slot)
         self._track_in_flight(+1)
         # Start the handler right here (an "eager task"): most requests finish without waiting,
@@ -471,9 +480,9 @@ class KafkaConnection(asyncio.Protocol):
             awaited = coro.send(None)
         except StopIteration:
             return
-        if measure:
+        if timed:
             ctx.handling_ns += self.broker.clock.nanos() - start_ns
-        task = asyncio.ensure_future(_finish(coro, awaited, ctx if measure else None))
+        task = asyncio.ensure_future(_finish(coro, awaited, ctx if timed else None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -506,6 +515,8 @@ class KafkaConnection(asyncio.Protocol):
     async def _run(self, handler: Any, ctx: RequestContext, request: Any, slot: _Slot, measure: bool) -> None:
         hdr = ctx.header
         throttle_ms = 0
+        response: Any = None
+        failed = False
         try:
             response = await handler(ctx, request)
             if measure or ctx.throttle_ms:  # quotas: request time and byte-rate throttles
@@ -525,6 +536,7 @@ class KafkaConnection(asyncio.Protocol):
                 "handler for api %d v%d failed on a request from %s; answering UNKNOWN_SERVER_ERROR",
                 hdr.api_key, hdr.api_version, self.peer,
             )
+            failed = True
             try:
                 body = error_response(
                     codec.response_type(hdr.api_key, hdr.api_version), ErrorCode.unknown_server_error
@@ -536,6 +548,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
         finally:
             self._track_in_flight(-1)
+        if slot.m is not None:  # metrics: sizes, times, errors, per-topic bytes
+            self.broker.metrics.answered(slot.m, ctx, request, response, data, throttle_ms, failed)
         close_after = bool(ctx.extra.get("close_after"))
         if throttle_ms:
             self._throttle(slot, data, close_after, throttle_ms, client_throttles(hdr.api_key, hdr.api_version))
@@ -610,6 +624,8 @@ class KafkaConnection(asyncio.Protocol):
                 if s is not slot:
                     queued += len(s.data)
                 transport.write(s.data)
+            if s.m is not None:  # metrics: the request is done
+                self.broker.metrics.sent(s.m)
             if s.close_after:
                 self.close()
         self._held -= answered
