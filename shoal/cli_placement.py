@@ -48,6 +48,30 @@ def add_parser(subparsers: Any) -> None:
                    help="initial shift of the further replicas (default: the start index, or random)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_placement)
+    c = sub.add_parser(
+        "check", help="what a topic's layout over datacenters guarantees, and what losing each one does",
+        description="The stretch-cluster advisor (shoal.stretch): the datacenters (broker.rack) holding replicas "
+                    "and observers, the min.insync.replicas that puts every acknowledged record in M "
+                    "datacenters (replicas_per_dc * (M - 1) + 1 in the even case), and for the loss of each "
+                    "datacenter whether acks=all produce and consume still work and whether an acknowledged "
+                    "record can exist only there. Exit status 1 when there is a warning.")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--topic", help="a topic of a running cluster (its replicas, racks and min.insync.replicas)")
+    src.add_argument("--spec", metavar="FILE|JSON", help="a placement JSON (replica.placement), with --brokers")
+    src.add_argument("--replication-factor", type=int, metavar="N",
+                     help="Kafka's rack-aware placement of N replicas, with --brokers")
+    c.add_argument("--brokers", metavar="ID:RACK,...", help="the brokers and their racks (with --spec or "
+                   "--replication-factor)")
+    c.add_argument("--partitions", type=int, help="partitions to place (default: as many as brokers)")
+    c.add_argument("--min-insync-replicas", type=int, metavar="N",
+                   help="default: the topic's (--topic), else 1 (Kafka's default)")
+    c.add_argument("--min-insync-racks", type=int, default=None, metavar="N",
+                   help="Shoal's min.insync.racks (default: the topic's, else 1)")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    from shoal.cli_admin import add_connection_args
+
+    add_connection_args(c)
+    c.set_defaults(func=cmd_check)
 
 
 def parse_brokers(text: str) -> list[tuple[int, str | None]]:
@@ -113,3 +137,113 @@ def cmd_placement(args: argparse.Namespace) -> int:
             line += "  racks " + ",".join(str(racks[b]) for b in replicas)
         print(line)
     return 0
+
+
+# -- check: the stretch advisor ----------------------------------------------------------------------
+
+
+def _read_spec(text: str) -> str:
+    from pathlib import Path
+
+    if text.lstrip().startswith("{"):
+        return text
+    try:
+        return Path(text).read_text(encoding="utf-8")
+    except OSError as e:
+        raise _UsageError(f"--spec: cannot read {text}: {e.strerror or e}") from None
+
+
+def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]]], str | None]:
+    """(layout, its partitions) for --spec or --replication-factor with --brokers; and the
+    placement's promotion policy."""
+    from shoal.placement import PlacementError, assign_replicas
+    from shoal.placement_constraints import PlacementSpecError, assign_with_constraints, parse_placement
+    from shoal.stretch import Layout
+
+    if not args.brokers:
+        raise _UsageError("--brokers ID:RACK,... is needed with --spec or --replication-factor")
+    brokers = parse_brokers(args.brokers)
+    racks = dict(brokers)
+    partitions = args.partitions or len(brokers)
+    if partitions < 1:
+        raise _UsageError("--partitions must be at least 1")
+    promotion = None
+    try:
+        if args.spec is not None:
+            spec = parse_placement(_read_spec(args.spec))
+            promotion = spec.promotion
+            placed = assign_with_constraints(spec, brokers, partitions)
+        else:
+            placed = [(r, ()) for r in assign_replicas(brokers, partitions, args.replication_factor, start_index=0)]
+    except (PlacementSpecError, PlacementError) as e:
+        raise _CheckError(f"{e.code}: {e.message}") from None
+    return group_layouts([(i, Layout.of(r, o, racks)) for i, (r, o) in enumerate(placed)]), promotion
+
+
+class _CheckError(Exception):
+    pass
+
+
+def group_layouts(items: list[tuple[int, Any]]) -> list[tuple[Any, list[int]]]:
+    groups: dict[tuple, tuple[Any, list[int]]] = {}
+    for partition, layout in items:
+        groups.setdefault(layout.key(), (layout, []))[1].append(partition)
+    return sorted(groups.values(), key=lambda g: g[1][0])
+
+
+def report(groups: list[tuple[Any, list[int]]], min_isr: int, min_racks: int, promotion: str | None,
+           as_json: bool, title: str) -> int:
+    from shoal.stretch import advise, render
+
+    advice = [(advise(layout, min_isr, min_racks, promotion), parts) for layout, parts in groups]
+    if as_json:
+        print(json.dumps({"subject": title, "layouts": [{"partitions": parts, **a.as_dict()} for a, parts in advice]}))
+    else:
+        for a, parts in advice:
+            which = "every partition" if len(groups) == 1 else \
+                f"partition{'s' * (len(parts) != 1)} {','.join(map(str, parts))}"
+            print("\n".join(render(a, f"{title}: {which}")))
+    return 1 if any(a.warnings for a, _ in advice) else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    name = "shoal placement check"
+    for flag in ("min_insync_replicas", "min_insync_racks"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            print(f"{name}: --{flag.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return EXIT_USAGE
+    if args.topic is None:
+        try:
+            groups, promotion = offline_layouts(args)
+        except _UsageError as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        except _CheckError as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        title = "placement" if args.spec is not None else f"rack-aware RF {args.replication_factor}"
+        return report(groups, args.min_insync_replicas or 1, args.min_insync_racks or 1, promotion, args.json, title)
+    if args.brokers:
+        print(f"{name}: --brokers is for --spec / --replication-factor; --topic reads the cluster's", file=sys.stderr)
+        return EXIT_USAGE
+    from shoal.cli_admin import run_admin
+
+    async def job(client: Any) -> int:
+        from shoal.client import RESOURCE_TOPIC, KafkaError
+        from shoal.stretch import Layout
+
+        md = await client.metadata([args.topic])
+        topic = md.topics.get(args.topic)
+        if topic is None or isinstance(topic, KafkaError):
+            raise topic if isinstance(topic, KafkaError) else KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, args.topic)
+        racks = {node: rack for node, (_h, _p, rack) in md.brokers.items()}
+        configs = (await client.describe_configs([(RESOURCE_TOPIC, args.topic)]))[(RESOURCE_TOPIC, args.topic)]
+        entry = configs.get("min.insync.replicas")
+        min_isr = args.min_insync_replicas or (int(entry.value) if entry is not None and entry.value else 1)
+        entry = configs.get("min.insync.racks")
+        min_racks = args.min_insync_racks or (int(entry.value) if entry is not None and entry.value else 1)
+        groups = group_layouts([(p.partition, Layout.of(p.replicas, (), racks)) for p in topic.partitions])
+        return report(groups, min_isr, min_racks, None, args.json, f"topic {args.topic}")
+
+    return run_admin(args, name, "shoal-placement", job)
