@@ -194,8 +194,9 @@ class Partition:
 
     def _expansion(self, replica_id: int, f: FollowerState) -> tuple[int, ...] | None:
         """Kafka's ``isFollowerInSync`` for a replica outside the ISR: it has everything up to
-        the high watermark (and at least one offset of this leader's epoch, when there is one)."""
-        if replica_id in self.info.isr or self.pending_isr is not None:
+        the high watermark (and at least one offset of this leader's epoch, when there is one).
+        An observer (``replica.placement``) never joins: it replicates asynchronously."""
+        if replica_id in self.info.isr or replica_id in self.info.observers or self.pending_isr is not None:
             return None
         if f.log_end_offset < self.log.high_watermark:
             return None
