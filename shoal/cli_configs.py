@@ -101,6 +101,14 @@ def format_entry(e: Any) -> str:
     return f"  {e.name}={value} sensitive={str(e.sensitive).lower()} synonyms={{{synonyms}}}"
 
 
+def _with_hint(err: Any, keys: list[str]) -> str:
+    """``CODE: message``, and what to do about it (shoal.cli_hints.config_hint)."""
+    from shoal.cli_hints import config_hint
+
+    found = config_hint(err.code_name, err.message or "", keys)
+    return f"{err.code_name}: {err.message}" + (f": {found}" if found else "")
+
+
 def cmd_configs(args: argparse.Namespace) -> int:
     command = args.configs_command
     name = f"shoal configs {command}"
@@ -115,7 +123,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
         if command == "describe":
             found = (await client.describe_configs([key], include_synonyms=True, raise_errors=False))[key]
             if not isinstance(found, dict):
-                print(f"{name}: {label}: {found.code_name}: {found.message}", file=sys.stderr)
+                print(f"{name}: {label}: {_with_hint(found, [])}", file=sys.stderr)
                 return EXIT_ERROR
             own = "DYNAMIC_DEFAULT_BROKER_CONFIG" if args.broker_defaults else "DYNAMIC_BROKER_CONFIG"
             if args.all and not args.broker_defaults:
@@ -129,7 +137,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
             return 0
         err = (await client.incremental_alter_configs({key: ops}, raise_errors=False))[key]
         if err is not None:
-            print(f"{name}: {label}: {err.code_name}: {err.message}", file=sys.stderr)
+            print(f"{name}: {label}: {_with_hint(err, [k for k, _op, _v in ops])}", file=sys.stderr)
             return EXIT_ERROR
         print(f"Completed updating {'default config' if args.broker_defaults else 'config'} for {label}.")
         return 0

@@ -7,10 +7,15 @@ of a bare error code or "connection closed".
   refused credentials (SASL_AUTHENTICATION_FAILED), a mechanism the listener does not offer,
   credentials sent to a listener without SASL (ILLEGAL_SASL_STATE), and the *_AUTHORIZATION_FAILED
   codes (the principal, ``super.users``, ``shoal acls add``);
+  a plaintext client on a TLS listener (a TLS handshake on a second connection tells);
 - HTTP admin API commands (``shoal tenants|users|namespaces``): 401 (``SHOAL_ADMIN_USER`` and
-  ``SHOAL_ADMIN_PASSWORD``) and 403 (``super.users``, tenant administrators).
+  ``SHOAL_ADMIN_PASSWORD``) and 403 (``super.users``, tenant administrators);
+- refused config changes (``shoal configs``, ``shoal topics create|alter --config``): an unknown
+  name (the closest known one), a static config (the file and a restart), a value of the wrong
+  type (the type and default), a broker asked for another's configs.
 
-:func:`explain` and :func:`http_hint` are pure; :func:`explain_lost` may open one connection.
+:func:`explain`, :func:`http_hint` and :func:`config_hint` are pure; :func:`explain_lost` may open
+two connections.
 """
 
 from __future__ import annotations
@@ -71,7 +76,12 @@ def hint(code_name: str, props: Mapping[str, str], command_config: str | None) -
 def explain(error: Any, args: Any) -> str:
     """``error`` (a KafkaError) and what to do, as one line (without the command's name)."""
     text = str(error)
-    found = hint(getattr(error, "code_name", ""), props_of(args), getattr(args, "command_config", None))
+    code = getattr(error, "code_name", "")
+    found = hint(code, props_of(args), getattr(args, "command_config", None))
+    if found is None and code in ("INVALID_CONFIG", "INVALID_REQUEST") and getattr(args, "topics_command", None):
+        # shoal topics create|alter --config K=V: the topic config names and types
+        keys = [str(c).split("=", 1)[0].strip() for c in (getattr(args, "config", None) or [])]
+        found = config_hint(code, getattr(error, "message", None) or text, keys, topic=True)
     return f"{text}: {found}" if found else text
 
 
@@ -98,20 +108,53 @@ async def sasl_mechanisms(bootstrap: str, timeout: float) -> list[str] | None:
     return None
 
 
+async def speaks_tls(bootstrap: str, timeout: float) -> bool:
+    """Whether the listener at ``bootstrap`` (its first address) speaks TLS: a TLS handshake that
+    completes, or that the server ends with a TLS alert (it wants a client certificate). A
+    plaintext Kafka listener closes the connection on a ClientHello instead."""
+    import ssl
+
+    host, _sep, port = bootstrap.split(",")[0].strip().rpartition(":")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # only asking whether it speaks TLS, not trusting it
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port), ssl=ctx), timeout)
+    except ssl.SSLError as e:
+        return "ALERT" in str(e.reason or "").upper()
+    except (OSError, ValueError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 def explain_lost(error: Any, args: Any) -> str:
-    """A lost connection, explained when the listener needs SASL the client did not use."""
+    """A lost connection, explained when the listener needs SASL the client did not use, or speaks
+    TLS to a client that does not."""
     text = getattr(error, "message", None) or str(error)
     props = props_of(args)
-    if props.get("security.protocol", "PLAINTEXT").upper().startswith("SASL") or text.startswith("cannot connect"):
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol in ("SSL", "SASL_SSL") or text.startswith("cannot connect"):
         return text
+    timeout = min(float(args.timeout), 10.0)
+    if protocol == "PLAINTEXT":
+        try:
+            mechanisms = asyncio.run(sasl_mechanisms(args.bootstrap_server, timeout))
+        except Exception:  # the hint is a courtesy; the error stands without it
+            mechanisms = None
+        if mechanisms:
+            return (f"{text}: the listener at {args.bootstrap_server} requires SASL authentication "
+                    f"(mechanisms {', '.join(mechanisms)}): give --command-config FILE with {SASL_PROPS}")
     try:
-        mechanisms = asyncio.run(sasl_mechanisms(args.bootstrap_server, min(float(args.timeout), 10.0)))
-    except Exception:  # the hint is a courtesy; the error stands without it
-        mechanisms = None
-    if not mechanisms:
-        return text
-    return (f"{text}: the listener at {args.bootstrap_server} requires SASL authentication "
-            f"(mechanisms {', '.join(mechanisms)}): give --command-config FILE with {SASL_PROPS}")
+        tls = asyncio.run(speaks_tls(args.bootstrap_server, timeout))
+    except Exception:
+        tls = False
+    if tls:
+        wanted = "SASL_SSL" if protocol == "SASL_PLAINTEXT" else "SSL"
+        return (f"{text}: this listener speaks TLS: use --command-config with security.protocol={wanted} "
+                f"(and ssl.ca.location, the CA that signed the broker's certificate)")
+    return text
 
 
 def http_hint(status: int, user: str | None) -> str | None:
@@ -125,3 +168,57 @@ def http_hint(status: int, user: str | None) -> str | None:
         return (f"User:{user or 'ANONYMOUS'} may not do this: add it to super.users in the broker config "
                 f"(a tenant administrator manages only its own tenant)")
     return None
+
+
+# -- configs: what to do about a refused config change (shoal configs, shoal topics alter) ------
+
+_TYPE_WORDS = {
+    "int": "an integer", "short": "an integer", "long": "an integer", "double": "a number",
+    "boolean": "true or false", "list": "a comma-separated list", "string": "a string",
+    "password": "a string", "class": "a class name",
+}
+
+
+def _closest(name: str, known: Any) -> str | None:
+    import difflib
+
+    near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def config_hint(code_name: str, message: str, keys: list[str], *, topic: bool = False) -> str | None:
+    """What to do about ``code_name``/``message`` answered to a change of ``keys``: an unknown name
+    (the closest known one), a static config (it is read-only at run time: the file and a restart),
+    a value of the wrong type (the type it takes and its default), a broker asked for another
+    broker's configs. Pure; None when there is nothing to add."""
+    import re
+
+    from shoal.config import BROKER_CONFIGS, TOPIC_CONFIGS, format_value
+
+    known: Any = TOPIC_CONFIGS if topic else BROKER_CONFIGS
+    kind = "topic" if topic else "broker"
+    m = re.search(r"Unexpected broker id, expected (\d+)", message)
+    if m:
+        return (f"a broker describes and alters only its own configs: send this to that broker "
+                f"(its address as --bootstrap-server), or use --broker {m.group(1)} here, or --broker-defaults")
+    named = re.findall(r"'([^']+)'", message) if "Cannot update these configs dynamically" in message else []
+    m = re.search(r"(?:for configuration |Unknown topic config name: )(\S+?)(?::|$)", message)
+    if m:
+        named = [m.group(1)]
+    parts = []
+    for key in named or (keys if len(keys) == 1 else []):
+        d = known.get(key)
+        if d is None:
+            near = _closest(key, known)
+            parts.append(f"{key} is not a {kind} config" + (f": did you mean {near}?" if near else
+                         f" (`shoal configs describe --broker ID --all` lists the broker's)" if not topic else ""))
+        elif not topic and not d.dynamic and code_name == "INVALID_REQUEST":
+            parts.append(f"{key} is a static broker config, read-only while the broker runs: set it in the "
+                         f"broker's server.properties (--config) or with `shoal serve --override {key}=...` "
+                         f"and restart the broker")
+        elif code_name == "INVALID_CONFIG":
+            fallback = BROKER_CONFIGS.get(d.broker) if topic else d  # a topic's default is its broker config's
+            default = format_value(fallback.type, fallback.default) if fallback is not None else None
+            parts.append(f"{key} takes {_TYPE_WORDS.get(d.type, d.type)}"
+                         + (f" (default {default})" if default not in (None, "") else ""))
+    return "; ".join(parts) or None

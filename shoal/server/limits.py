@@ -438,7 +438,14 @@ class ListenerServer:
             sock.close()
             raise
         except Exception as e:  # TLS handshake failure, peer gone: nothing was served
-            log.info("listener %s: connection from %s failed before it started: %s", self.name, ip, e)
+            if getattr(e, "reason", None) in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+                # not a ClientHello: a plaintext client on a TLS listener (rate-limited as the lines above)
+                self.limits._logs.log(("plaintext-on-tls", self.name, ip), loop.time(), logging.INFO,
+                                      "listener %s speaks TLS but a client at %s sent plaintext (%s): the "
+                                      "client needs security.protocol=SSL, or SASL_SSL with SASL",
+                                      self.name, ip, e.reason)
+            else:
+                log.info("listener %s: connection from %s failed before it started: %s", self.name, ip, e)
             release()
             sock.close()
 

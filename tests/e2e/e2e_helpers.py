@@ -116,3 +116,14 @@ def run_until(members: list, cond, what: str, timeout: float) -> None:
             )
         for m in members:
             m.step()
+
+
+def one_line(r: Any, status: int, *words: str) -> str:
+    """A ``shoal`` CLI run (subprocess.CompletedProcess) that exited with ``status`` and wrote one
+    line on stderr, no traceback, holding each of ``words``: that line."""
+    assert r.returncode == status, f"exit {r.returncode}: {r.stdout}\n{r.stderr}"
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker_process import BrokerProcess, free_port
+from e2e_helpers import one_line
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,15 +69,6 @@ def shoal(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "shoal", *args, "--timeout", "10"],
                           capture_output=True, text=True, timeout=60, env=e)
-
-
-def one_line(r: subprocess.CompletedProcess, status: int, *words: str) -> str:
-    assert r.returncode == status, f"exit {r.returncode}: {r.stdout}\n{r.stderr}"
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def test_wire_hints(hb, tmp_path):
