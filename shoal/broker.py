@@ -138,6 +138,7 @@ class Broker:
         # quotas: shoal.quotas.autotune.BrokerProtection (from start()); its tuning task
         self.protection: Any = None
         self._protection_task: asyncio.Task[None] | None = None
+        self.demand_exchange: Any = None  # quotas: shoal.quotas.demand.DemandExchange (from start())
         from shoal.quotas.mutation import MutationQuotaManager
 
         self.mutation_quotas = MutationQuotaManager(  # KIP-599, charged by the topic admin handlers
@@ -267,6 +268,10 @@ class Broker:
 
         self.protection = BrokerProtection.for_broker(self)
         self._protection_task = asyncio.create_task(self.protection.run(self.clock))
+        from shoal.quotas.demand import DemandExchange  # quotas: tenant-wide quotas split by demand
+
+        self.demand_exchange = DemandExchange.for_broker(self)
+        self.demand_exchange.start()
         metrics_listener = self.static_config.get("shoal.metrics.listener")
         if metrics_listener:  # quotas: the Prometheus endpoint
             from shoal.admin.metrics import MetricsHttpServer
@@ -363,6 +368,8 @@ class Broker:
                 await self._protection_task
             except asyncio.CancelledError:
                 pass
+        if self.demand_exchange is not None:  # quotas
+            await self.demand_exchange.stop()
         await self.replicas.stop()  # replica: fetchers, ISR checks
         if self.controller is not None:  # cluster: the key goes with the lease, at close
             await self.controller.stop()

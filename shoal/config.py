@@ -712,6 +712,21 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.quota.autotune.min.share", "double", 0.01,
            "Shoal: smallest dynamic quota an active tenant is tuned to, as a fraction of its configured quota.",
            between(0, 1), True),
+        # -- tenant-wide quotas split over brokers (shoal.quotas.demand; issue 15)
+        _d("shoal.quota.tenant.split", "string", "demand",
+           "Shoal: how a tenant-wide byte-rate quota is split over the brokers leading the tenant's partitions: "
+           "equal (the multi-tenancy document's: quota / leaders) or demand (in proportion to each broker's "
+           "recent demand from the tenant, exchanged through etcd, max-min fair when it exceeds the quota). "
+           "On one node the slice is the whole quota either way.", one_of("equal", "demand"), True),
+        _d("shoal.quota.tenant.split.min.fraction", "double", 0.1,
+           "Shoal: with split=demand, the smallest slice of a leader broker, as a fraction of its equal share "
+           "(so a broker that starts receiving the tenant's traffic is not starved).", between(0, 1), True),
+        _d("shoal.quota.tenant.demand.interval.ms", "long", 1000,
+           "Shoal: with split=demand, how often each broker publishes its tenants' demand (one etcd key per "
+           "broker) and reads the others'.", at_least(100), True),
+        _d("shoal.quota.tenant.demand.stale.ms", "long", 10000,
+           "Shoal: a broker's demand report unchanged this long counts as missing (equal share); when this "
+           "broker cannot reach etcd this long it splits tenant quotas equally.", at_least(1000), True),
     ]
 }
 

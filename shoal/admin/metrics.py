@@ -29,6 +29,10 @@ name                                        labels                      value
 ``shoal_login_backoff_users``               (none)                      users with recent failed logins
 ==========================================  ==========================  =================================
 
+``shoal_tenant_quota_slice_bytes_per_second{tenant, quota_type}`` is this broker's slice of every
+tenant-wide produce/fetch quota (``shoal.quota.tenant.split``, shoal.quotas.demand), whether or not
+the tenant has traffic here.
+
 Labels are Kafka's metric tags: ``user``/``client_id`` are "" where the quota's level has none
 (a user quota's sensor is shared by all the user's client ids), ``tenant`` is "" for the
 physical view. Series exist only for live sensors: a client idle for
@@ -90,6 +94,10 @@ def quota_metric_values(managers: QuotaManagers, now_ms: int) -> Iterator[tuple[
                 yield f"shoal_tenant_{q.group}_quota", \
                     f"this broker's bound on the tenant: its slice of the tenant quota, or the dynamic quota ({unit})", \
                     labels, bound
+        for tenant, value in m.tenant_slices().items():
+            yield "shoal_tenant_quota_slice_bytes_per_second", \
+                "this broker's slice of the tenant-wide quota (shoal.quota.tenant.split)", \
+                {"tenant": tenant, "quota_type": q.group}, value
         for tenant, value in m.dynamic_tenant_quotas().items():
             yield f"shoal_tenant_{q.group}_dynamic_quota", \
                 f"the broker-wide auto-tuner's dynamic quota of the tenant ({unit})", {"tenant": tenant}, value

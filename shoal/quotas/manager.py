@@ -8,9 +8,12 @@ request.
   (:mod:`shoal.quotas.entities`), records the value in the sensor named by the metric tags of
   that level (so a user quota is shared by the user's client ids, a (user, client-id) quota is
   not, ...), and for a tenant also in the tenant's sensor, whose bound is this broker's slice of
-  the tenant-wide quota (:func:`~shoal.quotas.fairshare.tenant_quota_slice` over the brokers
-  leading the tenant's partitions: a pure function of metadata; on one node the whole quota),
-  lowered to the auto-tuner's dynamic quota when one is set. The throttle is the larger of the
+  the tenant-wide quota over the brokers leading the tenant's partitions (``split`` "equal":
+  :func:`~shoal.quotas.fairshare.tenant_quota_slice`, a pure function of metadata; "demand":
+  :func:`~shoal.quotas.demand.demand_slice` of the demand table the brokers exchange,
+  :meth:`ClientQuotaManager.set_demand`; on one node the whole quota), lowered to the
+  auto-tuner's dynamic quota when one is set. Bounds are cached per tenant and recomputed when
+  quotas, leaders, the split or the demand table change. The throttle is the larger of the
   client's and the tenant's (:func:`~shoal.quotas.precedence.combine_throttles`).
 * Sensors are the hot-path :class:`~shoal.quotas.sensor.Sensor` (Kafka-exact, O(1) while
   clearly within the quota, smoothing for byte rates). A quota change keeps a sensor's
@@ -49,7 +52,8 @@ from shoal.quotas.entities import (
     quota_user,
     tenant_leaders,
 )
-from shoal.quotas.fairshare import tenant_quota_slice
+from shoal.quotas.demand import DemandTable, demand_slice
+from shoal.quotas.fairshare import DEFAULT_HEADROOM, tenant_quota_slice
 from shoal.quotas.precedence import select_quota, select_tenant_quota
 from shoal.quotas.rate import RateConfig
 from shoal.quotas.sensor import _NONE, Sensor
@@ -117,6 +121,12 @@ class ClientQuotaManager:
         self._tenant_bounds: dict[str, tuple[float | None, float | None]] = {}  # (bound, cap)
         self._dynamic: dict[str, float] = {}
         self._last_sweep_ms = 0
+        # tenant-wide slices: the split policy and, for "demand", the brokers' demand table
+        self.split = "equal"
+        self.split_min_fraction = 0.1
+        self.split_headroom = DEFAULT_HEADROOM
+        self._demand: DemandTable | None = None
+        self._leaders: dict[str, set[int]] = {}  # tenant -> leaders, for the current image
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -129,6 +139,11 @@ class ClientQuotaManager:
     def enabled(self, on: bool) -> None:
         self._enabled = on
         self.active = on or self._record_usage
+
+    @property
+    def has_tenant_quotas(self) -> bool:
+        """Some tenant-wide quota of this type is configured."""
+        return bool(self._index.tenants)
 
     @property
     def record_usage(self) -> bool:
@@ -150,12 +165,45 @@ class ClientQuotaManager:
             self.enabled = not self._index.empty
         leaders_may_move = old is None or old.topics is not image.topics or old.brokers is not image.brokers
         self._image = image
+        if leaders_may_move:
+            self._leaders.clear()
         if quotas_changed or (leaders_may_move and self._index.tenants):
             self._invalidate()
 
     def _invalidate(self) -> None:
         self._epoch += 1
         self._tenant_bounds.clear()
+
+    def set_split(self, split: str, *, min_fraction: float = 0.1, headroom: float = DEFAULT_HEADROOM) -> None:
+        """How tenant-wide quotas are split over their leaders: "equal" or "demand"."""
+        if (split, min_fraction, headroom) != (self.split, self.split_min_fraction, self.split_headroom):
+            self.split, self.split_min_fraction, self.split_headroom = split, min_fraction, headroom
+            self._invalidate()
+
+    def set_demand(self, table: DemandTable | None) -> None:
+        """The brokers' demand table (None: unknown, split equally); used under split "demand"."""
+        if table != self._demand:
+            self._demand = table
+            if self.split == "demand" and self.byte_rate:
+                self._invalidate()
+
+    def _tenant_leaders(self, tenant: str) -> set[int]:
+        leaders = self._leaders.get(tenant)
+        if leaders is None and self._image is not None:
+            leaders = self._leaders[tenant] = tenant_leaders(self._image, tenant)
+        return leaders or set()
+
+    def tenant_slices(self) -> dict[str, float]:
+        """tenant -> this broker's slice of its tenant-wide quota, for every tenant of the image
+        with one (byte rates; the metrics)."""
+        if not self.byte_rate or self._image is None or not self._index.tenants:
+            return {}
+        out = {}
+        for tenant in self._image.tenants:
+            value = self.tenant_quota(tenant)
+            if value is not None:
+                out[tenant] = value
+        return out
 
     def set_dynamic_tenant_quota(self, tenant: str, value: float | None) -> None:
         """The auto-tuner's dynamic quota of ``tenant`` on this broker (None: back to the
@@ -178,7 +226,11 @@ class ClientQuotaManager:
         value, _key = select_tenant_quota(self._index.tenants, tenant)
         if value is None or not self.byte_rate or self._image is None:
             return value
-        return tenant_quota_slice(value, tenant_leaders(self._image, tenant), self.node_id)
+        leaders = self._tenant_leaders(tenant)
+        if self.split == "demand" and self._demand is not None:
+            return demand_slice(value, leaders, self.node_id, self._demand, self.qtype.group, tenant,
+                                headroom=self.split_headroom, min_fraction=self.split_min_fraction)
+        return tenant_quota_slice(value, leaders, self.node_id)
 
     def _tenant_bound(self, tenant: str) -> tuple[float | None, float | None]:
         """(bound, cap) of the tenant's sensor: for byte rates the configured slice, checked the
@@ -364,6 +416,19 @@ class QuotaManagers:
 
     def managers(self) -> tuple[ClientQuotaManager, ...]:
         return (self.produce, self.fetch, self.request)
+
+    def set_split(self, split: str, *, min_fraction: float = 0.1, headroom: float = DEFAULT_HEADROOM) -> None:
+        """``shoal.quota.tenant.split`` (shoal.quotas.demand) for the byte-rate managers."""
+        for m in (self.produce, self.fetch):
+            m.set_split(split, min_fraction=min_fraction, headroom=headroom)
+
+    def set_demand(self, table: DemandTable | None) -> None:
+        for m in (self.produce, self.fetch):
+            m.set_demand(table)
+
+    def has_tenant_byte_quotas(self) -> bool:
+        """Some tenant-wide produce or fetch quota exists (else there is no demand to exchange)."""
+        return any(m.has_tenant_quotas for m in (self.produce, self.fetch))
 
     def scheduling_weight(self, key: Any) -> float:
         """The request scheduler's weight of a flow (shoal.server.scheduler): a tenant with a

@@ -1,0 +1,386 @@
+"""Tenant-wide quotas split by demand (``shoal.quota.tenant.split=demand``; issue 15).
+
+The multi-tenancy document splits a tenant's tenant-wide byte-rate quota equally over the brokers
+that lead at least one of its partitions (``split=equal``, :func:`shoal.quotas.fairshare.
+tenant_quota_slice`). Its known weakness: a tenant whose traffic goes mostly to one broker's
+partitions is held to ``quota / n`` there while the other slices lie unused (80% of the traffic to
+one of three brokers: ~2 + 1 + 1 of 6 MB/s). With ``split=demand`` every broker publishes, per
+tenant and quota type, what it saw of the tenant lately, and every broker computes the same split
+from the same table:
+
+Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has a demand ``d_i``:
+
+* ``headroom x rate`` (the tenant's recent byte rate there; ``shoal.quota.autotune.headroom``,
+  1.1, so a rise is seen next interval) when the broker is not holding the tenant back;
+* the whole tenant quota when it is *held* there (its tenant bound throttled it during the last
+  interval, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
+  rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
+  tenants bid for their full share);
+* the equal share ``quota / n`` when the broker's report is missing or stale (a neutral guess);
+* never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
+  fraction``), so a broker that starts receiving traffic has some room and is seen as held next
+  interval.
+
+If the demands fit in the quota, slices are proportional to them (everyone gets its demand and
+the same fraction more: ``s_i = d_i x quota / sum d``); otherwise the quota is water-filled over
+them with equal weights (``s_i = min(d_i, lam)``, max-min fair: brokers whose demand is known
+and small get it, held brokers share the rest equally). Either way the slices sum to the quota,
+every leader gets at least the floor, and with no demand known at all the split is equal.
+
+Exchange (:class:`DemandExchange`). Every ``shoal.quota.tenant.demand.interval.ms`` (1 s) each
+broker of an etcd cluster puts one key, ``<prefix>.quota-demand/<node id>``, under its registration
+lease (it goes when the broker does), holding its reports for the tenants that have a tenant-wide
+byte-rate quota and recent traffic here (:func:`encode_reports`), then reads all brokers' keys with
+one range and hands the table to the quota managers, which recompute their cached tenant bounds
+(the hot path reads a cached bound, as before). The keys sit *beside* the cluster prefix, outside
+the metadata watch's range: demand is not metadata, and a put a second per broker must not wake
+every broker's metadata listeners. Leadership changes need no exchange: the managers recompute the
+slices over the new leaders as soon as the image shows them.
+
+Failures: a report whose key has not changed for ``shoal.quota.tenant.demand.stale.ms`` (its
+broker cannot reach etcd, or hangs) counts as missing; if this broker cannot reach etcd it keeps
+the last table it read, and after the same bound goes back to the equal split (one log line each
+way). Undecodable keys are ignored with one log line. On the embedded store (one node) there is
+nothing to exchange: the slice is the whole quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Hashable, Mapping, TypeVar
+
+from shoal.quotas.fairshare import DEFAULT_HEADROOM, water_fill
+
+log = logging.getLogger("shoal.quotas.demand")
+
+K = TypeVar("K", bound=Hashable)
+
+SPLITS = ("equal", "demand")
+CODEC_VERSION = 1
+KINDS = ("produce", "fetch")  # the byte-rate quota types (QuotaType.group)
+LOG_EVERY_S = 10.0
+
+Report = tuple[float, bool]  # (recent byte rate, held by its bound)
+
+
+# -- policy ---------------------------------------------------------------------------------------
+
+def saturation(headroom: float) -> float:
+    """Usage at or above this fraction of its slice means the tenant is held by it (halfway
+    between ``1 / headroom``, where an unconstrained broker's usage sits, and 1; the auto-tuner's
+    rule)."""
+    return (1.0 + 1.0 / headroom) / 2.0
+
+
+def is_held(rate: float, slice_: float, *, muted: bool, capped_below: bool = False,
+            headroom: float = DEFAULT_HEADROOM) -> bool:
+    """Does this broker hold the tenant back with its slice? ``muted``: the tenant's bound
+    throttled it during the last interval; ``capped_below``: a broker-wide dynamic quota below the
+    slice is what holds it (a larger slice would not help, so it does not ask for one)."""
+    if capped_below:
+        return False
+    return muted or rate >= saturation(headroom) * slice_
+
+
+def demand_estimate(report: Report, quota: float, *, headroom: float = DEFAULT_HEADROOM) -> float:
+    """One broker's demand from its report: the whole quota when held, else headroom x rate."""
+    rate, held = report
+    return quota if held else headroom * rate
+
+
+def split_by_demand(quota: float, demands: Mapping[K, float], *, min_fraction: float = 0.1) -> dict[K, float]:
+    """The slices of ``quota`` over the brokers in ``demands`` (see the module doc): each demand
+    raised to the floor ``min_fraction x quota / n``; proportional to the demands when they fit
+    in the quota, else max-min fair (equal weights). The slices sum to the quota."""
+    if not 0.0 <= min_fraction <= 1.0:
+        raise ValueError(f"min_fraction must be in [0, 1], got {min_fraction}")
+    if not demands:
+        return {}
+    n = len(demands)
+    floor = min_fraction * quota / n
+    d = {k: max(floor, v if math.isfinite(v) and v > 0 else 0.0) for k, v in demands.items()}
+    total = math.fsum(d.values())
+    if total <= 0:  # quota 0 (or floor 0 and no demand): equal
+        return {k: quota / n for k in d}
+    if total <= quota:
+        return {k: v * (quota / total) for k, v in d.items()}
+    return water_fill(quota, d, {k: 1.0 for k in d})
+
+
+@dataclass(frozen=True, slots=True)
+class DemandTable:
+    """What the brokers reported: ``nodes`` with a fresh report, and per quota type and tenant
+    each of those brokers' :data:`Report` (a fresh broker without an entry saw nothing of it)."""
+
+    nodes: frozenset[int] = frozenset()
+    reports: Mapping[str, Mapping[str, Mapping[int, Report]]] = field(default_factory=dict)
+
+    def demands(self, kind: str, tenant: str, leaders: Collection[int], quota: float, *,
+                headroom: float = DEFAULT_HEADROOM) -> dict[int, float]:
+        """Each leader's demand: estimated from its report, 0 when its fresh report does not
+        name the tenant, the equal share when it has no fresh report."""
+        seen = self.reports.get(kind, {}).get(tenant, {})
+        n = max(1, len(leaders))
+        out = {}
+        for b in leaders:
+            if b in seen:
+                out[b] = demand_estimate(seen[b], quota, headroom=headroom)
+            elif b in self.nodes:
+                out[b] = 0.0
+            else:
+                out[b] = quota / n
+        return out
+
+
+def demand_slice(quota: float, leaders: Collection[int], broker: int, table: DemandTable | None, kind: str,
+                 tenant: str, *, headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1) -> float:
+    """This broker's slice under ``split=demand``. As :func:`~shoal.quotas.fairshare.
+    tenant_quota_slice`: no known leaders -> the whole quota; a broker leading none of the
+    tenant's partitions -> the equal share (no zero bound while metadata catches up); no table
+    (nothing read yet, or stale) -> the equal split."""
+    leaders = sorted(set(leaders))
+    if not leaders:
+        return quota
+    if broker not in leaders or table is None:
+        return quota / len(leaders)
+    demands = table.demands(kind, tenant, leaders, quota, headroom=headroom)
+    return split_by_demand(quota, demands, min_fraction=min_fraction)[broker]
+
+
+# -- the exchange codec ---------------------------------------------------------------------------
+
+def encode_reports(reports: Mapping[str, Mapping[str, Report]]) -> bytes:
+    """``{kind: {tenant: (rate, held)}}`` -> the value of a broker's demand key (versioned JSON,
+    rates in whole bytes/s)."""
+    body: dict[str, Any] = {"v": CODEC_VERSION}
+    for kind in KINDS:
+        entries = reports.get(kind) or {}
+        body[kind] = {t: [int(round(rate)), 1 if held else 0] for t, (rate, held) in sorted(entries.items())}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_reports(value: bytes) -> dict[str, dict[str, Report]]:
+    """The inverse of :func:`encode_reports`; ValueError for anything else (another version,
+    wrong types, a negative or non-finite rate). Kinds it does not know are ignored."""
+    try:
+        body = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(body, dict) or body.get("v") != CODEC_VERSION:
+        raise ValueError(f"not a version {CODEC_VERSION} demand report")
+    out: dict[str, dict[str, Report]] = {}
+    for kind in KINDS:
+        entries = body.get(kind, {})
+        if not isinstance(entries, dict):
+            raise ValueError(f"{kind}: expected an object")
+        parsed: dict[str, Report] = {}
+        for tenant, entry in entries.items():
+            if (not isinstance(entry, list) or len(entry) != 2 or isinstance(entry[0], bool)
+                    or not isinstance(entry[0], (int, float)) or entry[1] not in (0, 1) or isinstance(entry[1], float)):
+                raise ValueError(f"{kind}/{tenant}: expected [rate, 0|1], got {entry!r}")
+            rate = float(entry[0])
+            if not math.isfinite(rate) or rate < 0:
+                raise ValueError(f"{kind}/{tenant}: bad rate {entry[0]!r}")
+            parsed[tenant] = (rate, bool(entry[1]))
+        out[kind] = parsed
+    return out
+
+
+def demand_key_prefix(cluster_prefix: str) -> bytes:
+    """Where the brokers' demand keys live: beside the cluster prefix (``/shoal`` ->
+    ``/shoal.quota-demand/``), outside the metadata watch's range (``/shoal/`` ...)."""
+    return (cluster_prefix.rstrip("/") + ".quota-demand/").encode()
+
+
+class Freshness:
+    """Which brokers' reports are fresh: a key whose mod revision has not moved for ``stale_ms``
+    (by this broker's clock, so no clock is compared across brokers) is stale."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[int, int]] = {}  # node -> (mod revision, first seen at)
+
+    def fresh(self, node: int, mod_revision: int, now_ms: int, stale_ms: int) -> bool:
+        seen = self._seen.get(node)
+        if seen is None or seen[0] != mod_revision:
+            self._seen[node] = (mod_revision, now_ms)
+            return True
+        return now_ms - seen[1] <= stale_ms
+
+    def forget_except(self, nodes: Collection[int]) -> None:
+        for n in [n for n in self._seen if n not in nodes]:
+            del self._seen[n]
+
+
+def build_table(kvs: Collection[tuple[bytes, bytes, int]], key_prefix: bytes, freshness: Freshness, now_ms: int,
+                stale_ms: int, on_bad: Callable[[bytes, str], None] = lambda k, why: None) -> DemandTable:
+    """(key, value, mod revision) of the demand keys -> the table of fresh reports."""
+    nodes: set[int] = set()
+    present: set[int] = set()
+    reports: dict[str, dict[str, dict[int, Report]]] = {k: {} for k in KINDS}
+    for key, value, mod_revision in kvs:
+        try:
+            node = int(key[len(key_prefix):].decode())
+            decoded = decode_reports(value)
+        except ValueError as e:
+            on_bad(key, str(e))
+            continue
+        present.add(node)
+        if not freshness.fresh(node, mod_revision, now_ms, stale_ms):
+            continue
+        nodes.add(node)
+        for kind, entries in decoded.items():
+            for tenant, report in entries.items():
+                reports[kind].setdefault(tenant, {})[node] = report
+    freshness.forget_except(present)
+    return DemandTable(frozenset(nodes), reports)
+
+
+# -- the broker's exchange ------------------------------------------------------------------------
+
+class DemandExchange:
+    """A broker's side of the exchange (see the module doc). ``managers``: the broker's
+    :class:`shoal.quotas.manager.QuotaManagers`; ``backend``: its :class:`shoal.metadata.etcd.
+    EtcdBackend` (client, prefix, registration lease), or None on the embedded store, where only
+    the split config is followed."""
+
+    def __init__(self, managers: Any, backend: Any, node_id: int, config: Callable[[], Any],
+                 now_ms: Callable[[], int]) -> None:
+        self.managers = managers
+        self.backend = backend
+        self.node_id = node_id
+        self.config = config
+        self.now_ms = now_ms
+        self.freshness = Freshness()
+        self.key_prefix = demand_key_prefix(backend.prefix) if backend is not None else b""
+        self.last_ok_ms: int | None = None
+        self.last_step_ms: int | None = None
+        self.falling_back = False
+        self.steps = 0  # successful exchanges (tests, metrics)
+        self._last_log = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_broker(cls, broker: Any) -> "DemandExchange":
+        backend = getattr(broker.metadata, "backend", None)
+        if not hasattr(backend, "registration"):  # the embedded store: one node
+            backend = None
+        return cls(broker.quotas, backend, broker.node_id, lambda: broker.config, broker.clock.now_ms)
+
+    # -- settings ----------------------------------------------------------------------------------
+
+    def _settings(self) -> tuple[str, float, float, int, int]:
+        cfg = self.config()
+        return (str(cfg.get("shoal.quota.tenant.split")), float(cfg.get("shoal.quota.tenant.split.min.fraction")),
+                float(cfg.get("shoal.quota.autotune.headroom")), int(cfg.get("shoal.quota.tenant.demand.interval.ms")),
+                int(cfg.get("shoal.quota.tenant.demand.stale.ms")))
+
+    # -- one interval --------------------------------------------------------------------------
+
+    def own_reports(self, now_ms: int, since_ms: int, headroom: float) -> dict[str, dict[str, Report]]:
+        """This broker's reports: per byte-rate manager, the tenants with a tenant-wide quota and
+        a sensor here, their recent rate and whether their slice holds them."""
+        out: dict[str, dict[str, Report]] = {}
+        for kind in KINDS:
+            m = getattr(self.managers, kind)
+            entries: dict[str, Report] = {}
+            if m.enabled:
+                muted = m.tenants_muted_since(since_ms)
+                dynamic = m.dynamic_tenant_quotas()
+                for tenant, (rate, _last) in m.tenant_usage(now_ms).items():
+                    slice_ = m.tenant_quota(tenant)
+                    if slice_ is None:
+                        continue
+                    cap = dynamic.get(tenant)
+                    held = is_held(rate, slice_, muted=tenant in muted,
+                                   capped_below=cap is not None and cap < slice_, headroom=headroom)
+                    if rate > 0 or held:
+                        entries[tenant] = (rate, held)
+            out[kind] = entries
+        return out
+
+    async def step(self) -> None:
+        """Publish this broker's reports, read everyone's, hand the table to the managers."""
+        split, min_fraction, headroom, interval_ms, stale_ms = self._settings()
+        self.managers.set_split(split, min_fraction=min_fraction, headroom=headroom)
+        now_ms = self.now_ms()
+        since = self.last_step_ms if self.last_step_ms is not None else now_ms - interval_ms
+        self.last_step_ms = now_ms
+        if split != "demand" or self.backend is None or not self.managers.has_tenant_byte_quotas():
+            self.managers.set_demand(None)
+            return
+        value = encode_reports(self.own_reports(now_ms, since, headroom))
+        timeout = max(0.5, 2.0 * interval_ms / 1000.0)
+        try:
+            kvs = await asyncio.wait_for(self._put_and_read(value), timeout)
+        except Exception as e:  # etcd unreachable, a lost lease, a timeout
+            self._failed(e, now_ms, stale_ms)
+            return
+        table = build_table(kvs, self.key_prefix, self.freshness, self.now_ms(), stale_ms, self._bad_key)
+        if self.falling_back:
+            log.info("tenant quota demand exchange works again (%d brokers reporting)", len(table.nodes))
+        self.falling_back = False
+        self.last_ok_ms = now_ms
+        self.steps += 1
+        self.managers.set_demand(table)
+
+    async def _put_and_read(self, value: bytes) -> list[tuple[bytes, bytes, int]]:
+        client = self.backend.client
+        rpc = client.rpc
+        registration = self.backend.registration
+        lease = getattr(registration, "lease_id", None)
+        if lease is not None:  # not registered (yet): read only
+            key = self.key_prefix + str(self.node_id).encode()
+            await client.txn([], [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))])
+        end = bytearray(self.key_prefix)
+        end[-1] += 1  # "/" -> "0": the end of the prefix's range
+        resp = await client.range(self.key_prefix, bytes(end))
+        return [(kv.key, kv.value, int(kv.mod_revision)) for kv in resp.kvs]
+
+    def _failed(self, e: BaseException, now_ms: int, stale_ms: int) -> None:
+        stale = self.last_ok_ms is None or now_ms - self.last_ok_ms > stale_ms
+        if stale and not self.falling_back:
+            self.falling_back = True
+            self.managers.set_demand(None)
+            log.warning("tenant quota demand exchange failing for over %d ms (%s): tenant quotas split "
+                        "equally until it works again", stale_ms, _why(e))
+        elif time.monotonic() - self._last_log >= LOG_EVERY_S:
+            self._last_log = time.monotonic()
+            log.info("tenant quota demand exchange failed (%s); keeping the last demand read", _why(e))
+
+    def _bad_key(self, key: bytes, why: str) -> None:
+        if time.monotonic() - self._last_log >= LOG_EVERY_S:
+            self._last_log = time.monotonic()
+            log.warning("ignoring undecodable tenant demand key %r: %s", key, why)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Every interval until cancelled; a failing step is logged, never fatal."""
+        while True:
+            t0 = time.monotonic()
+            try:
+                await self.step()
+            except Exception:
+                log.exception("tenant quota demand exchange step failed")
+            interval = int(self.config().get("shoal.quota.tenant.demand.interval.ms")) / 1000.0
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - t0)))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="tenant-quota-demand")
+
+    async def stop(self) -> None:
+        from shoal.asyncutil import cancel_and_wait
+
+        task, self._task = self._task, None
+        await cancel_and_wait([task])
+
+
+def _why(e: BaseException) -> str:
+    from shoal.metadata.etcd import _why as etcd_why
+
+    return "timed out" if isinstance(e, asyncio.TimeoutError) else etcd_why(e)

@@ -1,0 +1,263 @@
+"""Tenant-wide quotas split by demand (shoal.quotas.demand): the policy exactly, its properties,
+the exchange codec, staleness, and the quota manager's bounds following the demand table."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+from types import MappingProxyType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.config import BrokerConfig
+from shoal.metadata import TenantInfo
+from shoal.quotas.demand import (
+    DemandExchange,
+    DemandTable,
+    Freshness,
+    build_table,
+    decode_reports,
+    demand_estimate,
+    demand_key_prefix,
+    demand_slice,
+    encode_reports,
+    is_held,
+    saturation,
+    split_by_demand,
+)
+from shoal.quotas.manager import ClientQuotaManager, QuotaManagers, QuotaType
+from test_manager import image, topic
+
+MB = 1_000_000
+T = "lkc-aaaaaa"
+
+
+# -- the policy -----------------------------------------------------------------------------------
+
+def test_issue_case_b_hot_broker_gets_the_rest() -> None:
+    """6 MB/s tenant, 80% of its traffic offered to broker 1 (6 MB/s), 0.75 MB/s each to 2 and
+    3: broker 1 is held (bids the whole quota), 2 and 3 ask 1.1 x 0.75; broker 1 gets the rest."""
+    d = {1: demand_estimate((2.0 * MB, True), 6 * MB),
+         2: demand_estimate((0.75 * MB, False), 6 * MB),
+         3: demand_estimate((0.75 * MB, False), 6 * MB)}
+    assert d == {1: 6 * MB, 2: pytest.approx(0.825 * MB), 3: pytest.approx(0.825 * MB)}
+    s = split_by_demand(6 * MB, d, min_fraction=0.1)
+    assert s == {1: pytest.approx(4.35 * MB), 2: pytest.approx(0.825 * MB), 3: pytest.approx(0.825 * MB)}
+
+
+def test_even_held_demand_is_the_equal_split() -> None:
+    d = {b: demand_estimate((2.0 * MB, True), 6 * MB) for b in (1, 2, 3)}
+    assert split_by_demand(6 * MB, d) == {1: 2 * MB, 2: 2 * MB, 3: 2 * MB}
+
+
+def test_demands_that_fit_are_scaled_up_in_proportion_with_the_floor() -> None:
+    # floor = 0.1 x 600 / 3 = 20: broker 3 (no demand) is raised to it; 100 + 200 + 20 = 320.
+    s = split_by_demand(600.0, {1: 100.0, 2: 200.0, 3: 0.0}, min_fraction=0.1)
+    assert s == {1: pytest.approx(600 * 100 / 320), 2: pytest.approx(600 * 200 / 320),
+                 3: pytest.approx(600 * 20 / 320)}
+    # no demand at all: the floors, i.e. equal
+    assert split_by_demand(600.0, {1: 0.0, 2: 0.0}) == {1: 300.0, 2: 300.0}
+    assert split_by_demand(600.0, {1: 0.0, 2: 0.0}, min_fraction=0.0) == {1: 300.0, 2: 300.0}
+    assert split_by_demand(600.0, {}) == {}
+    with pytest.raises(ValueError):
+        split_by_demand(600.0, {1: 1.0}, min_fraction=1.5)
+
+
+def test_two_held_brokers_share_what_the_known_demand_leaves() -> None:
+    s = split_by_demand(6.0, {1: 6.0, 2: 6.0, 3: 1.0})
+    assert s == {1: 2.5, 2: 2.5, 3: 1.0}
+
+
+def test_held_and_saturation() -> None:
+    assert saturation(1.1) == pytest.approx((1 + 1 / 1.1) / 2)
+    assert is_held(0.5, 1.0, muted=True)
+    assert not is_held(0.9, 1.0, muted=False)  # 0.9 < 0.9545
+    assert is_held(0.96, 1.0, muted=False)
+    # held by the broker-wide auto-tuner's cap, not by the slice: asks for no more slice
+    assert not is_held(1.0, 1.0, muted=True, capped_below=True)
+    assert demand_estimate((100.0, False), 1000.0, headroom=1.5) == 150.0
+    assert demand_estimate((100.0, True), 1000.0) == 1000.0
+
+
+demand_maps = st.dictionaries(st.integers(1, 6), st.floats(0, 1e9, allow_nan=False), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(quota=st.floats(1.0, 1e9), demands=demand_maps, min_fraction=st.floats(0.0, 1.0))
+def test_split_properties(quota: float, demands: dict[int, float], min_fraction: float) -> None:
+    s = split_by_demand(quota, demands, min_fraction=min_fraction)
+    n = len(demands)
+    floor = min_fraction * quota / n
+    assert set(s) == set(demands)
+    assert math.fsum(s.values()) == pytest.approx(quota, rel=1e-9)  # never more, never less
+    raised = {k: max(floor, v) for k, v in demands.items()}
+    for k in s:
+        assert s[k] >= floor * (1 - 1e-9)
+        if math.fsum(raised.values()) <= quota:  # all fit: everyone gets at least its demand
+            assert s[k] >= raised[k] * (1 - 1e-9)
+        else:  # over: nobody gets more than it asked for
+            assert s[k] <= raised[k] * (1 + 1e-9) + 1e-9
+        for j in s:  # more demand never means a smaller slice
+            if raised[k] <= raised[j]:
+                assert s[k] <= s[j] * (1 + 1e-9) + 1e-9
+
+
+def test_table_demands_known_missing_and_unknown_brokers() -> None:
+    table = DemandTable(frozenset({1, 2}), {"produce": {T: {1: (100.0, False)}}})
+    # 1: reported; 2: fresh report without the tenant (0); 3: no fresh report (equal share)
+    assert table.demands("produce", T, [1, 2, 3], 900.0) == {1: pytest.approx(110.0), 2: 0.0, 3: 300.0}
+    assert table.demands("fetch", T, [1, 2], 900.0) == {1: 0.0, 2: 0.0}
+
+
+def test_demand_slice_edges() -> None:
+    table = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (0.0, True), 2: (10.0, False), 3: (10.0, False)}}})
+    assert demand_slice(300.0, [], 1, table, "produce", T) == 300.0  # no leaders known: all
+    assert demand_slice(300.0, [2, 3], 1, table, "produce", T) == 150.0  # not a leader: equal share
+    assert demand_slice(300.0, [1, 2, 3], 1, None, "produce", T) == 100.0  # no table: equal
+    assert demand_slice(300.0, [1, 2, 3], 1, table, "produce", T) == pytest.approx(278.0)
+    assert demand_slice(300.0, [1, 2, 3], 2, table, "produce", T) == pytest.approx(11.0)
+
+
+# -- the codec and the table ------------------------------------------------------------------------
+
+reports_st = st.fixed_dictionaries({
+    kind: st.dictionaries(st.text(min_size=1, max_size=12),
+                          st.tuples(st.integers(0, 2**53).map(float), st.booleans()), max_size=5)
+    for kind in ("produce", "fetch")
+})
+
+
+@given(reports_st)
+def test_codec_round_trip(reports: dict) -> None:
+    assert decode_reports(encode_reports(reports)) == reports
+
+
+def test_codec_rounds_rates_and_is_compact() -> None:
+    value = encode_reports({"produce": {T: (1234.6, True)}})
+    assert value == b'{"v":1,"produce":{"lkc-aaaaaa":[1235,1]},"fetch":{}}'
+    assert decode_reports(value) == {"produce": {T: (1235.0, True)}, "fetch": {}}
+    # a later version's extra kinds are ignored by this one
+    assert decode_reports(b'{"v":1,"produce":{},"request":{"x":1}}') == {"produce": {}, "fetch": {}}
+
+
+@pytest.mark.parametrize("value", [
+    b"", b"not json", b"[]", b'{"v":2,"produce":{}}', b'{"produce":{}}', b'{"v":1,"produce":[]}',
+    b'{"v":1,"produce":{"t":[1]}}', b'{"v":1,"produce":{"t":[-1,0]}}', b'{"v":1,"produce":{"t":[NaN,0]}}',
+    b'{"v":1,"produce":{"t":[Infinity,0]}}', b'{"v":1,"produce":{"t":[true,0]}}',
+    b'{"v":1,"produce":{"t":["5",0]}}', b'{"v":1,"produce":{"t":[5,2]}}', b'{"v":1,"produce":{"t":[5,1.0]}}',
+    b"\xff\xfe",
+])
+def test_codec_refuses_anything_else(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_reports(value)
+
+
+def test_key_prefix_is_outside_the_metadata_watch() -> None:
+    key = demand_key_prefix("/shoal") + b"1"
+    assert key == b"/shoal.quota-demand/1"
+    assert not (b"/shoal/" <= key < b"/shoal0")  # the watch's range (shoal.metadata.etcd._range_end)
+    assert demand_key_prefix("/a/b/") == b"/a/b.quota-demand/"
+
+
+def test_build_table_staleness_and_bad_keys() -> None:
+    prefix = demand_key_prefix("/p")
+    fresh = Freshness()
+    v1 = encode_reports({"produce": {T: (100.0, False)}})
+    v2 = encode_reports({"produce": {T: (200.0, True)}})
+    bad: list[bytes] = []
+    kvs = [(prefix + b"1", v1, 10), (prefix + b"2", v2, 11), (prefix + b"x", v1, 12), (prefix + b"3", b"{", 13)]
+    table = build_table(kvs, prefix, fresh, 0, 5000, lambda k, why: bad.append(k))
+    assert table.nodes == {1, 2}
+    assert table.reports["produce"][T] == {1: (100.0, False), 2: (200.0, True)}
+    assert bad == [prefix + b"x", prefix + b"3"]
+    # node 2 keeps writing (its mod revision moves), node 1 stops: stale after 5 s of our clock
+    t = build_table([(prefix + b"1", v1, 10), (prefix + b"2", v2, 20)], prefix, fresh, 5000, 5000)
+    assert t.nodes == {1, 2}
+    t = build_table([(prefix + b"1", v1, 10), (prefix + b"2", v2, 30)], prefix, fresh, 5001, 5000)
+    assert t.nodes == {2} and t.reports["produce"][T] == {2: (200.0, True)}
+    # it writes again: fresh again
+    t = build_table([(prefix + b"1", v1, 31), (prefix + b"2", v2, 32)], prefix, fresh, 6000, 5000)
+    assert t.nodes == {1, 2}
+
+
+# -- the quota manager follows the table -----------------------------------------------------------
+
+def three_leaders() -> ClientQuotaManager:
+    m = ClientQuotaManager(QuotaType.PRODUCE, node_id=1)
+    img = image({(("tenant", T),): {"producer_byte_rate": 600}},
+                topics={f"{T}_t": topic(f"{T}_t", [1, 2, 3])}, brokers=(1, 2, 3))
+    img = dataclasses.replace(img, tenants=MappingProxyType({T: TenantInfo(T, "A", 0)}))
+    m.update(img)
+    return m
+
+
+def test_manager_bound_follows_the_split_and_the_demand_table() -> None:
+    m = three_leaders()
+    assert m.quota(T, "u", "c") == (None, 200)  # equal
+    hot = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (190.0, True), 2: (50.0, False), 3: (50.0, False)}}})
+    m.set_demand(hot)
+    assert m.quota(T, "u", "c") == (None, 200)  # split is still equal
+    m.set_split("demand")
+    assert m.quota(T, "u", "c") == (None, pytest.approx(600 - 2 * 55))
+    assert m.tenant_slices() == {T: pytest.approx(490.0)}
+    m.set_demand(None)  # stale: back to equal
+    assert m.quota(T, "u", "c") == (None, 200)
+    # a leadership move: broker 3's partition goes to 2; the split follows at once
+    m.set_demand(hot)
+    old = m._image
+    moved = {f"{T}_t": topic(f"{T}_t", [1, 2, 2])}
+    m.update(dataclasses.replace(old, topics=MappingProxyType(moved),
+                                 topics_by_id=MappingProxyType({t.topic_id: t for t in moved.values()})), old)
+    assert m.quota(T, "u", "c") == (None, pytest.approx(600 - 55))
+
+
+def test_exchange_reports_held_tenants_and_falls_back_to_equal() -> None:
+    """The exchange's own reports from real sensors, and its fallback when etcd is out of reach
+    (a client whose every call fails as a gRPC call to a dead member does)."""
+    config = BrokerConfig({"shoal.quota.tenant.split": "demand", "shoal.quota.tenant.demand.stale.ms": "3000"})
+    managers = QuotaManagers(config, 1)
+    img = image({(("tenant", T),): {"producer_byte_rate": 600}},
+                topics={f"{T}_t": topic(f"{T}_t", [1, 2, 3])}, brokers=(1, 2, 3))
+    managers.update(img)
+    now = [1_700_000_000_000]
+
+    class Unreachable:
+        rpc = None
+
+        async def txn(self, *a, **k):
+            raise ConnectionError("etcd unreachable")
+
+        async def range(self, *a, **k):
+            raise ConnectionError("etcd unreachable")
+
+    class Backend:
+        prefix = "/p"
+        client = Unreachable()
+        registration = None
+
+    ex = DemandExchange(managers, Backend(), 1, lambda: config, lambda: now[0])
+    # 3000 B at once against a 200 B/s slice: throttled, so held
+    assert managers.produce.record(T, "u", "c", 3000, now[0])[0] > 0
+    reports = ex.own_reports(now[0], now[0] - 1000, 1.1)
+    assert reports["produce"][T][1] is True and reports["fetch"] == {}
+    table = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (190.0, True), 2: (50.0, False)}}})
+    managers.set_split("demand")
+    managers.set_demand(table)
+    assert managers.produce.tenant_quota(T) == pytest.approx(600 - 55 - 20)
+    ex.last_ok_ms = now[0]
+    asyncio.run(ex.step())  # fails, within the staleness bound: the last table is kept
+    assert managers.produce.tenant_quota(T) == pytest.approx(600 - 55 - 20)
+    now[0] += 3001
+    asyncio.run(ex.step())  # fails past it: equal
+    assert ex.falling_back and managers.produce.tenant_quota(T) == 200
+    # split=equal: nothing is exchanged, the table is dropped
+    config2 = BrokerConfig({"shoal.quota.tenant.split": "equal"})
+    ex.config = lambda: config2
+    managers.set_demand(table)
+    asyncio.run(ex.step())
+    assert managers.produce.split == "equal" and managers.produce.tenant_quota(T) == 200
+    assert json.loads(encode_reports(reports))["produce"][T][1] == 1
