@@ -133,6 +133,13 @@ class Broker:
         from shoal.observability import BrokerMetrics
 
         self.metrics: Any = BrokerMetrics(clock) if config.get("shoal.metrics.listener") else None
+        # metering: per-tenant usage to __shoal_usage (shoal.metering), read off those counters
+        self.metering: Any = None  # shoal.metering.publisher.UsagePublisher, from start() to stop()
+        self._metering_task: asyncio.Task[None] | None = None
+        if bool(config.get("shoal.metering.enable")):
+            from shoal.metering.counters import UsageMetrics
+
+            self.metrics = UsageMetrics(clock)
         # quotas: shoal.server.limits.ConnectionLimits (counters per listener: .stats, .total)
         self.connection_limits: Any = None
         # quotas: shoal.quotas.autotune.BrokerProtection (from start()); its tuning task
@@ -272,6 +279,11 @@ class Broker:
 
         self.demand_exchange = DemandExchange.for_broker(self)
         self.demand_exchange.start()
+        if self._metering_enabled():  # metering: windows every shoal.metering.interval.ms
+            from shoal.metering.publisher import UsagePublisher
+
+            self.metering = UsagePublisher(self)
+            self._metering_task = asyncio.create_task(self.metering.run())
         metrics_listener = self.static_config.get("shoal.metrics.listener")
         if metrics_listener:  # quotas: the Prometheus endpoint
             from shoal.admin.metrics import MetricsHttpServer
@@ -285,6 +297,11 @@ class Broker:
             self.data_dir,
             self.metadata.image.cluster_id,
         )
+
+    def _metering_enabled(self) -> bool:
+        from shoal.metering.counters import UsageMetrics
+
+        return isinstance(self.metrics, UsageMetrics)
 
     def _broker_info(self) -> BrokerInfo:
         advertised = list(self.static_config.advertised_listeners)
@@ -352,6 +369,14 @@ class Broker:
             conn.close()
         for server in self._servers:
             await server.wait_closed()
+        if self._metering_task is not None:  # metering: the last window, once no client is served
+            self._metering_task.cancel()
+            try:
+                await self._metering_task
+            except asyncio.CancelledError:
+                pass
+            await self.metering.close()
+            await self.metering.writer.close()
         if self.connection_limits is not None:  # quotas
             if hasattr(self.metadata, "unsubscribe"):
                 self.metadata.unsubscribe(self.connection_limits.on_metadata)

@@ -640,6 +640,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.metrics.authentication", "string", None,
            "Shoal: none or basic (HTTP Basic credentials of a super user) for /metrics. Unset: the same as "
            "shoal.admin.authentication.", one_of("none", "basic")),
+        # -- metering: per-tenant usage to __shoal_usage (shoal.metering, docs/metering.md)
+        _d("shoal.metering.enable", "boolean", True,
+           "Shoal: publish per-tenant usage (bytes in/out, requests, request and throttle time, partitions, "
+           "storage, connections) to __shoal_usage every shoal.metering.interval.ms. Counts with the broker "
+           "metrics (on while this is, whether or not shoal.metrics.listener is set)."),
+        _d("shoal.metering.interval.ms", "long", 10000, "Shoal: the length of a usage window.", at_least(100)),
+        _d("shoal.metering.topic.partitions", "int", 3, "Shoal: partitions of __shoal_usage when it is created.",
+           at_least(1)),
+        _d("shoal.metering.topic.replication.factor", "short", 1,
+           "Shoal: replication factor of __shoal_usage when it is created (unset on an etcd cluster: 3).", at_least(1)),
+        _d("shoal.metering.topic.retention.ms", "long", 604800000,
+           "Shoal: retention of __shoal_usage (the pipeline must read it within this time).", at_least(60000)),
         _d("shoal.quota.smoothing", "boolean", True,
            "Shoal: smooth byte-rate quotas: every request also draws on a token bucket one window deep, "
            "refilled at the quota, and the throttle is the larger of Kafka's and the bucket's (instead of "

@@ -36,6 +36,7 @@ import logging
 
 from shoal.cluster import routing
 from shoal.handlers.registry import api
+from shoal.metering.record import USAGE_TOPIC
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.protocol.records import InvalidRecords
@@ -147,8 +148,9 @@ async def handle_produce(ctx, req):
                 parts.append(_partition_response(mod, p.index, ErrorCode.unknown_topic_or_partition))
                 failed = True
                 continue
-            if topic.internal:
-                # Only the broker writes its internal topics (Kafka: "Cannot append to internal topic").
+            if topic.internal and not (physical == USAGE_TOPIC and scope.allowed_cluster(Operation.CLUSTER_ACTION)):
+                # Only the broker writes its internal topics (Kafka: "Cannot append to internal topic");
+                # metering: a broker that leads no partition of __shoal_usage sends its usage to a leader.
                 parts.append(_partition_response(mod, p.index, ErrorCode.invalid_topic_exception,
                                                  message=f"Cannot append to internal topic {t.name}"))
                 failed = True
