@@ -56,8 +56,8 @@ REQUEST_HISTOGRAMS = (
     ("shoal_request_throttle_time_seconds", "throttle", "quota throttle time of a response (ThrottleTimeMs)"),
     ("shoal_request_send_time_seconds", "send",
      "time a ready response waited behind earlier responses of its connection (ResponseSendTimeMs)"),
-    ("shoal_request_size_bytes", "request_bytes", "size of request frames (RequestBytes)"),
-    ("shoal_response_size_bytes", "response_bytes", "size of response frames"),
+    ("shoal_request_size_bytes", "request", "size of request frames (RequestBytes)"),
+    ("shoal_response_size_bytes", "response", "size of response frames"),
 )
 
 
@@ -110,10 +110,10 @@ class BrokerCollector:
 
     def _requests(self, m: BrokerMetrics) -> Iterator[Metric]:
         apis: list[tuple[str, ApiStats]] = sorted(m.apis.items())
-        for name, attr, doc in REQUEST_HISTOGRAMS:
+        for name, part, doc in REQUEST_HISTOGRAMS:
             fam = HistogramMetricFamily(name, doc, labels=["api"])
             for api, stats in apis:
-                _histogram(fam, [api], getattr(stats, attr))
+                _histogram(fam, [api], stats.histogram(part))
             yield fam
         yield _counter("shoal_requests", "requests answered, per API (Kafka's request name) and tenant",
                        ["api", "tenant"], m.requests)

@@ -53,6 +53,8 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                      0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = tuple(float(64 * 4**i) for i in range(11))
 _LATENCY_NS = tuple(round(b * 1e9) for b in LATENCY_BUCKETS_S)
+LATENCY_SLOTS = len(LATENCY_BUCKETS_S) + 1
+SIZE_SLOTS = len(SIZE_BUCKETS) + 1
 
 # Errors that say the name is no topic (or not the caller's): not counted per topic.
 _NOT_A_TOPIC = frozenset({3, 17, 29, 100})  # UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC, TOPIC_AUTH..., UNKNOWN_TOPIC_ID
@@ -110,41 +112,44 @@ def latency_histogram() -> Histogram:
 
 
 class ApiStats:
-    """One API's histograms (Kafka's ``RequestMetrics`` of one request name) and errors."""
+    """One API's histograms (Kafka's ``RequestMetrics`` of one request name) and errors.
 
-    __slots__ = ("total", "queue", "local", "remote", "throttle", "send", "request_bytes", "response_bytes",
-                 "errors")
+    Flat lists, so that a request's eight observations are index arithmetic in one function
+    (:meth:`BrokerMetrics.sent`) rather than eight method calls: ``latency`` holds the bucket
+    counts of the six parts (``PARTS``, ``LATENCY_SLOTS`` each, the last +Inf), in ns;
+    ``sizes`` those of request and response bytes (``SIZE_SLOTS`` each)."""
+
+    __slots__ = ("latency", "latency_sum", "sizes", "size_sum", "errors")
 
     PARTS = ("total", "queue", "local", "remote", "throttle", "send")
+    SIZE_PARTS = ("request", "response")
 
     def __init__(self) -> None:
-        self.total = latency_histogram()
-        self.queue = latency_histogram()
-        self.local = latency_histogram()
-        self.remote = latency_histogram()
-        self.throttle = latency_histogram()
-        self.send = latency_histogram()
-        self.request_bytes = Histogram(SIZE_BUCKETS)
-        self.response_bytes = Histogram(SIZE_BUCKETS)
+        self.latency = [0] * (LATENCY_SLOTS * len(self.PARTS))
+        self.latency_sum = [0] * len(self.PARTS)
+        self.sizes = [0] * (SIZE_SLOTS * len(self.SIZE_PARTS))
+        self.size_sum = [0] * len(self.SIZE_PARTS)
         self.errors: dict[str, int] = {}  # Kafka error name -> responses (or partitions) with it
 
+    def histogram(self, part: str) -> Histogram:
+        """A copy of one part's histogram (``total`` .. ``send``, ``request``, ``response``)."""
+        if part in self.SIZE_PARTS:
+            i = self.SIZE_PARTS.index(part)
+            h = Histogram(SIZE_BUCKETS)
+            h.counts = self.sizes[i * SIZE_SLOTS:(i + 1) * SIZE_SLOTS]
+            h.total = self.size_sum[i]
+            return h
+        i = self.PARTS.index(part)
+        h = latency_histogram()
+        h.counts = self.latency[i * LATENCY_SLOTS:(i + 1) * LATENCY_SLOTS]
+        h.total = self.latency_sum[i]
+        return h
 
-class RequestRecord:
-    """One request on its way through the connection (``_Slot.m``)."""
 
-    __slots__ = ("stats", "name", "tenant", "arrived", "started", "local", "remote", "throttle_ns", "ready",
-                 "request_size", "response_size", "sasl_state", "delayed")
-
-    def __init__(self, stats: ApiStats, name: str, tenant: str, arrived: int, started: int) -> None:
-        self.stats = stats
-        self.name = name
-        self.tenant = tenant
-        self.arrived = arrived
-        self.started = started
-        self.local = self.remote = self.throttle_ns = self.ready = 0
-        self.request_size = self.response_size = 0
-        self.sasl_state: int | None = None
-        self.delayed = False  # the response waits out its throttle before it is written
+# A request on its way through the connection (``_Slot.m``): a list, indexed by these.
+(R_STATS, R_KEY, R_ARRIVED, R_STARTED, R_LOCAL, R_REMOTE, R_THROTTLE, R_READY, R_REQUEST_SIZE, R_RESPONSE_SIZE,
+ R_DELAYED, R_SASL) = range(12)
+RequestRecord = list
 
 
 def api_name(api_key: int) -> str:
@@ -193,6 +198,7 @@ class BrokerMetrics:
         self.replication_bytes_out = 0  # record bytes answered to followers' fetches
         self.connections_created: dict[str, int] = {}  # listener -> connections accepted
         self.authentications: dict[tuple[str, str, str], int] = {}  # (listener, mechanism, result)
+        self._has_error: dict[type, bool] = {}  # response type -> has a top-level error_code
 
     # -- connection side -------------------------------------------------------------------
 
@@ -205,70 +211,96 @@ class BrokerMetrics:
         name = self._names.get(key)
         if name is None:
             name = self._names[key] = api_name(key)
-        if key == FETCH and _fetch_replica_id(request) >= 0:
-            name = "FetchFollower"  # Kafka's request names split Fetch by who asks
-        elif key == FETCH:
-            name = "FetchConsumer"
+        if key == FETCH:  # Kafka's request names split Fetch by who asks
+            name = "FetchFollower" if _fetch_replica_id(request) >= 0 else "FetchConsumer"
         stats = self.apis.get(name)
         if stats is None:
             stats = self.apis[name] = ApiStats()
-        rec = RequestRecord(stats, name, ctx.tenant or "", arrived, started)
+        sasl_state = None
         if key == SASL_AUTHENTICATE or key == SASL_HANDSHAKE:
-            conn = ctx.extra.get("connection")
-            sasl = getattr(conn, "sasl", None)
+            sasl = getattr(ctx.extra.get("connection"), "sasl", None)
             if sasl is not None:
-                rec.sasl_state = sasl.state
-        return rec
+                sasl_state = sasl.state
+        return [stats, (name, ctx.tenant or ""), arrived, started, 0, 0, 0, 0, 0, 0, False, sasl_state]
 
     def answered(self, rec: RequestRecord, ctx: "RequestContext", request: Any, response: Any,
                  data: bytes | None, throttle_ms: int, failed: bool) -> None:
         """The response is encoded (``data``; None when none is sent) or the handler failed."""
         now = self.nanos()
         local = ctx.handling_ns + now - ctx.step_start_ns
-        rec.local = local
-        rec.remote = max(0, now - rec.started - local)
-        rec.ready = now
-        rec.request_size = ctx.request_size
-        rec.response_size = len(data) if data is not None else 0
+        remote = now - rec[R_STARTED] - local
+        rec[R_LOCAL] = local
+        rec[R_REMOTE] = remote if remote > 0 else 0
+        rec[R_READY] = now
+        rec[R_REQUEST_SIZE] = ctx.request_size
+        if data is not None:
+            rec[R_RESPONSE_SIZE] = len(data)
         if throttle_ms:
-            rec.throttle_ns = throttle_ms * 1_000_000
-            rec.delayed = data is not None and not self._client_throttles(ctx.header.api_key, ctx.header.api_version)
-            k = (rec.name, rec.tenant)
+            rec[R_THROTTLE] = throttle_ms * 1_000_000
+            rec[R_DELAYED] = data is not None and not self._client_throttles(ctx.header.api_key,
+                                                                             ctx.header.api_version)
+            k = rec[R_KEY]
             self.throttled[k] = self.throttled.get(k, 0) + 1
-        errors = rec.stats.errors
+        errors = rec[R_STATS].errors
+        key = ctx.header.api_key
         if failed:
             errors["UNKNOWN_SERVER_ERROR"] = errors.get("UNKNOWN_SERVER_ERROR", 0) + 1
+        elif key == PRODUCE:
+            self._produce(ctx, request, response, errors)  # (response None: acks=0, errors unknown)
         elif response is not None:
-            code = getattr(response, "error_code", 0)
-            if code:
-                _count_error(errors, code)
-            key = ctx.header.api_key
-            if key == PRODUCE:
-                self._produce(ctx, request, response, errors)
-            elif key == FETCH:
-                self._fetch(ctx, response, errors, rec.name == "FetchFollower")
-        elif ctx.header.api_key == PRODUCE:  # acks=0: no response, and nothing known of errors
-            self._produce(ctx, request, None, errors)
-        if rec.sasl_state is not None:
+            if key == FETCH:
+                self._fetch(ctx, response, errors, rec[R_KEY][0] == "FetchFollower")
+            cls = type(response)
+            has = self._has_error.get(cls)
+            if has is None:
+                has = self._has_error[cls] = "error_code" in getattr(cls, "__dataclass_fields__", ())
+            if has and response.error_code:
+                _count_error(errors, response.error_code)
+        if rec[R_SASL] is not None:
             self._authentication(rec, ctx)
 
     def sent(self, rec: RequestRecord) -> None:
-        """The response went to the socket (or there was none to send): count the request."""
+        """The response went to the socket (or there was none to send): count the request, and
+        observe its eight histograms."""
         now = self.nanos()
-        s = rec.stats
-        s.total.observe(now - rec.arrived)
-        s.queue.observe(rec.started - rec.arrived)
-        s.local.observe(rec.local)
-        s.remote.observe(rec.remote)
-        s.throttle.observe(rec.throttle_ns)
-        send = now - rec.ready
-        if rec.delayed:
-            send = max(0, send - rec.throttle_ns)
-        s.send.observe(send)
-        s.request_bytes.observe(rec.request_size)
-        s.response_bytes.observe(rec.response_size)
-        k = (rec.name, rec.tenant)
-        self.requests[k] = self.requests.get(k, 0) + 1
+        s: ApiStats = rec[R_STATS]
+        lat, sums, bounds = s.latency, s.latency_sum, _LATENCY_NS
+        arrived = rec[R_ARRIVED]
+        v = now - arrived
+        lat[bisect_left(bounds, v)] += 1
+        sums[0] += v
+        v = rec[R_STARTED] - arrived
+        if v:
+            lat[LATENCY_SLOTS + bisect_left(bounds, v)] += 1
+            sums[1] += v
+        else:
+            lat[LATENCY_SLOTS] += 1
+        v = rec[R_LOCAL]
+        lat[2 * LATENCY_SLOTS + bisect_left(bounds, v)] += 1
+        sums[2] += v
+        v = rec[R_REMOTE]
+        lat[3 * LATENCY_SLOTS + bisect_left(bounds, v)] += 1
+        sums[3] += v
+        throttle = rec[R_THROTTLE]
+        if throttle:
+            lat[4 * LATENCY_SLOTS + bisect_left(bounds, throttle)] += 1
+            sums[4] += throttle
+        else:
+            lat[4 * LATENCY_SLOTS] += 1
+        v = now - rec[R_READY]
+        if rec[R_DELAYED]:
+            v = max(0, v - throttle)
+        lat[5 * LATENCY_SLOTS + bisect_left(bounds, v)] += 1
+        sums[5] += v
+        sizes, size_sum = s.sizes, s.size_sum
+        v = rec[R_REQUEST_SIZE]
+        sizes[bisect_left(SIZE_BUCKETS, v)] += 1
+        size_sum[0] += v
+        v = rec[R_RESPONSE_SIZE]
+        sizes[SIZE_SLOTS + bisect_left(SIZE_BUCKETS, v)] += 1
+        size_sum[1] += v
+        requests, k = self.requests, rec[R_KEY]
+        requests[k] = requests.get(k, 0) + 1
 
     # -- per topic -------------------------------------------------------------------------
 
@@ -286,9 +318,9 @@ class BrokerMetrics:
                     if pr.error_code:
                         failed[(tr.name, pr.index)] = pr.error_code
         topics = ctx.services.metadata.image.topics
-        scope = ctx.scope
+        prefix = ctx.scope.prefix  # tenancy: the tenant's names are its physical ones, prefixed
         for td in request.topic_data:
-            physical = scope.physical(td.name)
+            physical = prefix + td.name if prefix else td.name
             exists = physical in topics
             t = self._topic(physical) if exists else None
             for pd in td.partition_data:
@@ -348,7 +380,7 @@ class BrokerMetrics:
         sasl = getattr(ctx.extra.get("connection"), "sasl", None)
         if sasl is None:
             return
-        before, after = rec.sasl_state, sasl.state
+        before, after = rec[R_SASL], sasl.state
         if after == sasl.FAILED and before != sasl.FAILED:
             result = "failure"
         elif after == sasl.AUTHENTICATED and before != sasl.AUTHENTICATED:
