@@ -11,6 +11,7 @@ DEBIAN_PACKAGES := kcat etcd-server etcd-client
 # admin API on :9644, metrics on :9645 and a generated admin (./data/admin.properties, mode 0600);
 # it prints the commands to try tenants (shoal serve --quickstart, shoal/quickstart.py).
 serve: install
+	$(PIP) install -q --disable-pip-version-check 'confluent-kafka>=2.5'  # for the banner's Python example
 	$(PYTHON) -m shoal serve --quickstart --log-dirs ./data
 
 install:
