@@ -176,9 +176,9 @@ def render(broker: "Broker") -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QuotaCollector(broker))
     registry.register(ConnectionCollector(broker))  # shoal.server.bounds
-    registry.register(BrokerCollector(broker))  # Kafka's broker metrics (docs/metrics.md)
     ProcessCollector(registry=registry)  # process_*: CPU, memory, open files
-    return generate_latest(registry)
+    # Kafka's broker metrics (docs/metrics.md): most of the lines, written without prometheus_client
+    return generate_latest(registry) + BrokerCollector(broker).exposition().encode()
 
 
 def parse_metrics_listener(value: str) -> tuple[str, int]:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
 from shoal.metadata import owner_tenant
+from shoal.observability.exposition import TextExposition
 from shoal.observability.requests import (
-    BYTES_IN, BYTES_OUT, FAILED_FETCH, FAILED_PRODUCE, FETCH_REQUESTS, MESSAGES_IN, PRODUCE_REQUESTS, ApiStats,
-    BrokerMetrics, Histogram,
+    BYTES_IN, BYTES_OUT, FAILED_FETCH, FAILED_PRODUCE, FETCH_REQUESTS, LATENCY_BUCKETS_S, LATENCY_SLOTS, MESSAGES_IN,
+    PRODUCE_REQUESTS, SIZE_BUCKETS, SIZE_SLOTS, ApiStats, BrokerMetrics,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +42,7 @@ TOPIC_COUNTERS = (
      "partitions of the topic whose Fetch was answered with an error (Kafka's FailedFetchRequestsPerSec)"),
 )
 
+# (name, part of ApiStats, help)
 REQUEST_HISTOGRAMS = (
     ("shoal_request_total_time_seconds", "total",
      "time from a request's frame read to its response handed to the socket (Kafka's TotalTimeMs)"),
@@ -69,131 +69,122 @@ def split_name(physical: str, tenants: Any) -> tuple[str, str]:
     return tid, physical[len(tid) + 1:]
 
 
-def _counter(name: str, doc: str, labels: list[str], rows: dict[Any, int]) -> CounterMetricFamily:
-    """A counter family from ``{label values (a tuple, or one value): count}``."""
-    fam = CounterMetricFamily(name, doc, labels=labels)
-    for key, n in sorted(rows.items()):
-        fam.add_metric(list(key) if isinstance(key, tuple) else [key], n)
-    return fam
+def _part_rows(apis: list[tuple[str, ApiStats]], part: str) -> Iterator[tuple[tuple[str], list[int], float]]:
+    if part in ApiStats.SIZE_PARTS:
+        i = ApiStats.SIZE_PARTS.index(part)
+        for api, s in apis:
+            yield (api,), s.sizes[i * SIZE_SLOTS:(i + 1) * SIZE_SLOTS], s.size_sum[i]
+    else:
+        i = ApiStats.PARTS.index(part)
+        for api, s in apis:
+            yield (api,), s.latency[i * LATENCY_SLOTS:(i + 1) * LATENCY_SLOTS], s.latency_sum[i] / 1e9
 
 
-def _histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram) -> None:
-    fam.add_metric(labels, h.cumulative(), h.sum)
+def _keyed(rows: dict[Any, int]) -> list[tuple[tuple, int]]:
+    """``{label values (a tuple, or one value): n}`` as sorted rows."""
+    return [(k if isinstance(k, tuple) else (k,), n) for k, n in sorted(rows.items())]
 
 
 class BrokerCollector:
-    """Reads ``broker.metrics`` (BrokerMetrics), its connections, replicas and groups at scrape time."""
+    """Reads ``broker.metrics`` (BrokerMetrics), its connections, replicas and groups at scrape time
+    and writes them as Prometheus text (:meth:`exposition`)."""
 
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    def collect(self) -> Iterator[Metric]:
+    def exposition(self) -> str:
         broker = self.broker
+        out = TextExposition()
         m: BrokerMetrics | None = getattr(broker, "metrics", None)
         image = broker.metadata.image
         if m is not None:
-            yield from self._requests(m)
-            yield from self._topics(m, image)
-            yield from self._connections(m)
-        yield from self._logs(image)
-        yield from self._lag(image)
+            self._requests(out, m)
+            self._topics(out, m, image)
+            self._connections(out, m)
+        self._logs(out, image)
+        self._lag(out, image)
         probe = getattr(broker, "loop_lag", None)
         if probe is not None:
-            fam = HistogramMetricFamily("shoal_event_loop_lag_seconds",
-                                        "how late the broker's event loop ran a timer it was asked to run on time")
-            fam.add_metric([], probe.histogram.cumulative(), probe.histogram.sum)
-            yield fam
-            yield GaugeMetricFamily("shoal_event_loop_lag_max_seconds", "the largest event-loop lag seen since start",
-                                    value=probe.max)
+            h = probe.histogram
+            out.histogram("shoal_event_loop_lag_seconds",
+                          "how late the broker's event loop ran a timer it was asked to run on time", (),
+                          h.bounds, [((), h.counts, h.sum)])
+            out.gauge("shoal_event_loop_lag_max_seconds", "the largest event-loop lag seen since start", (),
+                      [((), probe.max)])
+        return out.text()
 
     # -- requests --------------------------------------------------------------------------
 
-    def _requests(self, m: BrokerMetrics) -> Iterator[Metric]:
+    def _requests(self, out: TextExposition, m: BrokerMetrics) -> None:
         apis: list[tuple[str, ApiStats]] = sorted(m.apis.items())
         for name, part, doc in REQUEST_HISTOGRAMS:
-            fam = HistogramMetricFamily(name, doc, labels=["api"])
-            for api, stats in apis:
-                _histogram(fam, [api], stats.histogram(part))
-            yield fam
-        yield _counter("shoal_requests", "requests answered, per API (Kafka's request name) and tenant",
-                       ["api", "tenant"], m.requests)
-        fam = CounterMetricFamily("shoal_request_errors",
-                                  "responses with an error, per API and Kafka error (Produce and Fetch: per "
-                                  "partition; UNKNOWN_SERVER_ERROR: the handler failed)", labels=["api", "error"])
-        for api, stats in apis:
-            for error, n in sorted(stats.errors.items()):
-                fam.add_metric([api, error], n)
-        yield fam
-        yield _counter("shoal_throttled_requests", "responses that carried a quota throttle", ["api", "tenant"],
-                       m.throttled)
+            bounds = SIZE_BUCKETS if part in ApiStats.SIZE_PARTS else LATENCY_BUCKETS_S
+            out.histogram(name, doc, ("api",), bounds, _part_rows(apis, part))
+        out.counter("shoal_requests", "requests answered, per API (Kafka's request name) and tenant",
+                    ("api", "tenant"), _keyed(m.requests))
+        out.counter("shoal_request_errors", "responses with an error, per API and Kafka error (Produce and Fetch: "
+                    "per partition; UNKNOWN_SERVER_ERROR: the handler failed)", ("api", "error"),
+                    [((api, error), n) for api, stats in apis for error, n in sorted(stats.errors.items())])
+        out.counter("shoal_throttled_requests", "responses that carried a quota throttle", ("api", "tenant"),
+                    _keyed(m.throttled))
 
-    def _topics(self, m: BrokerMetrics, image: Any) -> Iterator[Metric]:
+    def _topics(self, out: TextExposition, m: BrokerMetrics, image: Any) -> None:
         m.forget_topics(image.topics)
         rows = [(split_name(physical, image.tenants), counters) for physical, counters in sorted(m.topics.items())]
         for name, index, doc in TOPIC_COUNTERS:
-            fam = CounterMetricFamily(name, doc, labels=["tenant", "topic"])
-            for (tenant, topic), counters in rows:
-                fam.add_metric([tenant, topic], counters[index])
-            yield fam
-        yield CounterMetricFamily("shoal_replication_bytes_out", "record bytes answered to followers' fetches",
-                                  value=m.replication_bytes_out)
+            out.counter(name, doc, ("tenant", "topic"), [(labels, counters[index]) for labels, counters in rows])
+        out.counter("shoal_replication_bytes_out", "record bytes answered to followers' fetches", (),
+                    [((), m.replication_bytes_out)])
 
-    def _connections(self, m: BrokerMetrics) -> Iterator[Metric]:
+    def _connections(self, out: TextExposition, m: BrokerMetrics) -> None:
         open_: dict[str, int] = {l.name: 0 for l in getattr(self.broker, "listeners", ())}
         for conn in list(self.broker.connections):
             open_[conn.listener] = open_.get(conn.listener, 0) + 1
-        fam = GaugeMetricFamily("shoal_connections", "open client connections, per listener", labels=["listener"])
-        for listener, n in sorted(open_.items()):
-            fam.add_metric([listener], n)
-        yield fam
-        yield _counter("shoal_connections_created", "connections accepted, per listener", ["listener"],
-                       m.connections_created)
-        yield _counter("shoal_authentications", "SASL authentications (and re-authentications), per listener, "
-                       "mechanism and result (success, failure)", ["listener", "mechanism", "result"],
-                       m.authentications)
+        out.gauge("shoal_connections", "open client connections, per listener", ("listener",), _keyed(open_))
+        out.counter("shoal_connections_created", "connections accepted, per listener", ("listener",),
+                    _keyed(m.connections_created))
+        out.counter("shoal_authentications", "SASL authentications (and re-authentications), per listener, "
+                    "mechanism and result (success, failure)", ("listener", "mechanism", "result"),
+                    _keyed(m.authentications))
 
     # -- logs and lag (read from the replica manager and the group coordinator) -------------
 
-    def _logs(self, image: Any) -> Iterator[Metric]:
+    def _logs(self, out: TextExposition, image: Any) -> None:
         replicas = getattr(self.broker, "replicas", None)
         if replicas is None:
             return
-        labels = ["tenant", "topic", "partition"]
-        fams = {
-            "size": GaugeMetricFamily("shoal_log_size_bytes", "bytes of a hosted partition's log on disk", labels=labels),
-            "segments": GaugeMetricFamily("shoal_log_segments", "segments of a hosted partition's log", labels=labels),
-            "start": GaugeMetricFamily("shoal_log_start_offset", "a hosted partition's log start offset", labels=labels),
-            "end": GaugeMetricFamily("shoal_log_end_offset", "a hosted partition's log end offset", labels=labels),
-            "hw": GaugeMetricFamily("shoal_log_high_watermark", "a hosted partition's high watermark", labels=labels),
-            "leader": GaugeMetricFamily("shoal_partition_leader", "1 if this broker leads the partition, 0 if it follows",
-                                        labels=labels),
-            "isr": GaugeMetricFamily("shoal_partition_in_sync_replicas", "the ISR size of a partition this broker leads",
-                                     labels=labels),
-        }
+        rows: dict[str, list[tuple[tuple[str, str, str], int]]] = {
+            k: [] for k in ("size", "segments", "start", "end", "hw", "leader", "isr")}
         for p in sorted(replicas.hosted(), key=lambda p: p.key):
             log = p.log
             tenant, topic = split_name(p.topic, image.tenants)
-            values = [tenant, topic, str(p.index)]
-            fams["size"].add_metric(values, log.size_bytes)
-            fams["segments"].add_metric(values, len(log.segment_bases()))
-            fams["start"].add_metric(values, log.log_start_offset)
-            fams["end"].add_metric(values, log.log_end_offset)
-            fams["hw"].add_metric(values, log.high_watermark)
+            values = (tenant, topic, str(p.index))
+            rows["size"].append((values, log.size_bytes))
+            rows["segments"].append((values, len(log.segment_bases())))
+            rows["start"].append((values, log.log_start_offset))
+            rows["end"].append((values, log.log_end_offset))
+            rows["hw"].append((values, log.high_watermark))
             leader = p.is_leader
-            fams["leader"].add_metric(values, 1 if leader else 0)
+            rows["leader"].append((values, 1 if leader else 0))
             if leader:
-                fams["isr"].add_metric(values, len(p.info.isr))
-        yield from fams.values()
+                rows["isr"].append((values, len(p.info.isr)))
+        labels = ("tenant", "topic", "partition")
+        for key, name, doc in (
+            ("size", "shoal_log_size_bytes", "bytes of a hosted partition's log on disk"),
+            ("segments", "shoal_log_segments", "segments of a hosted partition's log"),
+            ("start", "shoal_log_start_offset", "a hosted partition's log start offset"),
+            ("end", "shoal_log_end_offset", "a hosted partition's log end offset"),
+            ("hw", "shoal_log_high_watermark", "a hosted partition's high watermark"),
+            ("leader", "shoal_partition_leader", "1 if this broker leads the partition, 0 if it follows"),
+            ("isr", "shoal_partition_in_sync_replicas", "the ISR size of a partition this broker leads"),
+        ):
+            out.gauge(name, doc, labels, rows[key])
 
-    def _lag(self, image: Any) -> Iterator[Metric]:
+    def _lag(self, out: TextExposition, image: Any) -> None:
         groups = getattr(self.broker, "groups", None)
         replicas = getattr(self.broker, "replicas", None)
-        labels = ["tenant", "group", "topic", "partition"]
-        lag = GaugeMetricFamily("shoal_consumer_group_lag",
-                                "high watermark minus the group's committed offset, for partitions this broker hosts "
-                                "of groups it coordinates", labels=labels)
-        committed = GaugeMetricFamily("shoal_consumer_group_committed_offset",
-                                      "a group's committed offset, for groups this broker coordinates", labels=labels)
+        lag: list[tuple[tuple[str, ...], int]] = []
+        committed: list[tuple[tuple[str, ...], int]] = []
         if groups is not None and replicas is not None:
             store = groups.offsets
             for group in sorted(store.groups()):
@@ -201,10 +192,13 @@ class BrokerCollector:
                 for topic, parts in sorted(store.group_offsets(group).items()):
                     _, visible_topic = split_name(topic, image.tenants)
                     for index, om in sorted(parts.items()):
-                        values = [tenant, visible_group, visible_topic, str(index)]
-                        committed.add_metric(values, om.offset)
+                        values = (tenant, visible_group, visible_topic, str(index))
+                        committed.append((values, om.offset))
                         p = replicas.partition(topic, index)
                         if p is not None and om.offset >= 0:
-                            lag.add_metric(values, max(0, p.high_watermark - om.offset))
-        yield lag
-        yield committed
+                            lag.append((values, max(0, p.high_watermark - om.offset)))
+        labels = ("tenant", "group", "topic", "partition")
+        out.gauge("shoal_consumer_group_lag", "high watermark minus the group's committed offset, for partitions "
+                  "this broker hosts of groups it coordinates", labels, lag)
+        out.gauge("shoal_consumer_group_committed_offset",
+                  "a group's committed offset, for groups this broker coordinates", labels, committed)

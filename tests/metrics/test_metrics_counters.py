@@ -130,3 +130,25 @@ class _FindCoordinator:
 
     def __init__(self, code: int) -> None:
         self.error_code = code
+
+
+def test_text_exposition_parses_back_with_escaped_labels():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shoal.observability.exposition import TextExposition
+
+    out = TextExposition()
+    out.counter("shoal_x", "a help\nwith a newline", ("topic",), [(('we"ird\\na\nme',), 3)])
+    out.gauge("shoal_g", "g", (), [((), 0.25)])
+    out.histogram("shoal_h_seconds", "h", ("api",), (0.1, 1.0), [(("Produce",), [1, 0, 2], 4.5)])
+    fams = {f.name: f for f in text_string_to_metric_families(out.text())}
+    (s,) = fams["shoal_x"].samples  # (the parser names a counter family without _total)
+    assert (s.name, s.labels, s.value) == ("shoal_x_total", {"topic": 'we"ird\\na\nme'}, 3.0)
+    assert fams["shoal_x"].documentation == "a help\nwith a newline"
+    assert fams["shoal_g"].samples[0].value == 0.25
+    h = {(s.name, s.labels.get("le")): s.value for s in fams["shoal_h_seconds"].samples}
+    assert h == {("shoal_h_seconds_bucket", "0.1"): 1, ("shoal_h_seconds_bucket", "1.0"): 1,
+                 ("shoal_h_seconds_bucket", "+Inf"): 3, ("shoal_h_seconds_count", None): 3,
+                 ("shoal_h_seconds_sum", None): 4.5}
+    with pytest.raises(ValueError):
+        out.gauge("bad-name", "x", (), [])
