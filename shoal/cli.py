@@ -204,7 +204,7 @@ def _quickstart_banner(broker, path, pending: str | None) -> str:
     extra = ""
     if pending is not None:
         try:
-            quickstart.write_credentials(path, pending, sasl)
+            quickstart.write_credentials(path, pending)
         except OSError as e:
             logging.getLogger("shoal.quickstart").warning("cannot write %s: %s", path, e.strerror or e)
             extra = f"\n  (not written: {e.strerror or e}; the admin password, shown once: {pending})"

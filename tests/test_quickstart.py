@@ -66,8 +66,11 @@ def test_admin_credentials_are_generated_private_and_kept(qb, tmp_path):
     assert password.encode() not in cmdline
     assert password not in qb.log_text()
     before = path.read_bytes()
+    path.chmod(0o644)  # someone loosened it: a warning on the next start
     qb.restart()  # the same password, the same file
     assert path.read_bytes() == before and "Quickstart" in qb.banner()
+    assert f"{path} holds the admin password and others may read it: chmod 600" in qb.log_text()
+    path.chmod(0o600)
     env = tool_path(tmp_path)
     # the file is a client properties file of a super user: the SASL listener and the admin API
     r = subprocess.run(["shoal", "topics", "list", "--bootstrap-server", f"127.0.0.1:{qb.sasl_port}",
@@ -157,7 +160,7 @@ def test_unusable_credentials_file_is_one_line(tmp_path):
     path.write_text("sasl.username=root\nsasl.password=x\n")
     with pytest.raises(quickstart.QuickstartError, match="delete it"):
         quickstart.read_password(path)
-    quickstart.write_credentials(tmp_path / "new.properties", "s3cret", "127.0.0.1:9093")
+    quickstart.write_credentials(tmp_path / "new.properties", "s3cret")
     assert quickstart.read_password(tmp_path / "new.properties") == "s3cret"
     with pytest.raises(FileExistsError):  # never over an existing file
-        quickstart.write_credentials(tmp_path / "new.properties", "other", "127.0.0.1:9093")
+        quickstart.write_credentials(tmp_path / "new.properties", "other")
