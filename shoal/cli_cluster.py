@@ -58,8 +58,11 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_elect_leaders)
 
 
-def summarize(md: Any) -> dict[str, Any]:
-    """The cluster's description from a ``ClusterMetadata`` (pure; the command prints it)."""
+def summarize(md: Any, observers: dict[str, int] | None = None) -> dict[str, Any]:
+    """The cluster's description from a ``ClusterMetadata`` (pure; the command prints it).
+    ``observers``: per topic placed with observers, how many (the last replicas of each
+    partition): they are never in the ISR, so they do not make a partition under-replicated."""
+    observers = observers or {}
     brokers: dict[int, dict[str, Any]] = {
         node: {"node_id": node, "host": host, "port": port, "rack": rack, "leader_of": [], "replicas": 0}
         for node, (host, port, rack) in sorted(md.brokers.items())
@@ -74,7 +77,7 @@ def summarize(md: Any) -> dict[str, Any]:
                 brokers[p.leader]["leader_of"].append(tp)
             else:
                 offline.append({"partition": tp, "leader": p.leader, "replicas": list(p.replicas)})
-            if p.leader in brokers and len(p.isr) < len(p.replicas):
+            if p.leader in brokers and len(p.isr) < len(p.replicas) - observers.get(name, 0):
                 under.append({"partition": tp, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isr)})
             for r in p.replicas:
                 if r in brokers:
@@ -107,11 +110,30 @@ def render(d: dict[str, Any], partitions: bool = False) -> str:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     async def job(client: Any) -> int:
-        d = summarize(await client.metadata(None))
+        md = await client.metadata(None)
+        d = summarize(md, await placed_observers(client, md))
         print(json.dumps(d) if args.json else render(d, args.partitions))
         return 0
 
     return run_admin(args, f"shoal cluster {args.cluster_command}", "shoal-cluster", job)
+
+
+async def placed_observers(client: Any, md: Any) -> dict[str, int]:
+    """topic -> observers per partition, for topics placed by ``replica.placement``."""
+    from shoal.cli_topics import _observer_count
+    from shoal.client import RESOURCE_TOPIC
+
+    names = [n for n, t in md.topics.items() if hasattr(t, "partitions")]
+    if not names:
+        return {}
+    configs = await client.describe_configs([(RESOURCE_TOPIC, n) for n in names], keys=["replica.placement"],
+                                            raise_errors=False)
+    out = {}
+    for n in names:
+        entries = configs.get((RESOURCE_TOPIC, n))
+        if isinstance(entries, dict) and (count := _observer_count(entries)):
+            out[n] = count
+    return out
 
 
 # -- reassign (kafka-reassign-partitions.sh) -------------------------------------------------------

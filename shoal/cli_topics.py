@@ -195,9 +195,11 @@ async def _describe(client, args) -> int:
     )
     for t in topics:
         entries = configs.get((RESOURCE_TOPIC, t.name))
+        observers = 0
         if isinstance(entries, KafkaError) or entries is None:
             overrides = "?"
         else:
+            observers = _observer_count(entries)
             overrides = ",".join(
                 f"{e.name}={'<sensitive>' if e.sensitive else e.value}"
                 for e in sorted(entries.values(), key=lambda e: e.name)
@@ -215,8 +217,23 @@ async def _describe(client, args) -> int:
             )
             if p.offline_replicas:
                 line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
+            if observers:  # placement puts them last (Confluent's describe prints them too)
+                line += f"\tObservers: {','.join(map(str, p.replicas[-observers:]))}"
             print(line)
     return 0
+
+
+def _observer_count(entries) -> int:
+    """Observers per partition of a topic placed by ``replica.placement`` (recorded at creation)."""
+    from shoal.placement_constraints import PlacementSpecError, parse_placement
+
+    entry = entries.get("replica.placement")
+    if entry is None or not entry.value or entry.source != "DYNAMIC_TOPIC_CONFIG":
+        return 0
+    try:
+        return parse_placement(entry.value).observer_count
+    except PlacementSpecError:
+        return 0
 
 
 async def _alter(client, args) -> int:

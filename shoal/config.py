@@ -282,6 +282,26 @@ def _d(name, type_, default, doc, validator=None, dynamic=False) -> ConfigDef:
     return ConfigDef(name, type_, default, doc, validator, dynamic)
 
 
+def _placement(name: str, v: Any) -> None:
+    """A ``replica.placement`` value: empty/unset, or a valid placement-constraints JSON."""
+    if v is None or v == "":
+        return
+    from shoal.placement_constraints import PlacementSpecError, parse_placement
+
+    try:
+        parse_placement(v)
+    except PlacementSpecError as e:
+        raise _invalid(name, v, e.message) from None
+
+
+# Other names of topic (and broker) configs, accepted and stored under the canonical one.
+CONFIG_ALIASES: dict[str, str] = {"confluent.placement.constraints": "replica.placement"}
+
+
+def canonical_config_name(name: str) -> str:
+    return CONFIG_ALIASES.get(name, name)
+
+
 _PROTOCOL_MAP_DEFAULT = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
@@ -391,6 +411,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("log.dir", "string", "./data", "The directory for the log data (see log.dirs)."),
         _d("num.partitions", "int", 1, "Default number of partitions per topic.", at_least(1)),
         _d("default.replication.factor", "int", 1, "Default replication factor of created topics."),
+        _d("replica.placement", "string", None,
+           "Default replica.placement of created topics (placement-constraints JSON: replicas and observers per "
+           "rack; also accepted as confluent.placement.constraints). Unset: rack-aware placement of "
+           "default.replication.factor replicas.", _placement, True),
         _d("auto.create.topics.enable", "boolean", True, "Create topics on first metadata request."),
         _d("max.request.partition.size.limit", "int", 2000,
            "The maximum number of partitions can be served in one request (DescribeTopicPartitions).", at_least(1)),
@@ -903,6 +927,16 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             at_least(1),
         ),
         _t("preallocate", "boolean", "log.preallocate", "Preallocate the file on disk when creating a segment."),
+        _t(
+            "replica.placement",
+            "string",
+            "replica.placement",
+            "Placement constraints (the multi-region JSON): sync replicas and observers per rack, e.g. "
+            '{"version":1,"replicas":[{"count":2,"constraints":{"rack":"dc1"}}],'
+            '"observers":[{"count":1,"constraints":{"rack":"dc2"}}]}. Also accepted as '
+            "confluent.placement.constraints. Set at creation (replication factor -1).",
+            _placement,
+        ),
         _t(
             "retention.bytes",
             "long",

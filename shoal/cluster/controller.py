@@ -62,7 +62,7 @@ def elect(p: PartitionInfo, alive: set[int], unclean: bool = False) -> tuple[int
     keeps what it has. Clean election: the leader is an alive ISR member, else -1 (offline: no
     acknowledged write is lost, the partition waits for an ISR member). ``unclean`` (the topic's
     ``unclean.leader.election.enable``): with no ISR member alive, the first alive replica leads
-    alone, and what it lacks is lost."""
+    alone, and what it lacks is lost; an observer never leads (placement observers)."""
     if p.leader >= 0 and p.leader in alive:
         # the leader lives: the dead leave the ISR at once (Kafka's controller does this when it
         # fences a broker), rather than after replica.lag.time.max.ms of acks=all waiting
@@ -72,7 +72,7 @@ def elect(p: PartitionInfo, alive: set[int], unclean: bool = False) -> tuple[int
     alive_isr = tuple(r for r in p.isr if r in alive)
     if not alive_isr:
         if unclean:
-            out_of_sync = next((r for r in p.replicas if r in alive), None)
+            out_of_sync = next((r for r in p.sync_replicas if r in alive), None)
             if out_of_sync is not None:
                 return out_of_sync, (out_of_sync,)
         return None if p.leader == -1 else (-1, p.isr)

@@ -89,6 +89,7 @@ class TopicRequest:
     num_partitions: int = -1
     replication_factor: int = -1
     assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    placement: Any = None  # a shoal.placement_constraints.PlacementSpec (replica.placement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class Plan:
     name: str
     assignments: tuple[tuple[int, ...], ...]
     first_partition: int = 0
+    observers: tuple[tuple[int, ...], ...] = ()  # per partition, the observers among its replicas
 
     @property
     def num_partitions(self) -> int:
@@ -121,7 +123,10 @@ def live_brokers(image: "MetadataImage") -> list[Broker]:
 def plan_topic(
     brokers: Sequence[Broker], request: TopicRequest, defaults: Defaults, rng: random.Random
 ) -> Plan:
-    """KRaft's ``ReplicationControlManager.createTopic`` checks, then placement."""
+    """KRaft's ``ReplicationControlManager.createTopic`` checks, then placement (a
+    ``replica.placement`` spec places replicas and observers by its constraints instead)."""
+    if request.placement is not None:
+        return _constrained_topic(brokers, request, defaults, rng)
     if request.assignments:
         return Plan(request.name, _manual_topic(brokers, request))
     rf, partitions = request.replication_factor, request.num_partitions
@@ -141,6 +146,32 @@ def plan_topic(
             raise
         raise PlacementError(e.code, f"Unable to replicate the partition {rf} time(s): {e.message}") from None
     return Plan(request.name, tuple(assignment))
+
+
+def _constrained_topic(brokers: Sequence[Broker], request: TopicRequest, defaults: Defaults,
+                       rng: random.Random) -> Plan:
+    """Placement constraints (the multi-region document): the spec gives the replica count, so
+    a replication factor or a manual assignment with it is refused; the start position within
+    each rack is drawn like Kafka's start index."""
+    from shoal.placement_constraints import PlacementSpecError, assign_with_constraints
+
+    spec = request.placement
+    if request.assignments:
+        raise PlacementError("INVALID_REQUEST", "A replica assignment and replica.placement cannot both be given.")
+    if request.replication_factor != -1:
+        raise PlacementError(
+            "INVALID_REPLICATION_FACTOR",
+            f"replica.placement sets the replicas ({spec.sync_count} replicas + {spec.observer_count} observers): "
+            "give replication factor -1 (the default) with it")
+    partitions = defaults.num_partitions if request.num_partitions == -1 else request.num_partitions
+    if partitions < 1:
+        raise PlacementError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+    _check_partition_count(partitions)
+    try:
+        placed = assign_with_constraints(spec, brokers, partitions, start_index=rng.randrange(max(1, len(brokers))))
+    except PlacementSpecError as e:
+        raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None
+    return Plan(request.name, tuple(r for r, _o in placed), observers=tuple(o for _r, o in placed))
 
 
 def _place(brokers: Sequence[Broker], partitions: int, rf: int, rng: random.Random) -> list[tuple[int, ...]]:
@@ -241,9 +272,11 @@ def plan_new_partitions(
     existing: Sequence[Sequence[int]],
     count: int,
     assignments: Sequence[Sequence[int]] | None = None,
+    placement: Any = None,
 ) -> Plan:
     """Grow topic ``name`` (its partitions' replica lists ``existing``) to ``count`` partitions:
-    KRaft's ``createPartitions`` checks, then the continued round-robin (or ``assignments``)."""
+    KRaft's ``createPartitions`` checks, then the continued round-robin (or ``assignments``; or
+    the topic's ``replica.placement``, continuing its rotation, observers included)."""
     current = len(existing)
     if count == current:
         raise PlacementError("INVALID_PARTITIONS", f"Topic already has {current} partition(s).")
@@ -255,6 +288,17 @@ def plan_new_partitions(
     _check_partition_count(count)
     additional = count - current
     rf = len(existing[0]) if existing else 0
+    if placement is not None:
+        from shoal.placement_constraints import PlacementSpecError, assign_with_constraints
+
+        if assignments is not None:
+            raise PlacementError("INVALID_REQUEST",
+                                 f"Topic {name} is placed by replica.placement: new partitions follow it, give no assignment.")
+        try:
+            placed = assign_with_constraints(placement, brokers, count)[current:]
+        except PlacementSpecError as e:
+            raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None
+        return Plan(name, tuple(r for r, _o in placed), current, observers=tuple(o for _r, o in placed))
     if assignments is not None:
         if len(assignments) != additional:
             raise PlacementError(

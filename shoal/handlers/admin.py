@@ -71,6 +71,7 @@ from shoal.config import (
     is_list_config,
     topic_config_value,
     validate_dynamic_broker_configs,
+    canonical_config_name,
     validate_topic_configs,
     BROKER_CONFIGS,
     IGNORED_TOPIC_CONFIGS,
@@ -162,9 +163,10 @@ def _charge_mutations(quota: Any, partitions: int) -> None:
 
 def _plan_topic(
     image: MetadataImage, cfg: Any, t: Any, scope: Any, rng: Any
-) -> tuple[list[tuple[int, ...]], dict[str, str]]:
+) -> tuple[list[tuple[int, ...]], dict[str, str], tuple[tuple[int, ...], ...]]:
     """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
-    assignment (the cluster's planner, with ``svc.random``) and config overrides."""
+    assignment (the cluster's planner, with ``svc.random``), config overrides and each
+    partition's observers (``replica.placement``, the topic's or the broker's default)."""
     name = t.name
     validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
     if scope.topic(image, name) is not None:
@@ -183,17 +185,21 @@ def _plan_topic(
         if c.value is None:
             raise AdminError("INVALID_CONFIG", f"Null value not supported for topic configs: {c.name}")
         if not _ignored_topic_config(c.name, name):
-            configs[c.name] = c.value
+            configs[canonical_config_name(c.name)] = c.value
     try:
         validate_topic_configs(configs)
     except ConfigError as e:
         raise AdminError(e.code, e.message) from None
 
+    placement = _placement(configs, cfg)
+    if placement is not None:  # recorded with the topic: how it was placed, whatever the default later
+        configs["replica.placement"] = configs.get("replica.placement") or placement.to_json()
     request = planner.TopicRequest(
         scope.physical(name),
         int(t.num_partitions),
         int(t.replication_factor),
         tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids)) for a in t.assignments),
+        placement=placement,
     )
     try:
         plan = planner.plan_topic(
@@ -201,7 +207,16 @@ def _plan_topic(
         )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
-    return list(plan.assignments), configs
+    return list(plan.assignments), configs, plan.observers
+
+
+def _placement(configs: Mapping[str, str], cfg: Any) -> Any:
+    """The ``replica.placement`` a new topic is placed by: its own, else the broker default
+    (validated when set); None for Kafka's rack-aware placement."""
+    from shoal.placement_constraints import parse_placement
+
+    text = configs.get("replica.placement", cfg.get("replica.placement"))
+    return parse_placement(text) if text else None
 
 
 def _create_policy_error(image: MetadataImage, scope: Any, name: str, assignment: list, configs: Mapping[str, str]) -> str | None:
@@ -278,16 +293,17 @@ async def handle_create_topics(ctx, req):
         scope = ctx.scope
         physical = scope.physical(t.name)
 
-        def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str]]:
-            assignment, configs = _plan_topic(image, cfg, t, scope, svc.random)
+        def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str], Any]:
+            assignment, configs, observers = _plan_topic(image, cfg, t, scope, svc.random)
             policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
-            return assignment, configs
+            return assignment, configs, observers
 
         def create(image: MetadataImage, checked=checked, physical=physical) -> Result[Any]:
-            assignment, configs = checked(image)  # the policy counts what exists at commit time
-            r = topic_rules.create_topic(image, physical, assignment, configs, new_uuid=store.new_uuid)
+            assignment, configs, observers = checked(image)  # the policy counts what exists at commit time
+            r = topic_rules.create_topic(image, physical, assignment, configs, new_uuid=store.new_uuid,
+                                         observers=observers)
             return Result(r.change, (r.response, assignment, configs))
 
         try:
@@ -296,7 +312,7 @@ async def handle_create_topics(ctx, req):
                 or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
             ):
                 raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-            assignment, configs = checked(store.image)
+            assignment, configs, _observers = checked(store.image)
             if req.validate_only:
                 topic_id = None
             else:
@@ -410,7 +426,7 @@ def _delete_decision(image: MetadataImage, topic: TopicInfo) -> Result[TopicInfo
 # CreatePartitions
 
 
-def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> list[tuple[int, ...]]:
+def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> tuple[list[tuple[int, ...]], Any]:
     topic = scope.topic(image, t.name)
     if topic is None:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
@@ -418,13 +434,17 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> list[tuple[int
         # Group and transaction coordinators map ids to partitions by count: it must not change.
         raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {t.name}.")
     manual = None if t.assignments is None else [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
+    from shoal.placement_constraints import parse_placement
+
+    placement = topic.configs.get("replica.placement")
     try:
         plan = planner.plan_new_partitions(
-            planner.live_brokers(image), t.name, [p.replicas for p in topic.partitions], t.count, manual
+            planner.live_brokers(image), t.name, [p.replicas for p in topic.partitions], t.count, manual,
+            placement=parse_placement(placement) if placement else None,
         )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
-    return list(plan.assignments)
+    return list(plan.assignments), plan.observers
 
 
 @api(CREATE_PARTITIONS, 0, 3)
@@ -444,24 +464,25 @@ async def handle_create_partitions(ctx, req):
     for t in req.topics:
         scope = ctx.scope
 
-        def checked(image: MetadataImage, t=t, scope=scope) -> list[tuple[int, ...]]:
-            assignment = _plan_partitions(image, t, scope)
+        def checked(image: MetadataImage, t=t, scope=scope) -> tuple[list[tuple[int, ...]], Any]:
+            planned = _plan_partitions(image, t, scope)
             policy_error = _partitions_policy_error(image, scope, t.name, t.count)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
-            return assignment
+            return planned
 
         def grow(image: MetadataImage, t=t, scope=scope, checked=checked) -> Result[TopicInfo]:
             # decided on the image it commits against: the count and the tenant's partition limit
             # include partitions added meanwhile through any broker
-            return topic_rules.add_partitions(image, scope.physical(t.name), checked(image))
+            assignment, observers = checked(image)
+            return topic_rules.add_partitions(image, scope.physical(t.name), assignment, observers)
 
         try:
             if counts[t.name] > 1:
                 raise AdminError("INVALID_REQUEST", "Duplicate topic name.")
             if not scope.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
                 raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-            assignment = checked(store.image)
+            assignment, _observers = checked(store.image)
             if not req.validate_only:
                 _charge_mutations(quota, len(assignment))
                 await decide(store, grow)
@@ -531,7 +552,7 @@ def _tenant_default_key(name: str, value: str | None) -> tuple[str, str | None]:
 
 
 def _same_key(name: str, value: str | None) -> tuple[str, str | None]:
-    return name, value
+    return canonical_config_name(name), value
 
 
 def _effective_topic_value(cfg: Any, inherited: Mapping[str, str]) -> Callable[[str], str | None]:
@@ -744,6 +765,10 @@ def _alter_decision(
                 raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
             inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
             new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
+            if new.get("replica.placement") != found.configs.get("replica.placement"):
+                raise AdminError("INVALID_CONFIG", "replica.placement is set when a topic is created: changing it "
+                                 "would move the topic's replicas, which Shoal does not do yet (the operator can "
+                                 "move them with shoal cluster reassign)")
             return _topic_configs_decision(
                 found.configs, new, validate_only, lambda c: config_rules.set_topic_configs(image, found.name, c)
             )

@@ -241,12 +241,17 @@ async def auto_create_topic(svc: "Services", name: str) -> TopicInfo | None:
     )
     if refused is not None:
         raise MetadataError(*refused)
+    placement = svc.config.get("replica.placement")  # the broker's default placement, if any
     try:  # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
-        plan = planner.plan_topic(planner.live_brokers(image), planner.TopicRequest(name), defaults, svc.random)
+        from shoal.placement_constraints import parse_placement
+
+        request = planner.TopicRequest(name, placement=parse_placement(placement) if placement else None)
+        plan = planner.plan_topic(planner.live_brokers(image), request, defaults, svc.random)
     except planner.PlacementError as e:
         raise MetadataError(e.code, e.message) from None
+    configs = {"replica.placement": placement} if placement else {}  # recorded: how it was placed
     try:
-        return await svc.metadata.create_topic(name, list(plan.assignments), {})
+        return await svc.metadata.create_topic(name, list(plan.assignments), configs, observers=plan.observers)
     except MetadataError as e:
         if e.code == "TOPIC_ALREADY_EXISTS":
             return svc.metadata.image.topic(name)

@@ -57,10 +57,20 @@ class PartitionInfo:
     # removingReplicas): ``replicas`` is then target + the current replicas not in it.
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # Observers (the multi-region document; ``replica.placement``): replicas that replicate
+    # asynchronously, at the end of ``replicas``; never in the ISR, never leader.
+    observers: tuple[int, ...] = ()
 
     @property
     def reassigning(self) -> bool:
         return bool(self.adding or self.removing)
+
+    @property
+    def sync_replicas(self) -> tuple[int, ...]:
+        """The replicas that may be in the ISR and lead (all but the observers)."""
+        if not self.observers:
+            return self.replicas
+        return tuple(r for r in self.replicas if r not in self.observers)
 
 
 @dataclass(frozen=True, slots=True)

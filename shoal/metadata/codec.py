@@ -30,6 +30,7 @@ def partition_to_json(p: PartitionInfo) -> dict[str, Any]:
         "partition_epoch": p.partition_epoch,
         # a reassignment's fields only while one runs: data stored before them reads the same
         **({"adding": list(p.adding), "removing": list(p.removing)} if p.reassigning else {}),
+        **({"observers": list(p.observers)} if p.observers else {}),
     }
 
 
@@ -43,6 +44,7 @@ def partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
         partition_epoch=int(d.get("partition_epoch", 0)),
         adding=tuple(int(r) for r in d.get("adding", ())),
         removing=tuple(int(r) for r in d.get("removing", ())),
+        observers=tuple(int(r) for r in d.get("observers", ())),
     )
 
 

@@ -31,7 +31,7 @@ import secrets
 import string
 import time
 import uuid
-from typing import Any, AsyncContextManager, Callable, Mapping, TypeVar
+from typing import Any, AsyncContextManager, Callable, Mapping, Sequence, TypeVar
 
 from shoal.metadata import (
     AclEntry,
@@ -226,10 +226,12 @@ class DecidingStore(MetadataStore):
         configs: Mapping[str, str],
         *,
         internal: bool = False,
+        observers: Sequence[tuple[int, ...]] | None = None,
     ) -> TopicInfo:
         planned = list(assignments)  # a command may be decided more than once
         return await self.decide_and_commit(
-            lambda img: topic_rules.create_topic(img, name, planned, configs, internal=internal, new_uuid=self._new_uuid)
+            lambda img: topic_rules.create_topic(img, name, planned, configs, internal=internal, new_uuid=self._new_uuid,
+                                                 observers=observers)
         )
 
     async def delete_topic(self, name: str) -> TopicInfo:

@@ -2,7 +2,8 @@
 
 Invariants: a name names at most one topic; topic ids are never the zero uuid and never reused
 within the image; at creation (and for added partitions) leader = first replica, ISR = all
-replicas, leader epoch 0; a leader change bumps ``leader_epoch`` and any partition change bumps
+replicas but the observers (``replica.placement``), leader epoch 0; an observer never enters the
+ISR (``alter_isr`` refuses it); a leader change bumps ``leader_epoch`` and any partition change bumps
 ``partition_epoch`` (KRaft's PartitionChangeRecord).
 """
 
@@ -10,25 +11,35 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import existing_topic
 
 
-def new_partitions(first: int, assignments: list[tuple[int, ...]]) -> tuple[PartitionInfo, ...]:
+def new_partitions(first: int, assignments: list[tuple[int, ...]],
+                   observers: Sequence[tuple[int, ...]] | None = None) -> tuple[PartitionInfo, ...]:
+    """Partitions ``first, first + 1, ...`` with these replicas (and observers among them: out
+    of the ISR, never the leader), every sync replica in the ISR, the first leading."""
     out = []
     for i, replicas in enumerate(assignments):
         replicas = tuple(int(r) for r in replicas)
+        obs = tuple(int(r) for r in observers[i]) if observers else ()
+        if any(r not in replicas for r in obs):
+            raise MetadataError("INVALID_REPLICA_ASSIGNMENT", f"Observers {list(obs)} are not among replicas {list(replicas)}.")
+        sync = tuple(r for r in replicas if r not in obs)
+        if replicas and not sync:
+            raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "A partition needs at least one replica that is not an observer.")
         out.append(
             PartitionInfo(
                 partition=first + i,
                 replicas=replicas,
-                isr=replicas,
-                leader=replicas[0] if replicas else -1,
+                isr=sync,
+                leader=sync[0] if sync else -1,
                 leader_epoch=0,
                 partition_epoch=0,
+                observers=obs,
             )
         )
     return tuple(out)
@@ -50,13 +61,14 @@ def create_topic(
     *,
     internal: bool = False,
     new_uuid: Callable[[], uuid.UUID],
+    observers: Sequence[tuple[int, ...]] | None = None,
 ) -> Result[TopicInfo]:
     if name in image.topics:
         raise MetadataError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
     topic = frozen_topic(
         name=name,
         topic_id=fresh_topic_id(image, new_uuid),
-        partitions=new_partitions(0, list(assignments)),
+        partitions=new_partitions(0, list(assignments), observers),
         configs=configs,
         internal=internal,
     )
@@ -68,9 +80,11 @@ def delete_topic(image: MetadataImage, name: str) -> Result[TopicInfo]:
     return Result(Change(topics={name: None}), topic)
 
 
-def add_partitions(image: MetadataImage, name: str, assignments: list[tuple[int, ...]]) -> Result[TopicInfo]:
+def add_partitions(image: MetadataImage, name: str, assignments: list[tuple[int, ...]],
+                   observers: Sequence[tuple[int, ...]] | None = None) -> Result[TopicInfo]:
     topic = existing_topic(image, name)
-    new = dataclasses.replace(topic, partitions=topic.partitions + new_partitions(len(topic.partitions), list(assignments)))
+    new = dataclasses.replace(
+        topic, partitions=topic.partitions + new_partitions(len(topic.partitions), list(assignments), observers))
     return Result(Change(topics={name: new}), new)
 
 
@@ -144,6 +158,9 @@ def alter_isr(
     if leader not in isr or any(r not in p.replicas for r in isr) or len(set(isr)) != len(isr):
         raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} must hold the leader, "
                             f"replicas only ({list(p.replicas)})")
+    if any(r in p.observers for r in isr):
+        raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} holds an observer "
+                            f"({list(p.observers)}): observers replicate asynchronously, outside the ISR")
     if isr == p.isr:
         return unchanged(p)
     np = dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
@@ -183,6 +200,10 @@ def start_reassignment(
     not being reassigned changes nothing."""
     p = _existing_partition(image, name, partition)
     target = tuple(int(r) for r in target)
+    if p.observers:
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"{name}-{partition} has observers (replica.placement): reassigning a placed topic's "
+                            "partitions is not supported yet")
     if not target:
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list.")
     dup = next((r for i, r in enumerate(target) if r in target[:i]), None)

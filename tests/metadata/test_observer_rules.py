@@ -1,0 +1,77 @@
+"""Observers in the metadata rules (``replica.placement``): created out of the ISR, refused into
+it, never elected, stored and read back by both backends, and reassignment of a placed partition
+refused (not supported yet)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from types import MappingProxyType
+
+import pytest
+
+from shoal.cluster.controller import elect
+from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo, codec
+from shoal.metadata.rules import topics
+
+
+def image(brokers=(1, 2, 3, 4)) -> MetadataImage:
+    e = MappingProxyType({})
+    return MetadataImage("c", 1, MappingProxyType({b: BrokerInfo(b, "h", 9000 + b) for b in brokers}), e, e, e)
+
+
+def created(observers=((3,),), replicas=((1, 2, 3),)) -> MetadataImage:
+    img = image()
+    r = topics.create_topic(img, "t", list(replicas), {}, new_uuid=lambda: uuid.UUID(int=5), observers=observers)
+    return r.change.apply(img)
+
+
+def test_created_with_observers_out_of_the_isr():
+    p = created().topics["t"].partitions[0]
+    assert (p.replicas, p.isr, p.leader, p.observers, p.sync_replicas) == ((1, 2, 3), (1, 2), 1, (3,), (1, 2))
+
+
+@pytest.mark.parametrize("observers, replicas, message", [
+    (((4,),), ((1, 2, 3),), "are not among replicas"),
+    (((1, 2),), ((1, 2),), "at least one replica that is not an observer"),
+])
+def test_bad_observers_are_refused(observers, replicas, message):
+    with pytest.raises(MetadataError, match=message):
+        created(observers, replicas)
+
+
+def test_an_observer_cannot_enter_the_isr():
+    img = created()
+    with pytest.raises(MetadataError, match="holds an observer") as e:
+        topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2, 3))
+    assert e.value.code == "INVALID_REQUEST"
+    r = topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1,))
+    assert r.response.isr == (1,) and r.response.observers == (3,)
+
+
+def test_an_observer_is_never_elected_even_unclean():
+    p = created().topics["t"].partitions[0]
+    assert elect(p, alive={3}, unclean=True) == (-1, (1, 2))  # offline rather than an observer leading
+    assert elect(p, alive={2, 3}, unclean=False) == (2, (2,))
+    out_of_sync = PartitionInfo(0, (1, 2, 3), (1,), 1, observers=(3,))
+    assert elect(out_of_sync, alive={2, 3}, unclean=True) == (2, (2,))  # the sync replica, not the observer
+
+
+def test_codec_round_trip_and_old_records():
+    p = created().topics["t"].partitions[0]
+    data = json.loads(json.dumps(codec.partition_to_json(p)))
+    assert data["observers"] == [3] and codec.partition_from_json(data) == p
+    plain = PartitionInfo(0, (1, 2), (1, 2), 1)
+    assert "observers" not in codec.partition_to_json(plain)  # what brokers wrote before observers
+
+
+def test_reassigning_a_placed_partition_is_refused():
+    with pytest.raises(MetadataError, match="has observers") as e:
+        topics.start_reassignment(created(), "t", 0, (1, 2, 4))
+    assert e.value.code == "INVALID_REPLICA_ASSIGNMENT"
+
+
+def test_added_partitions_keep_their_observers():
+    r = topics.add_partitions(created(), "t", [(2, 1, 4)], [(4,)])
+    p = r.response.partitions[1]
+    assert (p.partition, p.isr, p.observers, p.leader) == (1, (2, 1), (4,), 2)
