@@ -1,7 +1,7 @@
 """Replication: acks=all latency and throughput with RF=3 on three brokers, failover time after a
 leader's kill -9, and the pause of a controlled shutdown (SIGTERM).
 
-    python bench/bench_replication.py [--seconds 10] [--rate 5000] [--size 1024] [--failovers 5]
+    python bench/bench_replication.py [--seconds 10] [--rate 5000] [--size 1024] [--failovers 5] [--latency-only]
 
 Starts a real three-member etcd on loopback (tests/etcd_cluster.py), three broker processes on it
 (tests/cluster_harness.py, racks dc1-dc3, ``broker.session.timeout.ms`` as the broker's default
@@ -12,6 +12,12 @@ unless ``--session-ms``) and one broker on the embedded store, all on this machi
    ``produce()`` to its delivery report: p50/p99/max (target: p99 under 10 ms at 5,000 msg/s of
    1 KiB), after a warm-up of 200 records (librdkafka's first batches to each leader wait ~0.5 s
    for connections and the producer id, with RF=1 as with RF=3). The same on RF=1 on the embedded broker, for comparison.
+   Under each: librdkafka's own split (a record's wait in the producer's queue, its request's round
+   trip, from its statistics), and per process (each broker, this client) its CPU and its mean
+   run-queue wait per wake-up (``/proc/PID/task/*/schedstat``: how long a process that has work
+   waits for a core). Then one record at a time (1,000, each produced after the previous one's
+   delivery report): the bare replication chain without queueing in the client.
+   ``--latency-only`` stops here.
 2. **throughput**: the same producer flat out for ``--seconds`` (acks=all): RF=3 on the cluster
    against RF=1 on one broker, and the ratio.
 3. **failover** (``--failovers`` times): a producer sends acks=all records every 2 ms to a
@@ -22,13 +28,15 @@ unless ``--session-ms``) and one broker on the embedded store, all on this machi
 4. **controlled shutdown**: the same load, the leader stopped with SIGTERM: produce errors seen by
    the client (target: none) and the longest gap between two acknowledgements (target: < 0.5 s).
 
-Each record passes through three broker processes and the client on two cores: the CPU line says
-where the time went.
+Each record passes through three broker processes and the client on two cores: the CPU lines say
+where the time went (docs/benchmarks.md, "Replication").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +44,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE.parent / "tests" / "e2e"), str(HERE)]
@@ -66,9 +75,31 @@ def producer(bootstrap: str, **extra):
                      "log_level": 2, "queue.buffering.max.messages": 500000, **extra})
 
 
-def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int) -> dict[str, float]:
-    """Records at ``rate``/s; latency percentiles (ms) of their acknowledgements."""
-    p = producer(bootstrap)
+def schedstat(pid: int) -> tuple[int, int, int]:
+    """(ns on a CPU, ns runnable but waiting for one, times scheduled) over every thread of ``pid``
+    (Linux ``/proc/PID/task/TID/schedstat``); zeros when unavailable."""
+    cpu = wait = runs = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0, 0
+    for tid in tids:
+        try:
+            a, b, c = map(int, Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split())
+        except (OSError, ValueError):
+            continue
+        cpu, wait, runs = cpu + a, wait + b, runs + c
+    return cpu, wait, runs
+
+
+def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int,
+            pids: dict[str, int] | None = None) -> dict[str, Any]:
+    """Records at ``rate``/s; latency percentiles (ms) of their acknowledgements. With ``pids``
+    (name -> process), each process's CPU and run-queue wait over the run (``sched``), and
+    librdkafka's own split of the time (``client``): a record's wait in the producer's queue
+    (``int_latency``) and its request's round trip (``rtt``), from its statistics."""
+    stats: list[dict[str, Any]] = []
+    p = producer(bootstrap, **{"statistics.interval.ms": 1000, "stats_cb": lambda j: stats.append(json.loads(j))})
     p.list_topics(topic, timeout=30)
     value = b"x" * size
     for _ in range(200):  # warm up: connections to every leader, the producer id, each partition's first batch
@@ -83,6 +114,9 @@ def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int) ->
         else:
             errors[0] += 1
 
+    pids = {**(pids or {}), "client": os.getpid()}
+    before = {name: schedstat(pid) for name, pid in pids.items()}
+    stats.clear()
     start = time.perf_counter()
     n = int(rate * seconds)
     for i in range(n):
@@ -94,11 +128,55 @@ def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int) ->
         t0 = time.perf_counter()
         p.produce(topic, value, on_delivery=lambda err, msg, t0=t0: done(err, msg, t0))
         p.poll(0)
+    wall = time.perf_counter() - start
+    sched = {}
+    for name, pid in pids.items():
+        (c0, w0, r0), (c1, w1, r1) = before[name], schedstat(pid)
+        sched[name] = {"cpu": (c1 - c0) / 1e9 / wall, "wait_ms": (w1 - w0) / 1e6 / max(1, r1 - r0)}
     p.flush(60)
+    client: dict[str, float] = {}
+    windows = [b for st in stats[1:] for b in st.get("brokers", {}).values()
+               if b.get("nodeid", -1) >= 0 and b.get("rtt", {}).get("cnt")]
+    for key in ("int_latency", "rtt"):  # per statistics window and broker (us): the median p50, the largest p99
+        if windows:
+            client[key + "_p50"] = statistics.median(b[key]["p50"] for b in windows) / 1000
+            client[key + "_p99"] = max(b[key]["p99"] for b in windows) / 1000
     lat.sort()
     q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] if lat else float("nan")  # noqa: E731
     return {"records": len(lat), "errors": errors[0], "p50": q(0.5), "p99": q(0.99), "max": lat[-1] if lat else 0,
-            "achieved": len(lat) / (time.perf_counter() - start)}
+            "achieved": len(lat) / (time.perf_counter() - start), "sched": sched, "client": client,
+            "load": os.getloadavg()[0]}
+
+
+def report(name: str, rate: int, r: dict[str, Any]) -> None:
+    print(f"latency at {rate}/s  {name}: p50 {r['p50']:.1f} ms  p99 {r['p99']:.1f} ms  max {r['max']:.0f} ms"
+          f"  ({r['records']} acked at {r['achieved']:.0f}/s, {r['errors']} errors; load average {r['load']:.1f})",
+          flush=True)
+    c = r["client"]
+    if c:
+        print(f"    librdkafka: in its queue p50 {c['int_latency_p50']:.1f} / p99 {c['int_latency_p99']:.1f} ms, "
+              f"request round trip p50 {c['rtt_p50']:.1f} / p99 {c['rtt_p99']:.1f} ms", flush=True)
+    print("    CPU (run-queue wait per wake-up): " + ", ".join(
+        f"{name} {v['cpu'] * 100:.0f}% ({v['wait_ms']:.2f} ms)" for name, v in r["sched"].items()), flush=True)
+
+
+def one_at_a_time(bootstrap: str, topic: str, count: int, size: int) -> tuple[float, float]:
+    """One record in flight at a time (produce, wait for its delivery report, next): p50 / p99 ms.
+    No queueing in the client: the bare chain client -> leader -> followers -> leader -> client."""
+    p = producer(bootstrap)
+    p.list_topics(topic, timeout=30)
+    value = b"x" * size
+    for _ in range(20):
+        p.produce(topic, value)
+        p.flush(30)
+    lat = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        p.produce(topic, value, partition=0)
+        p.flush(30)
+        lat.append((time.perf_counter() - t0) * 1000)
+    lat.sort()
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
 
 
 def flat_out(bootstrap: str, topic: str, seconds: float, size: int) -> float:
@@ -197,6 +275,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--failovers", type=int, default=5)
     ap.add_argument("--session-ms", type=int, default=None, help="broker.session.timeout.ms (default: the broker's)")
+    ap.add_argument("--latency-only", action="store_true", help="only the latency at a rate (1.), RF=3 then RF=1")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
     etcd = EtcdCluster(work / "etcd")
@@ -215,19 +294,26 @@ def main() -> None:
         create(single.bootstrap, "lat1", 3, 1)
         until(lambda: all(len(isr) == 3 for _, isr in layout(c[1].bootstrap, "lat3").values()), 30)
         every = ",".join(b.bootstrap for b in c.live)
-        r3 = at_rate(every, "lat3", args.rate, args.seconds, args.size)
-        r1 = at_rate(single.bootstrap, "lat1", args.rate, args.seconds, args.size)
-        for name, r in (("RF=3, 3 brokers", r3), ("RF=1, 1 broker ", r1)):
-            print(f"latency at {args.rate}/s  {name}: p50 {r['p50']:.1f} ms  p99 {r['p99']:.1f} ms  max {r['max']:.0f} ms"
-                  f"  ({r['records']} acked at {r['achieved']:.0f}/s, {r['errors']} errors)", flush=True)
+        r3 = at_rate(every, "lat3", args.rate, args.seconds, args.size,
+                     {f"b{n}": b.proc.pid for n, b in c.brokers.items() if b.proc is not None})
+        r1 = at_rate(single.bootstrap, "lat1", args.rate, args.seconds, args.size,
+                     {"single": single.proc.pid} if single.proc is not None else {})
+        report("RF=3, 3 brokers", args.rate, r3)
+        report("RF=1, 1 broker ", args.rate, r1)
         print(f"  p99 target 10 ms: {r3['p99'] / 10:.2f}x of it", flush=True)
+        s3, s1 = one_at_a_time(every, "lat3", 1000, args.size), one_at_a_time(single.bootstrap, "lat1", 1000, args.size)
+        print(f"one record at a time (1,000): RF=3 p50 {s3[0]:.1f} / p99 {s3[1]:.1f} ms, RF=1 one broker p50 {s1[0]:.1f}"
+              f" / p99 {s1[1]:.1f} ms (load average {os.getloadavg()[0]:.1f})", flush=True)
+        if args.latency_only:
+            return
         t3 = flat_out(every, "lat3", args.seconds, args.size)
         t1 = flat_out(single.bootstrap, "lat1", args.seconds, args.size)
         print(f"throughput flat out: RF=3 {t3:,.0f} rec/s, RF=1 one broker {t1:,.0f} rec/s: ratio {t3 / t1:.2f}",
               flush=True)
         times = failover(c, args.failovers)
-        print(f"failover (kill -9 of the leader -> first acks=all acknowledged): median {statistics.median(times):.2f} s"
-              f", max {max(times):.2f} s over {len(times)} (target: median < 3 s)", flush=True)
+        if times:
+            print(f"failover (kill -9 of the leader -> first acks=all acknowledged): median {statistics.median(times):.2f} s"
+                  f", max {max(times):.2f} s over {len(times)} (target: median < 3 s)", flush=True)
         errors, gap = controlled(c)
         print(f"controlled shutdown (SIGTERM of the leader): {errors} produce errors at the client, longest gap "
               f"between acknowledgements {gap * 1000:.0f} ms (target: 0 errors, < 500 ms)", flush=True)
