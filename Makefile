@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := kcat etcd-server etcd-client
+DEBIAN_PACKAGES := kcat etcd-server etcd-client chromium
 
 .PHONY: serve install deps test bench
 
@@ -18,7 +18,8 @@ install:
 	$(PIP) install -q --disable-pip-version-check -e .
 
 # Everything the tests need: Debian packages (kcat; etcd for the cluster tests, which start a
-# three-member etcd on loopback; a Java runtime for Spark when there is none) and
+# three-member etcd on loopback; chromium for the capacity report test; a Java runtime for Spark
+# when there is none) and
 # Python packages (the real Kafka clients; PySpark and pyarrow for tests/spark).
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_configs").cli_configs.add_parser(sub)  # shoal configs describe|alter --broker N
     __import__("shoal.cli_groups").cli_groups.add_parser(sub)  # shoal groups list|describe|delete|reset-offsets|...
     __import__("shoal.cli_metering").cli_metering.add_parser(sub)  # shoal metering run
+    __import__("shoal.cli_capacity").cli_capacity.add_parser(sub)  # shoal capacity report
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)

@@ -1,0 +1,379 @@
+"""``shoal capacity report``: how close each broker is to its capacity, who drives it, how many
+brokers the load needs, and which partitions to move (docs/metering.md).
+
+Input: the pipeline's tables (``shoal metering run --output DIR``): ``broker_usage`` (per broker and
+usage window), ``tenant_usage`` (per broker window and tenant) and ``hourly_usage``.
+
+Capacity, per broker (the multi-tenancy document's "Capacity planning" model):
+
+* producer: the sustained disk write capacity divided by the replication factor — every byte a
+  leader takes in is written RF times in the cluster, so on a balanced cluster a broker can take
+  ``write / RF`` from producers;
+* consumer: the read capacity less what replication reads (``bytes_in x (RF - 1)`` of the window:
+  followers fetch what the leader took in);
+* requests: request time per second of window, against the request-handling time the broker has
+  (``request_threads``: 1 for Shoal's one event loop).
+
+A window's utilization is the largest of the three ratios; a broker's peak and p95 are taken over
+its windows. Headroom is ``1 - p95``. A broker is *hot* when its p95 is above ``1 - target
+headroom``. The recommended broker count carries the cluster's p95 load (the sum over brokers, per
+instant, in broker-capacities) with the target headroom: ``ceil(load / (1 - headroom))``, at least
+the replication factor.
+
+The move plan (with ``--bootstrap-server``: the partitions and their replicas from a live cluster)
+moves leaders' load from hot brokers to the least loaded ones: a partition's load is its tenant's
+bytes on that broker split evenly over the tenant's partitions the broker leads (usage is metered
+per tenant and broker, not per partition). Greedy, heaviest first, until the hot broker is under
+the target or nothing fits. The plan is Kafka's reassignment JSON (``kafka-reassign-partitions.sh
+--execute`` / ``shoal`` AlterPartitionReassignments): the target replaces the hot broker in the
+replica list and comes first (the preferred leader).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+MB = 10**6
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """One broker's capacity. Rates in bytes/s."""
+
+    disk_write_bps: float
+    read_bps: float
+    replication_factor: int = 3
+    request_threads: float = 1.0
+
+    @property
+    def producer_bps(self) -> float:
+        return self.disk_write_bps / max(1, self.replication_factor)
+
+    def consumer_bps(self, bytes_in_bps: float) -> float:
+        return max(self.read_bps - bytes_in_bps * (max(1, self.replication_factor) - 1), 1.0)
+
+
+def utilization(cap: Capacity, seconds: float, bytes_in: int, bytes_out: int, request_time_us: int) -> dict[str, float]:
+    """The three ratios and their maximum (``util``) of one broker window."""
+    s = max(seconds, 1e-3)
+    b_in, b_out = bytes_in / s, bytes_out / s
+    produce = b_in / cap.producer_bps
+    consume = b_out / cap.consumer_bps(b_in)
+    requests = request_time_us / 1e6 / s / cap.request_threads
+    return {"produce": produce, "consume": consume, "requests": requests, "util": max(produce, consume, requests)}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile (``q`` in 0..100) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def recommended_brokers(cluster_load: float, headroom: float, replication_factor: int) -> int:
+    """Brokers that carry ``cluster_load`` (in broker-capacities) keeping ``headroom`` (0..1) free."""
+    if not 0 <= headroom < 1:
+        raise ValueError("headroom must be in [0, 1)")
+    return max(replication_factor, math.ceil(round(cluster_load / (1 - headroom), 9)), 1)
+
+
+@dataclass
+class Move:
+    topic: str
+    partition: int
+    replicas_before: tuple[int, ...]
+    replicas: tuple[int, ...]
+    load: float
+
+
+def plan_moves(
+    broker_load: Mapping[int, float],
+    partitions: Iterable[tuple[str, int, tuple[int, ...], float]],
+    limit: float,
+) -> list[Move]:
+    """Moves of led partitions ``(topic, index, replicas (leader first), load)`` off brokers whose
+    load is above ``limit`` onto the least loaded broker that is not yet a replica and stays at or
+    under ``limit`` with it. Pure; deterministic (heaviest partition first, ties by name)."""
+    load = dict(broker_load)
+    by_leader: dict[int, list[tuple[str, int, tuple[int, ...], float]]] = {}
+    for p in partitions:
+        if p[2]:
+            by_leader.setdefault(p[2][0], []).append(p)
+    moves: list[Move] = []
+    for hot in sorted(load, key=lambda b: (-load[b], b)):
+        if load[hot] <= limit:
+            continue
+        for topic, index, replicas, pl in sorted(by_leader.get(hot, []), key=lambda p: (-p[3], p[0], p[1])):
+            if load[hot] <= limit or pl <= 0:
+                break
+            targets = sorted((b for b in load if b not in replicas and load[b] + pl <= limit),
+                             key=lambda b: (load[b], b))
+            if not targets:
+                continue
+            to = targets[0]
+            new = (to, *(r for r in replicas if r != hot))
+            moves.append(Move(topic, index, replicas, new, pl))
+            load[hot] -= pl
+            load[to] += pl
+    return moves
+
+
+def reassignment_json(moves: Sequence[Move]) -> dict[str, Any]:
+    return {"version": 1, "partitions": [{"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
+                                          "log_dirs": ["any"] * len(m.replicas)} for m in moves]}
+
+
+def measure_disk_write(directory: str, size_mb: int = 64) -> float:
+    """Sequential write + fsync throughput of ``directory`` in bytes/s (a measured capacity)."""
+    block = os.urandom(1 << 20)
+    fd, path = tempfile.mkstemp(prefix="shoal-capacity-", dir=directory)
+    try:
+        t0 = time.perf_counter()
+        with os.fdopen(fd, "wb") as f:
+            for _ in range(size_mb):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        return size_mb * (1 << 20) / (time.perf_counter() - t0)
+    finally:
+        os.unlink(path)
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return []
+    return pq.read_table(str(path)).to_pylist()
+
+
+@dataclass
+class BrokerStats:
+    broker: int
+    windows: int = 0
+    peak: float = 0.0
+    p95: float = 0.0
+    peak_produce: float = 0.0
+    peak_consume: float = 0.0
+    peak_requests: float = 0.0
+    partitions_led: int = 0
+    top_tenants: list[tuple[str, float]] = field(default_factory=list)  # (tenant, share of its bytes)
+
+    @property
+    def headroom(self) -> float:
+        return 1.0 - self.p95
+
+
+@dataclass
+class Report:
+    brokers: list[BrokerStats]
+    series: dict[int, list[tuple[int, float]]]  # broker -> [(window_end ms, util)]
+    tenant_hours: dict[str, list[tuple[Any, int]]]  # tenant -> [(hour, bytes in + out)]
+    throttle: dict[str, int]  # tenant -> throttle time ms
+    throttle_hours: dict[str, list[tuple[Any, int]]]
+    cluster_p95: float
+    recommended: int
+    capacity: Capacity
+    headroom: float
+    moves: list[Move]
+    plan_note: str
+
+
+def analyse(usage_dir: Path, cap: Capacity, headroom: float,
+            partitions: Iterable[tuple[str, int, tuple[int, ...]]] | None = None,
+            tenant_of: Any = None) -> Report:
+    """The report's numbers from the pipeline's tables (``partitions``: a live cluster's led
+    partitions for the move plan; ``tenant_of(topic)`` gives a topic's tenant id or "")."""
+    windows = _read(usage_dir / "broker_usage")
+    tenant_rows = _read(usage_dir / "tenant_usage")
+    hourly = _read(usage_dir / "hourly_usage")
+    series: dict[int, list[tuple[int, float]]] = {}
+    stats: dict[int, BrokerStats] = {}
+    at: dict[int, float] = {}  # window end (s) -> summed utilization over brokers
+    for w in sorted(windows, key=lambda r: (r["broker"], r["window_end"])):
+        seconds = (w["window_end"] - w["window_start"]) / 1000
+        if seconds <= 0:
+            continue
+        u = utilization(cap, seconds, w["bytes_in"] or 0, w["bytes_out"] or 0, w["request_time_us"] or 0)
+        b = w["broker"]
+        s = stats.setdefault(b, BrokerStats(b))
+        s.windows += 1
+        s.peak_produce = max(s.peak_produce, u["produce"])
+        s.peak_consume = max(s.peak_consume, u["consume"])
+        s.peak_requests = max(s.peak_requests, u["requests"])
+        s.partitions_led = w["partitions_led"] or 0
+        series.setdefault(b, []).append((w["window_end"], u["util"]))
+        key = round(w["window_end"] / 1000 / 10)  # brokers' windows are not aligned: 10 s buckets
+        at[key] = at.get(key, 0.0) + u["util"]
+    for b, s in stats.items():
+        values = [v for _t, v in series[b]]
+        s.peak = max(values)
+        s.p95 = percentile(values, 95)
+    # who drives each broker: tenants' share of its bytes
+    per_broker: dict[int, dict[str, int]] = {}
+    for r in tenant_rows:
+        d = per_broker.setdefault(r["broker"], {})
+        d[r["tenant"]] = d.get(r["tenant"], 0) + (r["bytes_in"] or 0) + (r["bytes_out"] or 0)
+    for b, s in stats.items():
+        d = per_broker.get(b, {})
+        total = sum(d.values()) or 1
+        s.top_tenants = sorted(((t, n / total) for t, n in d.items() if n), key=lambda x: -x[1])[:5]
+    tenant_hours: dict[str, list[tuple[Any, int]]] = {}
+    throttle_hours: dict[str, list[tuple[Any, int]]] = {}
+    throttle: dict[str, int] = {}
+    for r in sorted(hourly, key=lambda r: r["hour_start"]):
+        t = r["tenant"]
+        if t == "":
+            continue
+        tenant_hours.setdefault(t, []).append((r["hour_start"], (r["bytes_in"] or 0) + (r["bytes_out"] or 0)))
+        throttle_hours.setdefault(t, []).append((r["hour_start"], r["throttle_time_ms"] or 0))
+        throttle[t] = throttle.get(t, 0) + (r["throttle_time_ms"] or 0)
+    cluster_p95 = percentile(list(at.values()), 95)
+    recommended = recommended_brokers(cluster_p95, headroom, cap.replication_factor)
+    limit = 1.0 - headroom
+    moves: list[Move] = []
+    if partitions is None:
+        note = "no move plan: give --bootstrap-server to plan partition moves on the live cluster"
+    else:
+        parts = list(partitions)
+        loads = _partition_loads(parts, per_broker, stats, cap, tenant_of or (lambda t: ""))
+        broker_load = {b: s.p95 for b, s in stats.items()}
+        for _t, _i, replicas in parts:
+            for r in replicas:
+                broker_load.setdefault(r, 0.0)
+        moves = plan_moves(broker_load, loads, limit)
+        note = (f"{len(moves)} partition moves bring the hot brokers to at most {limit:.0%} p95 utilization"
+                if moves else "no move needed (or none fits under the target)")
+    return Report(sorted(stats.values(), key=lambda s: s.broker), series, tenant_hours, throttle, throttle_hours,
+                  cluster_p95, recommended, cap, headroom, moves, note)
+
+
+def _partition_loads(parts, per_broker, stats, cap, tenant_of) -> list[tuple[str, int, tuple[int, ...], float]]:
+    """A led partition's share of its leader's p95 utilization: the tenant's byte share on that
+    broker, split over the tenant's partitions the broker leads."""
+    counts: dict[tuple[int, str], int] = {}
+    for topic, _i, replicas in parts:
+        if replicas:
+            k = (replicas[0], tenant_of(topic))
+            counts[k] = counts.get(k, 0) + 1
+    out = []
+    for topic, index, replicas in parts:
+        if not replicas or replicas[0] not in stats:
+            out.append((topic, index, tuple(replicas), 0.0))
+            continue
+        leader, tenant = replicas[0], tenant_of(topic)
+        d = per_broker.get(leader, {})
+        share = d.get(tenant, 0) / (sum(d.values()) or 1)
+        out.append((topic, index, tuple(replicas), stats[leader].p95 * share / counts[(leader, tenant)]))
+    return out
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _line_plot(lines: Mapping[str, Sequence[tuple[Any, float]]], title: str, ylabel: str, *, marker: str | None = "o",
+               target: float | None = None) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for label, pts in lines.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label, linewidth=1)
+    if target is not None:
+        ax.axhline(target, color="red", linestyle="--", linewidth=1, label="target")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if lines:
+        ax.legend(loc="upper left", fontsize=8)
+    fig.autofmt_xdate()
+    return _png(fig)
+
+
+def plots(r: Report) -> dict[str, str]:
+    """Three PNGs (base64): usage per tenant over time, broker utilization, throttle time."""
+    import datetime as dt
+
+    def utc(ms: int) -> Any:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+    return {
+        "usage": _line_plot({t: [(h, n / MB) for h, n in pts] for t, pts in sorted(r.tenant_hours.items())},
+                            "Usage per tenant (MB in + out per hour)", "MB"),
+        "utilization": _line_plot({f"broker {b}": [(utc(t), u * 100) for t, u in pts] for b, pts in sorted(r.series.items())},
+                                  "Broker utilization (% of capacity, per usage window)", "%", marker=None,
+                                  target=(1 - r.headroom) * 100),
+        "throttle": _line_plot({t: [(h, ms / 1000) for h, ms in pts] for t, pts in sorted(r.throttle_hours.items())},
+                               "Throttle time per tenant (s per hour)", "s"),
+    }
+
+
+def render_html(r: Report) -> str:
+    esc = html.escape
+    imgs = plots(r)
+    limit = 1 - r.headroom
+    rows = []
+    for s in r.brokers:
+        hot = s.p95 > limit
+        tenants = ", ".join(f"{esc(t or '(physical)')} {share:.0%}" for t, share in s.top_tenants) or "-"
+        rows.append(
+            f"<tr class='{'hot' if hot else ''}'><td>{s.broker}</td><td>{s.windows}</td><td>{s.peak:.1%}</td>"
+            f"<td>{s.p95:.1%}</td><td>{s.headroom:.1%}</td><td>{s.peak_produce:.1%}</td><td>{s.peak_consume:.1%}</td>"
+            f"<td>{s.peak_requests:.1%}</td><td>{s.partitions_led}</td><td>{'HOT' if hot else 'ok'}</td>"
+            f"<td>{tenants}</td></tr>")
+    throttle_rows = "".join(f"<tr><td>{esc(t)}</td><td>{ms / 1000:.1f}</td></tr>"
+                            for t, ms in sorted(r.throttle.items(), key=lambda x: -x[1])) or \
+        "<tr><td colspan='2'>no tenant usage yet</td></tr>"
+    plan = json.dumps(reassignment_json(r.moves), indent=2)
+    cap = r.capacity
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Shoal capacity report</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; }}
+table {{ border-collapse: collapse; margin: 8px 0 16px; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+th {{ background: #f0f0f0; }} td:last-child, td:first-child {{ text-align: left; }}
+tr.hot td {{ background: #fde2e2; }}
+pre {{ background: #f6f6f6; padding: 8px; max-height: 320px; overflow: auto; }}
+.summary {{ font-size: 1.1em; }}
+</style></head><body>
+<h1>Shoal capacity report</h1>
+<p class="summary">Cluster p95 load: <b>{r.cluster_p95:.2f}</b> broker-capacities over {len(r.brokers)} brokers.
+Recommended broker count for {r.headroom:.0%} headroom: <b id="recommended">{r.recommended}</b>.</p>
+<p>Capacity per broker: disk write {cap.disk_write_bps / MB:.0f} MB/s / replication factor {cap.replication_factor}
+= producer {cap.producer_bps / MB:.1f} MB/s; read {cap.read_bps / MB:.0f} MB/s less replication reads;
+request handling {cap.request_threads:g} thread(s).</p>
+<h2>Brokers</h2>
+<table id="brokers"><tr><th>broker</th><th>windows</th><th>peak</th><th>p95</th><th>headroom</th><th>peak produce</th>
+<th>peak consume</th><th>peak requests</th><th>partitions led</th><th>state</th><th>tenants driving it (share of bytes)</th></tr>
+{''.join(rows)}</table>
+<h2>Broker utilization</h2><img id="plot-utilization" alt="broker utilization" src="data:image/png;base64,{imgs['utilization']}">
+<h2>Usage per tenant</h2><img id="plot-usage" alt="usage per tenant" src="data:image/png;base64,{imgs['usage']}">
+<h2>Throttling per tenant</h2><img id="plot-throttle" alt="throttle time per tenant" src="data:image/png;base64,{imgs['throttle']}">
+<table id="throttle"><tr><th>tenant</th><th>throttle time (s)</th></tr>{throttle_rows}</table>
+<h2>Partition moves</h2><p>{esc(r.plan_note)}</p>
+<pre id="plan">{esc(plan)}</pre>
+</body></html>
+"""
