@@ -7,7 +7,8 @@ of a bare error code or "connection closed".
   refused credentials (SASL_AUTHENTICATION_FAILED), a mechanism the listener does not offer,
   credentials sent to a listener without SASL (ILLEGAL_SASL_STATE), and the *_AUTHORIZATION_FAILED
   codes (the principal, ``super.users``, ``shoal acls add``);
-  a plaintext client on a TLS listener (a TLS handshake on a second connection tells);
+  a plaintext client on a TLS listener (a TLS handshake on a second connection tells) and a TLS
+  client on a plaintext one (a plaintext ApiVersions tells);
 - HTTP admin API commands (``shoal tenants|users|namespaces``): 401 (``SHOAL_ADMIN_USER`` and
   ``SHOAL_ADMIN_PASSWORD``) and 403 (``super.users``, tenant administrators);
 - refused config changes (``shoal configs``, ``shoal topics create|alter --config``): an unknown
@@ -129,15 +130,41 @@ async def speaks_tls(bootstrap: str, timeout: float) -> bool:
     return True
 
 
+async def speaks_plaintext(bootstrap: str, timeout: float) -> bool:
+    """Whether the listener at ``bootstrap`` answers a plaintext ApiVersions (it has no TLS)."""
+    from shoal.client import AdminClient, KafkaError
+
+    client = AdminClient(bootstrap, client_id="shoal-cli-probe", timeout=timeout)
+    try:
+        await client.connect()
+        return True
+    except (KafkaError, OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        await client.close()
+
+
 def explain_lost(error: Any, args: Any) -> str:
     """A lost connection, explained when the listener needs SASL the client did not use, or speaks
     TLS to a client that does not."""
     text = getattr(error, "message", None) or str(error)
     props = props_of(args)
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol in ("SSL", "SASL_SSL") or text.startswith("cannot connect"):
-        return text
     timeout = min(float(args.timeout), 10.0)
+    if protocol in ("SSL", "SASL_SSL"):
+        # the TLS handshake failed: is it a listener without TLS (it answers a plaintext ApiVersions)?
+        try:
+            plain = asyncio.run(speaks_plaintext(args.bootstrap_server, timeout))
+        except Exception:
+            plain = False
+        if not plain:
+            return text
+        wanted = "SASL_PLAINTEXT" if protocol == "SASL_SSL" else "PLAINTEXT"
+        where = getattr(args, "command_config", None) or "the --command-config file"
+        return (f"{text.rstrip(': ')}: this listener does not speak TLS: set security.protocol={wanted} in "
+                f"{where}, or connect to the broker's TLS listener")
+    if text.startswith("cannot connect"):
+        return text
     if protocol == "PLAINTEXT":
         try:
             mechanisms = asyncio.run(sasl_mechanisms(args.bootstrap_server, timeout))

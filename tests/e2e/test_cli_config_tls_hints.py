@@ -6,7 +6,8 @@ PLAINTEXT listener, an SSL listener (a test CA) and the HTTP admin API:
   restart, a value of the wrong type names the type and the default, a broker asked for another
   broker's configs says where to send it;
 - a plaintext client on the TLS listener: "this listener speaks TLS" with the security.protocol to
-  set, and the broker logs one line saying a client sent plaintext to its TLS listener;
+  set, and the broker logs one line saying a client sent plaintext to its TLS listener; a TLS
+  client on the plaintext listener: "this listener does not speak TLS";
 - ``shoal tenants describe|list`` print times as ISO-8601, ``--output json`` epoch milliseconds.
 """
 
@@ -102,7 +103,10 @@ def test_plaintext_client_on_the_tls_listener(tb, tmp_path):
     ok.write_text(f"security.protocol=SSL\nssl.ca.location={tb.pki.ca}\n")
     r = shoal("topics", "list", "--bootstrap-server", tls, "--command-config", str(ok), "--timeout", "10")
     assert r.returncode == 0, r.stderr
-    # a plaintext listener that is not there is still "cannot connect", no probe
+    # and the other way round: TLS to the plaintext listener
+    one_line(shoal("topics", "list", "--bootstrap-server", tb.bootstrap, "--command-config", str(ok), "--timeout", "10"),
+             3, "this listener does not speak TLS: set security.protocol=PLAINTEXT in " + str(ok))
+    # a listener that is not there is still "cannot connect", nothing more
     one_line(shoal("topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--timeout", "5"), 3,
              "cannot connect")
 
