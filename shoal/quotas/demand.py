@@ -16,7 +16,6 @@ Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has
   interval, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
   rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
   tenants bid for their full share);
-* the equal share ``quota / n`` when the broker's report is missing or stale (a neutral guess);
 * never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
   fraction``), so a broker that starts receiving traffic has some room and is seen as held next
   interval.
@@ -25,7 +24,10 @@ If the demands fit in the quota, slices are proportional to them (everyone gets 
 the same fraction more: ``s_i = d_i x quota / sum d``); otherwise the quota is water-filled over
 them with equal weights (``s_i = min(d_i, lam)``, max-min fair: brokers whose demand is known
 and small get it, held brokers share the rest equally). Either way the slices sum to the quota,
-every leader gets at least the floor, and with no demand known at all the split is equal.
+every leader gets at least the floor. While some leader of the tenant has no fresh report (it just
+started, or died and still leads until the controller moves its partitions) the tenant's quota is
+split equally: every broker computes its slice alone, and only a split of the same table by all
+of them sums to the quota.
 
 Exchange (:class:`DemandExchange`). Every ``shoal.quota.tenant.demand.interval.ms`` (1 s) each
 broker of an etcd cluster puts one key, ``<prefix>.quota-demand/<node id>``, under its registration
@@ -108,7 +110,7 @@ def split_by_demand(quota: float, demands: Mapping[K, float], *, min_fraction: f
     if total <= 0:  # quota 0 (or floor 0 and no demand): equal
         return {k: quota / n for k in d}
     if total <= quota:
-        return {k: v * (quota / total) for k, v in d.items()}
+        return {k: quota * (v / total) for k, v in d.items()}  # the share first: quota / tiny overflows
     return water_fill(quota, d, {k: 1.0 for k in d})
 
 
@@ -121,20 +123,13 @@ class DemandTable:
     reports: Mapping[str, Mapping[str, Mapping[int, Report]]] = field(default_factory=dict)
 
     def demands(self, kind: str, tenant: str, leaders: Collection[int], quota: float, *,
-                headroom: float = DEFAULT_HEADROOM) -> dict[int, float]:
+                headroom: float = DEFAULT_HEADROOM) -> dict[int, float] | None:
         """Each leader's demand: estimated from its report, 0 when its fresh report does not
-        name the tenant, the equal share when it has no fresh report."""
+        name the tenant; None when some leader has no fresh report (split equally)."""
+        if any(b not in self.nodes for b in leaders):
+            return None
         seen = self.reports.get(kind, {}).get(tenant, {})
-        n = max(1, len(leaders))
-        out = {}
-        for b in leaders:
-            if b in seen:
-                out[b] = demand_estimate(seen[b], quota, headroom=headroom)
-            elif b in self.nodes:
-                out[b] = 0.0
-            else:
-                out[b] = quota / n
-        return out
+        return {b: demand_estimate(seen[b], quota, headroom=headroom) if b in seen else 0.0 for b in leaders}
 
 
 def demand_slice(quota: float, leaders: Collection[int], broker: int, table: DemandTable | None, kind: str,
@@ -142,13 +137,13 @@ def demand_slice(quota: float, leaders: Collection[int], broker: int, table: Dem
     """This broker's slice under ``split=demand``. As :func:`~shoal.quotas.fairshare.
     tenant_quota_slice`: no known leaders -> the whole quota; a broker leading none of the
     tenant's partitions -> the equal share (no zero bound while metadata catches up); no table
-    (nothing read yet, or stale) -> the equal split."""
+    (nothing read yet, or stale) or a leader without a fresh report -> the equal split."""
     leaders = sorted(set(leaders))
     if not leaders:
         return quota
-    if broker not in leaders or table is None:
+    demands = table.demands(kind, tenant, leaders, quota, headroom=headroom) if table is not None else None
+    if broker not in leaders or demands is None:
         return quota / len(leaders)
-    demands = table.demands(kind, tenant, leaders, quota, headroom=headroom)
     return split_by_demand(quota, demands, min_fraction=min_fraction)[broker]
 
 

@@ -236,12 +236,18 @@ class ClientQuotaManager:
         """(bound, cap) of the tenant's sensor: for byte rates the configured slice, checked the
         Kafka way, and the dynamic quota as a cap enforced by pacing (shoal.quotas.sensor: a
         lowered windowed bound would mute for most of a window of samples); for request time
-        (Kafka's bounded throttle, no pacer) the smaller of the two as the bound."""
+        (Kafka's bounded throttle, no pacer) the smaller of the two as the bound. Under the
+        demand split the slice moves every interval, so it is a cap too (with the dynamic quota,
+        the smaller), and the windowed bound is the whole tenant quota."""
         cached = self._tenant_bounds.get(tenant)
         if cached is not None:
             return cached
         bound = self.tenant_quota(tenant)
         cap = self._dynamic.get(tenant)
+        if bound is not None and self.byte_rate and self.split == "demand" and self._demand is not None:
+            whole, _key = select_tenant_quota(self._index.tenants, tenant)
+            cap = bound if cap is None else min(cap, bound)
+            bound = whole
         if cap is not None and bound is not None and cap >= bound:
             cap = None
         if cap is not None and not self.byte_rate:

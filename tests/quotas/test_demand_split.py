@@ -108,9 +108,13 @@ def test_split_properties(quota: float, demands: dict[int, float], min_fraction:
 
 def test_table_demands_known_missing_and_unknown_brokers() -> None:
     table = DemandTable(frozenset({1, 2}), {"produce": {T: {1: (100.0, False)}}})
-    # 1: reported; 2: fresh report without the tenant (0); 3: no fresh report (equal share)
-    assert table.demands("produce", T, [1, 2, 3], 900.0) == {1: pytest.approx(110.0), 2: 0.0, 3: 300.0}
+    # 1: reported; 2: fresh report without the tenant (0)
+    assert table.demands("produce", T, [1, 2], 900.0) == {1: pytest.approx(110.0), 2: 0.0}
     assert table.demands("fetch", T, [1, 2], 900.0) == {1: 0.0, 2: 0.0}
+    # 3 leads too but has no fresh report: no demand split for the tenant
+    assert table.demands("produce", T, [1, 2, 3], 900.0) is None
+    assert demand_slice(900.0, [1, 2, 3], 1, table, "produce", T) == 300.0
+    assert demand_slice(900.0, [1, 2], 1, table, "produce", T) == pytest.approx(900 * 110 / 155)
 
 
 def test_demand_slice_edges() -> None:
@@ -204,6 +208,9 @@ def test_manager_bound_follows_the_split_and_the_demand_table() -> None:
     m.set_split("demand")
     assert m.quota(T, "u", "c") == (None, pytest.approx(600 - 2 * 55))
     assert m.tenant_slices() == {T: pytest.approx(490.0)}
+    # the moving slice is a paced cap; the windowed (Kafka) bound is the whole tenant quota
+    sensor = m._handle(T, "u", "c").tenant
+    assert (sensor.bound, sensor.cap) == (600, pytest.approx(490.0))
     m.set_demand(None)  # stale: back to equal
     assert m.quota(T, "u", "c") == (None, 200)
     # a leadership move: broker 3's partition goes to 2; the split follows at once
@@ -261,3 +268,23 @@ def test_exchange_reports_held_tenants_and_falls_back_to_equal() -> None:
     asyncio.run(ex.step())
     assert managers.produce.split == "equal" and managers.produce.tenant_quota(T) == 200
     assert json.loads(encode_reports(reports))["produce"][T][1] == 1
+
+
+def test_a_lowered_demand_slice_paces_instead_of_muting_for_the_window() -> None:
+    """A broker whose slice drops from 490 to 110 B/s after running at 490 for 11 s: with the
+    slice as a windowed bound Kafka's throttle would be (490 - 110) / 110 x 11 s, ~38 s; paced,
+    the tenant waits about one request's worth at the new rate."""
+    m = three_leaders()
+    m.set_split("demand")
+    m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (1.0, True), 2: (50.0, False),
+                                                                     3: (50.0, False)}}}))
+    now = 1_700_000_000_000
+    for i in range(110):  # 49 B every 100 ms: 490 B/s
+        m.record(T, "u", "c", 49, now + 100 * i)
+    now += 11_000
+    m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (100.0, False), 2: (200.0, False),
+                                                                     3: (200.0, False)}}}))
+    slice_ = m.tenant_quota(T)
+    assert slice_ == pytest.approx(600 * 110 / 550)  # all fit: in proportion, 120
+    quota_ms, pace_ms = m.record(T, "u", "c", 49, now)
+    assert quota_ms == 0 and pace_ms <= 1000, (quota_ms, pace_ms)
