@@ -100,7 +100,9 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) ->
         found = http_hint(e.code, user)
         raise _Failed(EXIT_ERROR, f"{message}: {found}" if found else message) from None
     except (urllib.error.URLError, OSError) as e:
-        raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}") from None
+        raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}: "
+                      f"start the broker with shoal.admin.listener={args.admin_url} (make serve, i.e. shoal serve "
+                      f"--quickstart, has it on {DEFAULT_ADMIN_URL}), or point --admin-url or SHOAL_ADMIN_URL at it") from None
 
 
 def output_argument(p: argparse.ArgumentParser) -> None:

@@ -130,3 +130,6 @@ def test_tenant_times_are_iso_8601(tb):
     assert f"{tid}\tIso Co\tcreated={created}\tusers=" in r.stdout.splitlines()
     listed = json.loads(shoal("tenants", "list", "--output", "json", *url).stdout)
     assert {t["tenant_id"]: t["created_ms"] for t in listed}[tid] == ms
+    # no admin API there: where it is expected to be and how to point the CLI elsewhere
+    one_line(shoal("tenants", "list", "--admin-url", f"http://127.0.0.1:{free_port()}"), 3,
+             "cannot reach the admin API", "shoal.admin.listener", "--quickstart", "SHOAL_ADMIN_URL")
