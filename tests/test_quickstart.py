@@ -85,8 +85,12 @@ def test_admin_credentials_are_generated_private_and_kept(qb, tmp_path):
     assert r.returncode == 1 and "SHOAL_ADMIN_USER" in r.stderr  # never without the password
 
 
-def test_another_data_dir_gets_another_password(tmp_path):
+def test_a_plain_brokers_data_dir_takes_the_quickstart_and_a_deleted_file_a_new_password(tmp_path):
+    plain = BrokerProcess(tmp_path)  # what make serve ran before --quickstart, on the same ./data
+    plain.start()
+    plain.stop()
     b = QuickstartBroker(tmp_path)
+    assert b.data_dir == plain.data_dir
     b.start()
     try:
         b.banner()  # written before the banner
