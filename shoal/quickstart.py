@@ -5,7 +5,7 @@ try every feature on one machine, everything bound to loopback.
   ``User:ANONYMOUS`` is a super user (the physical view: every tenant's topics, qualified).
 - ``SASL_PLAINTEXT://127.0.0.1:9093``: the tenants' listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
 - ``http://127.0.0.1:9644``: the HTTP admin API (tenants, users, namespaces) with HTTP Basic
-  authentication; ``http://127.0.0.1:9645/metrics``: Prometheus metrics.
+  authentication; ``http://127.0.0.1:9645/metrics``: Prometheus metrics (no authentication, loopback).
 - ACLs on (``authorizer.class.name``): a tenant's ``--admin`` users may do anything in it, others
   need ACLs, as on a shared platform.
 - A bootstrap admin, ``admin``, a super user whose password is generated on first start
@@ -19,7 +19,8 @@ Each default applies only where neither ``--config`` nor a flag or ``--override`
 ports can be moved (``--listeners``, ``--override shoal.admin.listener=...``). A listener or endpoint
 off loopback is refused: ``User:ANONYMOUS`` is a super user here.
 
-Pure functions apart from :func:`read_password` / :func:`write_credentials`.
+Pure functions apart from the credentials file's (:func:`read_password`, :func:`write_credentials`,
+:func:`loose_permissions`) and :func:`check`, which resolves listener host names.
 """
 
 from __future__ import annotations
