@@ -144,6 +144,7 @@ class KafkaConnection(asyncio.Protocol):
         self._paused = False  # reading is paused: one of the reasons in _update_reading holds
         self._pending_full = False  # bounds: MAX_IN_FLIGHT requests unanswered
         self._mute: asyncio.TimerHandle | None = None  # quotas: muted until this fires
+        self._mute_until = 0.0  # its loop time (uvloop's call_at of a time past is a Handle without when())
         self._closed = False
         self._max_request = int(broker.config.get("socket.request.max.bytes"))
         # -- bounds (shoal.server.bounds): responses not taken, request memory, the sweep
@@ -381,7 +382,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._sched_q = None
             self._process(frame, queued_ns)
             if self._mute is not None:
-                sched.hold(self.scheduler_key(), self._mute.when() - asyncio.get_running_loop().time())
+                sched.hold(self.scheduler_key(), self._mute_until - asyncio.get_running_loop().time())
         if self._sched_q is None or self._closed:
             self._sched_drop()
             return False
@@ -408,7 +409,7 @@ class KafkaConnection(asyncio.Protocol):
     def _sched_park(self) -> None:
         assert self._mute is not None
         self._sched_in = False
-        asyncio.get_running_loop().call_at(self._mute.when(), self._sched_unpark)
+        asyncio.get_running_loop().call_at(self._mute_until, self._sched_unpark)
 
     def _sched_unpark(self) -> None:
         if self._sched_in:
@@ -574,10 +575,11 @@ class KafkaConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         until = loop.time() + ms / 1000.0
         if self._mute is not None:
-            if self._mute.when() >= until:
+            if self._mute_until >= until:
                 return
             self._mute.cancel()
         self._mute = loop.call_at(until, self._unmute)
+        self._mute_until = until
         self._update_reading()
 
     def _unmute(self) -> None:
