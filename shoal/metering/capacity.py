@@ -257,7 +257,8 @@ def analyse(usage_dir: Path, cap: Capacity, headroom: float,
             for r in replicas:
                 broker_load.setdefault(r, 0.0)
         moves = plan_moves(broker_load, loads, limit)
-        note = (f"{len(moves)} partition moves bring the hot brokers to at most {limit:.0%} p95 utilization"
+        note = (f"{len(moves)} partition move{'s bring' if len(moves) > 1 else ' brings'} the hot brokers to at most "
+                f"{limit:.0%} p95 utilization"
                 if moves else "no move needed (or none fits under the target)")
     return Report(sorted(stats.values(), key=lambda s: s.broker), series, tenant_hours, throttle, throttle_hours,
                   cluster_p95, recommended, cap, headroom, moves, note)
