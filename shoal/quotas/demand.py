@@ -10,8 +10,9 @@ from the same table:
 
 Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has a demand ``d_i``:
 
-* ``headroom x rate`` (the tenant's recent byte rate there; ``shoal.quota.autotune.headroom``,
-  1.1, so a rise is seen next interval) when the broker is not holding the tenant back;
+* ``headroom x rate`` (the tenant's byte rate there over the last two intervals, at least 2 s;
+  ``shoal.quota.autotune.headroom``, 1.1, so a rise is seen next interval) when the broker is not
+  holding the tenant back;
 * the whole tenant quota when it is *held* there (its tenant bound throttled it during the last
   interval, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
   rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
@@ -66,6 +67,9 @@ SPLITS = ("equal", "demand")
 CODEC_VERSION = 1
 KINDS = ("produce", "fetch")  # the byte-rate quota types (QuotaType.group)
 LOG_EVERY_S = 10.0
+# A broker's demand is its rate over the last couple of seconds (WindowedRate.measure_recent), not
+# the quota window's 11: a broker whose traffic moved away gives up its slice in seconds.
+RECENT_SPAN_MS = 2000
 
 Report = tuple[float, bool]  # (recent byte rate, held by its bound)
 
@@ -276,9 +280,10 @@ class DemandExchange:
 
     # -- one interval --------------------------------------------------------------------------
 
-    def own_reports(self, now_ms: int, since_ms: int, headroom: float) -> dict[str, dict[str, Report]]:
+    def own_reports(self, now_ms: int, since_ms: int, headroom: float,
+                    span_ms: int = RECENT_SPAN_MS) -> dict[str, dict[str, Report]]:
         """This broker's reports: per byte-rate manager, the tenants with a tenant-wide quota and
-        a sensor here, their recent rate and whether their slice holds them."""
+        a sensor here, their rate over the last ``span_ms`` and whether their slice holds them."""
         out: dict[str, dict[str, Report]] = {}
         for kind in KINDS:
             m = getattr(self.managers, kind)
@@ -286,7 +291,8 @@ class DemandExchange:
             if m.enabled:
                 muted = m.tenants_muted_since(since_ms)
                 dynamic = m.dynamic_tenant_quotas()
-                for tenant, (rate, _last) in m.tenant_usage(now_ms).items():
+                for tenant, sensor in m.tenant_sensors():
+                    rate = sensor.rate.measure_recent(now_ms, span_ms)
                     slice_ = m.tenant_quota(tenant)
                     if slice_ is None:
                         continue
@@ -308,7 +314,7 @@ class DemandExchange:
         if split != "demand" or self.backend is None or not self.managers.has_tenant_byte_quotas():
             self.managers.set_demand(None)
             return
-        value = encode_reports(self.own_reports(now_ms, since, headroom))
+        value = encode_reports(self.own_reports(now_ms, since, headroom, max(RECENT_SPAN_MS, 2 * interval_ms)))
         timeout = max(0.5, 2.0 * interval_ms / 1000.0)
         try:
             kvs = await asyncio.wait_for(self._put_and_read(value), timeout)

@@ -115,6 +115,19 @@ class WindowedRate:
         self._purge(now_ms)
         return sum(s.value for s in self._samples)
 
+    def measure_recent(self, now_ms: int, span_ms: int) -> float:
+        """The rate over the samples that started within the last ``span_ms`` (divided by the
+        time since the oldest of them started, at least one window): usage that forgets a past
+        rate within ``span_ms``, where :meth:`measure_used` remembers the whole window of samples
+        (the demand split's estimate, shoal.quotas.demand)."""
+        self._purge(now_ms)
+        horizon = now_ms - span_ms
+        recent = [s for s in self._samples if s.start_ms > horizon]
+        if not recent:
+            return 0.0
+        elapsed = now_ms - min(s.start_ms for s in recent)
+        return sum(s.value for s in recent) / (max(elapsed, self.config.window_ms) / 1000.0)
+
     def window_size_ms(self, now_ms: int) -> int:
         """The measured window W in ms, exactly as Kafka's ``Rate.windowSize``."""
         self._purge(now_ms)

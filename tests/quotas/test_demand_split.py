@@ -288,3 +288,21 @@ def test_a_lowered_demand_slice_paces_instead_of_muting_for_the_window() -> None
     assert slice_ == pytest.approx(600 * 110 / 550)  # all fit: in proportion, 120
     quota_ms, pace_ms = m.record(T, "u", "c", 49, now)
     assert quota_ms == 0 and pace_ms <= 1000, (quota_ms, pace_ms)
+
+
+def test_recent_rate_forgets_the_past_within_the_span() -> None:
+    """measure_recent: 2 MB/s for 10 s, then 0.5 MB/s for 3 s: the window's rate still remembers
+    the 2 MB/s, the recent rate (2 s) is the new one."""
+    from shoal.quotas.rate import RateConfig, WindowedRate
+
+    r = WindowedRate(RateConfig())
+    t = 1_700_000_000_000
+    for i in range(100):
+        r.record(200_000, t + 100 * i)
+    t += 10_000
+    for i in range(30):
+        r.record(50_000, t + 100 * i)
+    now = t + 3000
+    assert r.measure_used(now) > 1.0 * MB
+    assert r.measure_recent(now, 2000) == pytest.approx(0.5 * MB, rel=0.05)
+    assert r.measure_recent(now + 60_000, 2000) == 0.0  # idle past the window: nothing recent
