@@ -8,10 +8,11 @@ Two halves, so that a request costs a few integer updates and nothing more:
   (per API key: Kafka's ``RequestMetrics`` breakdown as fixed-bucket histograms; per topic: bytes
   and messages in, bytes out, requests, failures). No prometheus_client object is touched per
   request (its ``inc()``/``observe()`` take a lock each).
-* :class:`shoal.observability.collector.BrokerCollector` — the scrape. It turns those numbers
-  into metric families and reads the rest from the broker's own state when ``/metrics`` is asked:
-  connections per listener, the logs of hosted partitions, consumer lag from committed offsets,
-  and the event-loop lag that :class:`shoal.observability.loop.LoopLagProbe` measures.
+* :class:`shoal.observability.collector.BrokerCollector` — the scrape. It writes those numbers
+  as Prometheus text (:mod:`shoal.observability.exposition`, without prometheus_client's
+  per-sample validation) and reads the rest from the broker's own state when ``/metrics`` is
+  asked: connections per listener, the logs of hosted partitions, consumer lag from committed
+  offsets, and the event-loop lag that :class:`shoal.observability.loop.LoopLagProbe` measures.
 
 Everything runs on the broker's event loop (the metrics endpoint answers there too), so nothing
 here is locked. Present only while ``shoal.metrics.listener`` is set (``Broker.metrics`` is None

@@ -1,7 +1,6 @@
-"""The scrape half of the broker metrics: a prometheus_client collector (docs/metrics.md).
+"""The scrape half of the broker metrics (docs/metrics.md), written as Prometheus text.
 
-It turns :class:`shoal.observability.requests.BrokerMetrics`' plain numbers into metric families
-and reads, when ``/metrics`` is asked and never on a request's path: the connections per listener,
+It writes :class:`shoal.observability.requests.BrokerMetrics`' plain numbers and reads, when ``/metrics`` is asked and never on a request's path: the connections per listener,
 the log of every hosted partition (size, segments, start and end offsets, high watermark), the
 consumer lag of every group this broker coordinates on the partitions it hosts (the high
 watermark, what ``ListOffsets`` LATEST answers and ``kafka-consumer-groups.sh`` calls LOG-END-OFFSET,

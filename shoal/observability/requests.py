@@ -311,20 +311,27 @@ class BrokerMetrics:
         return t
 
     def _produce(self, ctx: "RequestContext", request: Any, response: Any, errors: dict[str, int]) -> None:
-        failed: dict[tuple[str, int], int] = {}
+        failed: dict[tuple[str, int], int] | None = None
         if response is not None:
             for tr in response.responses:
                 for pr in tr.partition_responses:
                     if pr.error_code:
+                        if failed is None:
+                            failed = {}
                         failed[(tr.name, pr.index)] = pr.error_code
         topics = ctx.services.metadata.image.topics
+        counters = self.topics
         prefix = ctx.scope.prefix  # tenancy: the tenant's names are its physical ones, prefixed
         for td in request.topic_data:
             physical = prefix + td.name if prefix else td.name
-            exists = physical in topics
-            t = self._topic(physical) if exists else None
+            if physical in topics:
+                t = counters.get(physical)
+                if t is None:
+                    t = counters[physical] = [0] * TOPIC_FIELDS
+            else:
+                t = None
             for pd in td.partition_data:
-                code = failed.get((td.name, pd.index)) if failed else None
+                code = failed.get((td.name, pd.index)) if failed is not None else None
                 if code is not None:
                     _count_error(errors, code)
                 if t is None:
@@ -336,8 +343,12 @@ class BrokerMetrics:
                     continue
                 records = pd.records
                 if records:
-                    t[BYTES_IN] += len(records)
-                    t[MESSAGES_IN] += record_count(records)
+                    n = len(records)
+                    t[BYTES_IN] += n
+                    if n >= _BATCH_HEADER and _I32.unpack_from(records, 8)[0] + 12 == n:  # one batch
+                        t[MESSAGES_IN] += _I32.unpack_from(records, 57)[0]
+                    else:
+                        t[MESSAGES_IN] += record_count(records)
 
     def _fetch(self, ctx: "RequestContext", response: Any, errors: dict[str, int], follower: bool) -> None:
         image = ctx.services.metadata.image
