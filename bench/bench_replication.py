@@ -1,7 +1,7 @@
 """Replication: acks=all latency and throughput with RF=3 on three brokers, failover time after a
 leader's kill -9, and the pause of a controlled shutdown (SIGTERM).
 
-    python bench/bench_replication.py [--seconds 10] [--rate 5000] [--size 1024] [--failovers 5] [--latency-only]
+    python bench/bench_replication.py [--seconds 10] [--rate 5000] [--size 1024] [--failovers 5] [--latency-only] [--keep]
 
 Starts a real three-member etcd on loopback (tests/etcd_cluster.py), three broker processes on it
 (tests/cluster_harness.py, racks dc1-dc3, ``broker.session.timeout.ms`` as the broker's default
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -276,6 +277,7 @@ def main() -> None:
     ap.add_argument("--failovers", type=int, default=5)
     ap.add_argument("--session-ms", type=int, default=None, help="broker.session.timeout.ms (default: the broker's)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency at a rate (1.), RF=3 then RF=1")
+    ap.add_argument("--keep", action="store_true", help="keep the brokers' and etcd's directories (logs) after the run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
     etcd = EtcdCluster(work / "etcd")
@@ -321,6 +323,10 @@ def main() -> None:
         single.stop()
         c.close()
         etcd.close()
+        if args.keep:
+            print(f"kept {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # ~200 MB a run (the logs and etcd's data)
 
 
 if __name__ == "__main__":
