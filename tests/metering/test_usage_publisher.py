@@ -134,3 +134,41 @@ def test_usage_by_produce_only_from_brokers(tmp_path):
         p.produce(USAGE_TOPIC, rec.to_json(), partition=0, on_delivery=lambda e, m: errors.append(e))
         p.flush(10)
         assert errors and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_EXCEPTION, errors
+
+
+class FlakyWriter:
+    """Fails the first ``failures`` writes; records every attempt."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts: list[list[UsageRecord]] = []
+
+    async def write(self, records):
+        self.attempts.append(list(records))
+        if self.failures:
+            self.failures -= 1
+            return "not now"
+        return None
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_failed_window_is_sent_again_unchanged_and_nothing_is_cut_meanwhile(tmp_path):
+    with ThreadBroker(tmp_path, {"shoal.metering.interval.ms": "3600000"}) as tb:  # ticks by hand only
+        pub = tb.broker.metering
+        flaky = FlakyWriter(failures=2)
+        pub.writer = flaky
+        produce(tb.bootstrap, "retried", 10, 100)
+        assert tb.run(pub.tick()) is False
+        produce(tb.bootstrap, "retried", 5, 100)  # after the cut: belongs to the next window
+        assert tb.run(pub.tick()) is False
+        assert tb.run(pub.tick()) is True
+        first, second, third = flaky.attempts
+        assert first == second == third  # same identity, same content
+        assert sum(r.messages_in for r in first) == 10
+        assert tb.run(pub.tick()) is True
+        assert sum(r.messages_in for r in flaky.attempts[3]) == 5
+        assert {r.seq for r in flaky.attempts[3]} == {first[0].seq + 1}
+        assert flaky.attempts[3][0].window_start == first[0].window_end
+        assert json.loads((tmp_path / STATE_FILE).read_text())["seq"] == first[0].seq + 1
