@@ -12,8 +12,9 @@ Reads ``__shoal_usage`` through Shoal's own ``format("shoal")`` source and keeps
 ``_checkpoint/``       Spark's checkpoint (source offsets and the de-duplication state)
 =====================  ====================================================================
 
-The stream: records parsed from JSON (a record of another ``schema_version`` is dropped and
-not counted, as is what is not JSON), event time ``window_end``, a watermark ``--watermark`` behind the latest event time, and
+The stream: records parsed from JSON (a record of another ``schema_version`` is dropped, as is
+what is not JSON), event time ``window_end``, a watermark ``--watermark`` behind the latest event
+time, and
 ``dropDuplicatesWithinWatermark`` on a record's identity ``(broker, incarnation, seq, tenant)`` —
 a window a broker had to send again is counted once. Each micro-batch (``foreachBatch``) writes its
 records to ``usage_raw/batch=<id>`` (overwritten if Spark runs that batch again after a crash) and
