@@ -294,6 +294,15 @@ def _placement(name: str, v: Any) -> None:
         raise _invalid(name, v, e.message) from None
 
 
+def _replica_selector(name: str, v: Any) -> None:
+    from shoal.replica.selector import selector_kind
+
+    try:
+        selector_kind(v)
+    except ValueError as e:
+        raise _invalid(name, v, str(e)) from None
+
+
 # Other names of topic (and broker) configs, accepted and stored under the canonical one.
 CONFIG_ALIASES: dict[str, str] = {"confluent.placement.constraints": "replica.placement"}
 
@@ -311,6 +320,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("node.id", "int", 1, "The node ID of this broker.", at_least(0)),
         _d("broker.id", "int", None, "Alias of node.id; when both are set they must be equal."),
         _d("broker.rack", "string", None, "Rack of the broker, used for rack-aware replica placement."),
+        _d("replica.selector.class", "string", None,
+           "Which replica a consumer with client.rack reads from (KIP-392 follower fetching): "
+           "org.apache.kafka.common.replica.RackAwareReplicaSelector (rack-aware, Shoal's default when unset) or "
+           "org.apache.kafka.common.replica.LeaderSelector (leader, Kafka's default).", _replica_selector),
         # -- cluster: where the metadata lives (shoal.metadata.etcd, docs/cluster.md)
         _d("shoal.metadata.store", "string", "embedded",
            "Shoal: embedded (one node, the metadata in <log.dirs>/__metadata, no etcd) or "

@@ -106,7 +106,8 @@ def _timedelta_s(value) -> float:
     return value.total_seconds() if isinstance(value, datetime.timedelta) else value / 1000.0
 
 
-def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None, diverging=None):
+def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None, diverging=None,
+                    preferred=-1):
     # KIP-951: tell the client who leads now, so it need not refresh metadata first.
     extra = routing.current_leader(mod, pinfo) if code == ErrorCode.not_leader_or_follower else {}
     if diverging is not None and hasattr(mod, "EpochEndOffset"):  # KIP-320: a follower must truncate
@@ -119,7 +120,7 @@ def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b
         last_stable_offset=lso,
         log_start_offset=log_start,
         aborted_transactions=None,
-        preferred_read_replica=-1,
+        preferred_read_replica=preferred,  # KIP-392: read from this replica instead (its rack)
         records=records or b"",  # never null: clients reject a null record set
         **extra,
     )
@@ -223,13 +224,20 @@ async def handle_fetch(ctx, req):
     throttle = svc.replicas.throttle
     throttled = throttle.leader_keys(image, replica_id, targets) if replica_ok else set()
     skip = throttled if throttled and throttle.exceeded("leader") else frozenset()
+    # follower fetching (KIP-392): a v11+ consumer that gives its rack may be sent, by the leader,
+    # to a replica in that rack (answered at once, no records), and may read from a follower
+    client_rack = (getattr(req, "rack_id", "") or "") if not follower and v >= 11 else ""
+    from_followers = bool(client_rack)
+    preferred = _preferred_replicas(svc, image, targets, client_rack) if from_followers else {}
+    if preferred:
+        skip = frozenset(skip) | preferred.keys()
     while True:
-        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip)
-        if must_answer or total >= min_bytes or loop.time() >= deadline or not targets:
+        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers)
+        if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
             break
         notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time())
         if not notified:
-            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip)
+            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers)
             break
     if throttled:
         throttle.record("leader", sum(len(results[k].records or b"") for k in throttled if k in results))
@@ -253,6 +261,7 @@ async def handle_fetch(ctx, req):
             changed = (
                 r.code != ErrorCode.none
                 or r.records
+                or key in preferred
                 or r.hwm != sp.last_hwm
                 or r.log_start != sp.last_log_start
             )
@@ -263,7 +272,7 @@ async def handle_fetch(ctx, req):
         by_topic.setdefault(name, []).append(
             _partition_data(
                 mod, index, r.code, hwm=r.hwm, lso=r.hwm, log_start=r.log_start,
-                records=r.records, pinfo=r.pinfo, diverging=r.diverging,
+                records=r.records, pinfo=r.pinfo, diverging=r.diverging, preferred=preferred.get(key, -1),
             )
         )
     topics = [
@@ -297,7 +306,8 @@ async def handle_fetch(ctx, req):
         session_id=session.session_id if session is not None else 0,
         responses=tuple(topics),
         node_endpoints=routing.node_endpoints(
-            mod, svc.metadata.image, [r.pinfo.leader for r in results.values() if r.pinfo is not None],
+            mod, svc.metadata.image,
+            [r.pinfo.leader for r in results.values() if r.pinfo is not None] + list(preferred.values()),
             ctx.listener),
     )
 
@@ -331,10 +341,48 @@ class _Read:
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
 
 
-def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset()) -> tuple[dict, int, bool]:
+def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str, int], int]:
+    """KIP-392 on the leader: for the partitions this broker leads, the replica in the consumer's
+    rack it should read from instead (``shoal.replica.selector``); absent when the leader stays."""
+    from shoal.replica.selector import ReplicaView, select_read_replica, selector_kind
+
+    if not client_rack:
+        return {}
+    kind = selector_kind(svc.config.get("replica.selector.class"))
+    if kind != "rack-aware":
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for key, sp in targets.items():
+        topic = image.topic(key[0])
+        if topic is None or not 0 <= key[1] < len(topic.partitions):
+            continue
+        pinfo = topic.partitions[key[1]]
+        part = svc.replicas.leader(key[0], pinfo)
+        if part is None:
+            continue
+
+        def rack(node: int) -> str | None:
+            b = image.brokers.get(node)
+            return b.rack if b is not None else None
+
+        others = [ReplicaView(node, rack(node), f.log_end_offset, f.last_caught_up_ms)
+                  for node, f in part.followers.items()
+                  if (node in pinfo.isr or node in pinfo.observers) and node in image.brokers
+                  and sp.fetch_offset >= part.log.log_start_offset]
+        chosen = select_read_replica(kind, client_rack, ReplicaView(svc.node_id, rack(svc.node_id),
+                                                                    part.log.log_end_offset), others, sp.fetch_offset)
+        if chosen != svc.node_id:
+            out[key] = chosen
+    return out
+
+
+def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
+              from_followers: bool = False) -> tuple[dict, int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
     A consumer reads up to the high watermark, a follower up to the log end; ``skip``: partitions
-    answered without records (a throttled reassignment)."""
+    answered without records (a throttled reassignment, a preferred read replica elsewhere).
+    ``from_followers`` (KIP-392, a v11+ consumer that sent its rack): a partition this broker
+    follows (or observes) is served too, up to the high watermark this follower knows."""
     image = svc.metadata.image
     results: dict[tuple[str, int], _Read] = {}
     total = 0
@@ -349,13 +397,16 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset()) ->
             continue
         pinfo = topic.partitions[index]
         part = svc.replicas.leader(name, pinfo)
+        if part is None and from_followers:
+            part = _serving_follower(svc, name, pinfo)
         if part is None:  # cluster: another broker leads it
             results[key] = _Read(ErrorCode.not_leader_or_follower, pinfo=pinfo)
             must_answer = True
             continue
         known = sp.current_leader_epoch
-        if known >= 0 and known != part.leader_epoch:  # KIP-320: the client's leader is not this one
-            code = ErrorCode.fenced_leader_epoch if known < part.leader_epoch else ErrorCode.unknown_leader_epoch
+        epoch = pinfo.leader_epoch if part.info.leader != svc.node_id else part.leader_epoch
+        if known >= 0 and known != epoch:  # KIP-320: the client's leader is not this one
+            code = ErrorCode.fenced_leader_epoch if known < epoch else ErrorCode.unknown_leader_epoch
             results[key] = _Read(code)
             must_answer = True
             continue
@@ -387,6 +438,18 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset()) ->
             must_answer = True
         results[key] = r
     return results, total, must_answer
+
+
+def _serving_follower(svc, name: str, pinfo) -> Any:
+    """The hosted follower (or observer) of a partition led by another live broker, to serve a
+    consumer's fetch (KIP-392); None when this broker holds no replica of it, leads it (a leader
+    not ready yet answers NOT_LEADER_OR_FOLLOWER, as before), or has not followed that leader yet."""
+    if pinfo.leader < 0 or pinfo.leader == svc.node_id or svc.node_id not in pinfo.replicas:
+        return None
+    part = svc.replicas.partition(name, pinfo.partition)
+    if part is None or part.log is None or part.is_leader or part.info.leader != pinfo.leader:
+        return None
+    return part
 
 
 def _divergence(plog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
