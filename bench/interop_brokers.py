@@ -9,7 +9,8 @@ real three-member etcd, all on loopback.
         t.first                              # "127.0.0.1:P1" (a client that takes one address)
 
 ``first_node_id`` numbers the brokers from there (1 by default; kafka-python's tests assume a
-broker 0, the id of their own fixture's broker). ``extra`` adds broker settings.
+broker 0, the id of their own fixture's broker). ``advertise`` sets ``advertised.listeners``
+explicitly, as a properties file does (kafka-python's fixture writes it). ``extra`` adds settings.
 
 Both use the brokers of the cluster tests (tests/cluster_harness.py, tests/etcd_cluster.py):
 PLAINTEXT for the suites (principal ``User:ANONYMOUS``, a super user as in those tests), a SASL
@@ -60,10 +61,11 @@ class Target:
     """``kind`` "single" (one broker, embedded store) or "cluster" (3 brokers on a 3-member etcd)."""
 
     def __init__(self, kind: str, workdir: Path | None = None, extra: dict[str, str] | None = None,
-                 first_node_id: int = 1) -> None:
+                 first_node_id: int = 1, advertise: bool = False) -> None:
         assert kind in ("single", "cluster"), kind
         self.kind = kind
         self.first_node_id = first_node_id
+        self.advertise = advertise
         self._own = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"shoal-interop-{kind}-"))
         self.extra = extra or {}
@@ -85,27 +87,47 @@ class Target:
     def first(self) -> str:
         return self.brokers[0].bootstrap
 
+    def _advertised(self, b: TenantBroker) -> None:
+        if self.advertise:  # as in a properties file: a static config, not the listeners' default
+            b.overrides["advertised.listeners"] = f"PLAINTEXT://{b.bootstrap},SASL_PLAINTEXT://{b.sasl_bootstrap}"
+
     def start(self) -> "Target":
         if self.kind == "single":
             self.single = TenantBroker(self.workdir / "broker",
                                        {**SINGLE, "node.id": str(self.first_node_id), **self.extra})
+            self._advertised(self.single)
             self.single.start()
         else:
             self.etcd = EtcdCluster(self.workdir / "etcd")
             self.etcd.start()
             url, overrides = self.etcd.url("/interop"), {**CLUSTER, **self.extra}
             self.cluster = Cluster(self.workdir / "cluster", url, overrides=overrides)
-            if self.first_node_id != 1:  # the harness numbers its brokers 1..3
-                ids = range(self.first_node_id, self.first_node_id + 3)
-                self.cluster.brokers = {
-                    i: ClusterBroker(self.workdir / "cluster" / f"broker{i}", url, i, f"dc{k}", overrides)
-                    for k, i in enumerate(ids, 1)
-                }
+            # the harness numbers its brokers 1..3; racks are named as librdkafka's test clusters
+            # name them (0101_fetch_from_follower sets client.rack to "RACK<id of a follower>")
+            ids = range(self.first_node_id, self.first_node_id + 3)
+            self.cluster.brokers = {
+                i: ClusterBroker(self.workdir / "cluster" / f"broker{i}", url, i, f"RACK{i}", overrides) for i in ids
+            }
+            for b in self.cluster.brokers.values():
+                self._advertised(b)
             self.cluster.start()
         return self
 
     def logs(self) -> list[Path]:
         return [b.log_path for b in self.brokers]
+
+    def errors(self) -> list[str]:
+        """Distinct exceptions in the brokers' logs ("broker N: AttributeError: ..."), with counts:
+        a handler that raised answered UNKNOWN_SERVER_ERROR, which a suite may not notice."""
+        found: dict[str, int] = {}
+        for i, b in enumerate(self.brokers, 1):
+            lines = b.log_text().splitlines()
+            for k, line in enumerate(lines):
+                if line.startswith("Traceback (most recent call last)"):
+                    end = next((x for x in lines[k + 1:k + 200] if x and not x.startswith(" ")), "?")
+                    key = f"broker {b.node_id if hasattr(b, 'node_id') else i}: {end[:200]}"
+                    found[key] = found.get(key, 0) + 1
+        return [f"{k} (x{n})" for k, n in sorted(found.items())]
 
     def crashed(self) -> list[str]:
         """Brokers whose process is gone (a broker must never crash on a client's input)."""

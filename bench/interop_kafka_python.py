@@ -16,8 +16,10 @@ What it does (no network but PyPI):
    the cluster 3, so elections and reassignments have followers to work with). It also writes an
    empty ``test/__init__.py``, without which ``import test`` finds Python's own regression tests.
 2. Starts the target (bench/interop_brokers.py) with the settings kafka-python's own fixture gives
-   its broker (an ACL authorizer, ``allow.everyone.if.no.acl.found=true``; node ids from 0, as
-   ``test_create_partitions`` assigns partitions to broker 0), and runs ``python -m pytest FILES`` in the
+   its broker (an ACL authorizer, ``allow.everyone.if.no.acl.found=true``, ``advertised.listeners``
+   in its configuration, ``group.min.session.timeout.ms=1000`` for the 3 s sessions of
+   ``test_group``; node ids from 0, as ``test_create_partitions`` assigns partitions to broker 0),
+   and runs ``python -m pytest FILES`` in the
    unpacked sdist with ``KAFKA_VERSION`` (``--kafka-version``, the broker version the tests gate
    features on) and ``KAFKA_URI=PLAINTEXT://<first broker>``: kafka-python's own fixtures then
    take the running broker instead of starting Kafka. Their ``--timeout=300`` (pytest-timeout)
@@ -185,11 +187,15 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         replicas = args.replicas or (3 if kind == "cluster" else 1)
         t0 = time.monotonic()
-        target = Target(kind, first_node_id=0)  # the fixture's broker is node 0 (test_create_partitions)
+        # as kafka-python's fixture configures its broker (servers/resources/*/kafka.properties in
+        # kafka-python's repository; not in the sdist): node 0, advertised.listeners, short sessions
+        target = Target(kind, first_node_id=0, advertise=True, extra={"group.min.session.timeout.ms": "1000"})
         try:
             target.start()
             res = run_pytest(root, target, files, args.kafka_version, replicas, args.keyword, out, args.timeout)
             crashed = target.crashed()
+            for e in target.errors():
+                print(f"  BROKER EXCEPTION ({kind}): {e}", flush=True)
         finally:
             target.close(keep=out)
         all_results[kind] = res

@@ -12,13 +12,18 @@ What it does (no network but the npm registry and Debian's packages):
    2.15.1, the closest to the 2.16.0 that confluent-kafka uses here; Debian bookworm's source
    package is 2.0.2). ``npm pack`` fetches it into the cache directory (``~/.cache/shoal-interop``,
    ``--cache``); it is unpacked, configured (``--no-download --disable-gssapi --disable-curl``,
-   builtin LZ4, the system's OpenSSL, zlib and zstd: ``apt-get install libssl-dev zlib1g-dev
-   libzstd-dev``) and built with ``make -j2 libs`` and ``make -C tests build`` (a few minutes on
-   two cores; once).
+   builtin LZ4, the system's OpenSSL, zlib and zstd, and RapidJSON, without which four tests skip
+   themselves: ``apt-get install libssl-dev zlib1g-dev libzstd-dev rapidjson-dev``) and built
+   with ``make -j2 libs`` and ``make -C tests build`` (a few minutes on two cores; once;
+   ``--rebuild`` builds again, e.g. after installing RapidJSON).
 2. **Brokers.** bench/interop_brokers.py: ``single`` (one broker, embedded store, RF 1) or
    ``cluster`` (three brokers on etcd, ``default.replication.factor=3``,
    ``offsets.topic.replication.factor=3``, ``min.insync.replicas=2``), both with librdkafka's
-   default test scenario's 4 partitions and auto-created topics.
+   default test scenario's 4 partitions and auto-created topics. Several tests create their own
+   topics with replication factor 1: with ``min.insync.replicas=2`` their acks=all produce is
+   refused with NOT_ENOUGH_REPLICAS (as Kafka refuses it) and they time out;
+   ``--min-insync-replicas 1`` (Kafka's default, and librdkafka's own test clusters') runs them
+   on the cluster too, filed as ``cluster-misr1``.
 3. **Tests.** The test list is read from ``tests/test.c``; tests needing no broker (``TEST_F_LOCAL``:
    unit tests and librdkafka's mock cluster) and manual ones are left out (``-L``). Tests are run
    by number (``TESTS=0045`` runs every 0045 variant), each number in its own ``test-runner -Q -L``
@@ -115,8 +120,10 @@ SENSITIVE = {
     "0140": "commit metadata",
 }
 
+RF1_NOTE = "topic created with RF 1 < min.insync.replicas: acks=all is refused (NOT_ENOUGH_REPLICAS), as Kafka does"
 STOP = threading.Event()  # set on SIGINT/SIGTERM: no new test-runner starts
 RUNNING: set[subprocess.Popen] = set()  # the test-runners running now
+BROKER_ERRORS: dict[str, list[str]] = {}  # target -> exceptions in its brokers' logs
 ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 ROW = re.compile(r"^\|\s*(\S+)\s+\|\s+(\w+)\s+\|\s*([\d.]+)s\s*\|(.*)$")
 
@@ -124,11 +131,11 @@ ROW = re.compile(r"^\|\s*(\S+)\s+\|\s+(\w+)\s+\|\s*([\d.]+)s\s*\|(.*)$")
 # -- source and build -------------------------------------------------------------------------------
 
 
-def build(cache: Path) -> Path:
+def build(cache: Path, rebuild: bool = False) -> Path:
     """The built ``tests`` directory of librdkafka (fetched and built once)."""
     src = cache / "librdkafka-src"
     runner = src / "tests" / "test-runner"
-    if runner.exists():
+    if runner.exists() and not rebuild:
         return runner.parent
     cache.mkdir(parents=True, exist_ok=True)
     tgz = next(iter(sorted(cache.glob("confluentinc-kafka-javascript-*.tgz"))), None)
@@ -148,7 +155,10 @@ def build(cache: Path) -> Path:
     missing = [h for h in ("openssl/ssl.h", "zlib.h", "zstd.h") if not Path("/usr/include", h).exists()]
     if missing or not shutil.which("gcc") or not shutil.which("make"):
         raise SystemExit(f"missing build tools or headers {missing}: apt-get install gcc g++ make libssl-dev "
-                         "zlib1g-dev libzstd-dev")
+                         "zlib1g-dev libzstd-dev rapidjson-dev")
+    if not Path("/usr/include/rapidjson/document.h").exists():
+        print("warning: no rapidjson (apt-get install rapidjson-dev): tests 0053, 0098, 0101 and 0110 will "
+              "skip themselves", flush=True)
     log = cache / "build.log"  # not in src: mklove's configure loads every configure.* file in its cwd
     with open(log, "wb") as out:
         for cmd, cwd in ((["./configure", "--no-download", "--disable-gssapi", "--disable-curl"], src),
@@ -231,6 +241,7 @@ def run_group(tests_dir: Path, conf: Path, number: str, names: list[str], args: 
             RUNNING.discard(proc)
     output = log.read_text(errors="replace")
     rows = parse_summary(output)
+    rf1 = "replication_factor=1)" in output or "replication_factor=1," in output
     failed = failures(output)
     results: dict[str, dict[str, str]] = {}
     for name in names:
@@ -248,16 +259,25 @@ def run_group(tests_dir: Path, conf: Path, number: str, names: list[str], args: 
             r["reason"] = failed.get(name, "")
         if r["state"] == "FAILED" and "KAFKA_PATH" in r["reason"]:
             r["state"] = NO_KAFKA  # runs Kafka's own scripts (kafka-topics.sh ...), not a client test
+        if r["state"] in ("FAILED", "TIMEOUT") and rf1 and args.min_insync_replicas > 1 and args.kind == "cluster":
+            r["reason"] = f"[{RF1_NOTE}] {r['reason']}"
         r["log"] = str(log)
         results[name] = r
     return results
 
 
+def label_of(kind: str, args: argparse.Namespace) -> str:
+    """The results' name of a target: ``single``, ``cluster`` (min.insync.replicas=2), or
+    ``cluster-misrN`` for another ``--min-insync-replicas``."""
+    return kind if kind == "single" or args.min_insync_replicas == 2 else f"cluster-misr{args.min_insync_replicas}"
+
+
 def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: argparse.Namespace,
                rundir: Path) -> dict[str, dict[str, str]]:
-    logdir = rundir / kind
+    logdir = rundir / label_of(kind, args)
     logdir.mkdir(parents=True, exist_ok=True)
-    target = Target(kind)
+    extra = {"min.insync.replicas": str(args.min_insync_replicas)} if kind == "cluster" else {}
+    target = Target(kind, extra=extra)
     results: dict[str, dict[str, str]] = {}
     lock = threading.Lock()
     t0 = time.monotonic()
@@ -266,7 +286,7 @@ def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: a
         conf = logdir / "test.conf"
         conf.write_text(f"bootstrap.servers={target.bootstrap}\n"
                         f"test.timeout.multiplier={args.timeout_multiplier}\n")
-        print(f"\n== {kind}: {len(target.brokers)} broker(s) at {target.bootstrap}; {len(groups)} test numbers, "
+        print(f"\n== {label_of(kind, args)}: {len(target.brokers)} broker(s) at {target.bootstrap}; {len(groups)} test numbers, "
               f"{args.jobs} at a time", flush=True)
 
         def one(number: str) -> None:
@@ -290,7 +310,8 @@ def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: a
         finally:
             pool.shutdown(cancel_futures=True)
         for attempt in range(1, args.retries + 1):
-            again = sorted({n[:4] for n, r in results.items() if r["state"] in ("FAILED", "TIMEOUT")})
+            again = sorted({n[:4] for n, r in results.items()
+                            if r["state"] in ("FAILED", "TIMEOUT") and not r["reason"].startswith(f"[{RF1_NOTE}]")})
             if not again:
                 break
             print(f"  retrying alone: {', '.join(again)}", flush=True)
@@ -307,6 +328,10 @@ def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: a
                         continue
                     results[name] = r
                 print("  retry: " + ", ".join(f"{n} {r['state']}" for n, r in res.items()), flush=True)
+        errors = target.errors()
+        for e in errors:
+            print(f"  BROKER EXCEPTION: {e}", flush=True)
+        BROKER_ERRORS[label_of(kind, args)] = errors
         crashed = target.crashed()
         if crashed:
             print(f"  BROKER CRASHED: {crashed}", flush=True)
@@ -328,38 +353,63 @@ NOT_RUN = ("SKIPPED", "NOT_STARTED", NO_KAFKA)
 
 def report(data: dict) -> None:
     res = data["results"]
-    names = sorted({n for t in TARGETS for n in res.get(t, {})})
+    cols = [t for t in TARGETS if t in res] + sorted(t for t in res if t not in TARGETS)
+    heads = {"single": "1 broker", "cluster": "3 brokers"}
+    names = sorted({n for t in cols for n in res[t]})
     print(f"\nlibrdkafka {data.get('librdkafka', '?')} test suite against Shoal (TEST_KAFKA_VERSION="
           f"{data.get('kafka_version', '?')}, quick mode)")
-    print(f"{'test':<48} {'1 broker':<15} {'3 brokers':<15} reason (3 brokers, else 1)")
+    print(f"{'test':<48} " + " ".join(f"{heads.get(t, t):<16}" for t in cols) + " reason (last column not passed)")
     for n in names:
-        s = res.get("single", {}).get(n, {})
-        c = res.get("cluster", {}).get(n, {})
-        reason = c.get("reason") if c.get("state") not in PASS and c.get("reason") else s.get("reason", "")
-        if s.get("state") in PASS and c.get("state") in PASS:
-            reason = ""
+        states = [res[t].get(n, {}) for t in cols]
+        reason = next((r.get("reason", "") for r in reversed(states) if r and r.get("state") not in PASS), "")
         tag = "*" if n[:4] in SENSITIVE else " "
-        print(f"{tag}{n:<47} {s.get('state', '-'):<15} {c.get('state', '-'):<15} {reason or ''}")
+        print(f"{tag}{n:<47} " + " ".join(f"{r.get('state', '-'):<16}" for r in states) + f" {reason}")
     print("(* replication-sensitive)")
-    for t in TARGETS:
-        rs = res.get(t, {})
-        if not rs:
-            continue
+    for t in cols:
         count = {k: 0 for k in ("passed", "failed", "skipped")}
-        for r in rs.values():
+        for r in res[t].values():
             st = r["state"]
             count["passed" if st in PASS else "skipped" if st in NOT_RUN else "failed"] += 1
         ran = count["passed"] + count["failed"]
-        print(f"{t:<8}: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped or not runnable"
-              f" of {len(rs)}; {count['passed'] / ran:.0%} of those that ran" if ran else f"{t}: nothing ran")
-    s_, c_ = res.get("single", {}), res.get("cluster", {})
-    regress = [n for n in names if s_.get(n, {}).get("state") in PASS and c_.get(n, {}).get("state") not in PASS
-               and n in c_]
-    print(f"pass on 1 broker, not on 3: {', '.join(regress) or 'none'}")
-    sens = [n for n in names if n[:4] in SENSITIVE and s_.get(n, {}).get("state") in PASS]
-    ok = [n for n in sens if c_.get(n, {}).get("state") in PASS]
-    if c_:
-        print(f"replication-sensitive tests green on 1 broker: {len(sens)}; also green on 3: {len(ok)}")
+        print(f"{heads.get(t, t):<16}: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped "
+              f"or not runnable, of {len(res[t])}" + (f"; {count['passed'] / ran:.0%} of those that ran" if ran else ""))
+    single = res.get("single", {})
+    for t in cols[1:] if single else []:
+        other = res[t]
+        regress = [n for n in names if single.get(n, {}).get("state") in PASS and n in other
+                   and other[n]["state"] not in PASS]
+        sens = [n for n in names if n[:4] in SENSITIVE and single.get(n, {}).get("state") in PASS and n in other]
+        ok = [n for n in sens if other[n]["state"] in PASS]
+        print(f"{heads.get(t, t)}: pass on 1 broker, not here: {', '.join(regress) or 'none'}; "
+              f"replication-sensitive tests green on 1 broker: {len(sens)}, green here too: {len(ok)}")
+
+
+def markdown(data: dict) -> None:
+    """The per-test table as Markdown (docs/interop.md): tests that ran somewhere, one row each;
+    tests skipped or not runnable everywhere, one line with their reasons."""
+    res = data["results"]
+    cols = [t for t in TARGETS if t in res] + sorted(t for t in res if t not in TARGETS)
+    heads = {"single": "1 broker", "cluster": "3 brokers, min ISR 2", "cluster-misr1": "3 brokers, min ISR 1"}
+    names = sorted({n for t in cols for n in res[t]})
+    ran = [n for n in names if any(res[t].get(n, {}).get("state") not in NOT_RUN + ("-",) for t in cols)]
+    print("| test | " + " | ".join(heads.get(t, t) for t in cols) + " | why not passed |")
+    print("|---|" + "---|" * len(cols) + "---|")
+    for n in ran:
+        states = [res[t].get(n, {}) for t in cols]
+        reasons = []
+        for t, r in zip(cols, states):
+            if r and r.get("state") not in PASS and r.get("reason") and r["reason"] not in reasons:
+                reasons.append(r["reason"].replace("|", "/"))
+        tag = " (R)" if n[:4] in SENSITIVE else ""
+        print(f"| `{n}`{tag} | " + " | ".join(r.get("state", "-") for r in states) + f" | {'; '.join(reasons)} |")
+    rest: dict[str, list[str]] = {}
+    for n in names:
+        if n not in ran:
+            r = next(res[t][n] for t in cols if n in res[t])
+            rest.setdefault(f"{r['state']}: {r.get('reason', '')}".strip(": "), []).append(n)
+    print()
+    for why, ns in sorted(rest.items()):
+        print(f"- {why}: {', '.join(f'`{n}`' for n in ns)}")
 
 
 def main() -> int:
@@ -372,18 +422,22 @@ def main() -> int:
     ap.add_argument("--timeout-multiplier", type=float, default=2.0, help="test.timeout.multiplier")
     ap.add_argument("--retries", type=int, default=1, help="failed numbers are run again alone this often")
     ap.add_argument("--kafka-version", default="3.7.0", help="TEST_KAFKA_VERSION")
+    ap.add_argument("--min-insync-replicas", type=int, default=2,
+                    help="the cluster's min.insync.replicas (results under cluster-misrN unless 2)")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--results", type=Path, default=None, help="results JSON (default <cache>/librdkafka-results.json)")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
+    ap.add_argument("--markdown", action="store_true", help="with --report: the table in Markdown")
+    ap.add_argument("--rebuild", action="store_true", help="unpack, configure and build librdkafka again")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the brokers too
 
     results_path = args.results or args.cache / "librdkafka-results.json"
     data = json.loads(results_path.read_text()) if results_path.exists() else {"results": {}}
     if args.report:
-        report(data)
+        markdown(data) if args.markdown else report(data)
         return 0
-    tests_dir = build(args.cache)
+    tests_dir = build(args.cache, args.rebuild)
     groups = test_groups(tests_dir)
     if args.tests:
         groups = {k: v for k, v in groups.items() if k in set(args.tests.split(","))}
@@ -394,10 +448,14 @@ def main() -> int:
     print(f"librdkafka {data['librdkafka']} tests; {data['machine']}", flush=True)
     rundir = args.cache / "runs" / f"librdkafka-{time.strftime('%Y%m%d-%H%M%S')}"
     for kind in args.targets.split(","):
+        args.kind = kind
         res = run_target(kind, tests_dir, groups, args, rundir)
         if results_path.exists():  # another run (of the other target) may have written meanwhile
-            data["results"] = json.loads(results_path.read_text()).get("results", {})
-        data["results"].setdefault(kind, {}).update(res)
+            latest = json.loads(results_path.read_text())
+            data["results"] = latest.get("results", {})
+            data["broker_errors"] = latest.get("broker_errors", {})
+        data["results"].setdefault(label_of(kind, args), {}).update(res)
+        data.setdefault("broker_errors", {})[label_of(kind, args)] = BROKER_ERRORS.get(label_of(kind, args), [])
         results_path.write_text(json.dumps(data, indent=1))
     report(data)
     return 0
