@@ -14,7 +14,7 @@ Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has
   ``shoal.quota.autotune.headroom``, 1.1, so a rise is seen next interval) when the broker is not
   holding the tenant back;
 * the whole tenant quota when it is *held* there (its tenant bound throttled it during the last
-  interval, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
+  two intervals, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
   rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
   tenants bid for their full share);
 * never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
@@ -70,6 +70,7 @@ LOG_EVERY_S = 10.0
 # A broker's demand is its rate over the last couple of seconds (WindowedRate.measure_recent), not
 # the quota window's 11: a broker whose traffic moved away gives up its slice in seconds.
 RECENT_SPAN_MS = 2000
+HELD_INTERVALS = 2  # a tenant throttled by its slice within this many intervals is held
 
 Report = tuple[float, bool]  # (recent byte rate, held by its bound)
 
@@ -258,6 +259,7 @@ class DemandExchange:
         self.key_prefix = demand_key_prefix(backend.prefix) if backend is not None else b""
         self.last_ok_ms: int | None = None
         self.last_step_ms: int | None = None
+        self._steps_ms: list[int] = []  # times of the last HELD_INTERVALS steps
         self.falling_back = False
         self.steps = 0  # successful exchanges (tests, metrics)
         self._last_log = 0.0
@@ -309,7 +311,10 @@ class DemandExchange:
         split, min_fraction, headroom, interval_ms, stale_ms = self._settings()
         self.managers.set_split(split, min_fraction=min_fraction, headroom=headroom)
         now_ms = self.now_ms()
-        since = self.last_step_ms if self.last_step_ms is not None else now_ms - interval_ms
+        # held: throttled by its slice within the last two intervals (one alone flaps: a held
+        # producer is not throttled in every interval, and each flap moves the others' slices)
+        since = self._steps_ms[0] if self._steps_ms else now_ms - interval_ms
+        self._steps_ms = (self._steps_ms + [now_ms])[-HELD_INTERVALS:]
         self.last_step_ms = now_ms
         if split != "demand" or self.backend is None or not self.managers.has_tenant_byte_quotas():
             self.managers.set_demand(None)
