@@ -9,9 +9,10 @@ Phases:
              bench_brokers.py's throughput workload: a confluent-kafka producer sends N records
              of 1 KiB to a new one-partition topic flat out (acks=1, linger.ms=5). Medians of
              MB/s and of broker CPU µs per record, and each mode against ``off`` and ``on``.
-  inprocess  produce_path.py's harness (Produce requests fed to a connection, no sockets) on one
-             broker with ``broker.metrics`` set and unset, interleaved: broker CPU per request,
-             so the per-request hooks' cost is seen without the machine's noise.
+  inprocess  produce_path.py's harness (Produce requests of 1 and of 100 records of 1 KiB fed to a
+             connection, no sockets) on one broker with ``broker.metrics`` set and unset,
+             interleaved: broker CPU per request, the per-request hooks' cost without the
+             network and the client.
   micro      one request's hooks (begin, answered, sent) in plain ints against the same counts
              made with prometheus_client's labelled Counter and Histogram objects (lock per call).
 
@@ -129,32 +130,34 @@ def run_produce_phase(args) -> dict:
 
 
 async def in_process(args) -> dict:
-    """µs of broker CPU per Produce request (1 record of 1 KiB), broker.metrics unset / set."""
+    """µs of broker CPU per Produce request of 1 and of 100 records of 1 KiB, broker.metrics
+    unset / set, interleaved rounds."""
     from produce_path import produce_frame, time_requests
 
     from shoal.broker import Broker
     from shoal.config import BrokerConfig
+    from shoal.handlers.metadata import auto_create_topic
     from shoal.observability import BrokerMetrics
 
+    us: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as d:
         broker = Broker(BrokerConfig.load(None, {"log.dirs": d, "listeners": "PLAINTEXT://127.0.0.1:0"}))
         await broker.start()
         try:
-            from shoal.handlers.metadata import auto_create_topic
-
             await auto_create_topic(broker.services, "bench")
             while broker.replicas.partition("bench", 0) is None:
                 await asyncio.sleep(0.01)
-            frames = [produce_frame("bench", i, 1) for i in range(64)]
             metrics = BrokerMetrics(broker.clock)
-            us: dict[str, list[float]] = {"off": [], "on": []}
-            await time_requests(broker, frames, args.requests // 4)  # warm up
-            for _round in range(args.rounds * 2):
-                for mode in ("off", "on"):
-                    broker.metrics = metrics if mode == "on" else None
-                    t = time.process_time()
-                    await time_requests(broker, frames, args.requests)
-                    us[mode].append((time.process_time() - t) * 1e6 / args.requests)
+            for records in (1, 100):
+                frames = [produce_frame("bench", i, records) for i in range(64)]
+                n = args.requests if records == 1 else args.requests // 20
+                await time_requests(broker, frames, n // 4)  # warm up
+                for _round in range(args.rounds * 2):
+                    for mode in ("off", "on"):
+                        broker.metrics = metrics if mode == "on" else None
+                        t = time.process_time()
+                        await time_requests(broker, frames, n)
+                        us.setdefault(f"{mode} x{records}", []).append((time.process_time() - t) * 1e6 / n)
         finally:
             broker.metrics = None
             await broker.stop()
@@ -256,8 +259,10 @@ def main(argv=None) -> int:
                   f"{s['seconds'] / s['scrapes'] * 1000:.1f} ms each")
     if "inprocess" in results:
         med = results["inprocess"]["median"]
-        print(f"\nIn process, broker CPU per Produce request (1 x 1 KiB): off {med['off']:.1f} µs, on {med['on']:.1f} µs "
-              f"({_vs(med['on'], med['off'])}, {med['on'] - med['off']:+.1f} µs)")
+        for r in (1, 100):
+            off, on = med[f"off x{r}"], med[f"on x{r}"]
+            print(f"In process, broker CPU per Produce request of {r} x 1 KiB: off {off:.1f} µs, on {on:.1f} µs "
+                  f"({_vs(on, off)}, {on - off:+.1f} µs)")
     if "micro" in results:
         print("\nOne request's metric updates (ns, best of 5):")
         for name, ns in results["micro"].items():
