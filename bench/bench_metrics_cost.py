@@ -9,6 +9,8 @@ Phases:
              bench_brokers.py's throughput workload: a confluent-kafka producer sends N records
              of 1 KiB to a new one-partition topic flat out (acks=1, linger.ms=5). Medians of
              MB/s and of broker CPU µs per record, and each mode against ``off`` and ``on``.
+  scrape     broker CPU per scrape of a broker with 20 topics: 200 scrapes back to back, less its
+             idle CPU over as long.
   inprocess  produce_path.py's harness (Produce requests of 1 and of 100 records of 1 KiB fed to a
              connection, no sockets) on one broker with ``broker.metrics`` set and unset,
              interleaved: broker CPU per request, the per-request hooks' cost without the
@@ -16,7 +18,7 @@ Phases:
   micro      one request's hooks (begin, answered, sent) in plain ints against the same counts
              made with prometheus_client's labelled Counter and Histogram objects (lock per call).
 
-Run:  python bench/bench_metrics_cost.py [--phases produce,inprocess,micro] [--quick] [--json out.json]
+Run:  python bench/bench_metrics_cost.py [--phases produce,scrape,inprocess,micro] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -129,6 +131,47 @@ def run_produce_phase(args) -> dict:
     return {"samples": samples, "median": med, "paired": paired, "scrapes": scrape_stats}
 
 
+def run_scrape_phase(args) -> dict:
+    """Broker CPU per scrape: a broker with 20 topics that saw produce traffic is scraped
+    ``args.scrapes`` times back to back; its CPU time over that, minus its CPU over as long idle
+    (measured before and after), per scrape."""
+    from confluent_kafka import Producer
+
+    workdir = tempfile.mkdtemp(prefix="shoal-bench-metrics-")
+    port = free_port()
+    args.shoal_arg = list(args.shoal_arg) + ["--override", f"shoal.metrics.listener=http://127.0.0.1:{port}"]
+    url = f"http://127.0.0.1:{port}/metrics"
+    broker, _ = BrokerFactory("shoal", args, workdir).start()
+    try:
+        for i in range(20):
+            create_topic(broker.bootstrap, f"scrape-{i}", 1, 30)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        for i in range(20_000):
+            p.produce(f"scrape-{i % 20}", b"s" * 1024)
+            if i % 1000 == 0:
+                p.poll(0)
+        p.flush(60)
+        time.sleep(1)
+
+        def idle(seconds: float) -> float:
+            c0 = broker.cpu()
+            time.sleep(seconds)
+            return broker.cpu() - c0
+
+        size = len(urllib.request.urlopen(url, timeout=10).read())
+        c0, t0 = broker.cpu(), time.perf_counter()
+        for _ in range(args.scrapes):
+            urllib.request.urlopen(url, timeout=10).read()
+        busy, wall = broker.cpu() - c0, time.perf_counter() - t0
+        baseline = (idle(wall) + idle(wall)) / 2
+    finally:
+        broker.stop()
+        stop_and_clean(workdir, args.keep_logs)
+    per = (busy - baseline) / args.scrapes
+    return {"scrapes": args.scrapes, "bytes": size, "wall_s": wall, "cpu_s": busy, "idle_cpu_s": baseline,
+            "cpu_ms_per_scrape": per * 1000}
+
+
 async def in_process(args) -> dict:
     """µs of broker CPU per Produce request of 1 and of 100 records of 1 KiB, broker.metrics
     unset / set, interleaved rounds."""
@@ -209,7 +252,9 @@ def micro(n: int) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--phases", default="produce,inprocess,micro", help="comma list of: produce, inprocess, micro")
+    ap.add_argument("--phases", default="produce,scrape,inprocess,micro",
+                    help="comma list of: produce, scrape, inprocess, micro")
+    ap.add_argument("--scrapes", type=int, default=200, help="scrape: scrapes back to back")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, fewer records")
     ap.add_argument("--rounds", type=int, default=None, help="produce: rounds of off/on/scraped (default 5)")
     ap.add_argument("--messages", type=int, default=None, help="produce: records per run (default 300000)")
@@ -237,6 +282,8 @@ def main(argv=None) -> int:
     if "produce" in args.phase_list:
         print(f"produce: {args.rounds} rounds of off/on/scraped, {args.messages} x 1 KiB each", flush=True)
         results["produce"] = run_produce_phase(args)
+    if "scrape" in args.phase_list:
+        results["scrape"] = run_scrape_phase(args)
     if "inprocess" in args.phase_list:
         results["inprocess"] = asyncio.run(in_process(args))
     if "micro" in args.phase_list:
@@ -257,6 +304,10 @@ def main(argv=None) -> int:
         if s["scrapes"]:
             print(f"scrapes: {s['scrapes']} ({s['errors']} failed), {s['bytes'] / s['scrapes'] / 1024:.0f} KiB and "
                   f"{s['seconds'] / s['scrapes'] * 1000:.1f} ms each")
+    if "scrape" in results:
+        r = results["scrape"]
+        print(f"\nScrape: {r['bytes'] / 1024:.0f} KiB of text, {r['cpu_ms_per_scrape']:.2f} ms of broker CPU each "
+              f"({r['scrapes']} back to back in {r['wall_s']:.1f} s: {r['cpu_s']:.2f} s CPU, idle {r['idle_cpu_s']:.2f} s)")
     if "inprocess" in results:
         med = results["inprocess"]["median"]
         for r in (1, 100):
