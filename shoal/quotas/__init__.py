@@ -4,6 +4,8 @@
 * :mod:`.throttle` — ``QuotaUtils`` throttle time; byte-rate and request (KIP-124) sensors.
 * :mod:`.precedence` — which quota applies: Kafka's eight levels, metric tags, the tenant level.
 * :mod:`.fairshare` — auto-tuned tenant quotas, tenant-wide slices, broker-wide request quota.
+* :mod:`.demand` — tenant-wide slices split by demand (pure), and the brokers' exchange of demand
+  through etcd (``DemandExchange``: the one part of this package that does I/O, run by the broker).
 * :mod:`.token_bucket` — KIP-599 controller mutation quota.
 
 Nothing here reads the time or does I/O; broker wiring, metrics and muting live elsewhere.
