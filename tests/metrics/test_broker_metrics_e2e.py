@@ -196,6 +196,9 @@ def plain_login(address: str, user: str, password: str) -> int:
 def test_authentications_and_connections_are_counted(mcluster):
     a = mcluster.a
     auth = {"listener": "SASL_PLAINTEXT", "mechanism": "PLAIN"}
+    scram_client = AdminClient(a.conf())  # librdkafka's SCRAM login: two SaslAuthenticate rounds
+    assert scram_client.list_topics(timeout=TIMEOUT).topics is not None
+    del scram_client  # (destroyed: it opens no connection in the counted window)
     before = now_scrape(mcluster)
     assert plain_login(mcluster.broker.sasl_bootstrap, a.user, "wrong-password") != 0
     assert plain_login(mcluster.broker.sasl_bootstrap, a.user, a.users[a.user]) == 0
@@ -217,6 +220,10 @@ def test_authentications_and_connections_are_counted(mcluster):
         - before.value("shoal_connections_created_total", listener="SASL_PLAINTEXT") == 2
     assert after.value("shoal_connections", listener="PLAINTEXT") >= 3
     assert after.get("shoal_connections", listener="SASL_PLAINTEXT") is not None
+    # the SCRAM login (and any of the tests before): successes only
+    scram = {"listener": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-512"}
+    assert after.value("shoal_authentications_total", **scram, result="success") >= 1
+    assert after.get("shoal_authentications_total", **scram, result="failure") is None
 
 
 def test_process_and_event_loop(mcluster):
