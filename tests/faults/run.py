@@ -19,13 +19,29 @@ from faults.workload import Workload
 from shoal.client import AdminClient
 
 
-def create_topic(cluster, name: str, rf: int, partitions: int) -> None:
-    """CreateTopics through broker 1's direct port; until every partition has a leader."""
-    async def go() -> None:
-        async with AdminClient(cluster.live[0].bootstrap, timeout=30) as c:
+def create_topic(cluster, name: str, rf: int, partitions: int, attempts: int = 3) -> None:
+    """CreateTopics through a live broker's direct port (a request that times out is sent again,
+    to the next broker: it may have committed, so TOPIC_ALREADY_EXISTS then counts as done);
+    until every partition has a leader."""
+    from shoal.client import KafkaError
+
+    async def go(bootstrap: str) -> None:
+        async with AdminClient(bootstrap, timeout=30) as c:
             await c.create_topics([{"name": name, "num_partitions": partitions, "replication_factor": rf}])
 
-    asyncio.run(go())
+    for attempt in range(attempts):
+        live = cluster.live
+        t0 = time.monotonic()
+        try:
+            asyncio.run(go(live[attempt % len(live)].bootstrap))
+            break
+        except KafkaError as e:
+            if e.code_name == "TOPIC_ALREADY_EXISTS" and attempt > 0:
+                break
+            if e.code_name != "REQUEST_TIMED_OUT" or attempt == attempts - 1:
+                raise
+            print(f"CreateTopics {name}: {e} after {time.monotonic() - t0:.1f} s; again (attempt {attempt + 2})",
+                  flush=True)
     deadline = time.monotonic() + 30
     while any(cluster.leader_of(name, p) < 0 for p in range(partitions)):
         if time.monotonic() > deadline:
