@@ -93,7 +93,9 @@ async def run(n: int, profile: bool) -> None:
         cfg = BrokerConfig.load(None, {"log.dirs": d, "listeners": "PLAINTEXT://127.0.0.1:0"})
         broker = Broker(cfg)
         await broker.start()
-        await broker.auto_create_topic("bench")
+        from shoal.handlers.metadata import auto_create_topic
+
+        await auto_create_topic(broker.services, "bench")
         frames = [produce_frame("bench", i) for i in range(64)]
         prof = cProfile.Profile() if profile else None
         if prof:
