@@ -134,6 +134,12 @@ class BrokerCollector:
             out.counter(name, doc, ("tenant", "topic"), [(labels, counters[index]) for labels, counters in rows])
         out.counter("shoal_replication_bytes_out", "record bytes answered to followers' fetches", (),
                     [((), m.replication_bytes_out)])
+        out.counter("shoal_consumer_bytes_out_by_rack",
+                    "record bytes answered to consumers, by the client's rack (client.rack; empty: none sent) and "
+                    "by whether this broker served them as the leader or as a follower (KIP-392)",
+                    ("client_rack", "served_as"),
+                    [((rack, "leader" if leader else "follower"), n)
+                     for (rack, leader), n in sorted(m.rack_bytes_out.items())])
 
     def _connections(self, out: TextExposition, m: BrokerMetrics) -> None:
         open_: dict[str, int] = {l.name: 0 for l in getattr(self.broker, "listeners", ())}

@@ -196,6 +196,7 @@ class BrokerMetrics:
         self.throttled: dict[tuple[str, str], int] = {}  # (api, tenant) -> responses with a throttle
         self.topics: dict[str, list[int]] = {}  # physical topic -> TOPIC_FIELDS counters
         self.replication_bytes_out = 0  # record bytes answered to followers' fetches
+        self.rack_bytes_out: dict[tuple[str, bool], int] = {}  # (client rack, from the leader) -> consumer bytes
         self.connections_created: dict[str, int] = {}  # listener -> connections accepted
         self.authentications: dict[tuple[str, str, str], int] = {}  # (listener, mechanism, result)
         self._has_error: dict[type, bool] = {}  # response type -> has a top-level error_code
@@ -249,7 +250,7 @@ class BrokerMetrics:
             self._produce(ctx, request, response, errors)  # (response None: acks=0, errors unknown)
         elif response is not None:
             if key == FETCH:
-                self._fetch(ctx, response, errors, rec[R_KEY][0] == "FetchFollower")
+                self._fetch(ctx, response, errors, rec[R_KEY][0] == "FetchFollower", request)
             cls = type(response)
             has = self._has_error.get(cls)
             if has is None:
@@ -350,10 +351,13 @@ class BrokerMetrics:
                     else:
                         t[MESSAGES_IN] += record_count(records)
 
-    def _fetch(self, ctx: "RequestContext", response: Any, errors: dict[str, int], follower: bool) -> None:
+    def _fetch(self, ctx: "RequestContext", response: Any, errors: dict[str, int], follower: bool,
+               request: Any = None) -> None:
         image = ctx.services.metadata.image
         topics = image.topics
         scope = ctx.scope
+        served = [0, 0]  # consumer bytes served as follower, as leader (KIP-392: by the client's rack)
+        node = ctx.services.node_id
         for tr in response.responses:
             name = getattr(tr, "topic", None)
             if name:
@@ -378,6 +382,16 @@ class BrokerMetrics:
                     if code not in _NOT_A_TOPIC:
                         t[FAILED_FETCH] += 1
                 t[BYTES_OUT] += size
+                if size:
+                    info = topics[physical].partitions
+                    as_leader = pd.partition_index < len(info) and info[pd.partition_index].leader == node
+                    served[as_leader] += size
+        if served[0] or served[1]:
+            rack = (getattr(request, "rack_id", None) or "") if request is not None else ""
+            for as_leader in (False, True):
+                if served[as_leader]:
+                    key = (rack, as_leader)
+                    self.rack_bytes_out[key] = self.rack_bytes_out.get(key, 0) + served[as_leader]
 
     def forget_topics(self, keep: Any) -> None:
         """Drop the counters of topics no longer in ``keep`` (deleted: their series go, as

@@ -66,11 +66,16 @@ def fetch(cluster: Cluster, node: int, topic: str, rack: str, offset: int = 0):
         return c.call(FETCH, 12, top).responses[0].partitions[0]
 
 
-def bytes_out(cluster: Cluster, node: int, topic: str) -> float:
+def metric(cluster: Cluster, node: int, name: str, *labels: str) -> float:
+    """The sum of ``name``'s samples on broker ``node`` whose labels hold every ``labels`` text."""
     url = cluster[node].overrides["shoal.metrics.listener"] + "/metrics"
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("shoal_topic_bytes_out_total{") and f'topic="{topic}"' in line)
+               if line.startswith(name + "{") and all(lb in line for lb in labels))
+
+
+def bytes_out(cluster: Cluster, node: int, topic: str) -> float:
+    return metric(cluster, node, "shoal_topic_bytes_out_total", f'topic="{topic}"')
 
 
 def test_the_leader_points_a_consumer_to_its_racks_replica(cluster):
@@ -102,6 +107,10 @@ def test_a_consumer_with_client_rack_reads_from_its_rack(cluster):
     assert got == [b"r%03d" % i for i in range(200)]  # every record once, in order
     assert bytes_out(cluster, 3, topic) > 0  # served by dc3's follower
     assert bytes_out(cluster, 1, topic) < bytes_out(cluster, 3, topic)
+    # and counted by client rack: dc3's consumer bytes came from a follower in dc3
+    by_rack = "shoal_consumer_bytes_out_by_rack_total"
+    assert metric(cluster, 3, by_rack, 'client_rack="dc3"', 'served_as="follower"') >= bytes_out(cluster, 3, topic)
+    assert metric(cluster, 1, by_rack, 'client_rack="dc3"', 'served_as="leader"') == bytes_out(cluster, 1, topic)
 
 
 def test_the_consumer_falls_back_to_the_leader_when_its_replica_dies(cluster):
