@@ -339,7 +339,7 @@ def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: a
                 r.setdefault("note", f"broker(s) {crashed} died during the run")
     finally:
         target.close(keep=logdir)
-    print(f"== {kind}: done in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"== {label_of(kind, args)}: done in {time.monotonic() - t0:.0f} s", flush=True)
     return results
 
 
