@@ -154,22 +154,30 @@ def _replace(df: Any, path: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def tables(raw: Any, card: RateCard) -> dict[str, Any]:
-    """hourly_usage, billing and broker_usage from the raw records (a batch DataFrame)."""
+def tables(raw: Any, card: RateCard, cached: list[Any] | None = None) -> dict[str, Any]:
+    """hourly_usage, billing, broker_usage and tenant_usage from the raw records (a batch
+    DataFrame). The de-duplicated records and the hourly table are persisted (all four read the
+    first, billing the second); they are appended to ``cached`` for the caller to unpersist."""
     from pyspark.sql import functions as F
 
     raw = raw.dropDuplicates(IDENTITY)
     dur = (F.col("window_end") - F.col("window_start")).cast("double")
     raw = (raw.withColumn("partition_hours", F.col("partitions_led") * dur / HOUR_MS)
-              .withColumn("gb_months_stored", F.col("storage_bytes") * dur / (GB * MONTH_MS)))
+              .withColumn("gb_months_stored", F.col("storage_bytes") * dur / (GB * MONTH_MS))
+              .persist())
     sums = [F.sum(c).cast("long").alias(c) for c in COUNTERS]
+    if cached is not None:
+        cached.append(raw)
     hourly = (raw.groupBy("tenant", F.window("event_time", "1 hour").alias("hour"))
               .agg(*sums, F.sum("partition_hours").alias("partition_hours"),
                    F.sum("gb_months_stored").alias("gb_months_stored"),
                    F.max("connections").alias("peak_connections"),
                    F.count(F.lit(1)).alias("records"))
               .select("tenant", F.col("hour.start").alias("hour_start"), F.col("hour.end").alias("hour_end"),
-                      *COUNTERS, "partition_hours", "gb_months_stored", "peak_connections", "records"))
+                      *COUNTERS, "partition_hours", "gb_months_stored", "peak_connections", "records")
+              .persist())
+    if cached is not None:
+        cached.append(hourly)
     billing = (hourly.where(F.col("tenant") != "")
                .groupBy("tenant", F.date_format("hour_start", "yyyy-MM").alias("month"))
                .agg((F.sum("bytes_in") / GB).alias("gb_in"), (F.sum("bytes_out") / GB).alias("gb_out"),
@@ -220,8 +228,13 @@ class Pipeline:
         if not (out / "usage_raw").exists():
             return
         raw = self.spark.read.parquet(str(out / "usage_raw"))
-        for name, df in tables(raw, self.opts.rate_card).items():
-            _replace(df, out / name)
+        cached: list[Any] = []
+        try:
+            for name, df in tables(raw, self.opts.rate_card, cached).items():
+                _replace(df, out / name)
+        finally:
+            for df in cached:
+                df.unpersist()
 
     def start(self) -> Any:
         opts = self.opts
