@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from broker_process import free_port  # noqa: E402
@@ -24,6 +25,7 @@ from tenancy_fixtures import Tenant, TenantCluster, metric, metrics, tenant_clus
 
 from shoal.metering.pipeline import PipelineOptions, RateCard, run  # noqa: E402
 from shoal.metering.publisher import STATE_FILE  # noqa: E402
+from shoal.metering.record import USAGE_TOPIC  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
 COUNTED = ("bytes_in", "messages_in", "bytes_out")
@@ -135,6 +137,10 @@ def test_pipeline_totals_equal_the_brokers_counters(spark, metered: TenantCluste
         assert ra["cost_in"] == pytest.approx(2.0 * ra["gb_in"])
         assert ra["partition_hours"] > 0 and ra["cost_partitions"] == pytest.approx(0.5 * ra["partition_hours"])
         assert ra["total"] == pytest.approx(ra["cost_in"] + ra["cost_out"] + ra["cost_partitions"] + ra["cost_storage"])
+        # tenants do not see the usage topic: not listed, and its name is theirs (prefixed), not the broker's
+        for t in (a, b):
+            listed = AdminClient(t.conf()).list_topics(timeout=10).topics
+            assert USAGE_TOPIC not in listed and not any("usage" in name for name in listed)
         brokers = pq.read_table(out / "broker_usage").to_pylist()
         assert {r["broker"] for r in brokers} == {1}
         assert sum(r["messages_in"] for r in brokers) >= 477  # every tenant's, plus the physical view's
