@@ -225,7 +225,7 @@ def run_group(tests_dir: Path, conf: Path, number: str, names: list[str], args: 
     env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": args.kafka_version, "RDKAFKA_TEST_CONF": str(conf),
            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}"
                               + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")}
-    cmd = ["./test-runner", "-Q", "-L", "-p1"]
+    cmd = ["./test-runner", "-Q", "-L", "-p1", "-s", args.scenario]
     log = logdir / f"{number}{'' if attempt == 0 else f'.retry{attempt}'}.log"
     t0 = time.monotonic()
     with open(log, "wb") as out:
@@ -271,7 +271,8 @@ def run_group(tests_dir: Path, conf: Path, number: str, names: list[str], args: 
 def label_of(kind: str, args: argparse.Namespace) -> str:
     """The results' name of a target: ``single``, ``cluster`` (min.insync.replicas=2), or
     ``cluster-misrN`` for another ``--min-insync-replicas``."""
-    return kind if kind == "single" or args.min_insync_replicas == 2 else f"cluster-misr{args.min_insync_replicas}"
+    label = kind if kind == "single" or args.min_insync_replicas == 2 else f"cluster-misr{args.min_insync_replicas}"
+    return label if args.scenario == "default" else f"{label}-{args.scenario}"
 
 
 def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: argparse.Namespace,
@@ -282,6 +283,8 @@ def run_target(kind: str, tests_dir: Path, groups: dict[str, list[str]], args: a
     # tests' brokers set 0): 0118_commit_rebalance counts on both its consumers joining the first
     # generation, and on a loaded machine the second one can come later than 0.5 s.
     extra = {"group.initial.rebalance.delay.ms": "3000"}
+    if args.scenario == "noautocreate":  # librdkafka's tests/scenarios/noautocreate.json
+        extra["auto.create.topics.enable"] = "false"
     if kind == "cluster":
         extra["min.insync.replicas"] = str(args.min_insync_replicas)
     target = Target(kind, extra=extra)
@@ -429,6 +432,9 @@ def main() -> int:
     ap.add_argument("--timeout-multiplier", type=float, default=2.0, help="test.timeout.multiplier")
     ap.add_argument("--retries", type=int, default=1, help="failed numbers are run again alone this often")
     ap.add_argument("--kafka-version", default="3.7.0", help="TEST_KAFKA_VERSION")
+    ap.add_argument("--scenario", default="default", choices=("default", "noautocreate"),
+                    help="librdkafka's test scenario; noautocreate: brokers without topic auto-creation "
+                         "(tests 0045, 0107, 0111 have variants for it); results under <target>-noautocreate")
     ap.add_argument("--min-insync-replicas", type=int, default=2,
                     help="the cluster's min.insync.replicas (results under cluster-misrN unless 2)")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
