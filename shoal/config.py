@@ -424,7 +424,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("log.dir", "string", "./data", "The directory for the log data (see log.dirs)."),
         _d("num.partitions", "int", 1, "Default number of partitions per topic.", at_least(1)),
         _d("default.replication.factor", "int", 1, "Default replication factor of created topics."),
-        _d("replica.placement", "string", None,
+        _d("replica.placement", "string", "",
            "Default replica.placement of created topics (placement-constraints JSON: replicas and observers per "
            "rack; also accepted as confluent.placement.constraints). Unset: rack-aware placement of "
            "default.replication.factor replicas.", _placement, True),

@@ -765,7 +765,7 @@ def _alter_decision(
                 raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
             inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
             new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
-            if new.get("replica.placement") != found.configs.get("replica.placement"):
+            if (new.get("replica.placement") or None) != (found.configs.get("replica.placement") or None):
                 raise AdminError("INVALID_CONFIG", "replica.placement is set when a topic is created: changing it "
                                  "would move the topic's replicas, which Shoal does not do yet (the operator can "
                                  "move them with shoal cluster reassign)")

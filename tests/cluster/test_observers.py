@@ -153,3 +153,20 @@ def test_changing_the_placement_later_is_refused(cluster):
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
     a.incremental_alter_configs([res])[res].result(20)  # other configs still change
+
+
+def test_a_plain_topic_describes_an_empty_placement_that_can_be_written_back(cluster):
+    """librdkafka's 0092 reads a topic's configs and writes them back: no config may be null."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    b = cluster.bootstrap()
+    topic = f"plain-{uuid.uuid4().hex[:6]}"
+    create(b, topic, rf=3)
+    a = admin(b)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(15)
+    assert configs["replica.placement"].value == ""
+    assert all(e.value is not None for e in configs.values()), [n for n, e in configs.items() if e.value is None]
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("replica.placement", "", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res])[res].result(20)
