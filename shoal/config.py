@@ -649,6 +649,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("sasl.enabled.mechanisms", "list", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
            "SASL mechanisms the SASL listeners accept (Kafka's default, GSSAPI, is not supported).",
            list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        # Kafka's Kerberos (GSSAPI) settings, dynamic per listener there: accepted and stored so
+        # admin tools that set them (librdkafka's 0081) succeed, with no effect (no GSSAPI here)
+        _d("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit", "Accepted for compatibility (GSSAPI is not supported).",
+           None, True),
+        _d("sasl.kerberos.min.time.before.relogin", "long", 60000,
+           "Accepted for compatibility (GSSAPI is not supported).", at_least(0), True),
+        _d("sasl.kerberos.principal.to.local.rules", "list", ("DEFAULT",),
+           "Accepted for compatibility (GSSAPI is not supported).", None, True),
+        _d("sasl.kerberos.service.name", "string", None, "Accepted for compatibility (GSSAPI is not supported).",
+           None, True),
+        _d("sasl.kerberos.ticket.renew.jitter", "double", 0.05, "Accepted for compatibility (GSSAPI is not supported).",
+           None, True),
+        _d("sasl.kerberos.ticket.renew.window.factor", "double", 0.8,
+           "Accepted for compatibility (GSSAPI is not supported).", None, True),
         _d("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
            "SASL mechanism brokers log in with on a SASL inter.broker.listener.name (Kafka's default, GSSAPI, "
            "is not supported).", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),

@@ -360,3 +360,14 @@ class TestLogConfig:
         assert lc.flush_messages == 2**63 - 1
         assert lc.flush_ms == 2**63 - 1
         assert lc.cleanup_policy in (("delete",), "delete")
+
+
+def test_kerberos_settings_are_accepted_dynamically_for_compatibility():
+    """librdkafka's 0081_admin alters sasl.kerberos.min.time.before.relogin on a broker and
+    expects success, as Kafka gives (dynamic per listener there); Shoal stores it, no effect."""
+    from shoal.config import ConfigError, validate_dynamic_broker_configs
+
+    validate_dynamic_broker_configs({"sasl.kerberos.min.time.before.relogin": "58000",
+                                     "sasl.kerberos.service.name": "kafka"})
+    with pytest.raises(ConfigError, match="Invalid value"):
+        validate_dynamic_broker_configs({"sasl.kerberos.min.time.before.relogin": "soon"})
