@@ -278,16 +278,22 @@ def main() -> None:
     ap.add_argument("--session-ms", type=int, default=None, help="broker.session.timeout.ms (default: the broker's)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency at a rate (1.), RF=3 then RF=1")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' and etcd's directories (logs) after the run")
+    ap.add_argument("--override", action="append", default=[], metavar="K=V",
+                    help="a broker config for every broker of the run (repeatable), e.g. shoal.metering.enable=false")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
     etcd = EtcdCluster(work / "etcd")
     etcd.start()
+    extra = dict(o.split("=", 1) for o in args.override)
     overrides = {} if args.session_ms is None else {"broker.session.timeout.ms": str(args.session_ms)}
-    c = Cluster(work / "cluster", etcd.url("/bench"), overrides=overrides)
+    c = Cluster(work / "cluster", etcd.url("/bench"), overrides={**overrides, **extra})
     if args.session_ms is None:  # the harness shortens it for tests; the benchmark uses the default
         for b in c.brokers.values():
             b.overrides.pop("broker.session.timeout.ms", None)
     single = BrokerProcess(work / "single")
+    if extra:
+        plain_args = single.serve_args
+        single.serve_args = lambda: plain_args() + [a for k, v in extra.items() for a in ("--override", f"{k}={v}")]
     try:
         c.start()
         single.start()
