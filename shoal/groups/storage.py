@@ -46,18 +46,21 @@ class CoordinatorLog(Protocol):
 
 class BrokerCoordinatorLog:
     """Appends to the leader's partition of ``__consumer_offsets`` (through the replica manager)
-    and waits for its high watermark."""
+    and waits for its high watermark. ``topic``: another coordinator's internal topic
+    (``__transaction_state`` for ``shoal.txn``)."""
 
-    def __init__(self, replicas: "ReplicaManager", image: "Callable[[], MetadataImage]", clock: "Clock") -> None:
+    def __init__(self, replicas: "ReplicaManager", image: "Callable[[], MetadataImage]", clock: "Clock",
+                 topic: str = OFFSETS_TOPIC) -> None:
         self._replicas = replicas
         self._image = image
         self._clock = clock
+        self.topic = topic
 
     def _leader(self, partition: int) -> "tuple[Partition | None, ErrorCode]":
-        topic = self._image().topic(OFFSETS_TOPIC)
+        topic = self._image().topic(self.topic)
         if topic is None or not 0 <= partition < len(topic.partitions):
             return None, ErrorCode.unknown_topic_or_partition
-        part = self._replicas.leader(OFFSETS_TOPIC, topic.partitions[partition])
+        part = self._replicas.leader(self.topic, topic.partitions[partition])
         if part is None:
             return None, ErrorCode.not_leader_or_follower
         return part, ErrorCode.none
@@ -70,10 +73,10 @@ class BrokerCoordinatorLog:
         try:
             info = part.append_as_leader(batch, now_ms, client=False)
         except InvalidRecords as e:
-            log.warning("cannot append %d records to %s-%d: %s", len(records), OFFSETS_TOPIC, partition, e)
+            log.warning("cannot append %d records to %s-%d: %s", len(records), self.topic, partition, e)
             return error_code(e.code)
         except OSError as e:
-            log.error("cannot append to %s-%d: %s", OFFSETS_TOPIC, partition, e)
+            log.error("cannot append to %s-%d: %s", self.topic, partition, e)
             return ErrorCode.kafka_storage_error
         return info.last_offset + 1
 
@@ -87,11 +90,11 @@ class BrokerCoordinatorLog:
             await asyncio.to_thread(plog.maybe_flush, now_ms)
         if part.high_watermark >= offset:
             return ErrorCode.none
-        failed = await self._replicas.wait_committed([(OFFSETS_TOPIC, partition, offset, 1)], timeout_s)
-        return failed.get((OFFSETS_TOPIC, partition), ErrorCode.none)
+        failed = await self._replicas.wait_committed([(self.topic, partition, offset, 1)], timeout_s)
+        return failed.get((self.topic, partition), ErrorCode.none)
 
     def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        part = self._replicas.partition(OFFSETS_TOPIC, partition)
+        part = self._replicas.partition(self.topic, partition)
         if part is None:
             return
         plog = part.log
