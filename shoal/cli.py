@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     __import__("shoal.cli_cluster").cli_cluster.add_parser(sub)  # shoal cluster describe
     __import__("shoal.cli_configs").cli_configs.add_parser(sub)  # shoal configs describe|alter --broker N
     __import__("shoal.cli_groups").cli_groups.add_parser(sub)  # shoal groups list|describe|delete|reset-offsets|...
+    __import__("shoal.cli_transactions").cli_transactions.add_parser(sub)  # shoal transactions list|describe|abort|...
     __import__("shoal.cli_metering").cli_metering.add_parser(sub)  # shoal metering run
     __import__("shoal.cli_capacity").cli_capacity.add_parser(sub)  # shoal capacity report
     try:

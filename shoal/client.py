@@ -49,6 +49,9 @@ __all__ = [
     "RESOURCE_BROKER",
     "AclBinding",
     "AclFilter",
+    "TransactionListing",
+    "TransactionDescription",
+    "ProducerState",
 ]
 
 # Api keys used here.
@@ -61,6 +64,9 @@ DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
 DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCRIBE = 42, 47, 69
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
+WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
+# FindCoordinator key types.
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
 # DescribeClientQuotas match types: a name, the <default> entity, any entity of the type.
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
@@ -291,6 +297,42 @@ class GroupDescription:
     coordinator: tuple[int, str, int]  # node id, host, port
     members: tuple[GroupMember, ...]
     group_epoch: int = -1  # KIP-848 only
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id as ListTransactions tells it, with the broker that coordinates it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str  # Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, ...
+    coordinator_id: int
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """DescribeTransactions' answer for one transactional id (from its coordinator)."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int | None  # None: no transaction running (Kafka's -1)
+    partitions: tuple[tuple[str, int], ...]  # (topic, partition), sorted
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """One active producer of a partition (DescribeProducers); -1 fields are Kafka's "none"."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction
 
 
 def consumer_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
@@ -1217,11 +1259,12 @@ class AdminClient:
     # Sent to the group's coordinator (FindCoordinator), as Kafka's admin client does. OffsetFetch
     # and OffsetCommit stay at v9, the last versions that name topics (v10 names them by id).
 
-    async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
-        """(node id, host, port) of ``group_id``'s coordinator; later requests reach it."""
+    async def find_coordinator(self, group_id: str, key_type: int = COORDINATOR_GROUP) -> tuple[int, str, int]:
+        """(node id, host, port) of ``group_id``'s coordinator (a transactional id's with
+        ``key_type=COORDINATOR_TRANSACTION``); later requests reach it."""
         v = self.version_for(FIND_COORDINATOR)
         resp = await self.request(
-            FIND_COORDINATOR, {"key": group_id, "key_type": 0, "coordinator_keys": [group_id]}
+            FIND_COORDINATOR, {"key": group_id, "key_type": key_type, "coordinator_keys": [group_id]}
         )
         row = resp.coordinators[0] if v >= 4 else resp
         err = _check(row.error_code, getattr(row, "error_message", None), group_id)
@@ -1422,6 +1465,142 @@ class AdminClient:
             raise err
         return {(r.topic, int(p.partition_id)): _check(p.error_code, p.error_message, f"{r.topic}-{p.partition_id}")
                 for r in resp.replica_election_results for p in r.partition_result}
+
+
+    # -- transactions (kafka-transactions.sh's admin calls) ------------------------------------
+
+    async def list_transactions(
+        self, states: Iterable[str] = (), producer_ids: Iterable[int] = (), duration_ms: int = -1
+    ) -> list[TransactionListing]:
+        """ListTransactions on every broker (each lists the transactional ids it coordinates),
+        filtered by state names, producer ids and (v1+) a minimum running time; sorted by id."""
+        md = await self.metadata(topics=[])
+        out: list[TransactionListing] = []
+        for node in sorted(md.brokers) or [None]:
+            resp = await self.request(
+                LIST_TRANSACTIONS,
+                {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                 "duration_filter": duration_ms, "transactional_id_pattern": None},
+                node_id=node,
+            )
+            err = _check(resp.error_code, None, f"ListTransactions on broker {node}")
+            if err:
+                raise err
+            for t in resp.transaction_states:
+                out.append(TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state,
+                                              -1 if node is None else node))
+        return sorted(out, key=lambda t: (t.transactional_id, t.coordinator_id))
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str], *, raise_errors: bool = True
+    ) -> dict[str, TransactionDescription | KafkaError]:
+        """Each id's transaction from its coordinator (FindCoordinator with key type 1, then
+        DescribeTransactions there). An unknown id: TRANSACTIONAL_ID_NOT_FOUND."""
+        out: dict[str, TransactionDescription | KafkaError] = {}
+        by_node: dict[int, list[str]] = {}
+        for tid in transactional_ids:
+            try:
+                node = (await self.find_coordinator(tid, COORDINATOR_TRANSACTION))[0]
+            except ConnectionLost:
+                raise
+            except KafkaError as e:
+                out[tid] = e
+                continue
+            by_node.setdefault(node, []).append(tid)
+        for node, ids in by_node.items():
+            resp = await self.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": ids}, node_id=node)
+            for t in resp.transaction_states:
+                err = _check(t.error_code, None, t.transactional_id)
+                if err:
+                    out[t.transactional_id] = err
+                    continue
+                start = _millis(t.transaction_start_time)
+                out[t.transactional_id] = TransactionDescription(
+                    t.transactional_id, node, t.transaction_state, int(t.producer_id), int(t.producer_epoch),
+                    _millis(t.transaction_timeout), start if start >= 0 else None,
+                    tuple(sorted((x.topic, int(p)) for x in t.topics for p in x.partitions)),
+                )
+        return _finish(out, raise_errors)
+
+    async def describe_producers(
+        self, partitions: Iterable[tuple[str, int]], *, broker_id: int | None = None, raise_errors: bool = True
+    ) -> dict[tuple[str, int], list[ProducerState] | KafkaError]:
+        """The active producers of each partition, asked of its leader (or of ``broker_id``, any
+        replica, as ``kafka-transactions.sh describe-producers --broker-id``)."""
+        partitions = list(partitions)
+        out: dict[tuple[str, int], Any] = {}
+        leaders = await self._leaders(partitions) if broker_id is None else {tp: broker_id for tp in partitions}
+        for node, tps in _per_node(leaders, out).items():
+            resp = await self.request(
+                DESCRIBE_PRODUCERS,
+                {"topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()]},
+                node_id=node,
+            )
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = (t.name, int(p.partition_index))
+                    err = _check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
+                    out[tp] = err or [
+                        ProducerState(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
+                                      int(s.last_timestamp), int(s.coordinator_epoch),
+                                      int(s.current_txn_start_offset))
+                        for s in p.active_producers
+                    ]
+        return _finish(out, raise_errors)
+
+    async def write_txn_markers(
+        self, partitions: Iterable[tuple[str, int]], producer_id: int, producer_epoch: int,
+        coordinator_epoch: int, commit: bool, *, raise_errors: bool = True,
+    ) -> dict[tuple[str, int], None | KafkaError]:
+        """WriteTxnMarkers (one marker, COMMIT or ABORT) to each partition's leader; per partition
+        None or the error. Brokers allow it with ClusterAction on the cluster only."""
+        out: dict[tuple[str, int], None | KafkaError] = {}
+        for node, tps in _per_node(await self._leaders(partitions), out).items():
+            resp = await self.request(WRITE_TXN_MARKERS, {"markers": [{
+                "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": commit,
+                "coordinator_epoch": coordinator_epoch,
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()],
+            }]}, node_id=node)
+            for m in resp.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        out[(t.name, int(p.partition_index))] = _check(
+                            p.error_code, None, f"{t.name}-{p.partition_index}")
+        return _finish(out, raise_errors)
+
+    async def abort_transaction(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Abort a hanging transaction of one partition: an ABORT marker written to its leader, as
+        Kafka's ``Admin.abortTransaction`` (a coordinator epoch below 0 is sent as 0, as
+        kafka-transactions.sh does). Raises the partition's error."""
+        got = await self.write_txn_markers([(topic, partition)], producer_id, producer_epoch,
+                                           max(0, coordinator_epoch), commit=False, raise_errors=False)
+        err = got.get((topic, partition), KafkaError("UNKNOWN_SERVER_ERROR", "no answer for the partition",
+                                                     f"{topic}-{partition}"))
+        if err is not None:
+            raise err
+
+
+def _per_node(leaders: Mapping[tuple[str, int], "int | KafkaError"],
+              failed: dict[tuple[str, int], Any]) -> dict[int, list[tuple[str, int]]]:
+    """Partitions by the node to ask; those without one go into ``failed`` with their error."""
+    by_node: dict[int, list[tuple[str, int]]] = {}
+    for tp, node in leaders.items():
+        if isinstance(node, KafkaError):
+            failed[tp] = node
+        else:
+            by_node.setdefault(node, []).append(tp)
+    return by_node
+
+
+def _millis(value: Any) -> int:
+    """A kio timedelta or datetime (or plain int) as Kafka's milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    if isinstance(value, datetime.datetime):
+        return int(round(value.timestamp() * 1000))
+    return int(value)
 
 
 def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
