@@ -23,6 +23,18 @@ Rules for a client batch with producer id >= 0 (``check``), as Kafka 4 applies t
 Batches the broker writes itself, or replays at load, are not validated (Kafka's REPLICATION
 origin): ``update`` just records them.
 
+Transactions (Kafka's ``ProducerAppendInfo.appendDataBatch``/``appendEndTxnMarker``): the first
+transactional batch (attribute 0x10) of a producer with no ongoing transaction opens one at its
+first offset (``current_txn_first_offset``); a non-transactional batch from a producer with an
+ongoing transaction is INVALID_TXN_STATE. A control batch carrying an end-transaction marker
+(``check_marker`` then ``complete_txn``; never sequence-checked) closes it: an older producer epoch
+is INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED; the epoch and
+coordinator epoch of the marker become the producer's; a marker of a producer without an ongoing
+transaction completes nothing (and is still appended). A completed transaction stays *unstable*
+until the high watermark passes its marker (Kafka's ``unreplicatedTxns``): the first unstable
+offset is the smallest first offset of the ongoing transactions and of those, and the last stable
+offset is ``min(first unstable offset, high watermark)`` (:meth:`last_stable_offset`).
+
 Expiry: a producer whose last batch timestamp (the batch's maxTimestamp, as in Kafka) is
 ``producer.id.expiration.ms`` or more behind the clock is forgotten (``remove_expired``).
 Retention and DeleteRecords forget nobody (KIP-360): a producer whose batches were deleted keeps
@@ -49,11 +61,12 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from shoal.protocol.records import ATTR_CONTROL, BatchHeader
+from shoal.protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateError",
     "ProducerStateManager",
@@ -93,6 +106,15 @@ class BatchMetadata(NamedTuple):
     first_offset: int
     last_offset: int
     timestamp: int
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction closed by a marker: its first data offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -147,10 +169,12 @@ class ProducerStateEntry:
 class ProducerStateManager:
     """The producers of one partition (see the module docstring for the rules)."""
 
-    __slots__ = ("_producers",)
+    __slots__ = ("_producers", "_ongoing", "_unreplicated")
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}  # first offset -> producer id (Kafka's ongoingTxns)
+        self._unreplicated: dict[int, CompletedTxn] = {}  # first offset -> txn whose marker is above the HW
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -163,10 +187,14 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
 
     # -- the append rules -------------------------------------------------------------------
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+    def check(
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, transactional: bool = False
+    ) -> BatchMetadata | None:
         """Validate a client batch before it is appended: None to append it, the original
         batch's metadata if it is a duplicate, ProducerStateError if it must be refused."""
         entry = self._producers.get(producer_id)
@@ -181,6 +209,12 @@ class ProducerStateManager:
             raise ProducerStateError(
                 "INVALID_PRODUCER_EPOCH",
                 f"epoch {epoch} of producer {producer_id} is older than the current epoch {current}",
+            )
+        if not transactional and entry.current_txn_first_offset >= 0:
+            raise ProducerStateError(
+                "INVALID_TXN_STATE",
+                f"non-transactional batch from producer {producer_id}, which has a transaction open "
+                f"at offset {entry.current_txn_first_offset}",
             )
         if epoch != current:
             if first_seq != 0 and current != NO_PRODUCER_EPOCH:
@@ -197,6 +231,16 @@ class ProducerStateManager:
             )
         return None
 
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """Only the epoch rule (the broker's own transactional batches, Kafka's COORDINATOR
+        origin: no sequence check): INVALID_PRODUCER_EPOCH for an older epoch."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise ProducerStateError(
+                "INVALID_PRODUCER_EPOCH",
+                f"epoch {epoch} of producer {producer_id} is older than the current epoch {entry.epoch}",
+            )
+
     def update(
         self,
         producer_id: int,
@@ -206,8 +250,10 @@ class ProducerStateManager:
         first_offset: int,
         last_offset: int,
         timestamp: int,
+        transactional: bool = False,
     ) -> None:
-        """Record a batch that was appended (or replayed); a new epoch forgets the old batches."""
+        """Record a batch that was appended (or replayed); a new epoch forgets the old batches;
+        the first transactional batch of a producer opens its transaction."""
         entry = self._producers.get(producer_id)
         if entry is None:
             entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
@@ -219,21 +265,124 @@ class ProducerStateManager:
             del batches[0]
         batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = timestamp
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[first_offset] = producer_id
 
-    def replay(self, h: BatchHeader) -> None:
+    def replay(self, h: BatchHeader, marker: tuple[bool, int] | None = None) -> CompletedTxn | None:
         """Record a batch already in the log from its header (load, or a follower's append of the
-        leader's batches): offsets and timestamp as written; batches without a producer id and
-        control batches are skipped."""
-        if h.producer_id >= 0 and not h.attributes & ATTR_CONTROL:
-            self.update(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                last_sequence(h.base_sequence, h.last_offset_delta),
-                h.base_offset,
-                h.base_offset + h.last_offset_delta,
-                h.max_timestamp,
+        leader's batches): offsets and timestamp as written; batches without a producer id are
+        skipped. A control batch completes the producer's transaction when ``marker``
+        (``(commit, coordinator_epoch)``, read from its record by the caller) is given; the
+        completed transaction is returned."""
+        pid = h.producer_id
+        if pid < 0:
+            return None
+        attrs = h.attributes
+        if attrs & ATTR_CONTROL:
+            if marker is None:
+                return None
+            return self.complete_txn(pid, h.producer_epoch, marker[1], marker[0], h.base_offset, h.max_timestamp)
+        self.update(
+            pid,
+            h.producer_epoch,
+            h.base_sequence,
+            last_sequence(h.base_sequence, h.last_offset_delta),
+            h.base_offset,
+            h.base_offset + h.last_offset_delta,
+            h.max_timestamp,
+            bool(attrs & ATTR_TRANSACTIONAL),
+        )
+        return None
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Validate an end-transaction marker the coordinator writes (no sequence check):
+        INVALID_PRODUCER_EPOCH for an older producer epoch, TRANSACTION_COORDINATOR_FENCED for an
+        older coordinator epoch (Kafka's ``checkProducerEpoch`` / ``checkCoordinatorEpoch``)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise ProducerStateError(
+                "INVALID_PRODUCER_EPOCH",
+                f"marker epoch {epoch} of producer {producer_id} is older than the current epoch {entry.epoch}",
             )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                "TRANSACTION_COORDINATOR_FENCED",
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}",
+            )
+
+    def complete_txn(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
+        """Record a marker written at ``offset``: the producer's ongoing transaction (if any) is
+        completed and stays unstable until the high watermark passes ``offset``."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        if entry.epoch != epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = timestamp
+        first = entry.current_txn_first_offset
+        if first < 0:
+            return None
+        entry.current_txn_first_offset = -1
+        self._ongoing.pop(first, None)
+        txn = CompletedTxn(producer_id, first, offset, not commit)
+        self._unreplicated[first] = txn
+        return txn
+
+    def next_unstable_after(self, txn: CompletedTxn) -> int:
+        """The last stable offset to record with ``txn`` in the transaction index (Kafka's
+        ``lastStableOffset(completedTxn)``): the first offset of the earliest ongoing transaction
+        of another producer, else the offset after the marker."""
+        others = [first for first, pid in self._ongoing.items() if pid != txn.producer_id]
+        return min(others) if others else txn.last_offset + 1
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The smallest first offset of the ongoing transactions and of the completed ones whose
+        marker is not below ``high_watermark`` (those are forgotten here), or None."""
+        unrep = self._unreplicated
+        if unrep:
+            for first in [f for f, t in unrep.items() if t.last_offset < high_watermark]:
+                del unrep[first]
+        if not self._ongoing:
+            return min(unrep) if unrep else None
+        first = min(self._ongoing)
+        return min(first, min(unrep)) if unrep else first
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """``min(first unstable offset, high watermark)``."""
+        if not self._ongoing and not self._unreplicated:
+            return high_watermark
+        first = self.first_unstable_offset(high_watermark)
+        return high_watermark if first is None or first > high_watermark else first
+
+    @property
+    def has_transactions(self) -> bool:
+        """Any ongoing transaction, or a completed one not known to be below the high watermark."""
+        return bool(self._ongoing or self._unreplicated)
+
+    def ongoing_txn_first_offset(self, producer_id: int) -> int | None:
+        entry = self._producers.get(producer_id)
+        if entry is None or entry.current_txn_first_offset < 0:
+            return None
+        return entry.current_txn_first_offset
+
+    def ongoing_transactions(self) -> list[tuple[int, int, int]]:
+        """``(producer_id, epoch, first_offset)`` of every ongoing transaction, by first offset."""
+        out = []
+        for first in sorted(self._ongoing):
+            pid = self._ongoing[first]
+            e = self._producers[pid]
+            out.append((pid, e.epoch, first))
+        return out
 
     # -- expiry -----------------------------------------------------------------------------
 
@@ -260,6 +409,8 @@ class ProducerStateManager:
         m = cls()
         for e in decode_snapshot(data):
             m._producers[e.producer_id] = e
+            if e.current_txn_first_offset >= 0:
+                m._ongoing[e.current_txn_first_offset] = e.producer_id
         return m
 
 
