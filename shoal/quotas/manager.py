@@ -56,7 +56,7 @@ from shoal.quotas.demand import DemandTable, demand_slice
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, tenant_quota_slice
 from shoal.quotas.precedence import select_quota, select_tenant_quota
 from shoal.quotas.rate import RateConfig
-from shoal.quotas.sensor import _NONE, Sensor
+from shoal.quotas.sensor import _NONE, TENANT_PACER_DEPTH, Sensor
 from shoal.quotas.throttle import NANOS_TO_PERCENTAGE_PER_SECOND
 
 if TYPE_CHECKING:
@@ -263,7 +263,13 @@ class ClientQuotaManager:
 
     # -- sensors ------------------------------------------------------------------------------
 
-    def _new_sensor(self, bound: float | None) -> Sensor:
+    def _new_sensor(self, bound: float | None, *, tenant: bool = False) -> Sensor:
+        """A client's sensor, or (``tenant``) a tenant's: for byte rates its pacer starts empty
+        and is a quarter window deep, so the brokers' slices together never let a cold start (or
+        a return from a pause) through above the tenant-wide quota (shoal.quotas.sensor)."""
+        if tenant and self.byte_rate:
+            return Sensor(bound, self.config, max_throttle_ms=self.max_throttle_ms, pacing=self.pacing,
+                          pacer_depth=TENANT_PACER_DEPTH, pacer_start=0.0)
         return Sensor(bound, self.config, max_throttle_ms=self.max_throttle_ms, pacing=self.pacing)
 
     def _handle(self, tenant: str | None, user: str, client_id: str) -> _Handle:
@@ -283,7 +289,7 @@ class ClientQuotaManager:
             bound, cap = self._tenant_bound(tenant)
             tenant_sensor = self._tenants.get(tenant)
             if tenant_sensor is None:
-                tenant_sensor = self._tenants[tenant] = self._new_sensor(bound)
+                tenant_sensor = self._tenants[tenant] = self._new_sensor(bound, tenant=True)
             else:
                 tenant_sensor.bound = bound
             tenant_sensor.cap = cap

@@ -25,6 +25,14 @@ gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Two deliberate deviations:
   both are returned (:meth:`Sensor.record`), so Kafka's own value stays exact — e.g. the 2,100 ms
   of ``ClientQuotaManagerTest``'s spike, where the bucket alone asks for 3,600 ms: a spike of
   several windows after a quiet spell is paced instead of let through.
+* Tenant-wide pacers (``pacer_depth`` / ``pacer_start``): a tenant-wide quota is one bound over
+  the cluster, each broker pacing its slice. A pacer one window deep and full when made lets every
+  broker's slice through for one window on top of the rate at a cold start (or back from a pause):
+  over the cluster, one window of the whole quota, +10% of a 10 s window. The quota managers give
+  tenant sensors a pacer that starts empty and is :data:`TENANT_PACER_DEPTH` of a window deep, so
+  the cluster-wide excess over any stretch is at most a quarter window of the quota plus one
+  request per broker (the request that takes the pacer below zero is let through, and its deficit
+  is then waited for).
 * Dynamic caps: the broker-wide auto-tuner's dynamic quota (:attr:`Sensor.cap`, not a Kafka
   concept) is enforced by the pacer alone, with or without smoothing: Kafka's windowed check
   stays against the configured bound. Measured against a lowered bound, the windowed rate would
@@ -50,6 +58,10 @@ from shoal.quotas.token_bucket import token_throttle_time_ms
 _MARGIN = 1.0 - 1e-9
 _NONE = (0, 0)
 FETCH_QUANTUM = 0.125  # with smoothing, one fetch returns at most this many windows of quota
+# A tenant-wide quota's pacer (see the module doc): this many windows deep, empty when made. The
+# issue-15 target is +5% of the quota over any 10 s window, i.e. half a window of credit over the
+# cluster; a quarter leaves the other quarter for the one request per broker that overshoots.
+TENANT_PACER_DEPTH = 0.25
 
 
 class FastRate(WindowedRate):
@@ -121,14 +133,19 @@ class Sensor:
     cap of request-time quotas (one window). ``pacing``: smoothing, see the module doc. ``cap``:
     a dynamic quota below ``bound``, enforced by the pacer only (None: none). ``muted_until_ms``:
     the end of the latest throttle this sensor asked for (what a tuner reads to tell a client
-    held by its bound from one that wants less).
+    held by its bound from one that wants less). ``pacer_depth``: the pacer's depth in windows
+    (1: Kafka's TokenBucket one window deep); ``pacer_start``: the fraction of that depth it holds
+    when it first gets a rate (1: full; tenant-wide quotas: 0, see the module doc).
     """
 
     __slots__ = ("rate", "bound", "cap", "max_throttle_ms", "pacing", "last_ms", "muted_until_ms",
-                 "throttles", "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
+                 "throttles", "pacer_depth", "pacer_start", "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
 
     def __init__(self, bound: float | None, config: RateConfig = RateConfig(), *,
-                 max_throttle_ms: int | None = None, pacing: bool = False) -> None:
+                 max_throttle_ms: int | None = None, pacing: bool = False, pacer_depth: float = 1.0,
+                 pacer_start: float = 1.0) -> None:
+        if not (pacer_depth > 0 and 0.0 <= pacer_start <= 1.0):
+            raise ValueError(f"pacer depth must be > 0 and its start in [0, 1], got {pacer_depth}, {pacer_start}")
         self.rate = FastRate(config)
         self.bound = bound
         self.cap: float | None = None
@@ -137,6 +154,8 @@ class Sensor:
         self.last_ms: int | None = None  # last record
         self.muted_until_ms = 0
         self.throttles = SampledStats(config)
+        self.pacer_depth = pacer_depth
+        self.pacer_start = pacer_start
         # The pacer: Kafka's TokenBucket arithmetic (refill at the bound up to one window's
         # worth), inlined for the hot path. _tokens_bound is the bound it was filled at.
         self._tokens = 0.0
@@ -204,12 +223,12 @@ class Sensor:
         return tokens
 
     def _rebound(self, bound: float, now_ms: int) -> None:
-        """A new pacer is full; when the bound changes it keeps its level (refilled at the old
-        rate so far) within the new depth."""
-        depth = bound * self.rate.config.window_ms / 1000.0
+        """A new pacer holds ``pacer_start`` of its depth (full by default); when the bound
+        changes it keeps its level (refilled at the old rate so far) within the new depth."""
+        depth = bound * self.pacer_depth * self.rate.config.window_ms / 1000.0
         old = self._tokens_bound
         if old is None:
-            self._tokens = depth
+            self._tokens = depth * self.pacer_start
         else:
             self._tokens = min(self._depth, self._tokens + old * ((now_ms - self._tokens_ms) / 1000.0), depth)
         self._tokens_ms = now_ms

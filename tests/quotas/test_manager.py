@@ -254,12 +254,14 @@ def test_tenants_muted_since_names_tenants_held_by_their_bound() -> None:
     m = produce_manager({(("tenant", "lkc-aaaaaa"),): {"producer_byte_rate": 1000},
                          (("tenant", "lkc-bbbbbb"),): {"producer_byte_rate": 1000}}, pacing=True)
     now = 1_700_000_000_000
-    m.record("lkc-aaaaaa", "u", "c", 500, now)  # within
-    _, pacing_ms = m.record("lkc-bbbbbb", "u", "c", 3000, now)  # 2000 B beyond a full pacer
-    assert pacing_ms == 2000
+    # a tenant's pacer starts empty and fills to a quarter window (250 B) at 1000 B/s
+    assert m.record("lkc-aaaaaa", "u", "c", 0, now - 1000) == (0, 0)
+    assert m.record("lkc-aaaaaa", "u", "c", 250, now) == (0, 0)  # within
+    _, pacing_ms = m.record("lkc-bbbbbb", "u", "c", 3000, now)  # 3000 B from an empty pacer
+    assert pacing_ms == 3000
     assert m.tenants_muted_since(now) == {"lkc-bbbbbb"}
-    assert m.tenants_muted_since(now + 1999) == {"lkc-bbbbbb"}
-    assert m.tenants_muted_since(now + 2000) == set()
+    assert m.tenants_muted_since(now + 2999) == {"lkc-bbbbbb"}
+    assert m.tenants_muted_since(now + 3000) == set()
 
 
 def test_fetch_cap_and_unrecord() -> None:
