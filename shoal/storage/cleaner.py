@@ -709,7 +709,7 @@ def recover_swaps(fs: FileSystem, directory: str) -> list[str]:
         base = int(stem)
         if ext == "log.swap":
             swaps.append(base)
-        elif ext in ("log", "index", "timeindex"):
+        elif ext in ("log", "index", "timeindex", "txnindex"):
             segment_files.setdefault(base, []).append(name)
     for name in names:
         stem, _, ext = name.partition(".")
@@ -733,7 +733,7 @@ def recover_swaps(fs: FileSystem, directory: str) -> list[str]:
                         done.append(f"deleted {name}")
                     except FileNotFoundError:
                         pass
-        for suffix in (".index", ".timeindex", ".log"):
+        for suffix in (".index", ".timeindex", ".txnindex", ".log"):
             try:
                 fs.rename(prefix + suffix + ".swap", prefix + suffix)
                 done.append(f"renamed {os.path.basename(prefix)}{suffix}.swap")

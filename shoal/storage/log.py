@@ -34,7 +34,8 @@ Deliberate deviations from Kafka:
   is the offset after the last kept batch (Kafka assumes batch-aligned targets);
 - ``AppendInfo.offset_of_max_timestamp`` under CreateTime is the last offset of the batch with the
   largest timestamp (records are not decompressed on append);
-- no transaction index (yet);
+- the aborted-transaction indexes of the segments a lookup touches stay in memory (Kafka reads
+  them through a file channel each time);
 - a timestamp lookup whose batch cannot be read (corrupt, or decompressing beyond
   ``decompressed_limit``) answers with that batch's first offset and maxTimestamp (Kafka fails);
 - producer snapshots keep all five retained batches per producer (Kafka's keep the last one);
@@ -62,6 +63,18 @@ is deleted and the previous one tried) and replays the batch headers after it; w
 snapshot it replays from the log start, except after a clean shutdown (a log written before
 snapshots existed: it starts empty, as Kafka does on upgrade). Truncation reloads the same way,
 so ``truncate_to`` rolls the producer state back to the cut (Kafka's ``truncateTo``).
+
+Transactions (``producer_state``, ``txn_index``): a transactional batch opens its producer's
+transaction; ``append_marker`` appends an end-transaction marker (a control batch) that completes
+it, and an abort is appended to the ``.txnindex`` of the segment holding the marker. The last
+stable offset is the first offset of the earliest transaction still open, or completed with its
+marker not below the high watermark, capped by the high watermark and never below the log start
+offset; Kafka's bounds hold: retention and DeleteRecords stop at the high watermark, compaction at
+the last stable offset. ``aborted_transactions(start, upper)`` reads the indexes for a
+read_committed Fetch. Follower appends and the load's replay complete transactions from the
+markers they read (a marker's batch is read whole); an unclean open replays from a snapshot at or
+below the first recovered segment and rebuilds the indexes from there on; truncation drops the
+entries above the cut; the indexes go with their segments and compaction carries them over.
 
 Leader epochs (``shoal.storage.epochs``, KIP-101/279): the log keeps a ``LeaderEpochCache`` equal
 to a scan of its batch headers (an entry where a batch's partitionLeaderEpoch exceeds every
@@ -96,6 +109,7 @@ from dataclasses import dataclass
 
 from shoal.protocol.records import (
     ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -136,10 +150,19 @@ from shoal.storage.index import TIME_ENTRY, OffsetIndex, TimeIndex
 from shoal.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     BatchMetadata,
+    CompletedTxn,
     ProducerStateManager,
     SnapshotError,
     last_sequence,
     snapshot_name,
+)
+from shoal.storage.txn_index import (
+    SUFFIX as TXN_SUFFIX,
+    AbortedTxn,
+    TxnIndex,
+    encode_entries as encode_txn_entries,
+    marker_batch,
+    read_marker,
 )
 
 log = logging.getLogger("shoal.storage.log")
@@ -276,6 +299,7 @@ class Segment:
         "fd",
         "fd_writable",
         "ready",
+        "txn",
     )
 
     def __init__(self, directory: str, base: int, size: int, lock: threading.Lock, created_ms: int, jitter_ms: int):
@@ -294,6 +318,7 @@ class Segment:
         self.fd = -1
         self.fd_writable = False
         self.ready = False  # active and prepared: indexes pinned in memory, stats known
+        self.txn: TxnIndex | None = None  # aborted transactions, loaded on demand
 
     def __repr__(self) -> str:
         return f"Segment({self.prefix}, size={self.size})"
@@ -429,7 +454,7 @@ class PartitionLog:
                 continue
             if ext == "log":
                 logs[int(stem)] = e.size
-            elif ext in ("index", "timeindex"):
+            elif ext in ("index", "timeindex", "txnindex"):
                 indexes.append((int(stem), name))
             elif ext == "snapshot":
                 snapshots.append(int(stem))
@@ -481,7 +506,8 @@ class PartitionLog:
         self._recovery_point = max(min(rp, self._leo), self._segments[0].base)
         self._hw = self._clamp(state.high_watermark if state is not None else 0)
         self._snapshots = sorted(snapshots)
-        self._load_producer_state(trusted)
+        rebuild = None if trusted else self._bases[max(0, bisect_right(self._bases, rp) - 1)]
+        self._load_producer_state(trusted, rebuild)
         self._load_epochs(epochs, checkpointed)
 
     # -- leader epochs ---------------------------------------------------------------------------
@@ -606,7 +632,7 @@ class PartitionLog:
             if scan.valid_bytes < scan.file_size and j + 1 < len(segs):
                 # Everything after a corrupt batch goes, as in Kafka's recovery.
                 for doomed in segs[j + 1 :]:
-                    for suffix in (".log", ".index", ".timeindex"):
+                    for suffix in (".log", ".index", ".timeindex", TXN_SUFFIX):
                         self._unlink_quietly(doomed.prefix + suffix)
                     self._size -= doomed.size
                 del segs[j + 1 :]
@@ -737,12 +763,20 @@ class PartitionLog:
             if self._closed:
                 raise LogClosed(f"{self.topic}-{self.partition} is closed")
             self._now_ms = now_ms
+            marker = None
             if idempotent and len(headers) == 1:
                 lseq = last_sequence(h0.base_sequence, h0.last_offset_delta)
+                txnal = h0.attributes & ATTR_TRANSACTIONAL
                 if client:
-                    dup = self._producers.check(h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq)
+                    dup = self._producers.check(h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq, txnal)
                     if dup is not None:
                         return self._duplicate_info(dup)
+                elif h0.attributes & ATTR_CONTROL:
+                    marker = read_marker(buf, h0)
+                    if marker is not None:
+                        self._producers.check_marker(h0.producer_id, h0.producer_epoch, marker[1])
+                elif txnal:
+                    self._producers.check_epoch(h0.producer_id, h0.producer_epoch)
             seg = self._segments[-1]
             if not seg.ready:
                 self._prepare_active(seg)
@@ -807,10 +841,17 @@ class PartitionLog:
                 if len(headers) == 1:
                     if not h0.attributes & ATTR_CONTROL:
                         self._producers.update(
-                            h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq, base, last, msg_ts
+                            h0.producer_id, h0.producer_epoch, h0.base_sequence, lseq, base, last, msg_ts, txnal
+                        )
+                    elif marker is not None:
+                        self._complete_txn(
+                            seg,
+                            self._producers.complete_txn(
+                                h0.producer_id, h0.producer_epoch, marker[1], marker[0], base, msg_ts
+                            ),
                         )
                 else:
-                    self._record_producers(headers, base, lat)
+                    self._record_producers(headers, base, lat, buf, positions, seg)
         return AppendInfo(
             base,
             last,
@@ -834,23 +875,113 @@ class PartitionLog:
             True,
         )
 
-    def _record_producers(self, headers: list[BatchHeader], base: int, lat: int | None) -> None:
-        """Record the producer batches just written from ``base`` on (under the lock)."""
-        update = self._producers.update
+    def _record_producers(
+        self, headers: list[BatchHeader], base: int, lat: int | None, buf: bytearray, positions: list[int], seg: Segment
+    ) -> None:
+        """Record the producer batches just written from ``base`` on (under the lock); markers
+        among them complete their producers' transactions."""
+        producers = self._producers
         offset = base
-        for h in headers:
+        for h, p in zip(headers, positions):
             last = offset + h.last_offset_delta
-            if h.producer_id >= 0 and not h.attributes & ATTR_CONTROL:
-                update(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    last_sequence(h.base_sequence, h.last_offset_delta),
-                    offset,
-                    last,
-                    lat if lat is not None else h.max_timestamp,
-                )
+            ts = lat if lat is not None else h.max_timestamp
+            if h.producer_id >= 0:
+                if not h.attributes & ATTR_CONTROL:
+                    producers.update(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        last_sequence(h.base_sequence, h.last_offset_delta),
+                        offset,
+                        last,
+                        ts,
+                        bool(h.attributes & ATTR_TRANSACTIONAL),
+                    )
+                else:
+                    marker = read_marker(buf, h, p)
+                    if marker is not None:
+                        self._complete_txn(
+                            seg, producers.complete_txn(h.producer_id, h.producer_epoch, marker[1], marker[0], offset, ts)
+                        )
             offset = last + 1
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        *,
+        now_ms: int,
+        leader_epoch: int,
+    ) -> AppendInfo:
+        """Append one end-transaction marker (a control batch, see ``shoal.storage.txn_index``)
+        for the producer: its ongoing transaction completes (the last stable offset passes it
+        once the high watermark passes the marker) and an abort is recorded in the transaction
+        index. A producer without an ongoing transaction gets the marker too, completing
+        nothing. Raises ProducerStateError (INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch; nothing is written)."""
+        data = bytearray(marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms))
+        return self.append(data, now_ms=now_ms, leader_epoch=leader_epoch, client=False)
+
+    def _complete_txn(self, seg: Segment, txn: CompletedTxn | None) -> None:
+        """An abort goes to the transaction index of ``seg``, the segment holding its marker
+        (under the lock)."""
+        if txn is None or not txn.is_aborted:
+            return
+        entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, self._producers.next_unstable_after(txn))
+        self._txn_of(seg).append(self._fs, entry)
+
+    def _txn_of(self, seg: Segment) -> TxnIndex:
+        """The segment's transaction index, loaded on first use (under the lock)."""
+        t = seg.txn
+        if t is None:
+            t = seg.txn = TxnIndex.load(self._fs, seg.prefix)
+        return t
+
+    @property
+    def last_stable_offset(self) -> int:
+        """``min(first unstable offset, high watermark)``, never below the log start offset: the
+        first offset of an ongoing transaction, or of a completed one whose marker is not below
+        the high watermark yet (Kafka's ``UnifiedLog.lastStableOffset``)."""
+        producers = self._producers
+        if not producers.has_transactions:
+            return self._hw
+        with self._lock:
+            return self._lso_locked()
+
+    def _lso_locked(self) -> int:
+        hw = self._hw
+        if not self._producers.has_transactions:
+            return hw
+        first = self._producers.first_unstable_offset(hw)
+        return hw if first is None or first >= hw else max(first, self._log_start)
+
+    def ongoing_txn_first_offset(self, producer_id: int) -> int | None:
+        """The first offset of the producer's ongoing transaction in this partition, or None."""
+        with self._lock:
+            return self._producers.ongoing_txn_first_offset(producer_id)
+
+    def ongoing_transactions(self) -> list[tuple[int, int, int]]:
+        """``(producer_id, epoch, first_offset)`` of every ongoing transaction, by first offset."""
+        with self._lock:
+            return self._producers.ongoing_transactions()
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of every aborted transaction overlapping
+        ``[start_offset, upper_offset)``, from the transaction indexes of the segments from the
+        one holding ``start_offset`` on (Kafka's ``collectAbortedTransactions``)."""
+        out: list[AbortedTxn] = []
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            i = max(0, bisect_right(self._bases, start_offset) - 1)
+            for seg in segs[i:]:
+                if self._txn_of(seg).collect(start_offset, upper_offset, out):
+                    break
+        return [(e.producer_id, e.first_offset) for e in out]
 
     def append_as_follower(self, data: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
         """Append batches copied from the leader (a Fetch response's records), byte for byte.
@@ -945,10 +1076,15 @@ class PartitionLog:
         self._leo = run[-1].last_offset + 1
         epochs = self._epochs
         replay = self._producers.replay
+        rel = 0
         for h in run:
             if h.partition_leader_epoch > epochs.latest_epoch:
                 self._assign_epoch(h.partition_leader_epoch, h.base_offset)
-            replay(h)
+            if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
+                self._complete_txn(seg, replay(h, read_marker(data, h, rel)))
+            else:
+                replay(h)
+            rel += h.batch_length + LOG_OVERHEAD
 
     def _write_at(self, seg: Segment, data: bytes | bytearray | memoryview, pos: int) -> None:
         """Write ``data`` at ``pos`` of the segment's file in one call; on failure cut the file
@@ -1575,8 +1711,9 @@ class PartitionLog:
         self._handles.release(seg)
         self._index_cache.forget(seg)
         seg.oi = seg.ti = None
+        seg.txn = None
         renamed = []
-        suffixes: tuple[str, ...] = (".log", ".index", ".timeindex")
+        suffixes: tuple[str, ...] = (".log", ".index", ".timeindex", TXN_SUFFIX)
         if not keep_snapshot:
             suffixes += (SNAPSHOT_SUFFIX,)
             i = bisect_left(self._snapshots, seg.base)
@@ -1642,6 +1779,7 @@ class PartitionLog:
             self._adopt_scan(seg, scan)
             seg.ready = True
             self._leo = scan.next_offset if seg.size else seg.base
+            self._txn_of(seg).truncate_to(self._fs, self._leo)
             self._after_truncation()
             self._load_producer_state(False)
             if self._epochs.truncate_from_end(self._leo):
@@ -1730,7 +1868,8 @@ class PartitionLog:
             [s.size for s in segs],
             log_start=self._log_start,
             log_end=self._leo,
-            high_watermark=self._hw,
+            # Kafka's firstUncleanableDirtyOffset: never at or beyond the first unstable offset
+            high_watermark=self._lso_locked(),
             checkpoint=self._cleaner_checkpoint,
             now_ms=now_ms,
             min_compaction_lag_ms=cfg.min_compaction_lag_ms,
@@ -1910,13 +2049,17 @@ class PartitionLog:
                 g.discard(fs)
                 raise _PassAbandoned("the segments changed under the pass")
             prefix = g.prefix
+            # Control batches are never dropped, so the group's aborted transactions carry over.
+            aborted = [e for old in g.segments for e in self._txn_of(old).entries]
             try:
+                if aborted:
+                    fs.write_file(prefix + TXN_SUFFIX + ".swap", encode_txn_entries(aborted), sync=True)
                 fs.rename(prefix + ".index.cleaned", prefix + ".index.swap")
                 fs.rename(prefix + ".timeindex.cleaned", prefix + ".timeindex.swap")
                 fs.rename(prefix + ".log.cleaned", prefix + ".log.swap")  # the commit point
             except OSError:
                 g.discard(fs)
-                for suffix in (".index.swap", ".timeindex.swap", ".log.swap"):
+                for suffix in (".index.swap", ".timeindex.swap", ".log.swap", TXN_SUFFIX + ".swap"):
                     self._unlink_quietly(prefix + suffix)
                 raise
             new = self._new_segment(g.base, now_ms)
@@ -1926,6 +2069,7 @@ class PartitionLog:
             new.max_ts = g.max_ts
             new.max_ts_offset = g.max_ts_offset
             new.rolling_ts = g.rolling_ts
+            new.txn = TxnIndex(prefix + TXN_SUFFIX, aborted)
             old_size = sum(s.size for s in g.segments)
             segs[i : i + n] = [new]
             bases[i : i + n] = [g.base]
@@ -1937,6 +2081,8 @@ class PartitionLog:
                 self._retire_segment(old, now_ms, keep_snapshot=k == 0)
             for suffix in (".index", ".timeindex", ".log"):
                 fs.rename(prefix + suffix + ".swap", prefix + suffix)
+            if aborted:
+                fs.rename(prefix + TXN_SUFFIX + ".swap", prefix + TXN_SUFFIX)
         fs.fsync_dir(self.directory)
         result.segments_replaced += n
         result.segments_written += 1
@@ -2003,6 +2149,7 @@ class PartitionLog:
                 fs.fsync_path(seg.prefix + ".log")
                 fs.fsync_path(seg.prefix + ".index")
                 fs.fsync_path(seg.prefix + ".timeindex")
+                fs.fsync_path(seg.prefix + TXN_SUFFIX)
             for off in snapshots:
                 fs.fsync_path(os.path.join(self.directory, snapshot_name(off)))
             if dir_dirty:
@@ -2151,22 +2298,27 @@ class PartitionLog:
             self._unlink_quietly(self._snapshot_path(off))
         del self._snapshots[i:]
 
-    def _load_producer_state(self, trusted_clean: bool) -> None:
+    def _load_producer_state(self, trusted_clean: bool, rebuild_from: int | None = None) -> None:
         """Load the latest usable snapshot not beyond the log end and replay the batches after it
-        (under the lock: at open, after recovery, and after a truncation)."""
+        (under the lock: at open, after recovery, and after a truncation). ``rebuild_from`` (a
+        segment base: the recovery scan's first segment) drops the transaction indexes from there
+        on and rebuilds them from the replay, which then starts at a snapshot at or below it."""
         leo = self._leo
         self._delete_snapshots_above(leo)
         had_snapshots = bool(self._snapshots)
         state: ProducerStateManager | None = None
         start = self._segments[0].base
-        while self._snapshots:
-            off = self._snapshots[-1]
+        limit = leo if rebuild_from is None else min(rebuild_from, leo)
+        k = bisect_right(self._snapshots, limit)
+        while k > 0:
+            off = self._snapshots[k - 1]
             path = self._snapshot_path(off)
             try:
                 state = ProducerStateManager.from_snapshot(self._fs.read_file(path) or b"")
             except SnapshotError:
                 self._unlink_quietly(path)
-                self._snapshots.pop()
+                del self._snapshots[k - 1]
+                k -= 1
                 continue
             start = off
             break
@@ -2175,7 +2327,11 @@ class PartitionLog:
             if trusted_clean and not had_snapshots:
                 start = leo  # written before producer snapshots existed: start empty, as Kafka does
         self._producers = state
-        self._replay_producers(max(start, self._segments[0].base), leo)
+        if rebuild_from is not None:
+            for seg in self._segments:
+                if seg.base >= rebuild_from:
+                    self._txn_of(seg).reset(self._fs)
+        self._replay_producers(max(start, self._segments[0].base), leo, rebuild_from)
         # Stray snapshots (not at a segment base: an older shutdown's) go, except the one loaded.
         bases = set(self._bases)
         keep = []
@@ -2186,8 +2342,10 @@ class PartitionLog:
                 self._unlink_quietly(self._snapshot_path(off))
         self._snapshots = keep
 
-    def _replay_producers(self, start: int, end: int) -> None:
-        """Record the producer batches in [start, end) from their headers (under the lock)."""
+    def _replay_producers(self, start: int, end: int, rebuild_from: int | None = None) -> None:
+        """Record the producer batches in [start, end) from their headers (under the lock); a
+        marker's batch is read whole. Aborts whose marker is at or above ``rebuild_from`` are
+        written to the transaction index of their segment."""
         if start >= end:
             return
         replay = self._producers.replay
@@ -2202,8 +2360,14 @@ class PartitionLog:
                 continue
             pos = seg.oi.lookup(start - seg.base) if seg.oi is not None and start > seg.base else 0
             fd = self._handles.get(seg)
-            for _p, h in self._iter_headers(fd, pos, seg.size):
+            for p, h in self._iter_headers(fd, pos, seg.size):
                 if h.base_offset >= end:
                     return
-                if h.base_offset >= start:
+                if h.base_offset < start:
+                    continue
+                if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
+                    txn = replay(h, read_marker(self._fs.pread(fd, h.size, p), h))
+                    if rebuild_from is not None and h.base_offset >= rebuild_from:
+                        self._complete_txn(seg, txn)
+                else:
                     replay(h)

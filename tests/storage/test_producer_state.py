@@ -10,7 +10,7 @@ from storage_helpers import T0, Crash, FaultyFS, read_all
 
 from shoal.clock import ManualClock
 from shoal.protocol.records import build_batch, iter_records
-from shoal.storage import LogConfig, LogManager, PartitionLog, ProducerStateError
+from shoal.storage import LogConfig, LogManager, PartitionLog, PartitionState, ProducerStateError
 from shoal.storage.producer_state import (
     INT32_MAX,
     BatchMetadata,
@@ -344,7 +344,9 @@ def test_corrupt_latest_snapshot_falls_back_to_an_older_one(tmp_path) -> None:
     (d / f"{6:020d}{SNAP}").write_bytes(b"\x00\x01garbage")
     data = (d / f"{4:020d}{SNAP}").read_bytes()
     (d / f"{4:020d}{SNAP}").write_bytes(data[:-3])  # torn
-    log2 = open_log(d)
+    # An unclean open replays from a snapshot at or below the recovery point's segment (4 here),
+    # so the transaction indexes from there on are rebuilt from the replay.
+    log2 = open_log(d, state=PartitionState(0, 6, 6))
     assert snapshots(d) == [2]  # both bad ones deleted; state from 2, batches 2..5 replayed
     assert [b.first_seq for b in log2.producer_entry(PID).batches] == [1, 2, 3, 4, 5]
     assert log2.append(pbatch(1), now_ms=T0).duplicate

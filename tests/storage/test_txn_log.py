@@ -1,0 +1,313 @@
+"""Transactions in the partition log: transactional appends, markers, the last stable offset, the
+aborted-transaction index (.txnindex) through rolls, restarts, kill -9 recovery, truncation,
+follower appends, retention and compaction."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from storage_helpers import T0
+
+from shoal.protocol.records import build_batch, iter_records, parse_batches
+from shoal.storage import LogConfig, PartitionLog, PartitionState, ProducerStateError
+from shoal.storage.txn_index import ENTRY_SIZE, AbortedTxn, TxnIndex, decode_entries, marker_batch
+
+A, B = 7000, 8000
+
+
+def tbatch(pid: int, seq: int, n: int = 1, *, epoch: int = 0, key: bytes | None = None, tag: bytes = b"t") -> bytes:
+    return build_batch(
+        [(T0 + i, key, tag + b"%d" % (seq + i), []) for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=True,
+    )
+
+
+def open_log(path, config: LogConfig | None = None, **kw) -> PartitionLog:
+    return PartitionLog.open(path, config or LogConfig(), now_ms=T0, **kw)
+
+
+def commit_hw(log: PartitionLog) -> None:
+    log.high_watermark = log.log_end_offset
+
+
+def txn_files(d) -> dict[int, list[AbortedTxn]]:
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".txnindex"):
+            data = (d / name).read_bytes()
+            assert len(data) % ENTRY_SIZE == 0
+            out[int(name[:20])] = decode_entries(data)
+    return out
+
+
+def test_lso_follows_open_transactions_and_the_hw(tmp_path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append(build_batch([(T0, None, b"plain", [])]), now_ms=T0)  # 0
+    log.append(tbatch(A, 0, 2), now_ms=T0)  # 1-2
+    log.append(tbatch(B, 0), now_ms=T0)  # 3
+    commit_hw(log)
+    assert log.last_stable_offset == 1
+    assert log.ongoing_transactions() == [(A, 0, 1), (B, 0, 3)]
+    assert log.ongoing_txn_first_offset(A) == 1 and log.ongoing_txn_first_offset(99) is None
+    info = log.append_marker(A, 0, 5, True, now_ms=T0, leader_epoch=0)  # commit at 4
+    assert (info.base_offset, info.last_offset) == (4, 4)
+    assert log.last_stable_offset == 1  # the marker is not below the HW yet
+    commit_hw(log)
+    assert log.last_stable_offset == 3
+    log.append_marker(B, 0, 5, False, now_ms=T0, leader_epoch=0)  # abort at 5
+    commit_hw(log)
+    assert log.last_stable_offset == 6 == log.high_watermark
+    assert log.ongoing_transactions() == []
+    assert log.aborted_transactions(0, 6) == [(B, 3)]
+    assert log.aborted_transactions(4, 5) == [(B, 3)]  # overlaps [3, 5]
+    assert log.aborted_transactions(0, 3) == []
+    assert log.aborted_transactions(6, 7) == []
+    assert txn_files(tmp_path / "t-0") == {0: [AbortedTxn(B, 3, 5, 6)]}
+    # the marker is a control batch of the producer: key (0, type), value (0, coordinator epoch)
+    data = log.read(4, 1 << 20).records
+    batches = list(parse_batches(data))
+    assert [(h.is_control, h.is_transactional, h.producer_id, h.base_sequence) for _p, h in batches][-2:] == [
+        (True, True, A, -1),
+        (True, True, B, -1),
+    ]
+    recs = list(iter_records(data))
+    assert [(r.key, r.value) for r in recs] == [
+        (struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 5)),
+        (struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 5)),
+    ]
+    log.close()
+
+
+def test_marker_rules_and_invalid_txn_state(tmp_path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append(tbatch(A, 0, epoch=3), now_ms=T0)
+    end = log.log_end_offset
+    with pytest.raises(ProducerStateError) as e:
+        log.append_marker(A, 2, 0, True, now_ms=T0, leader_epoch=0)
+    assert e.value.code == "INVALID_PRODUCER_EPOCH"
+    with pytest.raises(ProducerStateError) as e:
+        log.append(build_batch([(T0, None, b"x", [])], producer_id=A, producer_epoch=3, base_sequence=1), now_ms=T0)
+    assert e.value.code == "INVALID_TXN_STATE"
+    assert log.log_end_offset == end
+    log.append_marker(A, 3, 4, False, now_ms=T0, leader_epoch=0)
+    with pytest.raises(ProducerStateError) as e:
+        log.append_marker(A, 3, 3, False, now_ms=T0, leader_epoch=0)
+    assert e.value.code == "TRANSACTION_COORDINATOR_FENCED"
+    # a marker for a producer with nothing open (or unknown) is appended and completes nothing
+    info = log.append_marker(B, 0, 0, True, now_ms=T0, leader_epoch=0)
+    assert info.base_offset == end + 1
+    commit_hw(log)
+    assert log.last_stable_offset == log.log_end_offset
+    assert log.aborted_transactions(0, 100) == [(A, 0)]
+    log.close()
+
+
+def test_coordinator_origin_transactional_batch_without_sequence(tmp_path) -> None:
+    """The group coordinator's TxnOffsetCommit: client=False, base sequence -1, transactional."""
+    log = open_log(tmp_path / "t-0")
+    b = build_batch([(T0, b"k", b"v", [])], producer_id=A, producer_epoch=2, base_sequence=-1, is_transactional=True)
+    log.append(b, now_ms=T0, client=False)
+    log.append(b, now_ms=T0, client=False)  # no sequence check, same transaction
+    assert log.ongoing_transactions() == [(A, 2, 0)]
+    with pytest.raises(ProducerStateError):
+        log.append(
+            build_batch([(T0, b"k", b"v", [])], producer_id=A, producer_epoch=1, base_sequence=-1, is_transactional=True),
+            now_ms=T0,
+            client=False,
+        )
+    log.append_marker(A, 2, 0, True, now_ms=T0, leader_epoch=0)
+    assert log.ongoing_transactions() == []
+    log.close()
+
+
+def test_aborted_transaction_spanning_segments_is_found_from_its_first_segment(tmp_path) -> None:
+    size = max(len(tbatch(A, 0)), len(marker_batch(A, 0, 0, False, T0)))
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=size * 2))
+    log.append(tbatch(A, 0), now_ms=T0)  # 0
+    log.append(tbatch(B, 0), now_ms=T0)  # 1
+    log.append(tbatch(A, 1), now_ms=T0)  # 2 (second segment)
+    log.append(tbatch(A, 2), now_ms=T0)  # 3
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # 4 (third segment)
+    log.append_marker(B, 0, 0, False, now_ms=T0, leader_epoch=0)  # 5
+    assert log.segment_bases() == [0, 2, 4]
+    assert txn_files(tmp_path / "t-0") == {4: [AbortedTxn(A, 0, 4, 1), AbortedTxn(B, 1, 5, 6)]}
+    assert log.aborted_transactions(0, 1) == [(A, 0)]  # the search stops at the entry whose LSO reaches 1
+    assert log.aborted_transactions(0, 2) == [(A, 0), (B, 1)]
+    assert log.aborted_transactions(2, 4) == [(A, 0), (B, 1)]
+    log.close()
+
+
+def reopen_states(tmp_path):
+    d = tmp_path / "t-0"
+    size = max(len(tbatch(A, 0)), len(marker_batch(A, 0, 0, False, T0)))
+    cfg = LogConfig(segment_bytes=size * 3)
+    log = open_log(d, cfg)
+    log.append(tbatch(A, 0), now_ms=T0)  # 0
+    log.append(tbatch(B, 0), now_ms=T0)  # 1
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # 2
+    log.append(tbatch(A, 1, epoch=0), now_ms=T0)  # 3, new txn of A (second segment)
+    log.append_marker(B, 0, 0, False, now_ms=T0, leader_epoch=0)  # 4
+    log.append(tbatch(B, 1), now_ms=T0)  # 5, open
+    commit_hw(log)
+    assert log.segment_bases() == [0, 3]
+    return d, cfg, log
+
+
+EXPECTED_TXN = {0: [AbortedTxn(A, 0, 2, 1)], 3: [AbortedTxn(B, 1, 4, 3)]}
+
+
+def check_state(log: PartitionLog) -> None:
+    assert log.ongoing_transactions() == [(A, 0, 3), (B, 0, 5)]
+    assert log.aborted_transactions(0, 6) == [(A, 0), (B, 1)]
+    assert log.last_stable_offset == 3
+
+
+def test_clean_restart_keeps_transactions_and_index(tmp_path) -> None:
+    d, cfg, log = reopen_states(tmp_path)
+    check_state(log)
+    st = log.state()
+    log.close()
+    log2 = open_log(d, cfg, state=st, clean_shutdown=True)
+    check_state(log2)
+    assert txn_files(d) == EXPECTED_TXN
+    log2.close()
+
+
+@pytest.mark.parametrize("damage", ["none", "deleted", "torn", "stale"])
+def test_kill9_recovery_rebuilds_producer_state_and_txn_index(tmp_path, damage) -> None:
+    d, cfg, log = reopen_states(tmp_path)
+    st = log.state()
+    # kill -9: no close; the dead process's index files may be missing, torn or stale
+    second = d / f"{3:020d}.txnindex"
+    if damage == "deleted":
+        second.unlink()
+    elif damage == "torn":
+        second.write_bytes(second.read_bytes()[:-5])
+    elif damage == "stale":  # an abort whose marker is gone with the lost tail
+        second.write_bytes(second.read_bytes() + second.read_bytes())
+    for name in os.listdir(d):
+        if name.endswith(".snapshot"):
+            os.unlink(d / name)
+    log2 = open_log(d, cfg, state=PartitionState(0, st.high_watermark, 0))
+    check_state(log2)
+    assert txn_files(d) == EXPECTED_TXN
+    log2.close()
+
+
+def test_recovery_from_a_later_recovery_point_rebuilds_only_the_recovered_segments(tmp_path) -> None:
+    d, cfg, log = reopen_states(tmp_path)
+    log.flush()
+    st = log.state()
+    assert st.recovery_point == 6
+    (d / f"{3:020d}.txnindex").unlink()  # lost: it is in the recovered (active) segment
+    log2 = open_log(d, cfg, state=st)
+    check_state(log2)
+    assert txn_files(d) == EXPECTED_TXN
+    log2.close()
+
+
+def test_truncation_drops_index_entries_and_reopens_the_transaction(tmp_path) -> None:
+    d, cfg, log = reopen_states(tmp_path)
+    log.truncate_to(4)  # the abort of B at 4 goes
+    assert txn_files(d) == {0: [AbortedTxn(A, 0, 2, 1)]}
+    assert log.ongoing_transactions() == [(B, 0, 1), (A, 0, 3)]
+    assert log.aborted_transactions(0, 6) == [(A, 0)]
+    log.high_watermark = 4
+    assert log.last_stable_offset == 1
+    log.truncate_to(2)
+    assert txn_files(d) == {}
+    assert log.ongoing_transactions() == [(A, 0, 0), (B, 0, 1)]
+    log.close()
+
+
+def test_follower_append_builds_the_same_state_and_index(tmp_path) -> None:
+    d, cfg, leader = reopen_states(tmp_path)
+    follower = open_log(tmp_path / "f-0", cfg)
+    pos = 0
+    while pos < leader.log_end_offset:
+        data = leader.read(pos, 1 << 20).records
+        follower.append_as_follower(data, now_ms=T0)
+        pos = follower.log_end_offset
+    follower.high_watermark = 6
+    check_state(follower)
+    assert txn_files(tmp_path / "f-0") == EXPECTED_TXN
+    leader.close()
+    follower.close()
+
+
+def test_retention_deletes_the_index_with_its_segment(tmp_path) -> None:
+    d, cfg, log = reopen_states(tmp_path)
+    log.delete_records_before(3)
+    log.apply_retention(T0)
+    assert log.segment_bases() == [3]
+    assert txn_files(d) == {3: [AbortedTxn(B, 1, 4, 3)]}
+    assert log.aborted_transactions(3, 6) == [(B, 1)]
+    log.purge_deleted_files(T0, force=True)
+    assert not [n for n in os.listdir(d) if "txnindex" in n and n[:20] == f"{0:020d}"]
+    log.close()
+
+
+def test_lso_is_never_below_the_log_start(tmp_path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append(tbatch(A, 0), now_ms=T0)
+    log.append(build_batch([(T0, None, b"p", [])]), now_ms=T0)
+    commit_hw(log)
+    assert log.last_stable_offset == 0
+    log.delete_records_before(2)  # DeleteRecords is bounded by the HW only, as in Kafka
+    assert log.last_stable_offset == 2
+    log.close()
+
+
+def test_compaction_stops_at_the_first_unstable_offset_and_carries_the_index(tmp_path) -> None:
+    d = tmp_path / "c-0"
+    cfg = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    log = open_log(d, cfg)
+    log.append(tbatch(A, 0, key=b"k"), now_ms=T0)  # 0
+    log.append(tbatch(A, 1, key=b"k"), now_ms=T0)  # 1
+    log.roll(T0)
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # 2
+    log.roll(T0)
+    log.append(tbatch(B, 0, key=b"j"), now_ms=T0)  # 3, open
+    log.roll(T0)
+    log.append(tbatch(B, 1, key=b"j"), now_ms=T0)  # 4
+    log.append(tbatch(B, 2, key=b"j"), now_ms=T0)  # 5
+    log.roll(T0)
+    log.append(build_batch([(T0, b"x", b"1", [])]), now_ms=T0)  # 6
+    commit_hw(log)
+    assert log.segment_bases() == [0, 2, 3, 4, 6]
+    assert log.last_stable_offset == 3
+    assert log.cleanable_info(T0).first_uncleanable == 3  # not the HW (7), nor the active segment (6)
+    log.compact(T0, force=True)
+    assert log.segment_bases() == [0, 3, 4, 6]  # 0 and 2 cleaned into one segment
+    assert log.cleaner_checkpoint == 3
+    assert txn_files(d) == {0: [AbortedTxn(A, 0, 2, 3)]}
+    assert log.aborted_transactions(0, 7) == [(A, 0)]
+    assert log.ongoing_transactions() == [(B, 0, 3)]
+    log.close()
+    log2 = open_log(d, cfg, state=PartitionState(0, 7, 0))  # unclean: rebuilt from the batches
+    # the cleaner removed the batch at 0 (key k is at 1), so the rebuilt abort starts at 1: the
+    # same records are aborted for a reader
+    assert log2.aborted_transactions(0, 7) == [(A, 1)]
+    assert txn_files(d) == {0: [AbortedTxn(A, 1, 2, 3)]}
+    log2.close()
+
+
+def test_index_class_truncate_and_collect(tmp_path) -> None:
+    from shoal.storage.fs import DEFAULT_FS
+
+    t = TxnIndex(str(tmp_path / "x.txnindex"))
+    t.append(DEFAULT_FS, AbortedTxn(1, 0, 5, 6))
+    t.append(DEFAULT_FS, AbortedTxn(2, 3, 9, 10))
+    assert len((tmp_path / "x.txnindex").read_bytes()) == 2 * 34
+    out: list = []
+    assert t.collect(6, 8, out) is True and out == [AbortedTxn(2, 3, 9, 10)]
+    assert TxnIndex.load(DEFAULT_FS, str(tmp_path / "x")).entries == t.entries
+    assert t.truncate_to(DEFAULT_FS, 9)
+    assert decode_entries((tmp_path / "x.txnindex").read_bytes()) == [AbortedTxn(1, 0, 5, 6)]
+    t.truncate_to(DEFAULT_FS, 0)
+    assert not (tmp_path / "x.txnindex").exists()
