@@ -29,6 +29,11 @@ A compacted log keeps, per key, at least the latest record. ``PartitionLog.compa
 5. When every group is swapped the checkpoint becomes ``map_end`` (``cleaner-offset-checkpoint``
    in the partition directory, written atomically, so it survives restarts).
 
+Transactions (Kafka's ``CleanedTransactionMetadata``): the cleanable range ends at the last
+stable offset, so every transaction in it is decided; the batches of aborted transactions
+(``AbortedRanges``, from the log's transaction index) are not mapped, so an aborted write never
+shadows a committed value, and are dropped by the rewrite unless a batch is its producer's last.
+
 Record rules (:func:`clean_batch`), Kafka's ``shouldRetainRecord`` and ``checkBatchRetention``:
 
 - a keyed record is removed when the map holds a larger offset for its key;
@@ -59,7 +64,9 @@ Deliberate deviations from Kafka:
   ``decompressed_limit``, e.g. written by an older version) is kept as it is, its keys unmapped:
   counted in ``CleanerStats.batches_skipped`` and logged once per log, never retried forever
   (Kafka's cleaner fails the log and marks it uncleanable);
-- control batches are always kept (no transactions yet, so no aborted data or markers to drop);
+- control batches (transaction markers) are always kept (Kafka drops a marker once its
+  transaction's data is gone and delete.retention.ms passed), so the aborted-transaction index
+  of the cleaned segments carries over whole;
 - a rewritten batch keeps its original firstTimestamp when no horizon is set (Kafka's builder
   uses the first retained record's); readers see the same record timestamps either way;
 - the offset map holds whole keys in a dict (Kafka: 16-byte MD5 digests in a fixed buffer);
@@ -109,6 +116,7 @@ if TYPE_CHECKING:
     from shoal.storage.fs import FileSystem
 
 __all__ = [
+    "AbortedRanges",
     "CHECKPOINT_FILE",
     "DEFAULT_MAX_MAP_ENTRIES",
     "CleanResult",
@@ -506,6 +514,30 @@ class Source:
     prefix: str
 
 
+class AbortedRanges:
+    """The aborted transactions of a log, by producer: ``(first offset, marker offset)``."""
+
+    __slots__ = ("_by_pid",)
+
+    def __init__(self, txns: Sequence[tuple[int, int, int]] = ()) -> None:
+        self._by_pid: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in txns:
+            self._by_pid.setdefault(pid, []).append((first, last))
+
+    def __bool__(self) -> bool:
+        return bool(self._by_pid)
+
+    def holds(self, h: BatchHeader) -> bool:
+        """Whether ``h`` is a data batch of an aborted transaction."""
+        if not h.attributes & ATTR_TRANSACTIONAL or h.attributes & ATTR_CONTROL:
+            return False
+        ranges = self._by_pid.get(h.producer_id)
+        if not ranges:
+            return False
+        off = h.base_offset
+        return any(first <= off <= last for first, last in ranges)
+
+
 class GroupWriter:
     """Cleans a group of adjacent segments into ``<base>.log.cleaned`` and builds its indexes,
     in steps (no lock: it only reads the old segments' files and writes its own)."""
@@ -558,6 +590,7 @@ class GroupWriter:
         now_ms: int,
         delete_retention_ms: int,
         stats: CleanerStats,
+        aborted: AbortedRanges | None = None,
     ) -> int:
         """Clean about ``budget`` bytes more; returns the bytes read. ``done`` when all are read."""
         used = 0
@@ -577,16 +610,22 @@ class GroupWriter:
                         for rel, h in batches:
                             pid = h.producer_id
                             retain_empty = pid >= 0 and producers_last.get(pid) == h.last_offset
-                            got = clean_batch(
-                                data,
-                                rel,
-                                h,
-                                offset_map,
-                                now_ms=now_ms,
-                                delete_retention_ms=delete_retention_ms,
-                                retain_empty=retain_empty,
-                                stats=stats,
-                            )
+                            if aborted and aborted.holds(h):
+                                # an aborted transaction's data: no reader sees it (the producer's
+                                # last batch stays as an empty header, for its sequence)
+                                stats.records_read += h.records_count
+                                got = empty_batch(h) if retain_empty else None
+                            else:
+                                got = clean_batch(
+                                    data,
+                                    rel,
+                                    h,
+                                    offset_map,
+                                    now_ms=now_ms,
+                                    delete_retention_ms=delete_retention_ms,
+                                    retain_empty=retain_empty,
+                                    stats=stats,
+                                )
                             if got is not None:
                                 self._index(h, got)
                                 out.append(got)
@@ -774,8 +813,10 @@ class CleanerPass:
         *,
         decompress_limit: int = DECOMPRESSED_LIMIT,
         known_bad: dict[tuple[int, int], None] | None = None,
+        aborted: AbortedRanges | None = None,
     ) -> None:
         self.generation = generation
+        self.aborted = aborted if aborted is not None else AbortedRanges()
         self.info = info
         self.dirty = dirty
         self.producers_last = producers_last
@@ -803,8 +844,10 @@ class CleanerPass:
                 try:
                     while self.map_pos < src.size and used < budget:
                         data, batches, nxt = read_batches(fs, fd, self.map_pos, src.size, budget - used)
+                        aborted = self.aborted
                         for rel, h in batches:
-                            self.map.add_batch(data, rel, h)
+                            if not (aborted and aborted.holds(h)):
+                                self.map.add_batch(data, rel, h)
                         used += nxt - self.map_pos
                         self.map_pos = nxt
                 finally:

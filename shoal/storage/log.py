@@ -126,6 +126,7 @@ from shoal.protocol.records import (
 from shoal.storage.cache import FileHandles, IndexCache
 from shoal.storage.cleaner import (
     DEFAULT_MAX_MAP_ENTRIES,
+    AbortedRanges,
     CleanableInfo,
     CleanerPass,
     CleanResult,
@@ -1932,9 +1933,12 @@ class PartitionLog:
                 u = bisect_left(self._bases, info.first_uncleanable)
                 dirty = [Source(s.base, s.size, s.prefix) for s in self._segments[d:u]]
                 last_of = {e.producer_id: e.last_offset for e in self._producers.entries() if e.batches}
+                aborted = AbortedRanges(
+                    [(e.producer_id, e.first_offset, e.last_offset) for seg in self._segments for e in self._txn_of(seg).entries]
+                )
                 p = CleanerPass(
                     self._generation, info, dirty, last_of, max_map_entries,
-                    decompress_limit=self._decompress_limit, known_bad=self._cleaner_bad,
+                    decompress_limit=self._decompress_limit, known_bad=self._cleaner_bad, aborted=aborted,
                 )
                 self._pass = p
             else:
@@ -1963,6 +1967,7 @@ class PartitionLog:
                         now_ms=now_ms,
                         delete_retention_ms=cfg.delete_retention_ms,
                         stats=stats,
+                        aborted=p.aborted,
                     )
                     if not g.done:
                         return  # budget spent: resume at the next call

@@ -311,3 +311,28 @@ def test_index_class_truncate_and_collect(tmp_path) -> None:
     assert decode_entries((tmp_path / "x.txnindex").read_bytes()) == [AbortedTxn(1, 0, 5, 6)]
     t.truncate_to(DEFAULT_FS, 0)
     assert not (tmp_path / "x.txnindex").exists()
+
+
+def test_compaction_keeps_a_committed_value_over_a_later_aborted_write(tmp_path) -> None:
+    """Kafka's cleaner does not map aborted records, so they never shadow a committed value; the
+    aborted batches go, the markers stay."""
+    d = tmp_path / "c-0"
+    cfg = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    log = open_log(d, cfg)
+    log.append(tbatch(A, 0, key=b"k", tag=b"committed"), now_ms=T0)  # 0
+    log.append_marker(A, 0, 0, True, now_ms=T0, leader_epoch=0)  # 1
+    log.append(tbatch(A, 1, key=b"k", tag=b"aborted"), now_ms=T0)  # 2
+    log.append(tbatch(A, 2, key=b"k", tag=b"aborted"), now_ms=T0)  # 3
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # 4
+    log.append(tbatch(B, 0, key=b"j"), now_ms=T0)  # 5
+    log.append_marker(B, 0, 0, True, now_ms=T0, leader_epoch=0)  # 6
+    log.roll(T0)
+    log.append(build_batch([(T0, b"x", b"1", [])]), now_ms=T0)  # 7
+    commit_hw(log)
+    log.compact(T0, force=True)
+    recs = list(iter_records(log.read(0, 1 << 20).records))
+    data = [(r.offset, r.value) for r in recs if r.key in (b"k", b"j")]
+    assert data == [(0, b"committed0"), (5, b"t0")]
+    assert [r.offset for r in recs] == [0, 1, 4, 5, 6]  # markers kept
+    assert log.aborted_transactions(0, 8) == [(A, 2)]
+    log.close()
