@@ -236,7 +236,8 @@ class ClassicGroup(Group):
         return self._protocol_type == CONSUMER_PROTOCOL_TYPE
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int
+        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int,
+        *, transactional: bool = False,
     ) -> ErrorCode:
         if self.state is S.DEAD:
             return ErrorCode.coordinator_not_available
@@ -248,9 +249,10 @@ class ClassicGroup(Group):
                 return code
             if generation_or_epoch != self.generation_id:
                 return ErrorCode.illegal_generation
-        elif self.state is not S.EMPTY:
+        elif not transactional and self.state is not S.EMPTY:
+            # TxnOffsetCommit v0-v2 carry no member id nor generation: accepted in any state
             return ErrorCode.unknown_member_id
-        if self.state is S.COMPLETING_REBALANCE:
+        if not transactional and self.state is S.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 

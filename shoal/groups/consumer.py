@@ -417,16 +417,19 @@ class ConsumerGroup(Group):
         return self.dead
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int
+        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int,
+        *, transactional: bool = False,
     ) -> ErrorCode:
         if self.dead:
             return ErrorCode.coordinator_not_available
         if generation_or_epoch < 0 and not self.members:
             return ErrorCode.none  # admin client, or a consumer using assign()
+        if transactional and generation_or_epoch < 0 and not member_id and instance_id is None:
+            return ErrorCode.none  # TxnOffsetCommit without group metadata (v0-v2, or none given)
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if api_version < 9:
+        if not transactional and api_version < 9:
             return ErrorCode.unsupported_version  # consumer-protocol members commit with v9+
         if generation_or_epoch != member.member_epoch:
             return ErrorCode.stale_member_epoch

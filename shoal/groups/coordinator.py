@@ -150,6 +150,8 @@ class _Loaded:
     other: list[tuple[int, bytes, bytes | None]]
     records: int = 0
     skipped: int = 0
+    # transactional offsets of transactions without a marker yet: producer id -> key -> value
+    txn: dict[int, dict[tuple[str, str, int], OffsetAndMetadata]] = dataclasses.field(default_factory=dict)
 
 
 # A replay function for a record type (key version) another group protocol owns:
@@ -179,6 +181,8 @@ class GroupCoordinator:
         self._owned: dict[int, _Owned] = {}
         self._epochs = 0
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        # transactions that ended while a partition was loading: (producer id, commit), in order
+        self._txn_ended_while_loading: dict[int, list[tuple[int, bool]]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._record_types: dict[int, RecordReplay] = {}
         # KIP-848: the consumer protocol's groups (registers its record types 3-8 above).
@@ -354,6 +358,7 @@ class GroupCoordinator:
     def start_loading(self, partition: int) -> asyncio.Task[None]:
         self._epochs += 1
         self._owned[partition] = _Owned(PartitionStatus.LOADING, self._epochs)
+        self._txn_ended_while_loading[partition] = []
         task = asyncio.ensure_future(self.load_partition(partition, self._epochs))
         self._load_tasks[partition] = task
 
@@ -376,6 +381,9 @@ class GroupCoordinator:
             return  # unloaded (or reloaded) meanwhile
         self._apply_loaded(partition, loaded)
         owned.status = PartitionStatus.ACTIVE
+        for producer_id, commit in self._txn_ended_while_loading.pop(partition, ()):
+            # a marker the replay may have read already: completing again finds nothing pending
+            self.on_txn_completed(producer_id, [partition], commit)
         if self._services is not None:  # tenancy: groups of tenants deleted while we did not own them
             self.delete_tenant_groups(self._services.metadata.image.tenants, [partition])
             # tenancy: offsets of topics moved while this partition was not loaded, or just
@@ -391,9 +399,32 @@ class GroupCoordinator:
             )
 
     def _read_partition(self, partition: int) -> _Loaded:
-        """Replay one partition's log to its final state (runs in a worker thread)."""
+        """Replay one partition's log to its final state (runs in a worker thread).
+
+        Transactional offset commits (a transactional batch of a producer id) wait per producer
+        until that producer's next end-transaction marker: COMMIT materializes each of them unless
+        the partition's committed offset is later in the log, ABORT drops them (Kafka's
+        ``OffsetMetadataManager.replayEndTransactionMarker``); a tombstone drops the pending ones of
+        its partition. Those without a marker yet stay pending after the load."""
         out = _Loaded({}, {}, [])
-        for offset, key, value in self.log.replay(partition):
+        for batch in self.log.replay_batches(partition):
+            if batch.marker is not None:
+                out.records += 1
+                for (g, t, p), om in out.txn.pop(batch.producer_id, {}).items():
+                    if batch.marker:
+                        offsets = out.offsets.setdefault(g, {})
+                        current = offsets.get((t, p))
+                        if current is None or current.record_offset < om.record_offset:
+                            offsets[(t, p)] = om
+                continue
+            txn_producer = batch.producer_id if batch.transactional else -1
+            self._replay_records(partition, batch.records, txn_producer, out)
+        return out
+
+    def _replay_records(
+        self, partition: int, records: Iterable[tuple[int, bytes | None, bytes | None]], txn_producer: int, out: _Loaded
+    ) -> None:
+        for offset, key, value in records:
             out.records += 1
             if key is None:
                 out.skipped += 1
@@ -404,11 +435,17 @@ class GroupCoordinator:
                     offsets = out.offsets.setdefault(k.group, {})
                     if value is None:
                         offsets.pop((k.topic, k.partition), None)
+                        for pending in out.txn.values():
+                            pending.pop((k.group, k.topic, k.partition), None)
                     else:
                         v = decode_offset_commit_value(value)
-                        offsets[(k.topic, k.partition)] = OffsetAndMetadata(
+                        om = OffsetAndMetadata(
                             v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, offset
                         )
+                        if txn_producer >= 0:
+                            out.txn.setdefault(txn_producer, {})[(k.group, k.topic, k.partition)] = om
+                        else:
+                            offsets[(k.topic, k.partition)] = om
                 elif isinstance(k, GroupMetadataKey):
                     out.groups[k.group] = None if value is None else decode_group_metadata_value(value)
                 else:
@@ -416,7 +453,6 @@ class GroupCoordinator:
             except RecordFormatError as e:
                 out.skipped += 1
                 log.warning("%s-%d offset %d: skipping a record: %s", OFFSETS_TOPIC, partition, offset, e)
-        return out
 
     def _apply_loaded(self, partition: int, loaded: _Loaded) -> None:
         for group_id, value in loaded.groups.items():
@@ -432,6 +468,11 @@ class GroupCoordinator:
                 self.classic.new_group(group_id)  # offsets without group metadata: a simple group
             for (topic, p), om in offsets.items():
                 self.offsets.put(group_id, topic, p, om)
+        for producer_id, pending in loaded.txn.items():
+            for (group_id, topic, p), om in pending.items():
+                if group_id not in self.groups:
+                    self.classic.new_group(group_id)  # Kafka: pending offsets keep a simple group too
+                self.offsets.add_txn(producer_id, group_id, topic, p, om)
         for offset, key, value in loaded.other:
             version = int.from_bytes(key[:2], "big", signed=True)
             fn = self._record_types.get(version)
@@ -443,6 +484,7 @@ class GroupCoordinator:
 
     def unload_partition(self, partition: int) -> None:
         self._owned.pop(partition, None)
+        self._txn_ended_while_loading.pop(partition, None)
         task = self._load_tasks.pop(partition, None)
         if task is not None:
             task.cancel()
@@ -480,6 +522,7 @@ class GroupCoordinator:
             and not group.pending_join
             and not self.offsets.has_offsets(group.group_id)
             and not self.offsets.has_pending(group.group_id)
+            and not self.offsets.has_txn_pending(group.group_id)
         ):
             self.remove_group(group)
 
@@ -703,6 +746,116 @@ class GroupCoordinator:
                 results[i] = err
         return results
 
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Sequence[CommitRequest],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: one error per (topic, partition). The offsets are appended now, in one
+        transactional batch of ``producer_id``/``producer_epoch`` (before the first await), and
+        stay pending for that producer, invisible to OffsetFetch, until its transaction ends
+        (:meth:`on_txn_completed`). Validation as Kafka 4's ``validateTransactionalOffsetCommit``:
+        a group that does not exist is created as a simple group for generation -1, else
+        ILLEGAL_GENERATION; otherwise the group's offset-commit rules with the transactional
+        relaxations (v0-v2 carry no member: accepted in any state; accepted while a classic group
+        completes its rebalance); a consumer-protocol member's stale epoch is ILLEGAL_GENERATION.
+        The log fences an older producer epoch (INVALID_PRODUCER_EPOCH)."""
+        keys = [(c.topic, c.partition) for c in offsets]
+        code = self.status(group_id)
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_group_id
+        if code != ErrorCode.none:
+            return dict.fromkeys(keys, code)
+        group = self.groups.get(group_id)
+        created = False
+        if group is None:
+            if generation_id >= 0:
+                return dict.fromkeys(keys, ErrorCode.illegal_generation)
+            log.info("group %s: created as a simple group by a transactional offset commit", group_id)
+            group = self.classic.new_group(group_id)
+            created = True
+        else:
+            err = group.validate_offset_commit(member_id, group_instance_id, generation_id, -1, transactional=True)
+            if err == ErrorCode.stale_member_epoch:
+                err = ErrorCode.illegal_generation  # TxnOffsetCommit has no STALE_MEMBER_EPOCH
+            if err != ErrorCode.none:
+                return dict.fromkeys(keys, err)
+
+        cfg = self.config
+        now = self.clock.now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        records: list[Record] = []
+        accepted: list[tuple[OffsetAndMetadata, CommitRequest]] = []
+        for c in offsets:
+            meta = c.metadata if c.metadata is not None else ""
+            if c.metadata is not None and len(c.metadata) > cfg.offset_metadata_max_bytes:
+                results[(c.topic, c.partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            records.append((
+                offset_commit_key(group_id, c.topic, c.partition),
+                encode_offset_commit_value(OffsetCommitValue(c.offset, c.leader_epoch, meta, now, -1)),
+            ))
+            accepted.append((OffsetAndMetadata(c.offset, c.leader_epoch, meta, now), c))
+            results[(c.topic, c.partition)] = ErrorCode.none
+        if not records:
+            if created:
+                self.maybe_drop_unused_group(group)
+            return results
+        owned = self._owned.get(group.partition)
+        if owned is None or owned.status is not PartitionStatus.ACTIVE:
+            res: tuple[int, int] | ErrorCode = ErrorCode.not_coordinator
+        else:
+            appended = self.log.append(
+                group.partition, records, now, producer_id=producer_id, producer_epoch=producer_epoch
+            )
+            res = coordinator_error(appended) if isinstance(appended, ErrorCode) else (appended, owned.epoch)
+        if isinstance(res, ErrorCode):
+            for _, c in accepted:
+                results[(c.topic, c.partition)] = res
+            if created:
+                self.maybe_drop_unused_group(group)
+            return results
+        end, epoch = res
+        base = end - len(records)
+        for n, (om, c) in enumerate(accepted):
+            self.offsets.add_txn(producer_id, group_id, c.topic, c.partition, dataclasses.replace(om, record_offset=base + n))
+        err = await self._committed(group.partition, end, epoch)
+        if err != ErrorCode.none:
+            # Kafka's failPendingTxnOffsetCommit: the client retries the commit.
+            for n, (_, c) in enumerate(accepted):
+                self.offsets.drop_txn(producer_id, group_id, c.topic, c.partition, base + n)
+                results[(c.topic, c.partition)] = err
+            if created:
+                self.maybe_drop_unused_group(group)
+        return results
+
+    def on_txn_completed(self, producer_id: int, partitions: Iterable[int], commit: bool) -> None:
+        """The end-transaction marker of ``producer_id`` is committed in these partitions of
+        ``__consumer_offsets``: materialize (``commit``) or drop its pending offsets of their
+        groups (Kafka's ``handleTxnCompletion``). A partition still loading applies it once loaded
+        (its replay may or may not have read the marker); one this node does not own is the new
+        leader's business (its load replays the marker)."""
+        now_active: set[int] = set()
+        for p in partitions:
+            owned = self._owned.get(p)
+            if owned is None:
+                continue
+            if owned.status is PartitionStatus.LOADING:
+                self._txn_ended_while_loading.setdefault(p, []).append((producer_id, commit))
+            else:
+                now_active.add(p)
+        if not now_active:
+            return
+        done = self.offsets.complete_txn(producer_id, commit, lambda gid: self.partition_for(gid) in now_active)
+        if done:
+            log.debug("producer %d: %d transactional offsets %s", producer_id, len(done),
+                      "committed" if commit else "aborted")
+
     async def fetch_offsets(
         self,
         group_id: str,
@@ -746,7 +899,9 @@ class GroupCoordinator:
         for topic, parts in wanted:
             rows = []
             for p in parts:
-                if require_stable and known and self.offsets.is_pending(group_id, topic, p):
+                if require_stable and known and (
+                    self.offsets.is_pending(group_id, topic, p) or self.offsets.is_txn_pending(group_id, topic, p)
+                ):
                     rows.append(FetchedOffset(p, -1, -1, "", ErrorCode.unstable_offset_commit))
                     continue
                 om = stored.get(topic, {}).get(p)
@@ -782,7 +937,11 @@ class GroupCoordinator:
             rows = []
             for p in parts:
                 rows.append((p, ErrorCode.none))
-                if self.offsets.get(group_id, topic, p) is not None or self.offsets.is_pending(group_id, topic, p):
+                if (
+                    self.offsets.get(group_id, topic, p) is not None
+                    or self.offsets.is_pending(group_id, topic, p)
+                    or self.offsets.is_txn_pending(group_id, topic, p)
+                ):
                     records.append((offset_commit_key(group_id, topic, p), None))
                     deleted.append((topic, p))
             out.append((topic, rows))
@@ -927,7 +1086,7 @@ class GroupCoordinator:
                     continue
                 for p, om in parts.items():
                     base = group.offset_expiration_base(om)
-                    if base is None or self.offsets.is_pending(gid, topic, p):
+                    if base is None or self.offsets.is_pending(gid, topic, p) or self.offsets.is_txn_pending(gid, topic, p):
                         all_expired = False
                         continue
                     due = now >= om.expire_timestamp if om.expire_timestamp >= 0 else now - base >= retention
@@ -947,6 +1106,7 @@ class GroupCoordinator:
                 and group.is_empty()
                 and not self.offsets.has_offsets(gid)
                 and not self.offsets.has_pending(gid)
+                and not self.offsets.has_txn_pending(gid)  # Kafka: an open transaction keeps the group
                 and not (isinstance(group, ClassicGroup) and group.pending_join)
             ):
                 records.extend(group.tombstone_records())  # KIP-848: each kind names its own records

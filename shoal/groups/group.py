@@ -67,8 +67,11 @@ class Group(abc.ABC):
 
     @abc.abstractmethod
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int
-    ) -> ErrorCode: ...
+        self, member_id: str, instance_id: str | None, generation_or_epoch: int, api_version: int,
+        *, transactional: bool = False,
+    ) -> ErrorCode:
+        """OffsetCommit's rules (``api_version`` its version), or TxnOffsetCommit's
+        (``transactional``: member id, generation and instance id are optional there)."""
 
     def on_offset_commit(self, member_id: str) -> None:
         """A commit was accepted from ``member_id`` (the classic protocol keeps its session alive)."""

@@ -10,7 +10,7 @@ each partition, committed or still in flight, as a replay of the log would.
 
 from __future__ import annotations
 
-from typing import Container
+from typing import Callable, Container
 
 from shoal.groups.group import OffsetAndMetadata
 
@@ -25,6 +25,10 @@ class OffsetStore:
         # A tombstone written after commits that are still in flight: those must not resurrect
         # the offset when their wait ends (kept only while such commits exist).
         self._floor: dict[tuple[str, str, int], int] = {}
+        # Transactional commits: producer id -> (group, topic, partition) -> value, and the
+        # reverse index (group, topic, partition) -> producer ids with one pending.
+        self._txn: dict[int, dict[tuple[str, str, int], OffsetAndMetadata]] = {}
+        self._open: dict[tuple[str, str, int], set[int]] = {}
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -53,6 +57,24 @@ class OffsetStore:
     def pending_keys(self, group: str) -> list[TopicPartition]:
         """(topic, partition) of the group's commits in flight."""
         return [(t, p) for g, t, p in self._pending if g == group]
+
+    def is_txn_pending(self, group: str, topic: str, partition: int) -> bool:
+        """A transaction not yet completed committed an offset of this partition."""
+        return (group, topic, partition) in self._open
+
+    def has_txn_pending(self, group: str) -> bool:
+        return any(k[0] == group for k in self._open)
+
+    def txn_keys(self, group: str) -> list[TopicPartition]:
+        """(topic, partition) of the group's pending transactional offsets."""
+        return [(t, p) for g, t, p in self._open if g == group]
+
+    def txn_pending(self, producer_id: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
+        """The producer's pending transactional offsets (a copy)."""
+        return dict(self._txn.get(producer_id, {}))
+
+    def txn_producers(self) -> list[int]:
+        return list(self._txn)
 
     def latest(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
         """The value of the partition's last record in the log: its commit still in flight with
@@ -92,6 +114,7 @@ class OffsetStore:
         key = (group, topic, partition)
         if record_offset >= 0 and key in self._pending:
             self._floor[key] = max(self._floor.get(key, -1), record_offset)
+        self._drop_open(key)
         topics = self._offsets.get(group)
         if topics is None:
             return None
@@ -106,8 +129,68 @@ class OffsetStore:
         return out
 
     def remove_group(self, group: str) -> list[TopicPartition]:
+        """Forget the group's committed and pending transactional offsets; the (topic, partition)
+        of each (the keys its tombstones name)."""
         topics = self._offsets.pop(group, {})
-        return [(t, p) for t, parts in topics.items() for p in parts]
+        keys = dict.fromkeys((t, p) for t, parts in topics.items() for p in parts)
+        for t, p in self.txn_keys(group):
+            keys[(t, p)] = None
+            self._drop_open((group, t, p))
+        return list(keys)
+
+    def add_txn(self, producer_id: int, group: str, topic: str, partition: int, value: OffsetAndMetadata) -> None:
+        """A transactional commit was appended (``value.record_offset`` says where)."""
+        key = (group, topic, partition)
+        self._txn.setdefault(producer_id, {})[key] = value
+        self._open.setdefault(key, set()).add(producer_id)
+
+    def drop_txn(self, producer_id: int, group: str, topic: str, partition: int, record_offset: int) -> None:
+        """The transactional commit at ``record_offset`` failed: forget it unless a later one of
+        the same producer replaced it."""
+        key = (group, topic, partition)
+        pending = self._txn.get(producer_id)
+        if pending is None or key not in pending or pending[key].record_offset != record_offset:
+            return
+        del pending[key]
+        if not pending:
+            del self._txn[producer_id]
+        self._unlink(key, producer_id)
+
+    def complete_txn(
+        self, producer_id: int, commit: bool, groups: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, str, int]]:
+        """The producer's transaction ended (in the ``__consumer_offsets`` partitions whose groups
+        ``groups`` accepts; None: all): on commit its pending offsets become committed where they
+        are later in the log than the committed one. Returns the keys completed (committed or
+        dropped)."""
+        pending = self._txn.get(producer_id)
+        if not pending:
+            return []
+        done = [k for k in pending if groups is None or groups(k[0])]
+        for key in done:
+            value = pending.pop(key)
+            self._unlink(key, producer_id)
+            if commit:
+                self.put(*key, value)
+        if not pending:
+            del self._txn[producer_id]
+        return done
+
+    def _unlink(self, key: tuple[str, str, int], producer_id: int) -> None:
+        producers = self._open.get(key)
+        if producers is not None:
+            producers.discard(producer_id)
+            if not producers:
+                del self._open[key]
+
+    def _drop_open(self, key: tuple[str, str, int]) -> None:
+        """A tombstone of ``key``: every producer's pending transactional offset of it goes."""
+        for pid in self._open.pop(key, ()):
+            pending = self._txn.get(pid)
+            if pending is not None:
+                pending.pop(key, None)
+                if not pending:
+                    del self._txn[pid]
 
     def add_pending(
         self, group: str, topic: str, partition: int, record_offset: int, value: OffsetAndMetadata | None = None
@@ -130,9 +213,13 @@ class OffsetStore:
             self._offsets.clear()
             self._pending.clear()
             self._floor.clear()
+            self._txn.clear()
+            self._open.clear()
             return
         for g in groups:
             self._offsets.pop(g, None)
         for key in [k for k in self._pending if k[0] in groups]:
             del self._pending[key]
             self._floor.pop(key, None)
+        for key in [k for k in self._open if k[0] in groups]:
+            self._drop_open(key)

@@ -1,4 +1,5 @@
-"""Committed offsets: OffsetCommit (8) v2-v10, OffsetFetch (9) v1-v10, OffsetDelete (47) v0.
+"""Committed offsets: OffsetCommit (8) v2-v10, OffsetFetch (9) v1-v10, OffsetDelete (47) v0,
+TxnOffsetCommit (28) v0-v4.
 
 Topic checks happen here, as in Kafka's ``KafkaApis``: a commit or delete for a topic or partition
 the cluster does not have gets UNKNOWN_TOPIC_OR_PARTITION (v10, by topic id: UNKNOWN_TOPIC_ID) and
@@ -7,6 +8,11 @@ any topic and answers -1 for offsets never committed. OffsetFetch v8+ fetches se
 request (each with its own error); v10 names topics by id (OffsetCommit v10 too).
 
 A commit is answered once its record is in ``__consumer_offsets`` and the high watermark passed it.
+
+TxnOffsetCommit (KIP-98; v3 adds the group's generation, member id and instance id, KIP-447) goes to
+``GroupCoordinator.commit_txn_offsets``: the offsets are appended in a transactional batch of the
+producer and stay invisible until the transaction commits. OffsetFetch v7+ with ``require_stable``
+answers UNSTABLE_OFFSET_COMMIT for a partition with such pending offsets (the client retries).
 
 Tenancy (``ctx.scope``): group ids and topic names arrive as the client sees them and reach the
 coordinator qualified; topic ids resolve only to the scope's topics (another tenant's id is
@@ -18,11 +24,17 @@ topic; OffsetFetch DESCRIBE on the group, then DESCRIBE on each topic (for all t
 without it are left out); OffsetDelete DELETE on the group, then READ on each topic. A denied group
 is GROUP_AUTHORIZATION_FAILED (OffsetCommit: on every partition; OffsetFetch v1: on every
 requested partition), a denied topic TOPIC_AUTHORIZATION_FAILED on its partitions, checked before
-whether the topic exists.
+whether the topic exists. TxnOffsetCommit needs WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition), then READ on the group (else
+GROUP_AUTHORIZATION_FAILED on every partition), then READ on each topic. Transactional ids are
+scoped to the tenant like group ids (ACLs name them as the tenant does).
 
 Deviations from Kafka:
 - OffsetCommit v0-v1 and OffsetFetch v0 are not offered (Kafka 4 removed them too, KIP-896).
 - OffsetFetch v10 for all topics lists only topics that still exist (others have no id to show).
+- TxnOffsetCommit does not yet ask the transaction coordinator whether the group's partition is in
+  the producer's transaction (Kafka 3.6+'s KIP-890 verification); v5 (KIP-890 part 2, an implicit
+  AddOffsetsToTxn) is not offered.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from shoal.tenancy.acl import Operation, ResourceType
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 OFFSET_DELETE = 47
+TXN_OFFSET_COMMIT = 28
 ZERO = datetime.timedelta(0)
 
 
@@ -132,6 +145,84 @@ async def handle_offset_commit(ctx, req):
             else build(mod.OffsetCommitResponseTopic, name=key, partitions=parts)
         )
     return build(mod.OffsetCommitResponse, throttle_time=ZERO, topics=tuple(topics))
+
+
+# -- TxnOffsetCommit -----------------------------------------------------------------------------
+
+
+@api(TXN_OFFSET_COMMIT, 0, 4)
+async def handle_txn_offset_commit(ctx, req):
+    v = ctx.api_version
+    mod = response_module(TXN_OFFSET_COMMIT, v)
+    image = ctx.services.metadata.image
+    scope = ctx.scope
+
+    def response(rows: dict[str, list[tuple[int, ErrorCode]]]):
+        topics = tuple(
+            build(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(
+                build(mod.TxnOffsetCommitResponsePartition, partition_index=p, error_code=code) for p, code in parts))
+            for name, parts in rows.items()
+        )
+        return build(mod.TxnOffsetCommitResponse, throttle_time=ZERO, topics=topics)
+
+    def everywhere(code: ErrorCode):
+        rows: dict[str, list[tuple[int, ErrorCode]]] = {}
+        for t in req.topics:
+            rows.setdefault(t.name, []).extend((p.partition_index, code) for p in t.partitions)
+        return response(rows)
+
+    if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return everywhere(ErrorCode.transactional_id_authorization_failed)
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return everywhere(ErrorCode.group_authorization_failed)
+    if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
+        return everywhere(ErrorCode.invalid_group_id)
+    rows: dict[str, list[tuple[int, ErrorCode | None]]] = {}
+    commits: list[CommitRequest] = []
+    names: dict[str, str] = {}  # physical -> as requested
+    for t in req.topics:
+        info = scope.topic(image, t.name)
+        if not scope.allowed(Operation.READ, ResourceType.TOPIC, t.name):
+            topic_error: ErrorCode | None = ErrorCode.topic_authorization_failed
+        elif info is None:
+            topic_error = ErrorCode.unknown_topic_or_partition
+        else:
+            topic_error = None
+            names[info.name] = t.name
+        out = rows.setdefault(t.name, [])
+        for p in t.partitions:
+            if topic_error is not None:
+                out.append((p.partition_index, topic_error))
+            elif not 0 <= p.partition_index < len(info.partitions):
+                out.append((p.partition_index, ErrorCode.unknown_topic_or_partition))
+            else:
+                out.append((p.partition_index, None))
+                commits.append(CommitRequest(
+                    info.name, p.partition_index, p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
+                ))
+    results: dict[tuple[str, int], ErrorCode] = {}
+    if commits:
+        coord = _coordinator(ctx)
+        if coord is None:
+            results = {(c.topic, c.partition): ErrorCode.coordinator_not_available for c in commits}
+        else:
+            results = await coord.commit_txn_offsets(
+                scope.physical(req.group_id), req.producer_id, req.producer_epoch,
+                getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
+                getattr(req, "group_instance_id", None), commits,
+            )
+    if v < 2:  # clients before KAFKA-7296 cannot handle COORDINATOR_LOAD_IN_PROGRESS here
+        results = {
+            k: ErrorCode.coordinator_not_available if c == ErrorCode.coordinator_load_in_progress else c
+            for k, c in results.items()
+        }
+    physical = {name: phys for phys, name in names.items()}
+    return response({
+        name: [(p, code if code is not None else results.get((physical[name], p), ErrorCode.unknown_server_error))
+               for p, code in parts]
+        for name, parts in rows.items()
+    })
 
 
 # -- OffsetFetch ---------------------------------------------------------------------------------
