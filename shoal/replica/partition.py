@@ -143,6 +143,24 @@ class Partition:
             self.maybe_increment_high_watermark(appended=True)
         return info
 
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool, now_ms: int
+    ) -> "AppendInfo":
+        """Append an end-transaction marker (WriteTxnMarkers, or the local coordinator) in this
+        leader epoch; the caller checked that this broker leads. The high watermark and the
+        purgatories progress as for ``append_as_leader``; the last stable offset passes the
+        transaction once the high watermark passes the marker. Raises what
+        ``PartitionLog.append_marker`` raises."""
+        info = self.log.append_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, now_ms=now_ms, leader_epoch=self.info.leader_epoch
+        )
+        self.maybe_increment_high_watermark(appended=True)
+        return info
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
     def maybe_increment_high_watermark(self, *, appended: bool = False) -> bool:
         """Move the high watermark to the smallest log end offset over the ISR; True if it moved.
         ``appended``: new data arrived (wake fetchers waiting for it even when the HW stays)."""
