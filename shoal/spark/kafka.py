@@ -5,8 +5,16 @@
 - :func:`read_range` (executors): the records ``[start, end)`` of one topic-partition as Arrow
   record batches in the source's schema, read by ``assign()`` at an explicit offset. Never joins a
   consumer group nor commits.
-- :class:`RecordProducer` (executors): rows of Arrow batches produced with the idempotent producer.
+- :class:`RecordProducer` (executors): rows of Arrow batches produced with the idempotent producer,
+  in a transaction when given a transactional id (the sink's ``exactlyOnce`` mode).
 - :class:`CommitLog`: the streaming sink's record of committed batch ids (see :mod:`shoal.spark.sink`).
+- :class:`TaskCommitLog`: the exactly-once sink's record of the write tasks that committed.
+
+Isolation: consumers read ``read_uncommitted`` unless ``isolation.level`` says otherwise (Java's and
+Spark's default; librdkafka's own is read_committed). In ``read_committed`` the latest offset is
+the partition's last stable offset (ListOffsets with isolation level 1) and a read ends on the
+consumer's position, not on the offset of the last record it got: the offsets of transaction
+markers and aborted records are never delivered.
 
 Every blocking call is bounded: ``timeout`` seconds for driver requests, the source's
 ``kafkaConsumer.pollTimeoutMs`` for a read that makes no progress.
@@ -22,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from shoal.spark.offsets import TP, DataLoss, OffsetRange
@@ -34,7 +42,9 @@ __all__ = [
     "data_loss_message",
     "RecordProducer",
     "CommitLog",
+    "TaskCommitLog",
     "consumer_conf",
+    "is_read_committed",
 ]
 
 log = logging.getLogger("shoal.spark")
@@ -73,9 +83,22 @@ def report_data_loss(losses: list[DataLoss], *, fail: bool) -> None:
     log.warning(data_loss_message(losses, fail=False))
 
 
+def is_read_committed(conf: Mapping[str, Any]) -> bool:
+    return str(conf.get("isolation.level", "read_uncommitted")).strip().lower() == "read_committed"
+
+
+# Consumer-only settings an AdminClient would warn about.
+_CONSUMER_ONLY = ("group.id", "isolation.level")
+
+
+def admin_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in conf.items() if k not in _CONSUMER_ONLY}
+
+
 def consumer_conf(conf: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "group.id": DEFAULT_GROUP_ID,
+        "isolation.level": "read_uncommitted",  # Java's and Spark's default, not librdkafka's
         # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue is
         # over queued.min.messages: a pure client-side stall for a reader as fast as ours.
         "fetch.queue.backoff.ms": 1,
@@ -100,6 +123,7 @@ class OffsetReader:
     """Partition counts and offsets for the driver, through one lazily made AdminClient.
 
     Not picklable state: the client is dropped when pickled and made again on first use.
+    With ``isolation.level=read_committed`` in ``conf``, :meth:`latest` is the last stable offset.
     """
 
     def __init__(self, conf: Mapping[str, str], timeout: float = REQUEST_TIMEOUT) -> None:
@@ -113,8 +137,7 @@ class OffsetReader:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            conf = {k: v for k, v in self.conf.items() if k != "group.id"}
-            self._admin = AdminClient(conf)
+            self._admin = AdminClient(admin_conf(self.conf))
         return self._admin
 
     def partition_counts(self) -> dict[str, int]:
@@ -127,12 +150,13 @@ class OffsetReader:
             out[name] = len(t.partitions)
         return out
 
-    def _list(self, specs: Mapping[TP, OffsetSpec]) -> dict[TP, int]:
+    def _list(self, specs: Mapping[TP, OffsetSpec], committed: bool = False) -> dict[TP, int]:
         """One ListOffsets round; partitions the broker does not know are left out of the result."""
         if not specs:
             return {}
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-        futures = self.admin.list_offsets(request, request_timeout=self.timeout)
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self.admin.list_offsets(request, request_timeout=self.timeout, isolation_level=level)
         out: dict[TP, int] = {}
         for tp, fut in futures.items():
             try:
@@ -149,6 +173,11 @@ class OffsetReader:
         return self._list({tp: OffsetSpec.earliest() for tp in tps})
 
     def latest(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """The high watermarks; the last stable offsets in read_committed."""
+        return self._list({tp: OffsetSpec.latest() for tp in tps}, committed=is_read_committed(self.conf))
+
+    def high_watermarks(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """The high watermarks, whatever the isolation level."""
         return self._list({tp: OffsetSpec.latest() for tp in tps})
 
     def for_timestamps(self, stamps: Mapping[TP, int]) -> dict[TP, int]:
@@ -209,7 +238,10 @@ def read_range(
 
     Records removed before they are read (the fetch is out of range, or the partition ends early)
     fail the read with :class:`DataLossError` when ``fail_on_data_loss``, else are skipped with a
-    warning. Gaps inside the range (compaction, transaction markers) are not data loss.
+    warning. Gaps inside the range (compaction, transaction markers, aborted records skipped in
+    read_committed) are not data loss. The read ends when the consumer's position reaches
+    ``r.end``: a record at or after it, or the end-of-partition event at or after it (the range's
+    last offsets may be markers or aborted records, which are never delivered).
     """
     if r.size <= 0:
         return
@@ -226,9 +258,11 @@ def read_range(
             msgs = consumer.consume(num_messages=max(want, 1), timeout=0.5)
             if not msgs:
                 if time.monotonic() > deadline:
+                    waiting = (" (read_committed: a transaction still open below the end of the range "
+                               "holds the last stable offset back)") if is_read_committed(conf) else ""
                     raise TimeoutError(
                         f"no record of {r.topic}-{r.partition} at offset {pos} in {timeout:g}s "
-                        f"(reading [{r.start}, {r.end}); kafkaConsumer.pollTimeoutMs)"
+                        f"(reading [{r.start}, {r.end}); kafkaConsumer.pollTimeoutMs){waiting}"
                     )
                 continue
             deadline = time.monotonic() + timeout
@@ -252,7 +286,8 @@ def read_range(
                         offs_out.append(off)
                         pos = off + 1
                         continue
-                    pos, reassign = _handle_read_error(consumer, r, pos, err, m, fail_on_data_loss, timeout)
+                    pos, reassign = _handle_read_error(consumer, r, pos, err, m, fail_on_data_loss, timeout,
+                                                       lambda: _watermarks(consumer, conf, r, timeout, consumer_factory))
                     if reassign:
                         if pos < r.end:
                             consumer.assign([TopicPartition(r.topic, r.partition, pos)])
@@ -266,21 +301,46 @@ def read_range(
         consumer.close()
 
 
+def _watermarks(consumer, conf: Mapping[str, str], r: OffsetRange, timeout: float,
+                factory: Callable[[dict], Any]) -> tuple[int, int]:
+    """(log start offset, high watermark) of ``r``'s partition.
+
+    librdkafka asks ListOffsets with the consumer's isolation level: a read_committed consumer would
+    get the last stable offset, which an open transaction holds back without any record being lost.
+    """
+    tp = TopicPartition(r.topic, r.partition)
+    if not is_read_committed(conf):
+        return consumer.get_watermark_offsets(tp, timeout=timeout)
+    other = factory(consumer_conf(conf, **{"isolation.level": "read_uncommitted"}))
+    try:
+        return other.get_watermark_offsets(tp, timeout=timeout)
+    finally:
+        other.close()
+
+
 def _handle_read_error(
-    consumer, r: OffsetRange, pos: int, err: KafkaError, msg, fail: bool, timeout: float
+    consumer, r: OffsetRange, pos: int, err: KafkaError, msg, fail: bool, timeout: float,
+    watermarks: Callable[[], tuple[int, int]] | None = None,
 ) -> tuple[int, bool]:
     """(position to go on from, whether to assign it afresh) after an error event at ``pos``.
 
     Raises what cannot be skipped: data loss when ``fail``, and errors that are not retriable.
     """
     code = err.code()
+    if watermarks is None:
+        def watermarks() -> tuple[int, int]:
+            return consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=timeout)
     if code == KafkaError._PARTITION_EOF:
-        if msg.offset() >= r.end or pos >= r.end:
-            return pos, False
+        # The event's offset is the consumer's fetch position: past markers and aborted records.
+        at = msg.offset()
+        if at >= r.end or pos >= r.end:
+            return r.end, False
         # The partition ends before the planned end: check it really is shorter now.
-        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=timeout)
+        low, high = watermarks()
         if high >= r.end:
-            return pos, False  # more is coming (a fetch raced the end); keep polling
+            # More is coming (a fetch raced the end, or in read_committed an open transaction holds
+            # the last stable offset back); keep polling from the consumer's position.
+            return max(pos, at), False
         losses = []
         if pos < low:
             losses.append(DataLoss(r.topic, r.partition, pos, min(low, r.end),
@@ -291,7 +351,7 @@ def _handle_read_error(
         report_data_loss(losses, fail=fail)
         return r.end, True
     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=timeout)
+        low, high = watermarks()
         if pos < low:
             report_data_loss(
                 [DataLoss(r.topic, r.partition, pos, min(low, r.end),
@@ -341,13 +401,75 @@ def _column(batch: pa.RecordBatch, name: str) -> list | None:
 
 
 class RecordProducer:
-    """Produces the rows of Arrow batches (columns key, value, topic, partition, headers)."""
+    """Produces the rows of Arrow batches (columns key, value, topic, partition, headers).
 
-    def __init__(self, conf: Mapping[str, str], topic: str | None, *, producer_factory: Callable = Producer) -> None:
+    With a ``transactional_id``, :meth:`init_transactions`, :meth:`begin`, :meth:`commit` and
+    :meth:`abort` drive librdkafka's transactional producer.
+    """
+
+    def __init__(self, conf: Mapping[str, str], topic: str | None, *, producer_factory: Callable = Producer,
+                 transactional_id: str | None = None, timeout: float = REQUEST_TIMEOUT * 2) -> None:
         self.errors: list[KafkaError] = []
         self.topic = topic
         self.count = 0
-        self._producer = producer_factory(producer_conf(conf, self.errors))
+        self.timeout = timeout
+        pconf = producer_conf(conf, self.errors)
+        if transactional_id is not None:
+            pconf["transactional.id"] = transactional_id
+        self._producer = producer_factory(pconf)
+
+    # -- transactions (librdkafka's error classes: retriable, abortable, fatal) --
+
+    def init_transactions(self) -> None:
+        """Fences every earlier producer with the same transactional id and completes its open
+        transaction (the coordinator aborts it) before returning."""
+        self._txn_call(self._producer.init_transactions, "init_transactions")
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def produce_one(self, topic: str, value: bytes, key: bytes | None, partition: int) -> None:
+        """One record that is not a row (the task's commit record): not counted."""
+        try:
+            self._producer.produce(topic, value, key, partition)
+        except BufferError:
+            self._retry(lambda: self._producer.produce(topic, value, key, partition))
+
+    def commit(self) -> None:
+        """Flushes, then commits; an abortable failure aborts the transaction and raises."""
+        try:
+            self.flush(self.timeout)
+            self._txn_call(self._producer.commit_transaction, "commit_transaction")
+        except KafkaException as exc:
+            err = exc.args[0]
+            if getattr(err, "txn_requires_abort", lambda: False)():
+                self.abort()
+            raise
+        except TimeoutError:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Best effort: the transaction is aborted by the next instance's init_transactions or by
+        the coordinator's transaction timeout when this fails."""
+        try:
+            self._txn_call(self._producer.abort_transaction, "abort_transaction")
+        except KafkaException as exc:
+            log.warning("aborting the transaction failed: %s", exc)
+
+    def _txn_call(self, call: Callable[[float], None], what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                call(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    log.info("%s: %s (retrying)", what, err.str())
+                    time.sleep(0.2)
+                    continue
+                raise
 
     def send_batch(self, batch: pa.RecordBatch, slice_rows: int = 2048) -> None:
         """Produce every row; in slices, so each slice's values are produced while in the CPU cache."""
@@ -419,6 +541,22 @@ class RecordProducer:
             )
 
 
+def ensure_log_topic(conf: Mapping[str, str], topic: str, partitions: int, replication_factor: int,
+                     timeout: float) -> None:
+    """Create ``topic`` (records kept forever) unless it exists."""
+    admin = AdminClient(admin_conf(conf))
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                  config={"retention.ms": "-1", "retention.bytes": "-1"})],
+        request_timeout=timeout,
+    )
+    try:
+        futures[topic].result(timeout=timeout + 5)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
 # -- the streaming sink's commit log --------------------------------------------------------------
 
 
@@ -460,17 +598,7 @@ class CommitLog:
             consumer.close()
 
     def ensure_topic(self) -> None:
-        admin = AdminClient({k: v for k, v in self.conf.items() if k != "group.id"})
-        futures = admin.create_topics(
-            [NewTopic(self.topic, num_partitions=1, replication_factor=1,
-                      config={"retention.ms": "-1", "retention.bytes": "-1"})],
-            request_timeout=self.timeout,
-        )
-        try:
-            futures[self.topic].result(timeout=self.timeout + 5)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+        ensure_log_topic(self.conf, self.topic, 1, 1, self.timeout)
 
     def record(self, query_id: str, batch_id: int, records: int, now_ms: int) -> None:
         errors: list = []
@@ -481,3 +609,107 @@ class CommitLog:
             reason = errors[0].str() if errors else "timed out"
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT if not errors else errors[0].code(),
                                             f"recording batch {batch_id} in {self.topic!r}: {reason}"))
+
+
+# -- the exactly-once sink's per-task commit records ----------------------------------------------
+
+TASK_LOG_PARTITIONS = 16
+_TASK_SCAN_WINDOW = 64
+
+# read_range's Arrow schema for the task log (the source schema without headers).
+_TASK_LOG_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+])
+
+
+def task_record(query_id: str, batch_id: int, task: int, records: int, now_ms: int) -> tuple[bytes, bytes]:
+    """(key, value) of a task's commit record."""
+    value = {"queryId": query_id, "batchId": batch_id, "task": task, "records": records, "committedAtMs": now_ms}
+    return f"{batch_id}/{task}".encode(), json.dumps(value).encode()
+
+
+def find_task_record(values: Iterable[bytes], batch_id: int, task: int) -> tuple[dict | None, bool]:
+    """(the commit record of ``task`` in ``batch_id`` among ``values`` or None, whether the scan
+    may stop: a record of an earlier batch was seen).
+
+    Records of one task-log partition are in batch order (batch B+1's tasks start after the driver
+    committed B; a replay only ever re-runs the last batch), so once a record of an earlier batch
+    is seen, every record of ``batch_id`` is at a later offset.
+    """
+    found, earlier = None, False
+    for raw in values:
+        try:
+            doc = json.loads(raw)
+            b, t = int(doc["batchId"]), int(doc["task"])
+        except (ValueError, TypeError, KeyError):
+            continue  # not ours; the log is only ever written by the sink
+        if b < batch_id:
+            earlier = True
+        elif b == batch_id and t == task:
+            found = doc
+    return found, earlier
+
+
+class TaskCommitLog:
+    """Which write tasks of an exactly-once streaming query committed, per micro-batch.
+
+    Topic ``<commit log topic>-tasks`` with :data:`TASK_LOG_PARTITIONS` partitions; task ``p``'s
+    records go to partition ``p % TASK_LOG_PARTITIONS``, each written in the task's own
+    transaction together with its rows (key ``"<batch>/<task>"``, value JSON ``{"queryId",
+    "batchId", "task", "records", "committedAtMs"}``). :meth:`find` reads it in read_committed up
+    to the high watermark: an open transaction of another task on the same partition makes it
+    wait (up to ``poll_timeout_ms``), which the spread over partitions makes rare.
+    """
+
+    def __init__(self, conf: Mapping[str, str], topic: str, *, timeout: float = REQUEST_TIMEOUT,
+                 poll_timeout_ms: int = 120_000, consumer_factory: Callable[[dict], Any] = Consumer) -> None:
+        self.conf = {k: v for k, v in conf.items() if k != "isolation.level"}
+        self.topic = topic
+        self.timeout = timeout
+        self.poll_timeout_ms = poll_timeout_ms
+        self._consumer_factory = consumer_factory
+
+    @staticmethod
+    def partition_for(task: int) -> int:
+        return task % TASK_LOG_PARTITIONS
+
+    def ensure_topic(self) -> None:
+        # The broker's default replication factor: in a cluster the record of a committed task must
+        # survive a broker as the task's rows do.
+        ensure_log_topic(self.conf, self.topic, TASK_LOG_PARTITIONS, -1, self.timeout)
+
+    def _bounds(self, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark), waiting out a topic just created."""
+        consumer = self._consumer_factory(consumer_conf(self.conf))
+        try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    return consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() not in _UNKNOWN or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
+
+    def find(self, batch_id: int, task: int) -> dict | None:
+        """The commit record of ``task`` in ``batch_id``, or None: read backwards from the high
+        watermark in growing windows until a record of an earlier batch (or the log start)."""
+        partition = self.partition_for(task)
+        low, end = self._bounds(partition)
+        window = _TASK_SCAN_WINDOW
+        conf = dict(self.conf, **{"isolation.level": "read_committed"})
+        while end > low:
+            start = max(low, end - window)
+            values: list[bytes] = []
+            for batch in read_range(conf, OffsetRange(self.topic, partition, start, end), _TASK_LOG_SCHEMA,
+                                    include_headers=False, fail_on_data_loss=True,
+                                    poll_timeout_ms=self.poll_timeout_ms, consumer_factory=self._consumer_factory):
+                values += batch.column(1).to_pylist()
+            found, earlier = find_task_record(values, batch_id, task)
+            if found is not None or earlier:
+                return found
+            end, window = start, window * 2
+        return None

@@ -17,8 +17,14 @@ Source options (``spark.read`` / ``spark.readStream``)::
     includeHeaders (false), failOnDataLoss (true), kafkaConsumer.pollTimeoutMs (120000)
     kafka.*                      librdkafka client settings (SASL included)
 
+``kafka.isolation.level`` is ``read_uncommitted`` (Java's and Spark's default; librdkafka's own
+default is read_committed) or ``read_committed``: then the consumers skip aborted transactions and
+"latest" is the last stable offset (ListOffsets in read_committed), as Spark's Kafka source does.
+
 Sink options: ``topic`` (overrides a ``topic`` column), ``kafka.*``, and Shoal's own
-``sinkCommitLogTopicPrefix`` (see :mod:`shoal.spark.sink`).
+``sinkCommitLogTopicPrefix``, ``exactlyOnce`` (false) and ``transactionalIdPrefix``
+(``shoal-spark-``; see :mod:`shoal.spark.sink`). ``kafka.transactional.id`` is refused: every write
+task needs its own transactional id, which ``exactlyOnce`` derives from the prefix.
 
 ``kafka.*`` settings go to librdkafka, whose property names are Kafka's for everything common
 (``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``ssl.ca.location``, ...).
@@ -63,6 +69,8 @@ LATEST = -1
 EARLIEST = -2
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "shoal-spark-"
 
 
 class OptionError(ValueError):
@@ -244,6 +252,9 @@ _REFUSED_SOURCE = {
     "interceptor.classes": "Consumer interceptors are not supported.",
 }
 _REFUSED_SINK = {
+    "transactional.id": "Set the sink option 'exactlyOnce' to 'true' instead (and 'transactionalIdPrefix' "
+    "if you like): each write task then gets its own transactional id; one id shared by every task "
+    "would fence them against each other.",
     "key.serializer": "Keys are always written as bytes; use a binary or string column 'key'.",
     "value.serializer": "Values are always written as bytes; use a binary or string column 'value'.",
     "interceptor.classes": "Producer interceptors are not supported.",
@@ -301,6 +312,11 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
+    @property
+    def read_committed(self) -> bool:
+        """``kafka.isolation.level=read_committed``: no aborted records; "latest" is the LSO."""
+        return self.conf.get("isolation.level") == "read_committed"
+
 
 _UNSUPPORTED = {
     "minoffsetspertrigger": "minOffsetsPerTrigger",
@@ -319,6 +335,12 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         if key in opts:
             raise OptionError(f"option '{name}' is not supported by the Shoal source yet")
     conf = kafka_client_conf(opts)
+    isolation = conf.get("isolation.level")
+    if isolation is not None:
+        isolation = isolation.strip().lower()
+        if isolation not in ISOLATION_LEVELS:
+            raise OptionError(f"'kafka.isolation.level' must be 'read_uncommitted' or 'read_committed', got {isolation!r}")
+        conf["isolation.level"] = isolation
     subscription = _parse_subscription(opts)
     starting = _offset_spec(opts, prefix="starting", default="latest" if streaming else "earliest", streaming=streaming)
     ending: OffsetSpec | None = None
@@ -353,10 +375,13 @@ class SinkOptions:
     conf: Mapping[str, str]
     topic: str | None
     commit_log_prefix: str | None = None
+    exactly_once: bool = False
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
 
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
-    """Check the writer options: ``topic``, ``kafka.*``, ``sinkCommitLogTopicPrefix``."""
+    """Check the writer options: ``topic``, ``kafka.*``, ``sinkCommitLogTopicPrefix``,
+    ``exactlyOnce``, ``transactionalIdPrefix``."""
     opts = _lower(options)
     conf = kafka_client_conf(opts, sink=True)
     topic = opts.get("topic")
@@ -365,5 +390,16 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     prefix = opts.get("sinkcommitlogtopicprefix")
     if prefix is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", prefix.strip()):
         raise OptionError(f"'sinkCommitLogTopicPrefix' must be a valid topic name prefix, got {prefix!r}")
+    exactly_once = _bool(opts, "exactlyonce", "exactlyOnce", False)
+    txn_prefix = opts.get("transactionalidprefix")
+    if txn_prefix is not None:
+        if not exactly_once:
+            raise OptionError("'transactionalIdPrefix' is only used with 'exactlyOnce' = 'true'")
+        if not txn_prefix.strip() or any(c.isspace() for c in txn_prefix.strip()):
+            raise OptionError(f"'transactionalIdPrefix' must be a non-empty string without spaces, got {txn_prefix!r}")
+    if exactly_once and conf.get("enable.idempotence", "true").strip().lower() == "false":
+        raise OptionError("'exactlyOnce' needs the idempotent producer; remove 'kafka.enable.idempotence' = 'false'")
     return SinkOptions(conf=conf, topic=topic.strip() if topic else None,
-                       commit_log_prefix=prefix.strip() if prefix else None)
+                       commit_log_prefix=prefix.strip() if prefix else None,
+                       exactly_once=exactly_once,
+                       transactional_id_prefix=txn_prefix.strip() if txn_prefix else DEFAULT_TRANSACTIONAL_ID_PREFIX)

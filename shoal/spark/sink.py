@@ -23,21 +23,62 @@ it together with the checkpoint.
 
 What this does not cover: a batch whose tasks wrote some records but which never committed (the
 query died mid-batch, or a task was retried after a partial write) is written again in full when
-it is re-run. Without transactions on the broker that part stays at-least-once, as Spark's own
-Kafka sink is.
+it is re-run: at-least-once, as Spark's own Kafka sink is. ``exactlyOnce`` closes that gap.
+
+Exactly-once (``exactlyOnce=true``)
+-----------------------------------
+Each write task of micro-batch B writes its rows in one Kafka transaction of its own, with
+``transactional.id = <transactionalIdPrefix><query id>-<task partition id>``
+(``transactionalIdPrefix`` defaults to ``shoal-spark-``; the name follows Flink's Kafka sink,
+since Spark's own Kafka sink has no such mode; ``kafka.transactional.id`` is refused because one
+id shared by all tasks would make them fence each other). The task:
+
+1. calls ``init_transactions()`` first: this fences any earlier attempt of the same task (a
+   retried or speculative attempt, or one of the run that crashed) and has the coordinator
+   complete that attempt's transaction (abort if open; a commit already decided is finished);
+2. then reads, in read_committed, the task log ``__shoal-spark-sink-<query id>-tasks``
+   (:class:`~shoal.spark.kafka.TaskCommitLog`) for a record of (B, task): if there is one, that
+   attempt committed and this one writes nothing;
+3. else ``begin_transaction()``, produces its rows, produces its record (query id, B, task,
+   count) to the task log in the SAME transaction, and ``commit_transaction()``.
+
+The driver's ``commit(B)`` keeps the batch-level record above, so a replay of a batch that fully
+committed writes nothing whatever its tasks. A replayed batch that was cut off mid-way re-writes
+only the tasks that had not committed, and readers with ``kafka.isolation.level=read_committed``
+(or any read_committed consumer) see each row exactly once; read_uncommitted readers also see the
+rows of aborted attempts.
+
+What it relies on, from Spark: a re-run micro-batch reads the same offsets (Spark takes them from
+the offset log of the checkpoint; the ``shoal`` source plans the same input partitions from the
+same offsets), and task ``p`` of the re-run gets the same rows as task ``p`` of the first run.
+Spark guarantees that for deterministic plans: no shuffle (task ``p`` = input partition ``p``),
+hash shuffles (partitioning by the same keys into ``spark.sql.shuffle.partitions``, which a
+stateful query keeps from its checkpoint), and ``repartition(n)`` (Spark sorts before the
+round-robin, ``spark.sql.execution.sortBeforeRepartition``). It does NOT hold for
+non-deterministic expressions (``rand()``, non-deterministic UDFs, ``current_timestamp`` in a
+filter) or when the number of shuffle partitions changes between runs: a partially committed
+batch could then lose or duplicate rows of the tasks that differ. Fully committed batches are
+safe either way (the driver's record).
+
+Batch writes (``df.write``) with ``exactlyOnce`` run one transaction per task too, with an id
+made of the prefix, a random id of the write and the task's partition: a task's rows become
+visible all at once or not at all, and a retried attempt fences and aborts the one before. There
+is no task log there: an attempt that committed but whose success never reached Spark is
+written again by its retry.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from shoal.spark.kafka import CommitLog, RecordProducer
+from shoal.spark.kafka import CommitLog, RecordProducer, TaskCommitLog, task_record
 from shoal.spark.options import OptionError, SinkOptions
 
 try:  # PySpark >= 4.1
@@ -49,7 +90,16 @@ except ImportError:  # PySpark 4.0: rows only
 
     _ARROW_STREAM = False
 
-__all__ = ["ShoalCommitMessage", "ShoalBatchWriter", "ShoalStreamWriter", "check_sink_schema", "commit_log_topic"]
+__all__ = [
+    "ShoalCommitMessage",
+    "ShoalBatchWriter",
+    "ShoalStreamWriter",
+    "check_sink_schema",
+    "commit_log_topic",
+    "task_log_topic",
+    "transactional_id",
+    "write_in_transaction",
+]
 
 log = logging.getLogger("shoal.spark")
 
@@ -93,12 +143,22 @@ def commit_log_topic(prefix: str | None, query_id: str) -> str:
     return (prefix or DEFAULT_COMMIT_LOG_PREFIX) + query_id
 
 
+def task_log_topic(prefix: str | None, query_id: str) -> str:
+    return commit_log_topic(prefix, query_id) + "-tasks"
+
+
+def transactional_id(prefix: str, run_id: str, task: int) -> str:
+    """The transactional id of write task ``task`` of a query (or of a batch write)."""
+    return f"{prefix}{run_id}-{task}"
+
+
 @dataclass
 class ShoalCommitMessage(WriterCommitMessage):
     records: int
     query_id: str | None = None
     batch_id: int | None = None
     skipped: bool = False
+    task: int | None = None  # exactly-once writes: the task's partition id
 
 
 def _normalised(batches: Iterator[Any]) -> Iterator[Any]:
@@ -116,15 +176,59 @@ def _produce(opts: SinkOptions, batches: Iterator[Any]) -> int:
     return producer.count
 
 
+def write_in_transaction(
+    opts: SinkOptions,
+    txn_id: str,
+    batches: Iterator[Any],
+    *,
+    already_done: Callable[[], bool] = lambda: False,
+    last_record: Callable[[int], tuple[str, bytes, bytes, int]] | None = None,
+    producer_factory: Callable | None = None,
+) -> int | None:
+    """Produce ``batches`` in one transaction of ``txn_id``; the number of rows, or None when
+    ``already_done()`` (asked after ``init_transactions``, which fenced and completed every earlier
+    producer of ``txn_id``) says an earlier attempt committed them.
+
+    ``last_record(rows)`` gives (topic, key, value, partition) of a record produced last in the
+    same transaction (the task's commit record). Any failure aborts the transaction.
+    """
+    kwargs = {"producer_factory": producer_factory} if producer_factory is not None else {}
+    producer = RecordProducer(opts.conf, opts.topic, transactional_id=txn_id, **kwargs)
+    producer.init_transactions()
+    if already_done():
+        return None
+    producer.begin()
+    try:
+        for batch in _normalised(batches):
+            producer.send_batch(batch)
+        if last_record is not None:
+            topic, key, value, partition = last_record(producer.count)
+            producer.produce_one(topic, value, key, partition)
+    except BaseException:
+        producer.abort()
+        raise
+    producer.commit()
+    return producer.count
+
+
 class ShoalBatchWriter(DataSourceArrowWriter):
     """``df.write.format("shoal")``: every row produced once (idempotent producer)."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, opts.topic)
         self.opts = opts
+        self.write_id = uuid.uuid4().hex  # made on the driver: the same in every task
 
     def write(self, iterator: Iterator[Any]) -> ShoalCommitMessage:
-        return ShoalCommitMessage(records=_produce(self.opts, iterator))
+        if not self.opts.exactly_once:
+            return ShoalCommitMessage(records=_produce(self.opts, iterator))
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx else 0
+        n = write_in_transaction(self.opts, transactional_id(self.opts.transactional_id_prefix, self.write_id, task),
+                                 iterator)
+        return ShoalCommitMessage(records=n or 0, task=task)
 
     def commit(self, messages: list) -> None:
         n = sum(m.records for m in messages if m is not None)
@@ -169,22 +273,47 @@ class ShoalStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
         if batch_id is None or query_id is None:
             raise RuntimeError("the Shoal stream writer runs outside a streaming query's task (no batch id)")
         batch = int(batch_id)
+        task = ctx.partitionId() if self.opts.exactly_once else None
         commits = CommitLog(self.opts.conf, commit_log_topic(self.opts.commit_log_prefix, query_id))
         last = commits.last_committed()
         if last is not None and batch <= last:
             log.warning("batch %d of query %s is already committed (commit log %s at %d); not writing it again",
                         batch, query_id, commits.topic, last)
-            return ShoalCommitMessage(records=0, query_id=query_id, batch_id=batch, skipped=True)
+            return ShoalCommitMessage(records=0, query_id=query_id, batch_id=batch, skipped=True, task=task)
         batches = iterator if _ARROW_STREAM else _rows_to_batches(iterator)
-        return ShoalCommitMessage(records=_produce(self.opts, batches), query_id=query_id, batch_id=batch)
+        if task is None:
+            return ShoalCommitMessage(records=_produce(self.opts, batches), query_id=query_id, batch_id=batch)
+        n = self._write_task(query_id, batch, task, batches)
+        return ShoalCommitMessage(records=n or 0, query_id=query_id, batch_id=batch, skipped=n is None, task=task)
+
+    def _write_task(self, query_id: str, batch: int, task: int, batches: Iterator[Any]) -> int | None:
+        """One exactly-once write task (see the module doc); None when an earlier attempt committed it."""
+        tasks = TaskCommitLog(self.opts.conf, task_log_topic(self.opts.commit_log_prefix, query_id))
+        tasks.ensure_topic()
+
+        def already_done() -> bool:
+            found = tasks.find(batch, task)
+            if found is not None:
+                log.warning("task %d of batch %d of query %s committed %s records before; not writing it again",
+                            task, batch, query_id, found.get("records"))
+            return found is not None
+
+        def last_record(rows: int) -> tuple[str, bytes, bytes, int]:
+            key, value = task_record(query_id, batch, task, rows, int(self.clock() * 1000))
+            return tasks.topic, key, value, tasks.partition_for(task)
+
+        txn_id = transactional_id(self.opts.transactional_id_prefix, query_id, task)
+        return write_in_transaction(self.opts, txn_id, batches, already_done=already_done, last_record=last_record)
 
     def commit(self, messages: list, batchId: int) -> None:
         done = [m for m in messages if m is not None]
         if not done:
             return  # nothing ran, nothing written
         query_id = done[0].query_id
-        if all(m.skipped for m in done):
+        if all(m.skipped and m.task is None for m in done):
             return  # a replay of a committed batch: already in the log
+        # (exactly-once tasks also skip when their own task record is there: the batch may still
+        # lack its batch-level record, if the query died before this commit)
         commits = CommitLog(self.opts.conf, commit_log_topic(self.opts.commit_log_prefix, query_id))
         commits.ensure_topic()
         last = commits.last_committed()
@@ -194,5 +323,9 @@ class ShoalStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
 
     def abort(self, messages: list, batchId: int) -> None:
         n = sum(m.records for m in messages if m is not None)
+        if self.opts.exactly_once:
+            log.warning("micro-batch %d failed; %d records of its finished tasks are committed and stay "
+                        "(a re-run writes only the tasks that did not commit)", batchId, n)
+            return
         log.warning("micro-batch %d failed; %d records of its finished tasks were already produced and stay "
                     "(the batch is written again when re-run)", batchId, n)

@@ -7,43 +7,16 @@ data source registered, against the session's Shoal broker (``broker`` from test
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
+    from spark_helpers import local_spark
 
-    from shoal.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("shoal-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.network.timeout", "60s")
-        .config("spark.executor.heartbeatInterval", "10s")
-        # The tests' jobs are small and short: the JIT's first tier only, one GC thread. Half the
-        # JVM's CPU of a session (~25 s -> ~13 s measured), the start-up most of it.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_spark("shoal-spark-tests")
     yield session
     session.stop()
 

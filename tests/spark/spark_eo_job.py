@@ -1,0 +1,52 @@
+"""A streaming query through the exactly-once sink, run as its own Spark driver process so that
+tests/spark/test_spark_exactly_once.py can kill -9 it in the middle of a micro-batch.
+
+    python spark_eo_job.py BOOTSTRAP SOURCE_TOPIC OUT_TOPIC CHECKPOINT [HANG_VALUE HANG_FLAG]
+
+Reads SOURCE_TOPIC from the earliest offset, 20 records a trigger (Trigger.AvailableNow), passes
+the records through ``mapInArrow`` in Arrow batches of 2 rows and writes key and value to OUT_TOPIC
+with ``exactlyOnce=true``. With HANG_VALUE, the task that meets a record of that value writes
+HANG_FLAG and sleeps (its transaction open, its first rows already produced in it) until killed.
+Prints one JSON line ``{"id": query id, "batches": [[batch id, input rows], ...]}`` when done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str]) -> None:
+    bootstrap, src, out, ckpt = argv[:4]
+    hang_value = argv[4].encode() if len(argv) > 4 else None
+    hang_flag = argv[5] if len(argv) > 5 else None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from spark_helpers import local_spark
+
+    spark = local_spark("shoal-spark-eo-job", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "2"})
+
+    def passthrough(batches):
+        for b in batches:
+            if hang_value is not None and hang_value in b.column("value").to_pylist():
+                Path(hang_flag).write_text(str(os.getpid()))
+                time.sleep(3600)
+            yield b
+
+    df = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
+          .load().select("key", "value"))
+    df = df.mapInArrow(passthrough, df.schema)
+    q = (df.writeStream.format("shoal").option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+         .option("exactlyOnce", "true").option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    print(json.dumps({"id": q.id, "batches": [[p["batchId"], p["numInputRows"]] for p in q.recentProgress]}),
+          flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,204 @@
+"""Transactions through the ``shoal`` data source, against a real broker and real Spark:
+
+- the source with ``kafka.isolation.level=read_committed`` skips aborted records, ends a range
+  whose last offsets are transaction markers, and stops at the last stable offset (an open
+  transaction) where read_uncommitted reads to the high watermark;
+- a streaming query writing through the ``exactlyOnce`` sink, its driver killed -9 in the middle
+  of a micro-batch (one task committed, the other's transaction open with rows in it) and
+  restarted from its checkpoint: every input record is in the read_committed output exactly once.
+
+The checks read the output with their own consumer (not the data source under test).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from spark_helpers import OP_TIMEOUT, create_topic, produce
+
+from shoal.spark.kafka import OffsetReader, TaskCommitLog, read_range
+from shoal.spark.offsets import OffsetRange
+from shoal.spark.sink import task_log_topic
+from shoal.spark.source import source_schema
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(importlib.util.find_spec("shoal.txn") is None,
+                       reason="needs the broker's transactions (shoal.txn, issue 14)"),
+]
+
+JOB = Path(__file__).with_name("spark_eo_job.py")
+TXN_TIMEOUT = 30.0
+
+
+def txn_producer(bootstrap: str, tid: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 1})
+    p.init_transactions(TXN_TIMEOUT)
+    return p
+
+
+def in_txn(p: Producer, topic: str, values: list[bytes], *, end: str | None) -> None:
+    """One transaction of ``values`` to partition 0; ``end`` "commit", "abort" or None (left open)."""
+    p.begin_transaction()
+    for v in values:
+        p.produce(topic, v, partition=0)
+    assert p.flush(OP_TIMEOUT) == 0
+    if end == "commit":
+        p.commit_transaction(TXN_TIMEOUT)
+    elif end == "abort":
+        p.abort_transaction(TXN_TIMEOUT)
+
+
+def view(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 60.0) -> list:
+    """Every record of ``topic`` a consumer in ``isolation`` reads, from the start until its
+    position in each partition reaches the partition's high watermark (read_committed: waits
+    for the last stable offset to get there)."""
+    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": "eo-check", "isolation.level": "read_uncommitted"})
+    try:
+        ends = {p: plain.get_watermark_offsets(TopicPartition(topic, p), timeout=OP_TIMEOUT)[1] for p in range(partitions)}
+    finally:
+        plain.close()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eo-check", "isolation.level": isolation,
+                  "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    out: list = []
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        pos = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + timeout
+        while any(pos[p] < ends[p] for p in pos):
+            assert time.monotonic() < deadline, f"{isolation} read of {topic} stuck at {pos}, ends {ends}"
+            for m in c.consume(500, 0.2):
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(m.error())
+                    pos[m.partition()] = max(pos[m.partition()], m.offset())
+                    continue
+                out.append(m)
+                pos[m.partition()] = max(pos[m.partition()], m.offset() + 1)
+    finally:
+        c.close()
+    return out
+
+
+# -- the source in read_committed -----------------------------------------------------------------
+
+
+def test_read_committed_skips_aborted_and_stops_at_the_lso(spark, shoal_opts, uniq):
+    bs = shoal_opts["kafka.bootstrap.servers"]
+    t = create_topic(bs, uniq, 1)
+    p = txn_producer(bs, f"{uniq}-a")
+    in_txn(p, t, [b"a%d" % i for i in range(5)], end="commit")
+    in_txn(p, t, [b"b%d" % i for i in range(3)], end="abort")
+    in_txn(p, t, [b"c%d" % i for i in range(2)], end="commit")
+    opener = txn_producer(bs, f"{uniq}-d")
+    in_txn(opener, t, [b"d0", b"d1"], end=None)  # open: holds the last stable offset back
+    committed = sorted([b"a%d" % i for i in range(5)] + [b"c0", b"c1"])
+    try:
+        tp = (t, 0)
+        lso = OffsetReader({"bootstrap.servers": bs, "isolation.level": "read_committed"}).latest([tp])[tp]
+        hw = OffsetReader({"bootstrap.servers": bs}).latest([tp])[tp]
+        assert hw - lso == 2, (lso, hw)  # the two records of the open transaction
+
+        # read_range alone: ranges whose last offsets are markers or aborted records end.
+        schema = to_arrow_schema(source_schema(False), timezone="UTC")
+
+        def offsets(start, end):
+            batches = read_range({"bootstrap.servers": bs, "isolation.level": "read_committed"},
+                                 OffsetRange(t, 0, start, end), schema, include_headers=False,
+                                 fail_on_data_loss=True, poll_timeout_ms=10_000)
+            return [(r["offset"], r["value"]) for b in batches for r in b.to_pylist()]
+
+        everything = offsets(0, lso)
+        assert sorted(v for _, v in everything) == committed
+        a_end = everything[4][0] + 1  # the commit marker of the first transaction
+        assert [v for _, v in offsets(0, a_end + 1)] == [b"a%d" % i for i in range(5)]  # ends on its marker
+        c_start = everything[5][0]
+        assert offsets(a_end + 1, c_start) == []  # only aborted records and markers
+
+        # Spark: read_committed ends at the LSO and skips the aborted transaction; the default
+        # (read_uncommitted, as Spark's) reads every record up to the high watermark.
+        def read(**extra):
+            df = spark.read.format("shoal").options(**shoal_opts, **extra).option("subscribe", t).load()
+            return sorted(r.value for r in df.select("value").collect())
+
+        assert read(**{"kafka.isolation.level": "read_committed"}) == committed
+        assert len(read()) == 12
+        streamed = (spark.readStream.format("shoal").options(**shoal_opts).option("subscribe", t)
+                    .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest").load())
+        q = streamed.writeStream.format("memory").queryName(uniq.replace("-", "_")).trigger(availableNow=True).start()
+        assert q.awaitTermination(90)
+        assert sorted(r.value for r in spark.sql(f"select value from {uniq.replace('-', '_')}").collect()) == committed
+    finally:
+        opener.abort_transaction(TXN_TIMEOUT)
+    # Aborted: the LSO passes the abort marker, nothing more to read committed.
+    assert read(**{"kafka.isolation.level": "read_committed"}) == committed
+
+
+# -- the exactly-once sink, its driver killed mid-batch ---------------------------------------------
+
+
+def start_job(bs: str, src: str, out: str, ckpt: Path, log: Path, *hang: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(JOB), bs, src, out, str(ckpt), *hang],
+                            stdout=subprocess.PIPE, stderr=log.open("ab"), start_new_session=True, text=True)
+
+
+def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if proc.poll() is not None:
+            raise AssertionError(f"the Spark job exited ({proc.returncode}) before {what}\n{log.read_text()[-3000:]}")
+        assert time.monotonic() < deadline, f"not {what} after {timeout}s\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path):
+    bs = broker.bootstrap
+    src, out = create_topic(bs, f"{uniq}-in", 2), create_topic(bs, f"{uniq}-out", 3)
+    values = [b"r%d" % i for i in range(60)]
+    produce(bs, src, [{"value": v, "key": b"k%d" % i, "partition": i % 2} for i, v in enumerate(values)])
+    ckpt, flag, log = tmp_path / "ckpt", tmp_path / "hanging", tmp_path / "job.log"
+    # 20 records a batch, 10 of each partition: r31 (partition 1, offset 15) is in batch 1, task 1.
+    job = start_job(bs, src, out, ckpt, log, "r31", str(flag))
+    try:
+        wait_for("the task of r31 hangs", flag.exists, 150, job, log)
+        query_id = json.loads(next((ckpt / "metadata").open()))["id"]
+        tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
+        # Task 0 of batch 1 commits; task 1's transaction holds the rows before r31 (r21..r27).
+        wait_for("task 0 of batch 1 committed", lambda: tasks.find(1, 0) is not None, 60, job, log)
+        wait_for("rows of the open transaction on the broker",
+                 lambda: {b"r21", b"r23"} <= {m.value() for m in view(bs, out, 3, "read_uncommitted")}, 30, job, log)
+        assert tasks.find(1, 1) is None
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    assert not (ckpt / "commits" / "1").exists(), "batch 1 was committed: the kill was not mid-batch"
+
+    job = start_job(bs, src, out, ckpt, log)
+    try:
+        stdout, _ = job.communicate(timeout=180)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, log.read_text()[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["id"] == query_id
+    assert [b for b, n in result["batches"] if n][:1] == [1], f"batch 1 not re-run: {result}"
+
+    committed = Counter(m.value() for m in view(bs, out, 3, "read_committed"))
+    assert committed == Counter(values), {v: n for v, n in committed.items() if n != 1}
+    # The control: the aborted attempt's rows are in the log, only read_uncommitted sees them.
+    uncommitted = Counter(m.value() for m in view(bs, out, 3, "read_uncommitted"))
+    assert uncommitted[b"r21"] == 2 and uncommitted[b"r1"] == 1
+    # The re-run wrote task 1 of batch 1 and skipped task 0 (one record per task and batch).
+    assert tasks.find(1, 0)["records"] == 10 and tasks.find(1, 1)["records"] == 10
