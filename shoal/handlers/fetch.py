@@ -22,9 +22,14 @@ topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does); a re
 physical view has replicas: a tenant's is TOPIC_AUTHORIZATION_FAILED. A fetch session belongs
 to the scope and principal that created it: any other caller gets FETCH_SESSION_ID_NOT_FOUND.
 
+``isolation_level`` READ_COMMITTED (1) reads up to the last stable offset instead of the high
+watermark (a batch straddling it is not returned) and lists the aborted transactions
+``(producer_id, first_offset)`` overlapping the returned batches, from the log's transaction
+index, so the consumer drops their records; ``last_stable_offset`` is set in every answer (both
+levels). A follower serving a consumer (KIP-392) applies the LSO it knows: its own log's, bounded
+by the high watermark the leader gave it.
+
 Deviations from Kafka:
-- READ_COMMITTED reads up to the high watermark: there are no transactions yet, so LSO == HWM.
-- No preferred read replica (follower fetching for consumers, KIP-392, is the multi-region issue).
 - Quotas: the fetch quota counts the record bytes of the response (Kafka: the whole response's
   size), and a fetch throttled only by the request quota keeps its data (Kafka empties it too).
 """
@@ -43,6 +48,7 @@ from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import scan_batches
 from shoal.storage import OffsetOutOfRange
 from shoal.tenancy.acl import Operation, ResourceType
 
@@ -107,7 +113,7 @@ def _timedelta_s(value) -> float:
 
 
 def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None, diverging=None,
-                    preferred=-1):
+                    preferred=-1, aborted=None):
     # KIP-951: tell the client who leads now, so it need not refresh metadata first.
     extra = routing.current_leader(mod, pinfo) if code == ErrorCode.not_leader_or_follower else {}
     if diverging is not None and hasattr(mod, "EpochEndOffset"):  # KIP-320: a follower must truncate
@@ -119,7 +125,10 @@ def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b
         high_watermark=hwm,
         last_stable_offset=lso,
         log_start_offset=log_start,
-        aborted_transactions=None,
+        aborted_transactions=(
+            None if aborted is None
+            else tuple(build(mod.AbortedTransaction, producer_id=pid, first_offset=first) for pid, first in aborted)
+        ),
         preferred_read_replica=preferred,  # KIP-392: read from this replica instead (its rack)
         records=records or b"",  # never null: clients reject a null record set
         **extra,
@@ -231,13 +240,14 @@ async def handle_fetch(ctx, req):
     preferred = _preferred_replicas(svc, image, targets, client_rack) if from_followers else {}
     if preferred:
         skip = frozenset(skip) | preferred.keys()
+    committed = not follower and getattr(req, "isolation_level", 0) == 1
     while True:
-        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers)
+        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
         if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
             break
         notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time())
         if not notified:
-            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers)
+            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
             break
     if throttled:
         throttle.record("leader", sum(len(results[k].records or b"") for k in throttled if k in results))
@@ -271,8 +281,9 @@ async def handle_fetch(ctx, req):
         topic_ids[name] = sp.topic_id
         by_topic.setdefault(name, []).append(
             _partition_data(
-                mod, index, r.code, hwm=r.hwm, lso=r.hwm, log_start=r.log_start,
+                mod, index, r.code, hwm=r.hwm, lso=r.lso, log_start=r.log_start,
                 records=r.records, pinfo=r.pinfo, diverging=r.diverging, preferred=preferred.get(key, -1),
+                aborted=r.aborted,
             )
         )
     topics = [
@@ -337,6 +348,8 @@ class _Read:
     records: bytes | None = None
     hwm: int = -1
     log_start: int = -1
+    lso: int = -1
+    aborted: list[tuple[int, int]] | None = None  # read_committed: aborted transactions in the records
     pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
 
@@ -377,9 +390,10 @@ def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str
 
 
 def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
-              from_followers: bool = False) -> tuple[dict, int, bool]:
+              from_followers: bool = False, committed: bool = False) -> tuple[dict, int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
-    A consumer reads up to the high watermark, a follower up to the log end; ``skip``: partitions
+    A consumer reads up to the high watermark (``committed``, READ_COMMITTED: the last stable
+    offset, with the aborted transactions of what it returns), a follower up to the log end; ``skip``: partitions
     answered without records (a throttled reassignment, a preferred read replica elsewhere).
     ``from_followers`` (KIP-392, a v11+ consumer that sent its rack): a partition this broker
     follows (or observes) is served too, up to the high watermark this follower knows."""
@@ -412,8 +426,9 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
             continue
         plog = part.log
         hwm = plog.high_watermark
-        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset)
-        upto = plog.log_end_offset if follower else hwm
+        lso = plog.last_stable_offset
+        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset, lso=lso)
+        upto = plog.log_end_offset if follower else lso if committed else hwm
         if follower and sp.last_fetched_epoch >= 0 and sp.fetch_offset > plog.log_start_offset:
             diverging = _divergence(plog, sp.last_fetched_epoch, sp.fetch_offset)
             if diverging is not None:
@@ -433,11 +448,19 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
                     r.records = info.records
                     total += len(info.records)
                     remaining -= len(info.records)
+                    if committed:
+                        r.aborted = plog.aborted_transactions(sp.fetch_offset, _end_offset(info.records))
         elif sp.fetch_offset > plog.log_end_offset or sp.fetch_offset < plog.log_start_offset:
             r.code = ErrorCode.offset_out_of_range
             must_answer = True
         results[key] = r
     return results, total, must_answer
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last of the whole batches ``records``."""
+    batches = scan_batches(records)[0]
+    return batches[-1][1].last_offset + 1 if batches else 0
 
 
 def _serving_follower(svc, name: str, pinfo) -> Any:

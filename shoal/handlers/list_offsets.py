@@ -1,9 +1,10 @@
 """ListOffsets (key 2, v1-v10) and DeleteRecords (key 21, v0-v2).
 
 ListOffsets special timestamps: -1 latest (the high watermark, which on a leader that is its whole
-ISR is the log end offset), -2 earliest (log start offset), -3 max timestamp (KIP-734), -4 earliest
+ISR is the log end offset; with isolation_level READ_COMMITTED the last stable offset), -2 earliest (log start offset), -3 max timestamp (KIP-734), -4 earliest
 local (KIP-405; no tiered storage, so the log start offset), -5 latest tiered (KIP-1005; nothing is
-tiered: offset -1). A timestamp >= 0 finds the first record whose timestamp is at least it.
+tiered: offset -1). A timestamp >= 0 finds the first record whose timestamp is at least it, below the high
+watermark (READ_COMMITTED: below the last stable offset), as Kafka's ``lastFetchableOffset``.
 Both timestamp searches read records (decompressing, bounded by max.message.bytes) in a worker
 thread, never on the event loop; the partition lock is held only to find and read the batch.
 
@@ -50,6 +51,7 @@ def _resolve(ctx, name: str, index: int, operation: int):
 @api(LIST_OFFSETS, 1, 10)
 async def handle_list_offsets(ctx, req):
     mod = response_module(LIST_OFFSETS, ctx.api_version)
+    committed = getattr(req, "isolation_level", 0) == 1
     topics = []
     for t in req.topics:
         parts = []
@@ -62,8 +64,9 @@ async def handle_list_offsets(ctx, req):
                 code = ErrorCode.fenced_leader_epoch if current < epoch else ErrorCode.unknown_leader_epoch
             if code == ErrorCode.none:
                 target = p.timestamp
+                fetchable = plog.last_stable_offset if committed else plog.high_watermark
                 if target == LATEST:
-                    offset = plog.high_watermark
+                    offset = fetchable
                 elif target in (EARLIEST, EARLIEST_LOCAL):
                     offset = plog.log_start_offset
                 elif target == LATEST_TIERED:
@@ -74,7 +77,7 @@ async def handle_list_offsets(ctx, req):
                         offset, ts = found
                 elif target >= 0:
                     found = await asyncio.to_thread(plog.offset_for_timestamp, target)
-                    if found is not None and found[0] < plog.high_watermark:
+                    if found is not None and found[0] < fetchable:
                         offset, ts = found
                 else:
                     code = ErrorCode.invalid_request
