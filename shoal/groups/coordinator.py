@@ -769,6 +769,8 @@ class GroupCoordinator:
         code = self.status(group_id)
         if code == ErrorCode.none and not group_id:
             code = ErrorCode.invalid_group_id
+        if code == ErrorCode.none and (producer_id < 0 or producer_epoch < 0):
+            code = ErrorCode.invalid_producer_epoch  # no transactional batch without a producer
         if code != ErrorCode.none:
             return dict.fromkeys(keys, code)
         group = self.groups.get(group_id)

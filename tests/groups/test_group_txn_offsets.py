@@ -124,6 +124,8 @@ async def test_validation_unknown_group_generation_member_and_instance():
     assert env.group("g").state is S.COMPLETING_REBALANCE
     assert await txn_commit(env, generation=r.generation_id, member=b) == {("t", 0): E.none}
     assert await txn_commit(env, "", generation=-1) == {("t", 0): E.invalid_group_id}
+    assert await txn_commit(env, pid=-1) == {("t", 0): E.invalid_producer_epoch}
+    assert await txn_commit(env, epoch=-1) == {("t", 0): E.invalid_producer_epoch}
 
 
 async def test_static_member_fenced():
