@@ -468,6 +468,31 @@ async def init_txn_producer_id(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 22, init_fields(c.n(TXN)))
 
 
+def txn_offset_commit_fields(txn: str, group: str, topic: str, pid: int, epoch: int) -> dict[str, Any]:
+    return {"transactional_id": txn, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+            "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "committed_offset": 2, "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+
+
+@row(28, "group and topic", Expect(TXN_DENIED),
+     ((allow(TXN_ID, TXN, WRITE),), Expect(GROUP_DENIED)),
+     ((allow(GROUP, G, READ),), Expect(TOPIC_DENIED)),
+     ((allow(TOPIC, T, READ),), OK),
+     note="a real transaction: InitProducerId and AddOffsetsToTxn (as far as the ACLs let them) before, "
+          "EndTxn (abort) after, so no step leaves an open transaction")
+async def txn_offset_commit(env: Env, c: Caller, cl: AdminClient) -> Any:
+    init = await send(cl, 22, init_fields(c.n(TXN)))
+    pid, epoch = (init.producer_id, init.producer_epoch) if init.error_code == NONE else (-1, -1)
+    if pid >= 0:
+        await send(cl, 25, {"transactional_id": c.n(TXN), "producer_id": pid, "producer_epoch": epoch,
+                            "group_id": c.n(G)})
+    r = await send(cl, 28, txn_offset_commit_fields(c.n(TXN), c.n(G), c.n(T), pid, epoch), version=3)
+    if pid >= 0:
+        await send(cl, 26, {"transactional_id": c.n(TXN), "producer_id": pid, "producer_epoch": epoch,
+                            "committed": False})
+    return r
+
+
 def reporter_binding(r: dict) -> bool:
     return [(res["resource_name"], a["principal"]) for res in r["resources"] for a in res["acls"]
             if a["principal"] == "User:reporter"] == [(T, "User:reporter")]

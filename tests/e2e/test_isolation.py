@@ -722,6 +722,22 @@ async def init_producer_id(w: World, how: str) -> None:
                                               "producer_id": -1, "producer_epoch": -1}, {"x": attack}, {"x": missing})
 
 
+@row(28, "name", "physical")
+async def txn_offset_commit(w: World, how: str) -> None:
+    """A's transactional id, group (with A's member and generation) and topic, under A's producer
+    id: answered as for ones that do not exist, and nothing reaches A's group."""
+    (x, xm), (g, gm), (t, tm) = (ways(w, n, f"nosuch-{k}")[how] for n, k in ((TXN, "x"), (G_A, "g"), (USERS, "t")))
+    if how == "name":  # B has a topic of that name: its own
+        tm = t
+    member, gen = w.a_member
+    pid, epoch = w.a_producer
+    await like_missing(w, w.b, 28, lambda x, g, t: {
+        "transactional_id": x, "group_id": g, "producer_id": pid, "producer_epoch": epoch, "generation_id": gen,
+        "member_id": member, "group_instance_id": None, "topics": [{"name": t, "partitions": [
+            {"partition_index": 0, "committed_offset": 999, "committed_leader_epoch": -1, "committed_metadata": ""}]}],
+    }, {"x": x, "g": g, "t": t}, {"x": xm, "g": gm, "t": tm}, version=3)
+
+
 @row(22, "producer id")
 async def init_producer_id_by_id(w: World, _: str) -> None:
     """B re-initializing A's idempotent producer gets a producer of its own; A's is not fenced
