@@ -5,7 +5,7 @@
 - ``classic``: the classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) state machine;
 - ``group``: what every kind of group offers the offset and admin APIs (a second protocol,
   KIP-848, plugs in here);
-- ``offsets``: the committed-offset store; ``records``: Kafka's record formats in
+- ``offsets``: the committed-offset store (with the pending offsets of open transactions); ``records``: Kafka's record formats in
   ``__consumer_offsets`` and the group → partition hash; ``storage``: the log the coordinator
   writes to; ``timer``: keyed timeouts on an injected clock; ``config``: its settings.
 

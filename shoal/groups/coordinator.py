@@ -30,6 +30,17 @@ its generation, members and assignments, and each member gets a fresh session ti
 that are still running carry on heartbeating with their member id, without a rebalance; those
 that are gone expire and the group rebalances (or becomes Empty). Offsets come back as committed.
 
+Transactional offsets (KIP-98, TxnOffsetCommit; KIP-447 generation checks): :meth:`commit_txn_offsets`
+appends the offsets in a transactional batch of the producer (producer id and epoch, base sequence
+-1, the transactional attribute) and keeps them pending for that producer
+(``OffsetStore.add_txn``): OffsetFetch does not show them, and with ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for their partitions. The transaction coordinator's marker writer, once the
+end-transaction marker is committed in a partition of ``__consumer_offsets``, calls
+:meth:`on_txn_completed`: COMMIT materializes them (unless a regular commit of the partition is
+later in the log), ABORT drops them. The load replays transactional batches and markers the same
+way. OffsetDelete, DeleteGroups and deleted topics tombstone pending ones too; expiry spares the
+offsets (and the groups) that have a transaction open, as Kafka 4's ``OffsetMetadataManager``.
+
 Tenancy: the coordinator knows only physical names (a tenant's group ``g`` is ``lkc-3f9a2c_g``; the
 handlers translate). When a tenant leaves the metadata image, its groups are deleted with their
 offsets, whatever their state (:meth:`delete_tenant_groups`); a partition loaded later drops those
