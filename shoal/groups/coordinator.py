@@ -1132,20 +1132,22 @@ class GroupCoordinator:
         return expired_total
 
     def on_topics_deleted(self, topics: Iterable[str]) -> None:
-        """Tombstone the committed offsets of deleted topics (Kafka's onPartitionsDeleted)."""
+        """Tombstone the committed offsets of deleted topics, and the pending offsets of open
+        transactions for them (Kafka's onPartitionsDeleted)."""
         names = set(topics)
         by_partition: dict[int, list[Record]] = {}
-        for gid in self.offsets.groups():
+        for gid in dict.fromkeys([*self.offsets.groups(), *self.offsets.txn_groups()]):
             group = self.groups.get(gid)
             if group is None:
                 continue
             owned = self._owned.get(group.partition)
             if owned is None or owned.status is not PartitionStatus.ACTIVE:
                 continue
-            for topic in [t for t in self.offsets.group_offsets(gid) if t in names]:
-                for p in list(self.offsets.group_offsets(gid).get(topic, {})):
-                    self.offsets.remove(gid, topic, p)
-                    by_partition.setdefault(group.partition, []).append((offset_commit_key(gid, topic, p), None))
+            keys = [(t, p) for t, parts in self.offsets.group_offsets(gid).items() if t in names for p in parts]
+            keys += [(t, p) for t, p in self.offsets.txn_keys(gid) if t in names and (t, p) not in keys]
+            for topic, p in keys:
+                self.offsets.remove(gid, topic, p)
+                by_partition.setdefault(group.partition, []).append((offset_commit_key(gid, topic, p), None))
         for partition, records in by_partition.items():
             log.info("%s-%d: %d offsets of deleted topics removed", OFFSETS_TOPIC, partition, len(records))
             self.persist(partition, records, lambda code: None)

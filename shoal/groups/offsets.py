@@ -73,6 +73,10 @@ class OffsetStore:
         """The producer's pending transactional offsets (a copy)."""
         return dict(self._txn.get(producer_id, {}))
 
+    def txn_groups(self) -> list[str]:
+        """Groups with pending transactional offsets."""
+        return list(dict.fromkeys(k[0] for k in self._open))
+
     def txn_producers(self) -> list[int]:
         return list(self._txn)
 

@@ -187,6 +187,18 @@ async def test_offset_delete_and_group_deletion_drop_pending_offsets():
     assert await fetch(env, "g", [("t", [0, 1])]) == {("t", 0): (-1, E.none), ("t", 1): (-1, E.none)}
 
 
+async def test_deleted_topics_drop_pending_offsets():
+    env = await started_env()
+    await env.coord.commit_offsets("g", "", None, -1, [CommitRequest("gone", 0, 1)])
+    await txn_commit(env, offsets=[("gone", 0, 5), ("gone", 1, 5), ("t", 0, 5)])
+    env.coord.on_topics_deleted(["gone"])
+    await settle()
+    assert env.log.all()[-2:] == [(offset_commit_key("g", "gone", 0), None), (offset_commit_key("g", "gone", 1), None)]
+    env.coord.on_txn_completed(PID, [0], True)
+    assert await fetch(env, "g", [("gone", [0, 1]), ("t", [0])]) == {
+        ("gone", 0): (-1, E.none), ("gone", 1): (-1, E.none), ("t", 0): (5, E.none)}
+
+
 async def test_expiry_keeps_offsets_and_groups_with_an_open_transaction():
     env = await started_env(offsets_retention_ms=60_000)
     c = env.coord
