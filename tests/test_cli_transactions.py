@@ -3,8 +3,8 @@ confluent-kafka producers: a hanging transaction (a transactional producer that 
 dies with ``os._exit`` in a subprocess) shows in ``list``, ``describe`` and ``describe-producers``
 and holds the last stable offset back, so a read_committed consumer stops at it; ``abort
 --start-offset`` ends it with an ABORT marker: the LSO moves to the high watermark and the
-read_committed consumer gets past it, without the aborted records. ``find-hanging`` names it once
-its coordinator no longer lists the partition. Idempotent producers in describe-producers; errors
+read_committed consumer gets past it, without the aborted records. ``find-hanging`` does not name it
+(its coordinator lists the partition: it will end it). Idempotent producers in describe-producers; errors
 as one line with exit status 1; usage errors (2) before connecting. Plus the pure helpers, exactly."""
 
 from __future__ import annotations
@@ -95,11 +95,10 @@ def produce_plain(broker, topic: str, values: list[bytes], partition: int = 0) -
 
 
 HANGING = textwrap.dedent("""
-    import os, sys
+    import json, os, sys
     from confluent_kafka import Producer
-    bootstrap, topic, tid, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 600000,
-                  "linger.ms": 5})
+    conf, topic, n = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    p = Producer({**conf, "transaction.timeout.ms": 600000, "linger.ms": 5})
     p.init_transactions(30)
     p.begin_transaction()
     for i in range(n):
@@ -110,8 +109,10 @@ HANGING = textwrap.dedent("""
 """)
 
 
-def hanging_transaction(broker, topic: str, tid: str, n: int) -> None:
-    r = subprocess.run([sys.executable, "-c", HANGING, broker.bootstrap, topic, tid, str(n)],
+def hanging_transaction(conf: dict, topic: str, n: int) -> None:
+    """A transaction left open on ``topic`` partition 0 (``n`` records) by a producer of client
+    settings ``conf`` (bootstrap, ``transactional.id``, credentials) that then dies."""
+    r = subprocess.run([sys.executable, "-c", HANGING, json.dumps(conf), topic, str(n)],
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 0 and "produced" in r.stdout, r.stdout + r.stderr
 
@@ -145,6 +146,75 @@ def read_committed(broker, topic: str, want: int, timeout: float) -> list[bytes]
 # -- against a real broker ---------------------------------------------------------------------
 
 
+def test_hanging_transaction_listed_described_and_aborted(broker):
+    topic, tid = f"cli-txn-{uuid.uuid4().hex[:8]}", f"hanging-{uuid.uuid4().hex[:8]}"
+    make_topic(broker, topic)
+    produce_plain(broker, topic, [b"before-0", b"before-1"])  # offsets 0, 1
+    hanging_transaction({"bootstrap.servers": broker.bootstrap, "transactional.id": tid}, topic, 5)  # 2..6, open
+    produce_plain(broker, topic, [b"after-0", b"after-1", b"after-2"])  # offsets 7..9, above the open one
+
+    listed = {t["transactional_id"]: t for t in json.loads(ok(shoal_txn(broker, "list", "--output", "json")))}
+    assert listed[tid]["state"] == "Ongoing" and listed[tid]["producer_id"] >= 0
+    pid = listed[tid]["producer_id"]
+    text = ok(shoal_txn(broker, "list", subprocess_=True)).splitlines()
+    assert text[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert [tid, str(listed[tid]["coordinator"]), str(pid), "Ongoing"] in [line.split() for line in text[1:]]
+    assert tid in ok(shoal_txn(broker, "list", "--state", "Ongoing"))
+    assert tid not in ok(shoal_txn(broker, "list", "--state", "CompleteCommit"))
+    assert tid in ok(shoal_txn(broker, "list", "--producer-id", str(pid)))
+
+    d = json.loads(ok(shoal_txn(broker, "describe", "--transactional-id", tid, "--output", "json")))
+    assert d["state"] == "Ongoing" and d["producer_id"] == pid and d["timeout_ms"] == 600000
+    assert d["partitions"] == [{"topic": topic, "partition": 0}]
+    assert d["start_time_ms"] is not None and 0 <= d["duration_ms"] < 600000
+    text = ok(shoal_txn(broker, "describe", "--transactional-id", tid)).splitlines()
+    assert text[0].split()[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                                   "TransactionState"]
+    assert text[1].split()[1:3] == [tid, str(pid)] and text[1].split()[-1] == f"{topic}-0"
+
+    prods = json.loads(ok(shoal_txn(broker, "describe-producers", "--topic", topic, "--partition", "0",
+                                    "--output", "json")))["producers"]
+    mine = [p for p in prods if p["producer_id"] == pid]
+    assert len(mine) == 1 and mine[0]["current_transaction_start_offset"] == 2 and mine[0]["last_sequence"] == 4
+    others = [p for p in prods if p["producer_id"] != pid]
+    assert len(others) == 2 and all(p["current_transaction_start_offset"] is None for p in others)
+    text = ok(shoal_txn(broker, "describe-producers", "--topic", topic, "--partition", "0")).splitlines()
+    assert text[0].split() == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                               "LastTimestamp", "CurrentTransactionStartOffset"]
+    assert {(r.split()[0], r.split()[-1]) for r in text[1:]} >= {(str(pid), "2")}
+
+    # not hanging: its coordinator lists the partition in the transaction (it will finish it)
+    assert json.loads(ok(shoal_txn(broker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0",
+                                   "--output", "json"))) == []
+    assert ok(shoal_txn(broker, "find-hanging", "--topic", topic, "--partition", "0")).split() == [
+        "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+        "Duration(min)"]
+
+    # the open transaction holds the LSO at its first offset: read_committed stops there
+    assert offsets(broker, topic, 0) == 10 and offsets(broker, topic, 1) == 2
+    assert read_committed(broker, topic, 3, timeout=3) == [b"before-0", b"before-1"]
+
+    # not a transaction's start offset: refused, nothing written
+    refused(shoal_txn(broker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "3"),
+            "Could not find any open transactions starting at offset 3")
+    assert offsets(broker, topic, 1) == 2
+
+    out = ok(shoal_txn(broker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2",
+                       subprocess_=True))
+    assert f"producer {pid}" in out and "starting at offset 2" in out
+    # the marker is at offset 10; the LSO moves to the high watermark, past the aborted records
+    assert wait_for(lambda: offsets(broker, topic, 1) == 11, "the LSO to move past the abort marker")
+    assert offsets(broker, topic, 0) == 11
+    got = read_committed(broker, topic, 5, timeout=DEADLINE)
+    assert got == [b"before-0", b"before-1", b"after-0", b"after-1", b"after-2"]
+    prods = json.loads(ok(shoal_txn(broker, "describe-producers", "--topic", topic, "--partition", "0",
+                                    "--output", "json")))["producers"]
+    assert all(p["current_transaction_start_offset"] is None for p in prods)
+    # a second abort at the same offset finds nothing open
+    refused(shoal_txn(broker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2"),
+            "Could not find any open transactions")
+
+
 def test_describe_producers_of_idempotent_producers(broker):
     topic = f"cli-txn-idem-{uuid.uuid4().hex[:8]}"
     make_topic(broker, topic, 2)
@@ -160,6 +230,15 @@ def test_describe_producers_of_idempotent_producers(broker):
     # --broker-id: the leader itself (one broker)
     assert ok(shoal_txn(broker, "describe-producers", "--topic", topic, "--partition", "1", "--broker-id",
                         "1")).count("\n") in (1, 2)
+
+
+def test_errors_are_one_line(broker):
+    refused(shoal_txn(broker, "describe-producers", "--topic", "no-such-topic-xyz", "--partition", "0"),
+            "Failed to describe producers for partition no-such-topic-xyz-0 on leader", "UNKNOWN_TOPIC_OR_PARTITION")
+    refused(shoal_txn(broker, "abort", "--topic", "no-such-topic-xyz", "--partition", "0", "--start-offset", "0"),
+            "Failed to validate producer state", "UNKNOWN_TOPIC_OR_PARTITION")
+    refused(shoal_txn(broker, "describe", "--transactional-id", f"never-{uuid.uuid4().hex[:6]}"),
+            "Failed to describe transaction state", "TRANSACTIONAL_ID_NOT_FOUND")
 
 
 def test_usage_errors_before_connecting(broker):
@@ -236,3 +315,31 @@ def test_candidates_and_hanging():
 def test_ms_or_none():
     assert ms_or_none(None) == "None" and ms_or_none(-1) == "None" and ms_or_none(0) == "0"
     assert ms_or_none(1234) == "1234"
+
+
+def test_describe_transactions_response_with_no_start_time():
+    """Kafka answers start time -1 for an id without a transaction; kio's reader refuses a negative
+    timestamp, so the client reads DescribeTransactions v0 itself: the same fields as kio's."""
+    from kio.schema.errors import ErrorCode
+
+    from shoal.client import _decode_describe_transactions, build_entity
+    from shoal.protocol import codec
+
+    mod = codec.response_module(65, 0)
+    states = [{"error_code": ErrorCode.none, "transactional_id": "x", "transaction_state": "Ongoing",
+               "transaction_timeout": 60000, "transaction_start_time": 1700000000123, "producer_id": 5,
+               "producer_epoch": 2, "topics": [{"topic": "t", "partitions": [0, 3]}, {"topic": "u", "partitions": []}]},
+              {"error_code": ErrorCode.transactional_id_not_found, "transactional_id": "y", "transaction_state": "",
+               "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1,
+               "topics": []}]
+    frame = bytes(codec.encode_response(7, 65, 0, build_entity(
+        mod.DescribeTransactionsResponse, {"throttle_time": 3, "transaction_states": states})))[4:]
+    with pytest.raises(Exception):
+        codec.decode_response(65, 0, frame)
+    cid, resp = _decode_describe_transactions(65, 0, frame)
+    assert cid == 7 and resp.throttle_time == 3
+    x, y = resp.transaction_states
+    assert (x.error_code, x.transactional_id, x.transaction_state, x.transaction_timeout, x.transaction_start_time,
+            x.producer_id, x.producer_epoch) == (0, "x", "Ongoing", 60000, 1700000000123, 5, 2)
+    assert [(t.topic, t.partitions) for t in x.topics] == [("t", (0, 3)), ("u", ())]
+    assert (y.error_code, y.transactional_id, y.transaction_start_time, y.topics) == (105, "y", -1, ())
