@@ -8,6 +8,10 @@ watermark (READ_COMMITTED: below the last stable offset), as Kafka's ``lastFetch
 Both timestamp searches read records (decompressing, bounded by max.message.bytes) in a worker
 thread, never on the event loop; the partition lock is held only to find and read the batch.
 
+DeleteRecords moves the log start offset up to the high watermark at most (-1: the high
+watermark), as Kafka's ``deleteRecordsOnLeader``: an open transaction does not bound it (nor
+retention); the last stable offset is never below the log start offset.
+
 Scoped: topic names are the tenant's (``ctx.scope``). ListOffsets needs DESCRIBE on the topic,
 DeleteRecords needs DELETE (TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka answers).
 
