@@ -336,3 +336,69 @@ def test_compaction_keeps_a_committed_value_over_a_later_aborted_write(tmp_path)
     assert [r.offset for r in recs] == [0, 1, 4, 5, 6]  # markers kept
     assert log.aborted_transactions(0, 8) == [(A, 2)]
     log.close()
+
+
+# -- a property over the whole log: index, LSO and recovery agree with a model --------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PIDS = (A, B, 9000)
+log_op = st.one_of(
+    st.tuples(st.just("data"), st.sampled_from(PIDS), st.integers(1, 3)),
+    st.tuples(st.just("marker"), st.sampled_from(PIDS), st.booleans()),
+    st.tuples(st.just("plain"), st.integers(1, 2)),
+    st.tuples(st.just("roll"),),
+    st.tuples(st.just("hw"),),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(log_op, min_size=1, max_size=30), st.integers(0, 40), st.integers(1, 40))
+def test_log_property_index_lso_and_recovery_match_a_model(ops, start, span) -> None:
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "p-0")
+    log = open_log(path)
+    open_: dict[int, int] = {}
+    aborted: list[tuple[int, int, int]] = []  # (pid, first, marker)
+    seqs = dict.fromkeys(PIDS, 0)
+    for o in ops:
+        if o[0] == "data":
+            _, pid, n = o
+            info = log.append(tbatch(pid, seqs[pid], n), now_ms=T0)
+            seqs[pid] += n
+            open_.setdefault(pid, info.base_offset)
+        elif o[0] == "marker":
+            _, pid, commit = o
+            info = log.append_marker(pid, 0, 0, commit, now_ms=T0, leader_epoch=0)
+            first = open_.pop(pid, None)
+            if first is not None and not commit:
+                aborted.append((pid, first, info.base_offset))
+        elif o[0] == "plain":
+            log.append(build_batch([(T0, None, b"p", [])] * o[1]), now_ms=T0)
+        elif o[0] == "roll":
+            log.roll(T0)
+        else:
+            commit_hw(log)
+
+    def check(lg: PartitionLog) -> None:
+        upper = start + span
+        want = [(p, f) for p, f, m in aborted if m >= start and f < upper]
+        assert sorted(lg.aborted_transactions(start, upper)) == sorted(want)
+        assert sorted(lg.aborted_transactions(0, lg.log_end_offset + 1)) == sorted((p, f) for p, f, _ in aborted)
+        assert lg.ongoing_transactions() == sorted(((p, 0, f) for p, f in open_.items()), key=lambda t: t[2])
+        hw = lg.high_watermark
+        assert lg.last_stable_offset == min([f for f in open_.values()] + [hw])
+
+    commit_hw(log)
+    check(log)
+    st_ = log.state()
+    log.close(flush=False)
+    for name in os.listdir(path):  # kill -9: the indexes and snapshots of the dead process are lost
+        if name.endswith((".txnindex", ".snapshot")):
+            os.unlink(os.path.join(path, name))
+    log2 = open_log(path, state=PartitionState(0, st_.high_watermark, 0))
+    check(log2)
+    log2.close()
