@@ -11,8 +11,13 @@ A commit is answered once its record is in ``__consumer_offsets`` and the high w
 
 TxnOffsetCommit (KIP-98; v3 adds the group's generation, member id and instance id, KIP-447) goes to
 ``GroupCoordinator.commit_txn_offsets``: the offsets are appended in a transactional batch of the
-producer and stay invisible until the transaction commits. OffsetFetch v7+ with ``require_stable``
-answers UNSTABLE_OFFSET_COMMIT for a partition with such pending offsets (the client retries).
+producer and stay invisible until the transaction commits. As Kafka 3.6+ (KIP-890 part 1), when the
+group's ``__consumer_offsets`` partition has no ongoing transaction of the producer yet, the
+transaction coordinator (``services.txn.verify``) must confirm that AddOffsetsToTxn put the
+partition in the transaction, else the producer's error (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH;
+coordinator trouble COORDINATOR_NOT_AVAILABLE), so no commit opens a transaction that nobody will
+ever end. OffsetFetch v7+ with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition
+with such pending offsets (the client retries).
 
 Tenancy (``ctx.scope``): group ids and topic names arrive as the client sees them and reach the
 coordinator qualified; topic ids resolve only to the scope's topics (another tenant's id is
@@ -32,16 +37,15 @@ scoped to the tenant like group ids (ACLs name them as the tenant does).
 Deviations from Kafka:
 - OffsetCommit v0-v1 and OffsetFetch v0 are not offered (Kafka 4 removed them too, KIP-896).
 - OffsetFetch v10 for all topics lists only topics that still exist (others have no id to show).
-- TxnOffsetCommit does not yet ask the transaction coordinator whether the group's partition is in
-  the producer's transaction (Kafka 3.6+'s KIP-890 verification); v5 (KIP-890 part 2, an implicit
-  AddOffsetsToTxn) is not offered.
+- TxnOffsetCommit v5 (KIP-890 part 2, an implicit AddOffsetsToTxn) is not offered.
 """
 
 from __future__ import annotations
 
 import datetime
 
-from shoal.groups import CommitRequest
+from shoal.groups import OFFSETS_TOPIC, CommitRequest
+from shoal.groups.coordinator import coordinator_error
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
@@ -204,8 +208,9 @@ async def handle_txn_offset_commit(ctx, req):
     results: dict[tuple[str, int], ErrorCode] = {}
     if commits:
         coord = _coordinator(ctx)
-        if coord is None:
-            results = {(c.topic, c.partition): ErrorCode.coordinator_not_available for c in commits}
+        code = ErrorCode.coordinator_not_available if coord is None else await _verify_txn(ctx, req, coord)
+        if code != ErrorCode.none:
+            results = {(c.topic, c.partition): code for c in commits}
         else:
             results = await coord.commit_txn_offsets(
                 scope.physical(req.group_id), req.producer_id, req.producer_epoch,
@@ -223,6 +228,29 @@ async def handle_txn_offset_commit(ctx, req):
                for p, code in parts]
         for name, parts in rows.items()
     })
+
+
+async def _verify_txn(ctx, req, coord) -> ErrorCode:
+    """KIP-890 part 1 for TxnOffsetCommit (Kafka's ``maybeStartTransactionVerificationForPartition``):
+    NONE when the group's partition of ``__consumer_offsets`` already has an ongoing transaction of
+    the producer, or its transaction coordinator says the partition is in the transaction."""
+    svc = ctx.services
+    group = ctx.scope.physical(req.group_id)
+    if getattr(svc, "txn", None) is None or coord.status(group) != ErrorCode.none:
+        return ErrorCode.none  # no transaction coordinator (a bare test broker), or not ours: said later
+    partition = coord.partition_for(group)
+    topic = svc.metadata.image.topic(OFFSETS_TOPIC)
+    part = svc.replicas.leader(OFFSETS_TOPIC, topic.partitions[partition]) if topic is not None else None
+    if part is not None and part.log.ongoing_txn_first_offset(req.producer_id) is not None:
+        return ErrorCode.none
+    from shoal.handlers.produce import verification_error  # the producer's view of a refusal
+
+    codes = await svc.txn.verify(ctx.scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
+                                 [(OFFSETS_TOPIC, partition)])
+    code = codes.get((OFFSETS_TOPIC, partition), ErrorCode.unknown_server_error)
+    if code == ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress  # Kafka's maybeConvertOffsetCommitError
+    return coordinator_error(verification_error(code))
 
 
 # -- OffsetFetch ---------------------------------------------------------------------------------
