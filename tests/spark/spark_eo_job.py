@@ -3,10 +3,12 @@ tests/spark/test_spark_exactly_once.py can kill -9 it in the middle of a micro-b
 
     python spark_eo_job.py BOOTSTRAP SOURCE_TOPIC OUT_TOPIC CHECKPOINT [HANG_VALUE HANG_FLAG]
 
-Reads SOURCE_TOPIC from the earliest offset, 20 records a trigger (Trigger.AvailableNow), passes
-the records through ``mapInArrow`` in Arrow batches of 2 rows and writes key and value to OUT_TOPIC
-with ``exactlyOnce=true``. With HANG_VALUE, the task that meets a record of that value writes
-HANG_FLAG and sleeps (its transaction open, its first rows already produced in it) until killed.
+Reads SOURCE_TOPIC from the earliest offset, 400 records a trigger (Trigger.AvailableNow), passes
+the values through a Python UDF and writes key and value to OUT_TOPIC with ``exactlyOnce=true``.
+With HANG_VALUE, the task that meets a record whose value starts with ``HANG_VALUE|`` writes
+HANG_FLAG and sleeps until killed: its transaction open, with the rows of the UDF's earlier
+chunks already produced in it (Spark evaluates Python UDFs in chunks of rows, through 64 KiB
+buffers: the test's values are 2 KB, so the rows before the hang get through).
 Prints one JSON line ``{"id": query id, "batches": [[batch id, input rows], ...]}`` when done.
 """
 
@@ -23,22 +25,25 @@ def main(argv: list[str]) -> None:
     bootstrap, src, out, ckpt = argv[:4]
     hang_value = argv[4].encode() if len(argv) > 4 else None
     hang_flag = argv[5] if len(argv) > 5 else None
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here.parents[1]), str(here)]  # this checkout's shoal, spark_helpers
     from spark_helpers import local_spark
 
     spark = local_spark("shoal-spark-eo-job", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "2"})
 
-    def passthrough(batches):
-        for b in batches:
-            if hang_value is not None and hang_value in b.column("value").to_pylist():
-                Path(hang_flag).write_text(str(os.getpid()))
-                time.sleep(3600)
-            yield b
+    def passthrough(value):
+        if hang_value is not None and value.split(b"|")[0] == hang_value:
+            Path(hang_flag).write_text(str(os.getpid()))
+            time.sleep(3600)
+        return value
 
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    udf = F.udf(passthrough, BinaryType())
     df = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
-          .load().select("key", "value"))
-    df = df.mapInArrow(passthrough, df.schema)
+          .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "400")
+          .load().select("key", udf("value").alias("value")))
     q = (df.writeStream.format("shoal").option("kafka.bootstrap.servers", bootstrap).option("topic", out)
          .option("exactlyOnce", "true").option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())

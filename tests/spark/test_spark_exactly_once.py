@@ -148,9 +148,25 @@ def test_read_committed_skips_aborted_and_stops_at_the_lso(spark, shoal_opts, un
 # -- the exactly-once sink, its driver killed mid-batch ---------------------------------------------
 
 
+PAD = b"x" * 2000  # rows of 2 KB: Spark's 64 KiB buffers to and from the Python UDF fill up
+
+
+def name(m) -> bytes:
+    return m.value().split(b"|")[0]
+
+
 def start_job(bs: str, src: str, out: str, ckpt: Path, log: Path, *hang: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(JOB), bs, src, out, str(ckpt), *hang],
                             stdout=subprocess.PIPE, stderr=log.open("ab"), start_new_session=True, text=True)
+
+
+def kill(job: subprocess.Popen) -> None:
+    """kill -9 of the driver's whole process group: the JVM, its Python workers, the driver."""
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    job.wait(30)
 
 
 def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path) -> None:
@@ -165,40 +181,38 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path
 def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path):
     bs = broker.bootstrap
     src, out = create_topic(bs, f"{uniq}-in", 2), create_topic(bs, f"{uniq}-out", 3)
-    values = [b"r%d" % i for i in range(60)]
-    produce(bs, src, [{"value": v, "key": b"k%d" % i, "partition": i % 2} for i, v in enumerate(values)])
+    names = [b"r%d" % i for i in range(1000)]
+    produce(bs, src, [{"value": n + b"|" + PAD, "key": b"k%d" % i, "partition": i % 2} for i, n in enumerate(names)])
     ckpt, flag, log = tmp_path / "ckpt", tmp_path / "hanging", tmp_path / "job.log"
-    # 20 records a batch, 10 of each partition: r31 (partition 1, offset 15) is in batch 1, task 1.
-    job = start_job(bs, src, out, ckpt, log, "r31", str(flag))
+    # 400 records a batch, 200 of each partition: r701 (partition 1, offset 350) is in batch 1, task 1.
+    job = start_job(bs, src, out, ckpt, log, "r701", str(flag))
     try:
-        wait_for("the task of r31 hangs", flag.exists, 150, job, log)
+        wait_for("the task of r701 hangs", flag.exists, 150, job, log)
         query_id = json.loads(next((ckpt / "metadata").open()))["id"]
         tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
-        # Task 0 of batch 1 commits; task 1's transaction holds the rows before r31 (r21..r27).
+        # Task 0 of batch 1 commits; task 1's transaction holds rows before r701 (from r401 on).
         wait_for("task 0 of batch 1 committed", lambda: tasks.find(1, 0) is not None, 60, job, log)
         wait_for("rows of the open transaction on the broker",
-                 lambda: {b"r21", b"r23"} <= {m.value() for m in view(bs, out, 3, "read_uncommitted")}, 30, job, log)
+                 lambda: {b"r401", b"r403"} <= {name(m) for m in view(bs, out, 3, "read_uncommitted")}, 30, job, log)
         assert tasks.find(1, 1) is None
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(30)
+        kill(job)
     assert not (ckpt / "commits" / "1").exists(), "batch 1 was committed: the kill was not mid-batch"
 
     job = start_job(bs, src, out, ckpt, log)
     try:
         stdout, _ = job.communicate(timeout=180)
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
+        kill(job)
     assert job.returncode == 0, log.read_text()[-3000:]
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["id"] == query_id
     assert [b for b, n in result["batches"] if n][:1] == [1], f"batch 1 not re-run: {result}"
 
-    committed = Counter(m.value() for m in view(bs, out, 3, "read_committed"))
-    assert committed == Counter(values), {v: n for v, n in committed.items() if n != 1}
+    committed = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
+    assert committed == Counter(names), {v: n for v, n in committed.items() if n != 1}
     # The control: the aborted attempt's rows are in the log, only read_uncommitted sees them.
-    uncommitted = Counter(m.value() for m in view(bs, out, 3, "read_uncommitted"))
-    assert uncommitted[b"r21"] == 2 and uncommitted[b"r1"] == 1
+    uncommitted = Counter(name(m) for m in view(bs, out, 3, "read_uncommitted"))
+    assert uncommitted[b"r401"] == 2 and uncommitted[b"r1"] == 1
     # The re-run wrote task 1 of batch 1 and skipped task 0 (one record per task and batch).
-    assert tasks.find(1, 0)["records"] == 10 and tasks.find(1, 1)["records"] == 10
+    assert tasks.find(1, 0)["records"] == 200 and tasks.find(1, 1)["records"] == 200
