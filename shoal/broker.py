@@ -39,11 +39,12 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import elect_leaders  # replica: KIP-183/460
     from shoal.handlers import describe_log_dirs  # replica: sizes and lags of hosted replicas
     from shoal.handlers import reassignments  # replica: KIP-455 Alter/ListPartitionReassignments
+    from shoal.handlers import transactions  # txn: AddPartitionsToTxn ... ListTransactions
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
-        elect_leaders, describe_log_dirs, reassignments,
+        elect_leaders, describe_log_dirs, reassignments, transactions,
     ]
 
 
@@ -232,6 +233,9 @@ class Broker:
         from shoal.groups import GroupCoordinator
 
         self.groups = self.services.groups = GroupCoordinator.for_services(self.services)
+        from shoal.txn import TransactionCoordinator  # txn: the transaction coordinator, like groups
+
+        self.txn = self.services.txn = TransactionCoordinator.for_services(self.services)
         from shoal.server.connection import KafkaConnection
         from shoal.server.limits import ConnectionLimits, create_listener
 
@@ -255,6 +259,7 @@ class Broker:
                                          unclean=self._unclean_election, rebalance=self._rebalance_settings)
             self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
+        await self.txn.start()  # txn: loads the __transaction_state partitions led here
         # -- admin: the HTTP admin API (tenants, namespaces), when shoal.admin.listener is set;
         # up before the Kafka listeners serve, so a client that reaches those finds it too.
         admin_listener = self.static_config.get("shoal.admin.listener")
@@ -398,6 +403,8 @@ class Broker:
         await self.replicas.stop()  # replica: fetchers, ISR checks
         if self.controller is not None:  # cluster: the key goes with the lease, at close
             await self.controller.stop()
+        if getattr(self, "txn", None) is not None:
+            await self.txn.stop()  # txn
         if getattr(self, "groups", None) is not None:
             await self.groups.stop()  # groups
         await asyncio.to_thread(self.logs.close)

@@ -560,6 +560,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("offsets.retention.minutes", "int", 10080, "Retention of committed offsets of empty groups.", at_least(1)),
         _d("transaction.state.log.replication.factor", "short", 1, "Replication factor of the transaction topic.", at_least(1)),
         _d("transaction.state.log.num.partitions", "int", 50, "Number of partitions of the transaction topic.", at_least(1)),
+        _d("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of the transaction topic (capped by its replication factor).", at_least(1)),
+        _d("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of the transaction topic.", at_least(1)),
+        _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+           "How often to abort transactions that timed out.", at_least(1)),
+        _d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+           "How often to remove transactional ids that expired.", at_least(1)),
         _d("fetch.max.bytes", "int", 57671680, "Maximum bytes returned for a fetch request.", at_least(1024)),
         _d("replica.fetch.max.bytes", "int", 1048576, "Bytes of messages fetched per partition by followers.", at_least(0)),
         _d(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shoal.quotas.manager import QuotaManagers
     from shoal.quotas.mutation import MutationQuotaManager
     from shoal.replica import ReplicaManager
+    from shoal.txn import TransactionCoordinator
 
 
 @dataclass(eq=False)
@@ -41,6 +42,7 @@ class Services:
     random: random.Random = field(default_factory=random.Random)  # placement's start index
     listener_security: dict[str, Any] = field(default_factory=dict)  # name -> auth.ListenerSecurity
     groups: "GroupCoordinator | None" = None  # set at start, before listeners serve
+    txn: "TransactionCoordinator | None" = None  # transactions: set at start, like groups
 
     @property
     def config(self) -> "BrokerConfig":

@@ -7,9 +7,10 @@ nothing of the wire); a parked JoinGroup or SyncGroup is an ``await`` on the coo
 so other requests of the same connection keep flowing (responses still leave in order).
 
 Deviations from Kafka:
-- FindCoordinator for transactions (key_type 1) answers COORDINATOR_NOT_AVAILABLE: there is no
-  transaction coordinator yet (Kafka would create ``__transaction_state`` and answer its leader);
-  share groups (key_type 2, KIP-932) answer INVALID_REQUEST, as Kafka does with share groups off.
+- FindCoordinator for transactions (key_type 1) answers the leader of the transactional id's
+  ``__transaction_state`` partition (``shoal.txn``), creating the topic at the first request
+  (COORDINATOR_NOT_AVAILABLE until it is led); share groups (key_type 2, KIP-932) answer
+  INVALID_REQUEST, as Kafka does with share groups off.
 - DescribeGroups describes classic groups only: a KIP-848 group reads as Dead with GROUP_ID_NOT_FOUND
   (v6+; no error before), exactly as Kafka answers; ConsumerGroupDescribe (69) describes it.
   ListGroups lists both kinds (v5 ``group_type`` "classic" / "consumer").
@@ -116,7 +117,7 @@ def client_host(ctx) -> str:
 def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
     """(node id, host, port, error, message) of the coordinator for ``key``."""
     if key_type == KEY_TYPE_TRANSACTION:
-        return -1, "", -1, ErrorCode.coordinator_not_available, "Transactions are not supported yet."
+        return _transaction_coordinator(svc, listener, key)
     if key_type != KEY_TYPE_GROUP:
         return -1, "", -1, ErrorCode.invalid_request, f"Unsupported coordinator key type {key_type}."
     image = svc.metadata.image
@@ -125,6 +126,25 @@ def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, 
         coordinator = svc.groups
         if topic is None and coordinator is not None:  # cluster: created at first use
             coordinator.request_offsets_topic()
+        return -1, "", -1, ErrorCode.coordinator_not_available, None
+    pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
+    node = image.brokers.get(pinfo.leader)
+    if node is None:
+        return -1, "", -1, ErrorCode.coordinator_not_available, None
+    host, port = node.endpoint(listener)
+    return node.node_id, host, port, ErrorCode.none, None
+
+
+def _transaction_coordinator(svc, listener: str, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+    """The leader of ``__transaction_state`` partition ``abs(hashCode(key)) % n``; the topic is
+    created at the first request (the client retries COORDINATOR_NOT_AVAILABLE meanwhile)."""
+    from shoal.txn import TXN_STATE_TOPIC
+
+    image = svc.metadata.image
+    topic = image.topic(TXN_STATE_TOPIC)
+    if topic is None or not topic.partitions:
+        if topic is None and svc.txn is not None:
+            svc.txn.request_topic()
         return -1, "", -1, ErrorCode.coordinator_not_available, None
     pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
     node = image.brokers.get(pinfo.leader)

@@ -21,10 +21,16 @@ timestamp as log_append_time) without writing anything.
 Scoped: topic names are the tenant's (``ctx.scope``); writing needs WRITE on the topic
 (TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka answers).
 
+Transactional producers (``shoal.txn``): a request with a transactional id needs WRITE on that
+TRANSACTIONAL_ID (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise); a transactional batch without
+a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED too. KIP-890 part 1: before the first
+transactional batch of a producer goes to a partition without an ongoing transaction of that
+producer, the coordinator confirms that the partition was added to the transaction (locally, or
+AddPartitionsToTxn v4 ``verify_only`` to the coordinator broker): INVALID_TXN_STATE when it was
+not, INVALID_PRODUCER_EPOCH for a fenced or unknown producer, NOT_ENOUGH_REPLICAS (retriable)
+while the coordinator cannot answer.
+
 Deviations from Kafka:
-- Transactional produce is not supported yet: a transactional id, or a batch with the
-  transactional bit, gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka answers that too when the
-  request has transactional batches but no transactional id).
 - v13 (topic ids in Produce, KIP-516) is not offered.
 """
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import struct
 
 from shoal.cluster import routing
 from shoal.handlers.registry import api
@@ -94,6 +101,58 @@ def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log
     )
 
 
+_BATCH_PRODUCER = struct.Struct(">qh")  # producer id and epoch, at byte 43 of a batch header
+
+
+def verification_error(code: ErrorCode) -> ErrorCode:
+    """What a producer gets when the coordinator did not confirm its partition (Kafka's
+    AddPartitionsToTxnManager): fenced or unknown producers INVALID_PRODUCER_EPOCH, a partition not
+    in the transaction INVALID_TXN_STATE, coordinator trouble the retriable NOT_ENOUGH_REPLICAS."""
+    if code in (ErrorCode.none, ErrorCode.invalid_txn_state):
+        return code
+    if code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_id_mapping, ErrorCode.invalid_producer_epoch):
+        return ErrorCode.invalid_producer_epoch
+    if code in (ErrorCode.transactional_id_authorization_failed, ErrorCode.invalid_request):
+        return code
+    return ErrorCode.not_enough_replicas
+
+
+async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorCode]:
+    """(physical topic, partition) -> error for the transactional batches whose partition has no
+    ongoing transaction of their producer yet; the others are not listed."""
+    svc = ctx.services
+    scope = ctx.scope
+    need: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for t in req.topic_data:
+        physical = scope.physical(t.name)
+        topic = image.topics.get(physical)
+        if topic is None:
+            continue
+        for p in t.partition_data:
+            data = p.records
+            if data is None or len(data) < 61 or not data[22] & 0x10 or not 0 <= p.index < len(topic.partitions):
+                continue
+            part = svc.replicas.leader(physical, topic.partitions[p.index])
+            if part is None:
+                continue
+            pid, epoch = _BATCH_PRODUCER.unpack_from(data, 43)
+            ongoing = getattr(part.log, "ongoing_txn_first_offset", None)
+            if ongoing is not None and ongoing(pid) is not None:
+                continue
+            need.setdefault((pid, epoch), []).append((physical, p.index))
+    if not need:
+        return {}
+    coordinator = svc.txn
+    out: dict[tuple[str, int], ErrorCode] = {}
+    for (pid, epoch), parts in need.items():
+        if coordinator is None:
+            codes = {tp: ErrorCode.coordinator_not_available for tp in parts}
+        else:
+            codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts)
+        out.update({tp: verification_error(code) for tp, code in codes.items()})
+    return out
+
+
 @api(KEY, 3, 12)
 async def handle_produce(ctx, req):
     svc = ctx.services
@@ -106,7 +165,9 @@ async def handle_produce(ctx, req):
     failed = False
     leaders: list[int] = []  # of partitions this broker does not lead (KIP-951 node_endpoints)
     to_flush = []  # logs whose flush.messages / flush.ms is due: fsync before answering
-    if req.transactional_id is not None:
+    scope = ctx.scope
+    txn_id = req.transactional_id
+    if txn_id is not None and not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
         for t in req.topic_data:
             responses.append(
                 build(
@@ -132,7 +193,9 @@ async def handle_produce(ctx, req):
             )
         return build(mod.ProduceResponse, responses=tuple(responses), throttle_time=datetime.timedelta(0))
 
-    scope = ctx.scope
+    # KIP-890 part 1: the first transactional batch of a producer to a partition is checked with
+    # the coordinator (the partition must be in the producer's ongoing transaction).
+    verified = await _verify_transactional(ctx, req, image) if txn_id is not None else {}
     for t in req.topic_data:
         physical = scope.physical(t.name)
         parts = []
@@ -179,10 +242,17 @@ async def handle_produce(ctx, req):
                     parts.append(_partition_response(mod, p.index, ErrorCode.unsupported_compression_type))
                     failed = True
                     continue
-                if attributes & 0x10:  # transactional batch without a transactional id
+                if attributes & 0x10 and txn_id is None:  # transactional batch without a transactional id
                     parts.append(_partition_response(mod, p.index, ErrorCode.transactional_id_authorization_failed))
                     failed = True
                     continue
+            code = verified.get((physical, p.index), ErrorCode.none)
+            if code != ErrorCode.none:
+                log.info("transactional produce to %s-%d from %s (transactional id %r) refused: %s",
+                         physical, p.index, ctx.client_address, txn_id, code.name)
+                parts.append(_partition_response(mod, p.index, code))
+                failed = True
+                continue
             try:
                 info = part.append_as_leader(p.records, now_ms)
             except InvalidRecords as e:

@@ -16,21 +16,25 @@ InitProducerId without a transactional id:
   it; a retry of the previous bump (its answer lost) gets the bumped epoch again. An epoch that
   would reach Short.MAX_VALUE (exhausted) gets a fresh producer id with epoch 0.
 
-Deviations from Kafka:
+Deviations from Kafka (without a transactional id):
 
 - Kafka's coordinator ignores the producer id and epoch when there is no transactional id and
   always hands out a fresh id; Shoal bumps the epoch as described above (clients accept either).
   A producer id this broker does not know (never issued, or expired everywhere) gets a fresh id,
   which is Kafka's answer, rather than an error that would make librdkafka retry forever.
-- Transactions are not implemented. A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-  (an empty one INVALID_REQUEST, as in Kafka): a fatal, immediate error that clients report
-  as "not authorized for this transactional id", instead of a retriable error
-  (COORDINATOR_NOT_AVAILABLE) that would leave ``init_transactions()`` spinning until it times out.
-  Produce answers transactional batches the same way.
-- v6 (KIP-939 two-phase commit) is not offered.
+
+InitProducerId with a transactional id goes to the transaction coordinator (``shoal.txn``), as
+Kafka's: WRITE on the TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an empty id
+INVALID_REQUEST, a timeout above ``transaction.max.timeout.ms`` INVALID_TRANSACTION_TIMEOUT, a
+broker that is not the id's coordinator NOT_COORDINATOR. A new id gets a fresh producer id (from
+the same allocator) at epoch 0; a known one its epoch bumped, fencing the previous instance; an
+ongoing transaction of the fenced producer is aborted first (CONCURRENT_TRANSACTIONS until its
+markers are written; the client retries). The id is qualified by the caller's tenant.
+v6 (KIP-939 two-phase commit) is not offered.
 
 DescribeProducers v0: per partition led here, the producers its state remembers (last sequence,
-last timestamp, epoch, coordinator epoch -1, current transaction start offset -1). Unknown
+last timestamp, epoch, coordinator epoch, and the first offset of the producer's ongoing
+transaction, -1 when it has none). Unknown
 partitions: UNKNOWN_TOPIC_OR_PARTITION; partitions led elsewhere: NOT_LEADER_OR_FOLLOWER.
 """
 
@@ -142,6 +146,33 @@ def _partition_epoch(svc, producer_id: int, scope) -> int | None:
     return best
 
 
+async def _init_transactional(ctx, req, txn: str) -> tuple[ErrorCode, int, int]:
+    """InitProducerId with a transactional id: the transaction coordinator (``services.txn``)
+    decides, for the id qualified by the caller's tenant."""
+    if txn == "":
+        return ErrorCode.invalid_request, -1, -1
+    scope = ctx.scope
+    if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        return ErrorCode.transactional_id_authorization_failed, -1, -1
+    coordinator = ctx.services.txn
+    if coordinator is None:
+        return ErrorCode.coordinator_not_available, -1, -1
+    pid = getattr(req, "producer_id", -1)
+    epoch = getattr(req, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):
+        return ErrorCode.invalid_request, -1, -1
+    timeout_ms = int(req.transaction_timeout / datetime.timedelta(milliseconds=1))
+    try:
+        r = await coordinator.init_producer_id(scope.physical(txn), timeout_ms, pid, epoch)
+    except MetadataError as e:
+        log.warning("cannot reserve producer ids: %s", e)
+        return ErrorCode.coordinator_load_in_progress, -1, -1
+    code = r.error
+    if code == ErrorCode.producer_fenced and ctx.api_version < 4:
+        code = ErrorCode.invalid_producer_epoch
+    return code, r.producer_id, r.producer_epoch
+
+
 @api(INIT_PRODUCER_ID, 0, 5)
 async def handle_init_producer_id(ctx, req):
     svc = ctx.services
@@ -159,7 +190,8 @@ async def handle_init_producer_id(ctx, req):
 
     txn = req.transactional_id
     if txn is not None:
-        return answer(ErrorCode.invalid_request if txn == "" else ErrorCode.transactional_id_authorization_failed)
+        code, pid, epoch = await _init_transactional(ctx, req, txn)
+        return answer(code, pid, epoch)
     scope = ctx.scope
     # Idempotent producers: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679).
     if not (scope.allowed_cluster(Operation.IDEMPOTENT_WRITE) or scope.allowed_any_topic(Operation.WRITE)):

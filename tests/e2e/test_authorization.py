@@ -25,9 +25,11 @@ API has no row) one or more rows, each a request and what Kafka's ``KafkaApis`` 
   a replica's fetch needs CLUSTER_ACTION, and only the physical view has replicas.
 
 Kafka references (apache/kafka ``KafkaApis``, ``AuthHelper``, ``ConfigHelper``,
-``ControllerApis``/``ReplicationControlManager`` for CreateTopics' configs). Shoal has no
-transactions: a transactional id passes its authorization and then meets an unavailable
-coordinator (FindCoordinator), or is refused outright (InitProducerId), which is noted per row.
+``ControllerApis``/``ReplicationControlManager`` for CreateTopics' configs). Transactions
+(``shoal.txn``): a transactional id with no producer passes its authorization and then meets
+INVALID_PRODUCER_ID_MAPPING (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) or
+TRANSACTIONAL_ID_NOT_FOUND (DescribeTransactions), which is noted per row; WriteTxnMarkers and the
+brokers' AddPartitionsToTxn v4 need CLUSTER_ACTION in the physical view, which a tenant never has.
 
 Requests and helpers are the isolation matrix's (``test_isolation``).
 """
@@ -49,6 +51,7 @@ from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch
 from shoal.tenancy.acl import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType
 from tenancy_fixtures import MECHANISM, TenantCluster, tenant_cluster
+from test_isolation import namespaces_as_dicts  # txn: DescribeTransactions' fallback decoding
 from test_isolation import (
     CLUSTER_FIELDS,
     ZERO_ID,
@@ -314,9 +317,7 @@ async def find_group_coordinator(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 10, {"key": c.n(G), "key_type": 0, "coordinator_keys": [c.n(G)]})
 
 
-@row(10, "transactional id", Expect(TXN_DENIED),
-     ((allow(TXN_ID, TXN, DESCRIBE),), Expect(ErrorCode.coordinator_not_available)),
-     note="past authorization, no transaction coordinator: COORDINATOR_NOT_AVAILABLE, as for everyone")
+@row(10, "transactional id", Expect(TXN_DENIED), ((allow(TXN_ID, TXN, DESCRIBE),), OK))
 async def find_txn_coordinator(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 10, {"key": c.n(TXN), "key_type": 1, "coordinator_keys": [c.n(TXN)]})
 
@@ -462,8 +463,7 @@ async def init_producer_id_by_topic(env: Env, c: Caller, cl: AdminClient) -> Any
     return await send(cl, 22, init_fields(None))
 
 
-@row(22, "transactional id", Expect(TXN_DENIED),
-     note="the broker refuses transactional producers whatever the ACLs: no step can succeed")
+@row(22, "transactional id", Expect(TXN_DENIED), ((allow(TXN_ID, TXN, WRITE),), Expect(holds=has_producer)))
 async def init_txn_producer_id(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 22, init_fields(c.n(TXN)))
 
@@ -662,6 +662,79 @@ async def describe_cluster(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 60, CLUSTER_FIELDS)
 
 
+TXN_D = "tx-d"  # no row makes a producer of it
+NO_PRODUCER = Expect(ErrorCode.invalid_producer_id_mapping)  # past authorization: no producer for the id
+
+
+def add_partitions_fields(txn: str, topic: str) -> dict[str, Any]:
+    return {"v3_and_below_transactional_id": txn, "v3_and_below_producer_id": 4242, "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]}]}
+
+
+def partition_errors(code: int) -> Expect:
+    """AddPartitionsToTxn v0-v3 answers per partition (``partition_error_code``): ``code`` alone."""
+    return Expect(holds=lambda r: [p["partition_error_code"] for t in r["results_by_topic_v3_and_below"]
+                                   for p in t["results_by_partition"]] == [code])
+
+
+@row(24, "client", partition_errors(TXN_DENIED),
+     ((allow(TXN_ID, TXN_D, WRITE),), partition_errors(TOPIC_DENIED)),
+     ((allow(TOPIC, T, WRITE),), partition_errors(ErrorCode.invalid_producer_id_mapping)),
+     note="past authorization: the id has no producer")
+async def add_partitions_to_txn(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 24, add_partitions_fields(c.n(TXN_D), c.n(T)), version=3)
+
+
+@row(24, "broker, verify only", Expect(CLUSTER_DENIED),
+     note="brokers only: CLUSTER_ACTION in the physical view, which a tenant never has")
+async def add_partitions_to_txn_verify(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 24, {"transactions": [{"transactional_id": c.n(TXN_D), "producer_id": 4242,
+                                                 "producer_epoch": 0, "verify_only": True,
+                                                 "topics": [{"name": c.n(T), "partitions": [0]}]}]}, version=4)
+
+
+@row(25, "group", Expect(TXN_DENIED),
+     ((allow(TXN_ID, TXN_D, WRITE),), Expect(GROUP_DENIED)),
+     ((allow(GROUP, G, READ),), NO_PRODUCER), note="past authorization: the id has no producer")
+async def add_offsets_to_txn(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 25, {"transactional_id": c.n(TXN_D), "producer_id": 4242, "producer_epoch": 0,
+                               "group_id": c.n(G)})
+
+
+@row(26, "transactional id", Expect(TXN_DENIED), ((allow(TXN_ID, TXN_D, WRITE),), NO_PRODUCER),
+     note="past authorization: the id has no producer")
+async def end_txn(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 26, {"transactional_id": c.n(TXN_D), "producer_id": 4242, "producer_epoch": 0,
+                               "committed": False})
+
+
+@row(27, "markers", Expect(CLUSTER_DENIED), ((on_cluster(Operation.CLUSTER_ACTION),), Expect(CLUSTER_DENIED)),
+     note="brokers only: CLUSTER_ACTION in the physical view, which a tenant never has")
+async def write_txn_markers(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 27, {"markers": [{"producer_id": 4242, "producer_epoch": 0, "transaction_result": False,
+                                            "coordinator_epoch": 0,
+                                            "topics": [{"name": c.n(T), "partition_indexes": [0]}]}]})
+
+
+@row(65, "transactional id", Expect(TXN_DENIED),
+     ((allow(TXN_ID, TXN_D, DESCRIBE),), Expect(ErrorCode.transactional_id_not_found)),
+     note="past authorization: the id has no producer")
+async def describe_transactions(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return namespaces_as_dicts(await send(cl, 65, {"transactional_ids": [c.n(TXN_D)]}))
+
+
+
+def listed_txns(r: dict) -> list[str]:
+    return [t["transactional_id"] for t in r["transaction_states"]]
+
+
+@row(66, "all", Expect(holds=lambda r: listed_txns(r) == []),
+     ((allow(TXN_ID, TXN, DESCRIBE),), Expect(holds=lambda r: set(listed_txns(r)) <= {TXN})))
+async def list_transactions(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 66, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1,
+                               "transactional_id_pattern": None})
+
+
 @row(61, "topic", Expect(TOPIC_DENIED), ((allow(TOPIC, T, READ),), OK))
 async def describe_producers(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 61, {"topics": [{"name": c.n(T), "partition_indexes": [0]}]})
@@ -782,6 +855,13 @@ async def populate(env: Env) -> None:
         md = ok(await send(c, 3, metadata_fields(None)))
         env.ids = {t.name: t.topic_id for t in md.topics}
         env.node = md.brokers[0].node_id
+        for _ in range(200):  # __transaction_state, created at the first FindCoordinator for a transaction
+            r = await send(c, 10, {"key": TXN, "key_type": 1, "coordinator_keys": [TXN]})
+            if r.coordinators[0].error_code == ErrorCode.none:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no transaction coordinator")
         member, epoch = str(uuid.uuid4()), 0
         for _ in range(50):  # a KIP-848 member of g-848 that is assigned T
             r = ok(await send(c, 68, cg_heartbeat(G_848, member, epoch, subscribed_topic_names=[T],

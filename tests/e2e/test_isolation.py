@@ -2,8 +2,8 @@
 
 Tenant A owns topics ``users``, ``secret-a`` and ``payments:ledger`` (in its namespace
 ``payments``), groups ``g-a`` (a live classic member), ``g-a-idle`` (committed offsets only) and
-``g-a2`` (KIP-848), an idempotent producer (transactions are refused by the broker, so the
-transactional id ``tx-a`` is tried by name only), a SCRAM user it made itself (``carl``), ACLs,
+``g-a2`` (KIP-848), an idempotent producer, a transactional producer ``tx-a`` (one committed
+transaction in ``users``), a SCRAM user it made itself (``carl``), ACLs,
 client quotas, topic configs, tenant defaults and namespace configs. Tenant B owns its own
 ``users`` and group ``g-b``. B's principals are tenant administrators, so authorization never
 hides a leak: what B gets is what the scoping gives it.
@@ -143,6 +143,7 @@ class World:
     a_member: tuple[str, int] = ("", -1)  # g-a: member id, generation
     a848: tuple[str, int] = ("", -1)  # g-a2: member id, member epoch
     a_producer: tuple[int, int] = (-1, -1)  # A's idempotent producer of secret-a: id, epoch
+    a_txn: tuple[int, int] = (-1, -1)  # A's transactional producer tx-a: id, epoch
     before: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -274,6 +275,14 @@ async def populate(w: World) -> None:
         r = ok(await send(c, 61, {"topics": [{"name": SECRET, "partition_indexes": [0]}]}))
         (producer,) = r.topics[0].partitions[0].active_producers
         w.a_producer = (int(producer.producer_id), int(producer.producer_epoch))
+    txn = Producer(w.alice.confluent(**{"transactional.id": TXN, "linger.ms": 1}))  # A's transaction
+    txn.init_transactions(OP_TIMEOUT)
+    txn.begin_transaction()
+    txn.produce(USERS, A_MARK + b"txn", partition=0)
+    txn.commit_transaction(OP_TIMEOUT)
+    async with w.alice.client() as c:
+        (state,) = ok(await send(c, 65, {"transactional_ids": [TXN]})).transaction_states
+        w.a_txn = (int(state.producer_id), int(state.producer_epoch))
     # B, through its own.
     async with w.b.client() as c:
         await c.create_topics([{"name": USERS, "num_partitions": 1}])
@@ -352,6 +361,8 @@ async def a_state(w: World) -> dict[str, Any]:
                                                for t in g.topics for p in t.partitions) for g in r.groups}
         r = ok(await send(c, 15, {"groups": [w.pa(G_A)], "include_authorized_operations": False}))
         out["group"] = [(g.group_state, g.protocol_type, sorted(m.member_id for m in g.members)) for g in r.groups]
+        r = ok(await send(c, 65, {"transactional_ids": [w.pa(TXN)]}))
+        out["transaction"] = [(t.transaction_state, t.producer_id, t.producer_epoch) for t in r.transaction_states]
     out["records"] = {
         t: sorted(bytes(m.value()) for m in consume(w.operator.props["bootstrap.servers"], t, n,
                                                     sum(out["offsets"][f"{t}-{p}"][1] for p in range(n))))
@@ -719,7 +730,97 @@ async def delete_records(w: World, how: str) -> None:
 async def init_producer_id(w: World, how: str) -> None:
     attack, missing = ways(w, TXN, "nosuch-x")[how]
     await like_missing(w, w.b, 22, lambda x: {"transactional_id": x, "transaction_timeout": 60000,
-                                              "producer_id": -1, "producer_epoch": -1}, {"x": attack}, {"x": missing})
+                                              "producer_id": -1, "producer_epoch": -1}, {"x": attack}, {"x": missing},
+                       ignore=frozenset({"producer_id"}))  # B's own id either way: a producer of its own
+
+
+def txn_names(w: World, how: str, *more: tuple[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A's transactional id (and ``more``: (A's name, key)) as B names them, and missing ones."""
+    attack, missing = {}, {}
+    for name, key in ((TXN, "x"), *more):
+        attack[key], missing[key] = ways(w, name, f"nosuch-{key}")[how]
+    if how == "name" and "t" in attack:  # B has a topic of that name: its own
+        missing["t"] = attack["t"]
+    return attack, missing
+
+
+@row(24, "name", "physical")
+async def add_partitions_to_txn(w: World, how: str) -> None:
+    """A's transactional id and topic under A's producer id and epoch: as for missing ones."""
+    pid, epoch = w.a_txn
+    attack, missing = txn_names(w, how, (USERS, "t"))
+    await like_missing(w, w.b, 24, lambda x, t: {
+        "v3_and_below_transactional_id": x, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": t, "partitions": [0]}]}, attack, missing, version=3)
+
+
+@row(25, "name", "physical")
+async def add_offsets_to_txn(w: World, how: str) -> None:
+    pid, epoch = w.a_txn
+    attack, missing = txn_names(w, how, (G_A, "g"))
+    await like_missing(w, w.b, 25, lambda x, g: {"transactional_id": x, "producer_id": pid, "producer_epoch": epoch,
+                                                 "group_id": g}, attack, missing)
+
+
+@row(26, "name", "physical")
+async def end_txn(w: World, how: str) -> None:
+    pid, epoch = w.a_txn
+    attack, missing = txn_names(w, how)
+    for committed in (True, False):
+        await like_missing(w, w.b, 26, lambda x: {"transactional_id": x, "producer_id": pid, "producer_epoch": epoch,
+                                                  "committed": committed}, attack, missing)
+
+
+@row(27, "name", "physical")
+async def write_txn_markers(w: World, how: str) -> None:
+    """Markers are the brokers' (CLUSTER_ACTION in the physical view): refused alike."""
+    pid, epoch = w.a_txn
+    attack, missing = ways(w, USERS, "nosuch-t")[how]
+    await like_missing(w, w.b, 27, lambda t: {"markers": [{
+        "producer_id": pid, "producer_epoch": epoch, "transaction_result": False, "coordinator_epoch": 0,
+        "topics": [{"name": t, "partition_indexes": [0]}]}]}, {"t": attack}, {"t": missing})
+
+
+def namespaces_as_dicts(x: Any) -> Any:
+    """The client's fallback decoding (a transaction start time of -1, which kio's datetime
+    cannot hold, comes back as namespaces) as plain dicts."""
+    if hasattr(x, "__dict__") and not dataclasses.is_dataclass(x):
+        return {k: namespaces_as_dicts(v) for k, v in vars(x).items() if k not in VOLATILE}
+    if isinstance(x, (tuple, list)):
+        return [namespaces_as_dicts(v) for v in x]
+    return x
+
+
+@row(65, "name", "physical")
+async def describe_transactions(w: World, how: str) -> None:
+    attack, missing = txn_names(w, how)
+    if how == "physical":
+        async with w.b.client() as c:
+            got = namespaces_as_dicts(await send(c, 65, {"transactional_ids": [attack["x"]]}))
+            want = namespaces_as_dicts(await send(c, 65, {"transactional_ids": [missing["x"]]}))
+        for r in (got, want):  # row 22 may have made either B's own producer: ids differ
+            for t in r["transaction_states"]:
+                t.pop("producer_id")
+        assert swap(got, {attack["x"]: missing["x"]}) == want, (got, want)
+        assert_no_leak(w, got, "api 65", (attack["x"],))
+        return
+    # by name, tx-a is B's own id (row 22 may have made it a producer): never A's
+    r = namespaces_as_dicts(await call(w.b, 65, {"transactional_ids": [TXN]}))
+    (state,) = r["transaction_states"]
+    assert state["producer_id"] != w.a_txn[0] and state["topics"] == [], r
+    assert_no_leak(w, r, "api 65", (TXN,))
+
+
+@row(66, "all", "producer id")
+async def list_transactions(w: World, how: str) -> None:
+    """B's listing holds B's ids only; A's producer id as a filter finds nothing."""
+    pids = [w.a_txn[0]] if how == "producer id" else []
+    r = plain(await call(w.b, 66, {"state_filters": [], "producer_id_filters": pids, "duration_filter": -1,
+                                   "transactional_id_pattern": None}))
+    assert all(t["producer_id"] != w.a_txn[0] for t in r["transaction_states"]), r
+    if pids:
+        assert r["transaction_states"] == [], r
+    assert_no_leak(w, r, "api 66", (w.pa(TXN),))  # B's own id of that name (row 22 made it)
 
 
 @row(28, "name", "physical")
@@ -1101,7 +1202,7 @@ def test_each_tenant_sees_its_own_cluster(world, tenant):
 
 
 def test_users_topics_hold_separate_data(world):
-    for p, mark, parts, n in ((world.alice, A_MARK, 2, 6), (world.b, B_MARK, 1, 3)):
+    for p, mark, parts, n in ((world.alice, A_MARK, 2, 7), (world.b, B_MARK, 1, 3)):  # A's 7th: its transaction
         got = consume(p.props["bootstrap.servers"], USERS, parts, n, **{k: v for k, v in p.props.items()
                                                                         if k != "bootstrap.servers"})
         assert len(got) == n and all(m.value().startswith(mark) for m in got), [m.value() for m in got]

@@ -178,10 +178,19 @@ async def test_epoch_known_from_partition_state_after_a_restart(tmp_path) -> Non
         await b2.stop()
 
 
-async def test_transactional_ids_are_refused(broker) -> None:
-    assert await init(broker, 4, txn="my-txn") == (ErrorCode.transactional_id_authorization_failed, -1, -1)
-    assert await init(broker, 0, txn="my-txn") == (ErrorCode.transactional_id_authorization_failed, -1, -1)
+async def test_transactional_ids_go_to_the_transaction_coordinator(broker) -> None:
     assert await init(broker, 4, txn="") == (ErrorCode.invalid_request, -1, -1)
+    # __transaction_state is created at the first request; until it is loaded: retriable
+    for _ in range(200):
+        got = await init(broker, 4, txn="my-txn")
+        if got[0] != ErrorCode.coordinator_not_available and got[0] != ErrorCode.coordinator_load_in_progress:
+            break
+        await asyncio.sleep(0.05)
+    code, pid, epoch = got
+    assert (code, epoch) == (ErrorCode.none, 0) and pid >= 0
+    assert await init(broker, 0, txn="my-txn") == (ErrorCode.none, pid, 1)  # a new instance: fenced
+    _, other, _ = await init(broker)  # the idempotent path shares the allocator
+    assert other != pid
 
 
 async def test_a_store_that_cannot_allocate_gives_a_retriable_error(broker) -> None:

@@ -1,0 +1,266 @@
+"""Transactions: AddPartitionsToTxn (24) v0-5, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4,
+WriteTxnMarkers (27) v1-2, DescribeTransactions (65) v0, ListTransactions (66) v0-2.
+
+The handlers translate between kio entities and ``shoal.txn.TransactionCoordinator``
+(``services.txn``), which knows physical names only. InitProducerId with a transactional id is in
+``shoal.handlers.producer_ids``, FindCoordinator in ``shoal.handlers.groups``, TxnOffsetCommit in
+``shoal.handlers.offsets``.
+
+Authorization, as Kafka's ``KafkaApis``: WRITE on the TRANSACTIONAL_ID for AddPartitionsToTxn
+(client versions), AddOffsetsToTxn and EndTxn (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WRITE on
+each topic added (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); READ on the
+group for AddOffsetsToTxn (GROUP_AUTHORIZATION_FAILED); CLUSTER_ACTION on the cluster, in the
+physical view, for WriteTxnMarkers and for the brokers' AddPartitionsToTxn v4+
+(CLUSTER_AUTHORIZATION_FAILED); DESCRIBE on the transactional id for DescribeTransactions, whose
+topics are listed only where the caller may DESCRIBE them; ListTransactions lists the ids the
+caller may DESCRIBE.
+
+Tenancy (``ctx.scope``): transactional ids, topics and groups are qualified on the way in and
+unqualified on the way out; ListTransactions lists the scope's ids only.
+
+Deviations: EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not offered;
+AddPartitionsToTxn v4+ without ``verify_only`` (a broker adding partitions for a producer) is
+served like the client versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+
+from shoal.groups import OFFSETS_TOPIC
+from shoal.handlers.registry import api
+from shoal.protocol.codec import build, response_module
+from shoal.protocol.errors import ErrorCode
+from shoal.tenancy.acl import Operation, ResourceType
+
+log = logging.getLogger("shoal.handlers.transactions")
+
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+ZERO = datetime.timedelta(0)
+_UTC = datetime.timezone.utc
+
+
+def _ms(td: datetime.timedelta) -> int:
+    return int(td / datetime.timedelta(milliseconds=1))
+
+
+# -- AddPartitionsToTxn -------------------------------------------------------------------------
+
+
+async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    """Per (client topic, partition) error of one transaction of an AddPartitionsToTxn."""
+    svc = ctx.services
+    scope = ctx.scope
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        return {tp: ErrorCode.transactional_id_authorization_failed for tp in wanted}
+    image = svc.metadata.image
+    denied, unknown = set(), set()
+    for name, p in wanted:
+        if not scope.allowed(Operation.WRITE, ResourceType.TOPIC, name):
+            denied.add((name, p))
+            continue
+        topic = scope.topic(image, name)
+        if topic is None or not 0 <= p < len(topic.partitions):
+            unknown.add((name, p))
+    if denied or unknown:
+        out = {tp: ErrorCode.operation_not_attempted for tp in wanted}
+        out.update({tp: ErrorCode.topic_authorization_failed for tp in denied})
+        out.update({tp: ErrorCode.unknown_topic_or_partition for tp in unknown})
+        return out
+    coordinator = svc.txn
+    if coordinator is None:
+        return {tp: ErrorCode.coordinator_not_available for tp in wanted}
+    physical = [(scope.physical(n), p) for n, p in wanted]
+    if verify_only:
+        codes = coordinator.verify_partitions(scope.physical(txn), pid, epoch, physical)
+        return {tp: codes[ph] for tp, ph in zip(wanted, physical)}
+    code = await coordinator.add_partitions(scope.physical(txn), pid, epoch, physical)
+    return {tp: code for tp in wanted}
+
+
+def _topic_results(mod, codes: dict[tuple[str, int], ErrorCode]):
+    by_topic: dict[str, list] = {}
+    for (name, p), code in codes.items():
+        by_topic.setdefault(name, []).append(
+            build(mod.AddPartitionsToTxnPartitionResult, partition_index=p, partition_error_code=code))
+    return tuple(build(mod.AddPartitionsToTxnTopicResult, name=n, results_by_partition=tuple(r))
+                 for n, r in by_topic.items())
+
+
+@api(ADD_PARTITIONS_TO_TXN, 0, 5)
+async def handle_add_partitions_to_txn(ctx, req):
+    v = ctx.api_version
+    mod = response_module(ADD_PARTITIONS_TO_TXN, v)
+    if v < 4:
+        codes = await _add_partitions(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                      req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
+                     results_by_topic_v3_and_below=_topic_results(mod, codes))
+    scope = ctx.scope
+    if not (scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)):
+        return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
+                     error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
+    results = []
+    for t in req.transactions:
+        codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
+        results.append(build(mod.AddPartitionsToTxnResult, transactional_id=t.transactional_id,
+                             topic_results=_topic_results(mod, codes)))
+    return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO, error_code=ErrorCode.none,
+                 results_by_transaction=tuple(results))
+
+
+# -- AddOffsetsToTxn ----------------------------------------------------------------------------
+
+
+@api(ADD_OFFSETS_TO_TXN, 0, 4)
+async def handle_add_offsets_to_txn(ctx, req):
+    mod = response_module(ADD_OFFSETS_TO_TXN, ctx.api_version)
+    svc = ctx.services
+    scope = ctx.scope
+
+    def answer(code: ErrorCode):
+        return build(mod.AddOffsetsToTxnResponse, throttle_time=ZERO, error_code=code)
+
+    if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return answer(ErrorCode.transactional_id_authorization_failed)
+    if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return answer(ErrorCode.group_authorization_failed)
+    if svc.txn is None or svc.groups is None or svc.metadata.image.topic(OFFSETS_TOPIC) is None:
+        return answer(ErrorCode.coordinator_not_available)
+    partition = svc.groups.partition_for(scope.physical(req.group_id))
+    code = await svc.txn.add_partitions(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
+                                        [(OFFSETS_TOPIC, partition)])
+    return answer(code)
+
+
+# -- EndTxn -------------------------------------------------------------------------------------
+
+
+@api(END_TXN, 0, 4)
+async def handle_end_txn(ctx, req):
+    v = ctx.api_version
+    mod = response_module(END_TXN, v)
+    scope = ctx.scope
+
+    def answer(code: ErrorCode):
+        if code == ErrorCode.producer_fenced and v < 2:
+            code = ErrorCode.invalid_producer_epoch  # older clients do not know PRODUCER_FENCED
+        return build(mod.EndTxnResponse, throttle_time=ZERO, error_code=code)
+
+    if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return answer(ErrorCode.transactional_id_authorization_failed)
+    coordinator = ctx.services.txn
+    if coordinator is None:
+        return answer(ErrorCode.coordinator_not_available)
+    code = await coordinator.end_txn(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
+                                     bool(req.committed))
+    return answer(code)
+
+
+# -- WriteTxnMarkers ----------------------------------------------------------------------------
+
+
+@api(WRITE_TXN_MARKERS, 1, 2)
+async def handle_write_txn_markers(ctx, req):
+    """Inter-broker: a coordinator asks this broker, the leader, to write markers."""
+    from shoal.txn.markers import write_local_markers
+
+    mod = response_module(WRITE_TXN_MARKERS, ctx.api_version)
+    svc = ctx.services
+    scope = ctx.scope
+    allowed = scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)
+    timeout_s = int(svc.config.get("request.timeout.ms")) / 1000.0
+    results = []
+    for m in req.markers:
+        wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        if not allowed:
+            codes = {tp: ErrorCode.cluster_authorization_failed for tp in wanted}
+        else:
+            codes = await write_local_markers(svc, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                              bool(m.transaction_result), wanted, timeout_s)
+        by_topic: dict[str, list] = {}
+        for (name, p), code in codes.items():
+            by_topic.setdefault(name, []).append(build(mod.WritableTxnMarkerPartitionResult, partition_index=p,
+                                                       error_code=code))
+        results.append(build(mod.WritableTxnMarkerResult, producer_id=m.producer_id, topics=tuple(
+            build(mod.WritableTxnMarkerTopicResult, name=n, partitions=tuple(ps)) for n, ps in by_topic.items())))
+    return build(mod.WriteTxnMarkersResponse, markers=tuple(results))
+
+
+# -- DescribeTransactions / ListTransactions ----------------------------------------------------
+
+
+@api(DESCRIBE_TRANSACTIONS, 0, 0)
+async def handle_describe_transactions(ctx, req):
+    mod = response_module(DESCRIBE_TRANSACTIONS, ctx.api_version)
+    scope = ctx.scope
+    coordinator = ctx.services.txn
+    out = []
+    for tid in req.transactional_ids:
+        empty = dict(transaction_state="", transaction_timeout=ZERO,
+                     transaction_start_time=datetime.datetime.fromtimestamp(-1 / 1000, _UTC),
+                     producer_id=-1, producer_epoch=-1, topics=())
+        if not scope.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            out.append(build(mod.TransactionState, error_code=ErrorCode.transactional_id_authorization_failed,
+                             transactional_id=tid, **empty))
+            continue
+        if coordinator is None:
+            code, md = ErrorCode.coordinator_not_available, None
+        else:
+            code, md = coordinator.describe(scope.physical(tid))
+        if md is None:
+            out.append(build(mod.TransactionState, error_code=code, transactional_id=tid, **empty))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(md.partitions):
+            name = scope.visible(topic)
+            if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                continue
+            by_topic.setdefault(name, []).append(p)
+        out.append(build(
+            mod.TransactionState, error_code=ErrorCode.none, transactional_id=tid,
+            transaction_state=md.state.kafka_name, transaction_timeout=datetime.timedelta(milliseconds=md.timeout_ms),
+            transaction_start_time=datetime.datetime.fromtimestamp(md.start_ms / 1000, _UTC),
+            producer_id=md.producer_id, producer_epoch=md.producer_epoch,
+            topics=tuple(build(mod.TopicData, topic=n, partitions=tuple(ps)) for n, ps in by_topic.items()),
+        ))
+    return build(mod.DescribeTransactionsResponse, throttle_time=ZERO, transaction_states=tuple(out))
+
+
+@api(LIST_TRANSACTIONS, 0, 2)
+async def handle_list_transactions(ctx, req):
+    mod = response_module(LIST_TRANSACTIONS, ctx.api_version)
+    scope = ctx.scope
+    coordinator = ctx.services.txn
+    if coordinator is None:
+        return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available,
+                     unknown_state_filters=(), transaction_states=())
+    pattern = getattr(req, "transactional_id_pattern", None)
+    regex = None
+    if pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=ErrorCode.invalid_request,
+                         unknown_state_filters=(), transaction_states=())
+    code, mds, unknown = coordinator.list(req.state_filters, req.producer_id_filters,
+                                          int(getattr(req, "duration_filter", -1)))
+    states = []
+    for md in mds:
+        name = scope.visible(md.transactional_id)
+        if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, name):
+            continue
+        if regex is not None and not regex.fullmatch(name):
+            continue
+        states.append(build(mod.TransactionState, transactional_id=name, producer_id=md.producer_id,
+                            transaction_state=md.state.kafka_name))
+    return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=code,
+                 unknown_state_filters=tuple(unknown), transaction_states=tuple(states))

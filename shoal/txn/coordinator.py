@@ -1,0 +1,710 @@
+"""The transaction coordinator: transactional ids of the ``__transaction_state`` partitions this
+broker leads (Kafka's ``TransactionCoordinator`` + ``TransactionStateManager``).
+
+One ``TransactionCoordinator`` per broker (``services.txn``). Like the group coordinator
+(``shoal.groups.coordinator``) it owns a partition of ``__transaction_state`` while this node leads
+it: it replays the partition's log to rebuild each transactional id's last state (LOADING:
+requests get COORDINATOR_LOAD_IN_PROGRESS), then serves them; when leadership moves away it drops
+them (NOT_COORDINATOR). A transactional id lives in partition ``abs(hashCode(id)) % partitions``,
+Kafka's formula. The partition's leader epoch is the coordinator epoch stamped on markers.
+
+Every state change is prepared (``shoal.txn.metadata``), appended to the partition (before the
+first ``await``), and takes effect only once the high watermark passes it (acks=all); until then
+other requests for the id get CONCURRENT_TRANSACTIONS. EndTxn answers once PrepareCommit /
+PrepareAbort is committed; the markers are then written (``shoal.txn.markers``) and Complete* is
+written after the last one. A load finds transactions in PrepareCommit / PrepareAbort (the
+previous coordinator died or moved before writing Complete*) and sends their markers again.
+
+Timers: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` Ongoing
+transactions older than their timeout are aborted with the epoch bumped (the producer is fenced,
+as in Kafka); every ``transaction.remove.expired.transaction.cleanup.interval.ms`` ids idle (Empty,
+CompleteCommit, CompleteAbort) for ``transactional.id.expiration.ms`` get a tombstone.
+
+The coordinator knows physical transactional ids only (a tenant's ``tx`` is ``lkc-3f9a2c_tx``; the
+handlers translate), and physical topic names.
+
+Not thread-safe; everything runs on the loop that called :meth:`start` (the replay in a worker
+thread).
+
+Deviations from Kafka: EndTxn v5 / KIP-890 part 2 (an epoch bump per transaction) is not offered;
+ListTransactions' duration filter counts from the transaction's start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
+
+from shoal.asyncutil import cancel_and_wait
+from shoal.clock import Clock
+from shoal.config import ConfigSource
+from shoal.groups.coordinator import PartitionStatus, coordinator_error
+from shoal.groups.records import partition_for
+from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog
+from shoal.protocol.errors import ErrorCode
+from shoal.txn.markers import MarkerWriter
+from shoal.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, Transit, epoch_exhausted
+from shoal.txn.records import (
+    TXN_STATE_TOPIC, RecordFormatError, TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value,
+)
+
+if TYPE_CHECKING:
+    from shoal.metadata import MetadataImage
+    from shoal.services import Services
+
+log = logging.getLogger("shoal.txn")
+
+ADD_PARTITIONS_TO_TXN = 24
+VERIFY_VERSION = 4  # AddPartitionsToTxn from a broker: batched, verify_only (KIP-890)
+CLUSTER_REPLICATION_FACTOR = 3  # transaction.state.log.replication.factor left at its default, on etcd
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    max_timeout_ms: int = 900000
+    id_expiration_ms: int = 604800000
+    num_partitions: int = 50
+    replication_factor: int = 1
+    min_isr: int = 2
+    segment_bytes: int = 104857600
+    abort_interval_ms: int = 10000
+    expire_interval_ms: int = 3600000
+    request_timeout_ms: int = 30000
+
+    @classmethod
+    def from_broker_config(cls, cfg) -> "TxnConfig":
+        def get(name: str, default: int) -> int:
+            try:
+                v = cfg.get(name)
+            except KeyError:
+                return default
+            return default if v is None else int(v)
+
+        return cls(
+            max_timeout_ms=get("transaction.max.timeout.ms", 900000),
+            id_expiration_ms=get("transactional.id.expiration.ms", 604800000),
+            num_partitions=get("transaction.state.log.num.partitions", 50),
+            replication_factor=get("transaction.state.log.replication.factor", 1),
+            min_isr=get("transaction.state.log.min.isr", 2),
+            segment_bytes=get("transaction.state.log.segment.bytes", 104857600),
+            abort_interval_ms=get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000),
+            expire_interval_ms=get("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000),
+            request_timeout_ms=get("request.timeout.ms", 30000),
+        )
+
+
+@dataclass
+class _Owned:
+    status: PartitionStatus
+    load_epoch: int  # bumps at every load: late completions of an old incarnation are ignored
+    coordinator_epoch: int  # the partition's leader epoch
+
+
+@dataclass(frozen=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        log: CoordinatorLog,
+        config: TxnConfig | Callable[[], TxnConfig],
+        next_producer_id: Callable[[], Awaitable[int]],
+        markers: MarkerWriter | None = None,
+        num_partitions: int | None = None,
+        node_id: int = 0,
+    ) -> None:
+        self.clock = clock
+        self.log = log
+        self._config = config
+        self.next_producer_id = next_producer_id
+        self.markers = markers
+        self.node_id = node_id
+        self.num_partitions = num_partitions or 0
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._owned: dict[int, _Owned] = {}
+        self._loads = 0
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._timers: list[asyncio.Task] = []
+        self._creating: asyncio.Task[None] | None = None
+        self._refused = ""
+        self._services: "Services | None" = None
+        self._topic_id = None
+        self.active = num_partitions is not None
+
+    # -- construction for a broker ------------------------------------------------------------
+
+    @classmethod
+    def for_services(cls, services: "Services") -> "TransactionCoordinator":
+        cache: list = [None, None]
+
+        def config() -> TxnConfig:
+            cfg = services.config
+            if cache[0] is not cfg:
+                cache[0], cache[1] = cfg, TxnConfig.from_broker_config(cfg)
+            return cache[1]
+
+        log_ = BrokerCoordinatorLog(services.replicas, lambda: services.metadata.image, services.clock,
+                                    topic=TXN_STATE_TOPIC)
+        c = cls(clock=services.clock, log=log_, config=config, next_producer_id=services.producer_ids.next_id,
+                markers=MarkerWriter(services, timeout_s=lambda: config().request_timeout_ms / 1000.0),
+                node_id=services.node_id)
+        c._services = services
+        return c
+
+    @property
+    def config(self) -> TxnConfig:
+        cfg = self._config
+        return cfg() if callable(cfg) else cfg
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Follow metadata (load the partitions this node leads) and start the timers.
+        ``__transaction_state`` is created at the first FindCoordinator for a transaction
+        (:meth:`request_topic`), as Kafka does."""
+        broker = self._services
+        assert broker is not None, "start() is for a broker-bound coordinator (for_services)"
+        broker.metadata.subscribe(self._on_metadata)
+        self.active = True
+        self._reconcile(broker.metadata.image)
+        self._timers = [
+            asyncio.create_task(self._every(lambda: self.config.abort_interval_ms, self.abort_timed_out), name="txn-abort"),
+            asyncio.create_task(self._every(lambda: self.config.expire_interval_ms, self.expire_ids), name="txn-expire"),
+        ]
+
+    async def stop(self) -> None:
+        self.active = False
+        for p in list(self._owned):
+            self.unload_partition(p)
+        await cancel_and_wait([*self._timers, self._creating, *self._tasks, *self._load_tasks.values()])
+        self._timers = []
+        if self.markers is not None:
+            await self.markers.close()
+
+    async def wait_loaded(self) -> None:
+        while self._load_tasks:
+            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+
+    async def _every(self, interval_ms: Callable[[], int], fn: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(max(interval_ms(), 10) / 1000.0)
+            try:
+                fn()
+            except Exception:
+                log.exception("transaction coordinator timer failed")
+
+    # -- the topic ------------------------------------------------------------------------------
+
+    def request_topic(self) -> None:
+        """Create ``__transaction_state`` in the background (once at a time)."""
+        if self._services is None or not self.active or self._creating is not None:
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._ensure_topic())
+
+        def done(_t: asyncio.Task[None]) -> None:
+            self._creating = None
+
+        self._creating.add_done_callback(done)
+
+    async def _ensure_topic(self) -> None:
+        from shoal.cluster import planner
+        from shoal.metadata import MetadataError
+
+        broker = self._services
+        assert broker is not None
+        image = broker.metadata.image
+        if image.topic(TXN_STATE_TOPIC) is not None:
+            return
+        cfg = self.config
+        rf = cfg.replication_factor
+        if broker.is_cluster and broker.config.source("transaction.state.log.replication.factor") == ConfigSource.DEFAULT_CONFIG:
+            rf = CLUSTER_REPLICATION_FACTOR
+        live = planner.live_brokers(image)
+        rf = max(1, min(rf, len(live))) if live else rf  # capped by the brokers up
+        defaults = planner.Defaults(cfg.num_partitions, rf)
+        try:
+            plan = planner.plan_topic(live, planner.TopicRequest(TXN_STATE_TOPIC), defaults, broker.random)
+        except planner.PlacementError as e:
+            if e.message != self._refused:
+                self._refused = e.message
+                log.error("cannot create %s: %s", TXN_STATE_TOPIC, e.message)
+            return
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "min.insync.replicas": str(max(1, min(cfg.min_isr, rf))),
+            "segment.bytes": str(cfg.segment_bytes),
+            "unclean.leader.election.enable": "false",
+        }
+        try:
+            await broker.metadata.create_topic(TXN_STATE_TOPIC, list(plan.assignments), configs, internal=True)
+            log.info("created %s with %d partitions (replication factor %d)", TXN_STATE_TOPIC, cfg.num_partitions, rf)
+        except MetadataError as e:
+            if e.code != "TOPIC_ALREADY_EXISTS":
+                log.error("cannot create %s: %s", TXN_STATE_TOPIC, e)
+
+    # -- following metadata ---------------------------------------------------------------------
+
+    def _on_metadata(self, old: "MetadataImage", new: "MetadataImage") -> None:
+        if self.active:
+            self._reconcile(new)
+
+    def _reconcile(self, image: "MetadataImage") -> None:
+        topic = image.topic(TXN_STATE_TOPIC)
+        if topic is None or topic.topic_id != self._topic_id:
+            for p in list(self._owned):
+                self.unload_partition(p)
+            self._topic_id = topic.topic_id if topic is not None else None
+        self.num_partitions = len(topic.partitions) if topic is not None else 0
+        owned = {p.partition: p.leader_epoch for p in topic.partitions if p.leader == self.node_id} if topic else {}
+        for p in sorted(set(self._owned)):
+            if p not in owned or owned[p] != self._owned[p].coordinator_epoch:
+                self.unload_partition(p)
+        for p in sorted(set(owned) - set(self._owned)):
+            self.start_loading(p, owned[p])
+
+    # -- partitions -----------------------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions) if self.num_partitions else 0
+
+    def status(self, transactional_id: str) -> ErrorCode:
+        if not self.active or not self.num_partitions:
+            if self.active:
+                self.request_topic()  # created at first use
+            return ErrorCode.coordinator_not_available
+        owned = self._owned.get(self.partition_for(transactional_id))
+        if owned is None:
+            return ErrorCode.not_coordinator
+        if owned.status is PartitionStatus.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
+
+    def owned_partitions(self) -> dict[int, PartitionStatus]:
+        return {p: o.status for p, o in self._owned.items()}
+
+    def start_loading(self, partition: int, coordinator_epoch: int = 0) -> asyncio.Task[None]:
+        self._loads += 1
+        self._owned[partition] = _Owned(PartitionStatus.LOADING, self._loads, coordinator_epoch)
+        task = asyncio.ensure_future(self._load(partition, self._loads))
+        self._load_tasks[partition] = task
+
+        def forget(t: asyncio.Task[None], p: int = partition) -> None:
+            if self._load_tasks.get(p) is t:
+                del self._load_tasks[p]
+
+        task.add_done_callback(forget)
+        return task
+
+    def _read_partition(self, partition: int) -> dict[str, TxnLogValue | None]:
+        out: dict[str, TxnLogValue | None] = {}
+        for offset, key, value in self.log.replay(partition):
+            if key is None:
+                continue
+            try:
+                tid = decode_key(key)
+                out[tid] = None if value is None else decode_value(value)
+            except RecordFormatError as e:
+                log.warning("%s-%d offset %d: skipping a record: %s", TXN_STATE_TOPIC, partition, offset, e)
+        return out
+
+    async def _load(self, partition: int, load_epoch: int) -> None:
+        try:
+            loaded = await asyncio.to_thread(self._read_partition, partition)
+        except Exception:
+            log.exception("cannot load %s-%d; its transactional ids stay unavailable", TXN_STATE_TOPIC, partition)
+            return
+        owned = self._owned.get(partition)
+        if owned is None or owned.load_epoch != load_epoch:
+            return
+        resend = []
+        for tid, value in loaded.items():
+            if value is None or value.state is TxnState.DEAD:
+                continue
+            md = TransactionMetadata.from_log(tid, value)
+            self.txns[tid] = md
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                resend.append(md)
+        owned.status = PartitionStatus.ACTIVE
+        n = sum(1 for v in loaded.values() if v is not None)
+        if n:
+            log.info("loaded %s-%d (coordinator epoch %d): %d transactional ids, %d transactions to complete",
+                     TXN_STATE_TOPIC, partition, owned.coordinator_epoch, n, len(resend))
+        for md in resend:
+            commit = md.state is TxnState.PREPARE_COMMIT
+            transit = md.prepare_complete(self.clock.now_ms())
+            self._spawn(self._send_markers(md, transit, commit, partition, owned.coordinator_epoch, owned.load_epoch))
+
+    def unload_partition(self, partition: int) -> None:
+        self._owned.pop(partition, None)
+        task = self._load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        if not self.num_partitions:
+            dropped = list(self.txns)
+        else:
+            dropped = [t for t in self.txns if self.partition_for(t) == partition]
+        for t in dropped:
+            del self.txns[t]
+        if dropped:
+            log.info("unloaded %s-%d: %d transactional ids", TXN_STATE_TOPIC, partition, len(dropped))
+
+    def _still(self, partition: int, load_epoch: int, md: TransactionMetadata | None = None) -> bool:
+        owned = self._owned.get(partition)
+        if owned is None or owned.load_epoch != load_epoch:
+            return False
+        return md is None or self.txns.get(md.transactional_id) is md
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("transaction coordinator task failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def _write(self, md: TransactionMetadata, transit: Transit) -> ErrorCode:
+        """Append ``transit`` (now) and wait for acks=all; on success ``md`` takes it, on failure
+        its pending transition is dropped (a fencing abort keeps its bumped epoch)."""
+        tid = md.transactional_id
+        partition = self.partition_for(tid)
+        owned = self._owned.get(partition)
+        if owned is None or owned.status is not PartitionStatus.ACTIVE:
+            md.abort_pending()
+            return ErrorCode.not_coordinator
+        load_epoch = owned.load_epoch
+        value = transit.log_value()
+        record = (encode_key(tid), None if value is None else encode_value(value))
+        res = self.log.append(partition, [record], self.clock.now_ms())
+        if isinstance(res, ErrorCode):
+            code = coordinator_error(res)
+        else:
+            code = coordinator_error(await self.log.wait_committed(partition, res, self.config.request_timeout_ms / 1000.0))
+        if not self._still(partition, load_epoch, md):
+            return ErrorCode.not_coordinator
+        if code != ErrorCode.none:
+            log.info("transactional id %s: writing %s failed: %s", tid, transit.state.kafka_name, code.name)
+            if md.pending is transit.state:
+                if transit.state is TxnState.PREPARE_ABORT and transit.producer_epoch != md.producer_epoch:
+                    md.fence_failed(transit)
+                else:
+                    md.abort_pending()
+            return code
+        md.complete(transit)
+        if transit.state is TxnState.DEAD:
+            del self.txns[tid]
+        return ErrorCode.none
+
+    # -- InitProducerId -------------------------------------------------------------------------
+
+    def valid_timeout(self, timeout_ms: int) -> bool:
+        return 0 < timeout_ms <= self.config.max_timeout_ms
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> InitResult:
+        if not transactional_id:
+            return InitResult(ErrorCode.invalid_request)
+        if not self.valid_timeout(timeout_ms):
+            return InitResult(ErrorCode.invalid_transaction_timeout)
+        expected = None if producer_id == NO_PRODUCER_ID and producer_epoch == NO_PRODUCER_EPOCH else (producer_id, producer_epoch)
+        for _attempt in range(3):
+            code = self.status(transactional_id)
+            if code != ErrorCode.none:
+                return InitResult(code)
+            md = self.txns.get(transactional_id)
+            if md is None:
+                pid = await self.next_producer_id()
+                code = self.status(transactional_id)
+                if code != ErrorCode.none:
+                    return InitResult(code)
+                md = self.txns.setdefault(transactional_id, TransactionMetadata(
+                    transactional_id, pid, timeout_ms=timeout_ms, last_update_ms=self.clock.now_ms()))
+            if md.pending_in_progress:
+                return InitResult(ErrorCode.concurrent_transactions)
+            if expected is not None and not (
+                md.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == md.producer_id
+                or (expected[0] == md.last_producer_id and epoch_exhausted(expected[1]))
+            ):
+                return InitResult(ErrorCode.producer_fenced)
+            state = md.state
+            if state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT):
+                return InitResult(ErrorCode.concurrent_transactions)
+            now = self.clock.now_ms()
+            if state is TxnState.ONGOING:
+                # Fence the current producer: abort its transaction with a bumped epoch, and let
+                # the new one retry (it gets the epoch bumped once more when the abort is done).
+                transit = md.prepare_fence_abort(now)
+                code = await self._end_prepared(md, transit, commit=False)
+                return InitResult(code if code != ErrorCode.none else ErrorCode.concurrent_transactions)
+            if state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                log.error("transactional id %s in state %s at InitProducerId", transactional_id, state.kafka_name)
+                return InitResult(ErrorCode.unknown_server_error)
+            if md.epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
+                new_pid = await self.next_producer_id()
+                if md.pending_in_progress or self.txns.get(transactional_id) is not md or md.state is not state:
+                    continue  # something happened meanwhile: decide again
+                transit = md.prepare_producer_id_rotation(new_pid, timeout_ms, now, expected is not None)
+            else:
+                transit = md.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
+                if isinstance(transit, ErrorCode):
+                    return InitResult(transit)
+            code = await self._write(md, transit)
+            if code != ErrorCode.none:
+                return InitResult(code)
+            log.info("initialized transactional id %s with producer id %d epoch %d", transactional_id,
+                     transit.producer_id, transit.producer_epoch)
+            return InitResult(ErrorCode.none, transit.producer_id, transit.producer_epoch)
+        return InitResult(ErrorCode.concurrent_transactions)
+
+    def _producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata | ErrorCode:
+        """The id's metadata when this coordinator serves it and the producer is its current one."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        code = self.status(transactional_id)
+        if code != ErrorCode.none:
+            return code
+        md = self.txns.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if md.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        return md
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+        md = self._producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(md, ErrorCode):
+            return md
+        if md.pending_in_progress or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return ErrorCode.concurrent_transactions
+        added = set(partitions)
+        if md.state is TxnState.ONGOING and added <= md.partitions:
+            return ErrorCode.none
+        return await self._write(md, md.prepare_add_partitions(added, self.clock.now_ms()))
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 part 1 (AddPartitionsToTxn v4 ``verify_only``): is each partition in the
+        producer's ongoing transaction? Writes nothing."""
+        parts = list(partitions)
+        md = self._producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(md, ErrorCode):
+            return {tp: md for tp in parts}
+        if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return {tp: ErrorCode.concurrent_transactions for tp in parts}
+        return {tp: ErrorCode.none if (md.state is TxnState.ONGOING and tp in md.partitions)
+                else ErrorCode.invalid_txn_state for tp in parts}
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 part 1 for Produce: :meth:`verify_partitions` here when this broker is the id's
+        coordinator, else AddPartitionsToTxn v4 ``verify_only`` to the coordinator broker. Errors
+        as the coordinator answers them (the produce handler maps them for the producer)."""
+        parts = list(partitions)
+        if self.status(transactional_id) != ErrorCode.none and self._services is not None:
+            node = self._coordinator_node(transactional_id)
+            if node is not None and node != self.node_id and self.markers is not None:
+                return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, parts)
+        return self.verify_partitions(transactional_id, producer_id, producer_epoch, parts)
+
+    def _coordinator_node(self, transactional_id: str) -> int | None:
+        assert self._services is not None
+        topic = self._services.metadata.image.topic(TXN_STATE_TOPIC)
+        if topic is None or not topic.partitions:
+            return None
+        leader = topic.partitions[partition_for(transactional_id, len(topic.partitions))].leader
+        return leader if leader >= 0 else None
+
+    async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                             parts: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        from shoal.protocol.codec import request_type
+
+        assert self.markers is not None
+        req_cls = request_type(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        mod = __import__(req_cls.__module__, fromlist=["x"])
+        by_topic: dict[str, list[int]] = {}
+        for t, p in parts:
+            by_topic.setdefault(t, []).append(p)
+        body = req_cls(transactions=(mod.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True,
+            topics=tuple(mod.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        ),))
+        try:
+            resp = await self.markers.channel.send(node, ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("cannot verify transactional id %s with coordinator %d: %s", transactional_id, node, e)
+            return {tp: ErrorCode.coordinator_not_available for tp in parts}
+        out = {tp: ErrorCode(resp.error_code) if resp.error_code else ErrorCode.unknown_server_error for tp in parts}
+        for r in resp.results_by_transaction:
+            for t in r.topic_results:
+                for p in t.results_by_partition:
+                    out[(t.name, p.partition_index)] = ErrorCode(p.partition_error_code)
+        return out
+
+    # -- EndTxn ---------------------------------------------------------------------------------
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        md = self._producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(md, ErrorCode):
+            return md
+        if md.pending_in_progress:
+            return ErrorCode.concurrent_transactions
+        state = md.state
+        if state is TxnState.ONGOING:
+            return await self._end_prepared(md, md.prepare_end(commit, self.clock.now_ms()), commit)
+        if state is TxnState.COMPLETE_COMMIT:
+            return ErrorCode.none if commit else ErrorCode.invalid_txn_state
+        if state is TxnState.COMPLETE_ABORT:
+            return ErrorCode.none if not commit else ErrorCode.invalid_txn_state
+        if state is TxnState.PREPARE_COMMIT:
+            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+        if state is TxnState.PREPARE_ABORT:
+            return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
+        return ErrorCode.invalid_txn_state  # Empty
+
+    async def _end_prepared(self, md: TransactionMetadata, transit: Transit, commit: bool) -> ErrorCode:
+        """Write PrepareCommit / PrepareAbort; once committed, start the markers."""
+        partition = self.partition_for(md.transactional_id)
+        code = await self._write(md, transit)
+        if code != ErrorCode.none:
+            return code
+        owned = self._owned.get(partition)
+        if owned is None:
+            return ErrorCode.not_coordinator
+        complete = md.prepare_complete(self.clock.now_ms())
+        self._spawn(self._send_markers(md, complete, commit, partition, owned.coordinator_epoch, owned.load_epoch))
+        return ErrorCode.none
+
+    async def _send_markers(self, md: TransactionMetadata, complete: Transit, commit: bool, partition: int,
+                            coordinator_epoch: int, load_epoch: int) -> None:
+        """Markers in every partition of the transaction, then Complete* (retried while this
+        coordinator still owns the id). ``md.pending`` holds Complete* meanwhile."""
+        def still() -> bool:
+            return self._still(partition, load_epoch, md)
+
+        parts = sorted(md.partitions)
+        if parts and self.markers is not None:
+            done = await self.markers.send(md.producer_id, md.producer_epoch, coordinator_epoch, commit, parts, still)
+            if not done:
+                if still() and md.pending is complete.state:
+                    md.abort_pending()  # fenced by a newer epoch: leave it in Prepare*, as Kafka does
+                return
+        for _attempt in range(100):
+            if not still():
+                return
+            md.pending = complete.state  # _write may have dropped it on a failed attempt
+            code = await self._write(md, complete)
+            if code == ErrorCode.none:
+                log.debug("transactional id %s: %s", md.transactional_id, complete.state.kafka_name)
+                return
+            if code == ErrorCode.not_coordinator:
+                return
+            md.pending = complete.state
+            await asyncio.sleep(0.2)
+        log.error("transactional id %s: cannot write %s", md.transactional_id, complete.state.kafka_name)
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def timed_out(self, now_ms: int) -> list[TransactionMetadata]:
+        """Ongoing transactions older than their timeout, with no transition pending."""
+        return [
+            md for md in self.txns.values()
+            if md.state is TxnState.ONGOING and not md.pending_in_progress and md.start_ms + md.timeout_ms < now_ms
+            and self.status(md.transactional_id) == ErrorCode.none
+        ]
+
+    def abort_timed_out(self) -> int:
+        """Abort (with an epoch bump, fencing the producer) every timed-out transaction."""
+        now = self.clock.now_ms()
+        n = 0
+        for md in self.timed_out(now):
+            log.info("transactional id %s: transaction of producer %d epoch %d timed out after %d ms; aborting it",
+                     md.transactional_id, md.producer_id, md.producer_epoch, md.timeout_ms)
+            self._spawn(self._end_prepared(md, md.prepare_fence_abort(now), commit=False))
+            n += 1
+        return n
+
+    def expired(self, now_ms: int) -> list[TransactionMetadata]:
+        limit = self.config.id_expiration_ms
+        return [
+            md for md in self.txns.values()
+            if md.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and not md.pending_in_progress and md.last_update_ms + limit <= now_ms
+            and self.status(md.transactional_id) == ErrorCode.none
+        ]
+
+    def expire_ids(self) -> int:
+        """Tombstones for transactional ids idle longer than transactional.id.expiration.ms."""
+        now = self.clock.now_ms()
+        n = 0
+        for md in self.expired(now):
+            log.info("transactional id %s expired (idle since %d)", md.transactional_id, md.last_update_ms)
+            self._spawn(self._write(md, md.prepare_dead()))
+            n += 1
+        return n
+
+    # -- Describe / List ------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        if not self.active:
+            return ErrorCode.coordinator_not_available, None
+        if not transactional_id:
+            return ErrorCode.invalid_request, None
+        code = self.status(transactional_id)
+        if code != ErrorCode.none:
+            return code, None
+        md = self.txns.get(transactional_id)
+        if md is None or md.state is TxnState.DEAD:
+            return ErrorCode.transactional_id_not_found, None
+        return ErrorCode.none, md
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+             min_duration_ms: int = -1) -> tuple[ErrorCode, list[TransactionMetadata], list[str]]:
+        """(error, transactions, unknown state filters), Kafka's ``listTransactionStates``."""
+        if not self.active:
+            return ErrorCode.coordinator_not_available, [], []
+        wanted, unknown = set(), []
+        for s in states:
+            st = TxnState.by_name(s)
+            if st is None:
+                unknown.append(s)
+            else:
+                wanted.add(st)
+        pids = set(producer_ids)
+        if states and not wanted:
+            return ErrorCode.none, [], unknown
+        code = ErrorCode.none
+        if any(o.status is PartitionStatus.LOADING for o in self._owned.values()):
+            code = ErrorCode.coordinator_load_in_progress
+        now = self.clock.now_ms()
+        out = []
+        for md in self.txns.values():
+            if md.state is TxnState.DEAD:
+                continue
+            if wanted and md.state not in wanted:
+                continue
+            if pids and md.producer_id not in pids:
+                continue
+            if min_duration_ms >= 0 and not (md.start_ms >= 0 and now - md.start_ms >= min_duration_ms):
+                continue
+            out.append(md)
+        return code, sorted(out, key=lambda m: m.transactional_id), unknown
