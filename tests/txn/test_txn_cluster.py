@@ -98,7 +98,6 @@ def test_coordinator_killed_mid_transaction(cluster):
             assert e.args[0].txn_requires_abort(), e
             p.abort_transaction(TXN_TIMEOUT)
             committed = False
-        print("committed after failover:", committed)
         want = sorted(b"f%d" % i for i in range(30)) if committed else []
         until(lambda: sorted(read_all(survivors, topic, 3, "read_committed")) == want, 60, "the outcome")
         final = "CompleteCommit" if committed else "CompleteAbort"

@@ -1,0 +1,105 @@
+"""kill -9 of the broker in the middle of transactions (issue 14): before EndTxn, after EndTxn
+before the markers, and while they are written. After the restart every transaction is fully
+committed or fully aborted in the read_committed view: a transaction whose commit was answered is
+committed in every partition (the coordinator found PrepareCommit and wrote the rest of the
+markers), an aborted one shows nothing, and one left open is aborted when it times out.
+
+The transactions span many partitions (64) so that the markers take long enough for a kill right
+after EndTxn's answer to land among them; the test repeats until the broker's log shows that a
+load found a transaction to complete (and checks the outcome every time)."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from broker_process import BrokerProcess
+from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, read_all, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+PARTITIONS = 64
+RESENT = re.compile(r", [1-9][0-9]* transactions to complete")  # the coordinator's load log line
+
+
+class TxnBroker(BrokerProcess):
+    def serve_args(self) -> list[str]:
+        return super().serve_args() + [
+            "--override", "transaction.state.log.num.partitions=2",
+            "--override", "transaction.abort.timed.out.transaction.cleanup.interval.ms=300",
+            "--override", "offsets.topic.num.partitions=1",
+        ]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    b = TxnBroker(Path(tempfile.mkdtemp(prefix="shoal-txn-crash-")))
+    b.start()
+    yield b
+    b.stop()
+
+
+def producer(bs: str, txn: str, timeout_ms: int = 60000) -> Producer:
+    return Producer({"bootstrap.servers": bs, "transactional.id": txn, "linger.ms": 5, "log_level": 2,
+                     "transaction.timeout.ms": timeout_ms})
+
+
+def run_txn(p: Producer, topic: str, tag: bytes, n: int = PARTITIONS) -> list[bytes]:
+    values = [tag + b"-%d" % i for i in range(n)]
+    p.begin_transaction()
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % PARTITIONS)
+    p.flush(TXN_TIMEOUT)
+    return values
+
+
+def committed_view(bs: str, topic: str) -> list[bytes]:
+    return sorted(read_all(bs, topic, PARTITIONS, "read_committed", idle=2.0, timeout=60))
+
+
+def test_kill_before_end_txn_aborts_at_timeout(broker):
+    bs = broker.bootstrap
+    topic, txn = f"crash-open-{uuid.uuid4().hex[:6]}", f"tx-open-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, PARTITIONS)
+    p = producer(bs, txn, timeout_ms=3000)
+    p.init_transactions(TXN_TIMEOUT)
+    done = run_txn(p, topic, b"ok")
+    p.commit_transaction(TXN_TIMEOUT)
+    run_txn(p, topic, b"open")  # never ended
+    broker.kill9()
+    wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", "the timed-out abort", 60)
+    assert committed_view(bs, topic) == sorted(done)
+    assert len(read_all(bs, topic, PARTITIONS, "read_uncommitted", idle=2.0)) == 2 * PARTITIONS
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_kill_after_end_txn_before_or_during_markers(broker, commit):
+    bs = broker.bootstrap
+    topic = f"crash-end-{'c' if commit else 'a'}-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, PARTITIONS)
+    expected: list[bytes] = []
+    resent = 0
+    for attempt in range(4):
+        txn = f"tx-end-{uuid.uuid4().hex[:6]}"
+        p = producer(bs, txn)
+        p.init_transactions(TXN_TIMEOUT)
+        values = run_txn(p, topic, b"t%d" % attempt)
+        before = len(RESENT.findall(broker.log_text()))
+        if commit:
+            p.commit_transaction(TXN_TIMEOUT)
+            expected += values
+        else:
+            p.abort_transaction(TXN_TIMEOUT)
+        broker.kill9()  # EndTxn was answered: PrepareCommit/PrepareAbort is in __transaction_state
+        final = "CompleteCommit" if commit else "CompleteAbort"
+        wait_for(lambda: describe_txn(bs, txn).transaction_state == final, final, 60)
+        assert committed_view(bs, topic) == sorted(expected), f"attempt {attempt}"
+        resent += len(RESENT.findall(broker.log_text())) > before
+        if resent:
+            break
+    assert resent, "no kill landed before the markers were all written (the load found nothing to complete)"
