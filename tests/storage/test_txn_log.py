@@ -402,3 +402,27 @@ def test_log_property_index_lso_and_recovery_match_a_model(ops, start, span) -> 
     log2 = open_log(path, state=PartitionState(0, st_.high_watermark, 0))
     check(log2)
     log2.close()
+
+
+def test_a_torn_marker_leaves_the_transaction_open_after_recovery(tmp_path) -> None:
+    """kill -9 in the middle of writing an abort marker: recovery cuts the torn batch, the
+    transaction is open again (the coordinator writes the marker again) and no abort is indexed."""
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    log.append(tbatch(A, 0, 2), now_ms=T0)
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)
+    assert txn_files(d) == {0: [AbortedTxn(A, 0, 2, 3)]}
+    seg = d / f"{0:020d}.log"
+    log.close(flush=False)
+    seg.write_bytes(seg.read_bytes()[:-7])
+    for name in os.listdir(d):
+        if name.endswith(".snapshot"):
+            os.unlink(d / name)
+    log2 = open_log(d, state=PartitionState(0, 2, 0))
+    assert log2.log_end_offset == 2
+    assert log2.ongoing_transactions() == [(A, 0, 0)]
+    assert log2.aborted_transactions(0, 10) == [] and txn_files(d) == {}
+    assert log2.last_stable_offset == 0
+    log2.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # the coordinator's retry
+    assert log2.aborted_transactions(0, 10) == [(A, 0)]
+    log2.close()
