@@ -935,6 +935,13 @@ class PartitionLog:
         entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, self._producers.next_unstable_after(txn))
         self._txn_of(seg).append(self._fs, entry)
 
+    def _rewrite_dirty_txn_indexes(self) -> None:
+        """Write again the transaction indexes an append failed to extend (under the lock)."""
+        for seg in self._segments:
+            t = seg.txn
+            if t is not None and t.dirty:
+                t.rewrite_if_dirty(self._fs)
+
     def _txn_of(self, seg: Segment) -> TxnIndex:
         """The segment's transaction index, loaded on first use (under the lock)."""
         t = seg.txn
@@ -2134,6 +2141,7 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return
+            self._rewrite_dirty_txn_indexes()
             segs = list(self._segments)
             target = self._leo
             rp = self._recovery_point
@@ -2180,6 +2188,7 @@ class PartitionLog:
         with self._lock:
             if not self._closed:
                 self._persist_active_indexes()
+                self._rewrite_dirty_txn_indexes()
                 self._snapshot_at_end()
                 self._write_epochs_unsynced()
 

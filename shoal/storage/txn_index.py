@@ -110,11 +110,12 @@ def decode_entries(data: bytes, path: str = "") -> list[AbortedTxn]:
 class TxnIndex:
     """The aborted transactions of one segment, in memory, mirrored in ``<prefix>.txnindex``."""
 
-    __slots__ = ("path", "entries")
+    __slots__ = ("path", "entries", "dirty")
 
     def __init__(self, path: str, entries: list[AbortedTxn] | None = None) -> None:
         self.path = path
         self.entries: list[AbortedTxn] = entries if entries is not None else []
+        self.dirty = False  # the file lacks entries a failed write did not add
 
     @classmethod
     def load(cls, fs: FileSystem, prefix: str) -> TxnIndex:
@@ -123,13 +124,27 @@ class TxnIndex:
         return cls(path, decode_entries(data, path) if data else [])
 
     def append(self, fs: FileSystem, entry: AbortedTxn) -> None:
-        """Append one entry to the file (at the end of the whole entries) and to memory."""
-        fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT)
-        try:
-            fs.pwrite_all(fd, ENTRY.pack(VERSION, *entry), len(self.entries) * ENTRY_SIZE)
-        finally:
-            fs.close(fd)
+        """Append one entry to memory and to the file (after its whole entries). A failed write
+        (the marker is in the log already) is logged and leaves the index ``dirty``: readers
+        still get the entry, and :meth:`rewrite_if_dirty` (at flush and close) writes it."""
         self.entries.append(entry)
+        if self.dirty:
+            return
+        try:
+            fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fs.pwrite_all(fd, ENTRY.pack(VERSION, *entry), (len(self.entries) - 1) * ENTRY_SIZE)
+            finally:
+                fs.close(fd)
+        except OSError as e:
+            log.warning("%s: cannot append an aborted transaction (%s); written again at the next flush", self.path, e)
+            self.dirty = True
+
+    def rewrite_if_dirty(self, fs: FileSystem) -> None:
+        """Write the whole file again after a failed append (raises OSError if that fails too)."""
+        if self.dirty:
+            fs.write_file(self.path, encode_entries(self.entries))
+            self.dirty = False
 
     def truncate_to(self, fs: FileSystem, offset: int) -> bool:
         """Drop the entries whose marker is at or above ``offset`` (Kafka's ``truncateTo``)."""
@@ -139,6 +154,7 @@ class TxnIndex:
         self.entries = keep
         if keep:
             fs.write_file(self.path, encode_entries(keep))
+            self.dirty = False
         else:
             self.reset(fs)
         return True
@@ -146,6 +162,7 @@ class TxnIndex:
     def reset(self, fs: FileSystem) -> None:
         """Forget every entry and delete the file."""
         self.entries = []
+        self.dirty = False
         try:
             fs.unlink(self.path)
         except FileNotFoundError:

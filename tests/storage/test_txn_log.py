@@ -426,3 +426,37 @@ def test_a_torn_marker_leaves_the_transaction_open_after_recovery(tmp_path) -> N
     log2.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)  # the coordinator's retry
     assert log2.aborted_transactions(0, 10) == [(A, 0)]
     log2.close()
+
+
+def test_a_failed_index_write_keeps_the_abort_and_writes_it_at_flush(tmp_path) -> None:
+    """ENOSPC while appending to the .txnindex (the marker is in the log already): readers still
+    get the abort, the append succeeds, and the next flush writes the whole index."""
+    from shoal.storage import FileSystem
+
+    class FailingIndexFS(FileSystem):
+        fail = True
+        paths: dict[int, str] = {}
+
+        def open(self, path, flags, mode=0o644):
+            fd = super().open(path, flags, mode)
+            self.paths[fd] = path
+            return fd
+
+        def pwrite(self, fd, data, offset):
+            if self.fail and self.paths.get(fd, "").endswith(".txnindex"):
+                raise OSError(28, "No space left on device")
+            return super().pwrite(fd, data, offset)
+
+    fs = FailingIndexFS()
+    d = tmp_path / "t-0"
+    log = open_log(d, fs=fs)
+    log.append(tbatch(A, 0), now_ms=T0)
+    log.append_marker(A, 0, 0, False, now_ms=T0, leader_epoch=0)
+    log.append(tbatch(B, 0), now_ms=T0)
+    log.append_marker(B, 0, 0, False, now_ms=T0, leader_epoch=0)
+    assert log.aborted_transactions(0, 4) == [(A, 0), (B, 2)]
+    assert txn_files(d) in ({}, {0: []})
+    fs.fail = False
+    log.flush()
+    assert txn_files(d) == {0: [AbortedTxn(A, 0, 1, 2), AbortedTxn(B, 2, 3, 4)]}
+    log.close()
