@@ -24,16 +24,6 @@ pytestmark = pytest.mark.timeout(300)
 FETCH = 1
 
 
-@pytest.fixture(scope="module")
-def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("rcc"), etcd_cluster.url(f"/rcc-{uuid.uuid4().hex[:8]}"))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
-
-
 def fetch(cluster: Cluster, node: int, topic: str, rack: str, isolation: int):
     fields = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": isolation,
               "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": rack,
@@ -51,7 +41,8 @@ def view(p) -> tuple:
     return p.error_code, p.high_watermark, p.last_stable_offset, aborted, bytes(p.records or b"")
 
 
-def test_followers_answer_read_committed_like_the_leader(cluster) -> None:
+def test_followers_answer_read_committed_like_the_leader(cluster3) -> None:
+    cluster = cluster3
     topic = f"rcc-{uuid.uuid4().hex[:6]}"
 
     async def create() -> None:

@@ -10,12 +10,12 @@ only committed records and stop at the LSO; ``read_uncommitted`` sees every data
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 from broker_thread import ThreadBroker
 from confluent_kafka import Consumer, TopicPartition
+from read_committed_helpers import aio_values, ck_values, kp_values
 
 from shoal.handlers.metadata import auto_create_topic
 from shoal.protocol.records import build_batch
@@ -77,37 +77,16 @@ COMMITTED_BEFORE_C = [b"p0", b"p1", b"a0", b"a1"]
 EVERYTHING = [b"p0", b"p1", b"a0", b"b0", b"b1", b"a1", b"c0", b"p2"]
 
 
-def ck_consume(bootstrap: str, isolation: str, want: int, *, settle: float = 0.0, timeout: float = 30) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{isolation}-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": isolation})
-    c.assign([TopicPartition(TOPIC, 0, 0)])
-    got: list[bytes] = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.value())
-        end = time.monotonic() + settle
-        while time.monotonic() < end:  # nothing more may come
-            m = c.poll(0.3)
-            if m is not None and not m.error():
-                got.append(m.value())
-    finally:
-        c.close()
-    return got
-
-
 def test_confluent_read_committed_skips_aborted_and_stops_at_the_lso(tb) -> None:
     layout(tb)
     p = partition(tb)
     assert tb.call(lambda: (p.high_watermark, p.last_stable_offset)) == (10, 8)
     assert tb.call(lambda: p.log.aborted_transactions(0, 10)) == [(PB, 3)]
-    assert ck_consume(tb.bootstrap, "read_committed", 4, settle=2.0) == COMMITTED_BEFORE_C
-    assert ck_consume(tb.bootstrap, "read_uncommitted", 8, settle=1.0) == EVERYTHING
+    assert ck_values(tb.bootstrap, TOPIC, "read_committed", 4, settle=2.0) == COMMITTED_BEFORE_C
+    assert ck_values(tb.bootstrap, TOPIC, "read_uncommitted", 8, settle=1.0) == EVERYTHING
     write(tb, (PC, True))  # commit C: the LSO moves past p2
     assert tb.call(lambda: p.last_stable_offset) == 11
-    assert ck_consume(tb.bootstrap, "read_committed", 6, settle=1.0) == COMMITTED_BEFORE_C + [b"c0", b"p2"]
+    assert ck_values(tb.bootstrap, TOPIC, "read_committed", 6, settle=1.0) == COMMITTED_BEFORE_C + [b"c0", b"p2"]
 
 
 def test_confluent_read_committed_consumer_waiting_at_the_lso_gets_the_commit(tb) -> None:
@@ -185,46 +164,10 @@ def test_fetch_answer_carries_lso_and_aborted_transactions(tb) -> None:
 
 
 def test_kafka_python_read_committed(tb) -> None:
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KTP
-
     layout(tb)
-    c = KafkaConsumer(bootstrap_servers=tb.bootstrap, isolation_level="read_committed",
-                      auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
-    try:
-        c.assign([KTP(TOPIC, 0)])
-        c.seek(KTP(TOPIC, 0), 0)
-        got = [m.value for m in c]
-    finally:
-        c.close()
-    assert got == COMMITTED_BEFORE_C
+    assert kp_values(tb.bootstrap, TOPIC) == COMMITTED_BEFORE_C
 
 
 def test_aiokafka_read_committed(tb) -> None:
-    from aiokafka import AIOKafkaConsumer
-    from aiokafka.structs import TopicPartition as ATP
-
     layout(tb)
-
-    async def run() -> list[bytes]:
-        c = AIOKafkaConsumer(bootstrap_servers=tb.bootstrap, isolation_level="read_committed",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-        await c.start()
-        try:
-            c.assign([ATP(TOPIC, 0)])
-            c.seek(ATP(TOPIC, 0), 0)
-            got: list[bytes] = []
-            deadline = time.monotonic() + 30
-            while len(got) < 4 and time.monotonic() < deadline:
-                batch = await c.getmany(timeout_ms=500)
-                for msgs in batch.values():
-                    got.extend(m.value for m in msgs)
-            more = await c.getmany(timeout_ms=1500)
-            got.extend(m.value for msgs in more.values() for m in msgs)
-            end = await c.end_offsets([ATP(TOPIC, 0)])  # read_committed: the LSO
-            assert end[ATP(TOPIC, 0)] == 8
-            return got
-        finally:
-            await c.stop()
-
-    assert asyncio.run(run()) == COMMITTED_BEFORE_C
+    assert aio_values(tb.bootstrap, TOPIC, 4) == (COMMITTED_BEFORE_C, 8)  # its end offset: the LSO

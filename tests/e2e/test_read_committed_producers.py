@@ -7,13 +7,11 @@ recovery scan). Its own broker (``fresh_broker``), since one test kills it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from e2e_helpers import create_topic
+from read_committed_helpers import aio_values, ck_values, kp_values
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,67 +47,6 @@ COMMITTED = [b"c0", b"c1", b"c2", b"c3", b"c4"]
 ALL_DATA = [b"c0", b"c1", b"x0", b"x1", b"x2", b"c2", b"x3", b"c3", b"c4"]
 
 
-def ck_values(bootstrap: str, topic: str, isolation: str, want: int, settle: float = 1.5,
-              timeout: float = 30) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": isolation})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.value())
-        end = time.monotonic() + settle
-        while time.monotonic() < end:
-            m = c.poll(0.3)
-            if m is not None and not m.error():
-                got.append(m.value())
-    finally:
-        c.close()
-    return got
-
-
-def kp_values(bootstrap: str, topic: str) -> list[bytes]:
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KTP
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest",
-                      enable_auto_commit=False, consumer_timeout_ms=4000)
-    try:
-        c.assign([KTP(topic, 0)])
-        c.seek(KTP(topic, 0), 0)
-        return [m.value for m in c]
-    finally:
-        c.close()
-
-
-def aio_values(bootstrap: str, topic: str, want: int) -> list[bytes]:
-    from aiokafka import AIOKafkaConsumer
-    from aiokafka.structs import TopicPartition as ATP
-
-    async def run() -> list[bytes]:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-        await c.start()
-        try:
-            c.assign([ATP(topic, 0)])
-            c.seek(ATP(topic, 0), 0)
-            got: list[bytes] = []
-            deadline = time.monotonic() + 30
-            while len(got) < want and time.monotonic() < deadline:
-                for msgs in (await c.getmany(timeout_ms=500)).values():
-                    got.extend(m.value for m in msgs)
-            for msgs in (await c.getmany(timeout_ms=1500)).values():
-                got.extend(m.value for m in msgs)
-            return got
-        finally:
-            await c.stop()
-
-    return asyncio.run(run())
-
-
 def test_committed_and_aborted_transactions_seen_by_every_client(fresh_broker, topic_name) -> None:
     b = fresh_broker.bootstrap
     create_topic(b, topic_name, 1)
@@ -118,7 +55,7 @@ def test_committed_and_aborted_transactions_seen_by_every_client(fresh_broker, t
     assert ck_values(b, topic_name, "read_committed", len(COMMITTED)) == COMMITTED
     assert ck_values(b, topic_name, "read_uncommitted", len(ALL_DATA)) == ALL_DATA
     assert kp_values(b, topic_name) == COMMITTED
-    assert aio_values(b, topic_name, len(COMMITTED)) == COMMITTED
+    assert aio_values(b, topic_name, len(COMMITTED))[0] == COMMITTED
 
 
 def test_an_open_transaction_holds_read_committed_at_the_lso(fresh_broker, topic_name) -> None:
