@@ -64,9 +64,9 @@ Deliberate deviations from Kafka:
   ``decompressed_limit``, e.g. written by an older version) is kept as it is, its keys unmapped:
   counted in ``CleanerStats.batches_skipped`` and logged once per log, never retried forever
   (Kafka's cleaner fails the log and marks it uncleanable);
-- control batches (transaction markers) are always kept (Kafka drops a marker once its
-  transaction's data is gone and delete.retention.ms passed), so the aborted-transaction index
-  of the cleaned segments carries over whole;
+- a marker is dropped as Kafka drops it (its transaction's data gone, then delete.retention.ms
+  after a pass stamped its horizon), and its aborted-transaction index entry with it; the other
+  entries of the cleaned segments carry over;
 - a rewritten batch keeps its original firstTimestamp when no horizon is set (Kafka's builder
   uses the first retained record's); readers see the same record timestamps either way;
 - the offset map holds whole keys in a dict (Kafka: 16-byte MD5 digests in a fixed buffer);
@@ -117,6 +117,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AbortedRanges",
+    "MarkerRetention",
     "CHECKPOINT_FILE",
     "DEFAULT_MAX_MAP_ENTRIES",
     "CleanResult",
@@ -353,6 +354,7 @@ class CleanerStats:
     batches_rewritten: int = 0
     empty_batches_kept: int = 0
     batches_skipped: int = 0  # could not be read (corrupt, or beyond the decompression bound): kept as they are
+    markers_removed: int = 0  # end-transaction markers whose transaction had no data left
 
 
 def _encode(h: BatchHeader, attrs: int, base_ts: int, max_ts: int, count: int, body: bytes) -> bytes:
@@ -395,16 +397,24 @@ def clean_batch(
     delete_retention_ms: int,
     retain_empty: bool,
     stats: CleanerStats,
+    marker_removable: bool = False,
 ) -> bytes | None:
     """The bytes that replace the batch at ``pos`` (its own bytes if nothing changes), or None to
-    drop it. ``retain_empty``: the batch is its producer's last, so it never disappears."""
+    drop it. ``retain_empty``: the batch is its producer's last, so it never disappears.
+    ``marker_removable``: a control batch whose transaction has no data left (``MarkerRetention``):
+    stamped with a delete horizon, then dropped by a pass at or after it."""
     size = h.size
     attrs = h.attributes
     count = h.records_count
     stats.records_read += count
-    if attrs & ATTR_CONTROL:
-        stats.records_retained += count
-        return buf[pos : pos + size]
+    control = attrs & ATTR_CONTROL
+    if control:
+        if not marker_removable or (attrs & ATTR_DELETE_HORIZON and now_ms < h.base_timestamp):
+            stats.records_retained += count
+            return buf[pos : pos + size]
+        if attrs & ATTR_DELETE_HORIZON:
+            stats.markers_removed += 1
+            return None
     try:
         data, p, end = _records_of(buf, pos, h, offset_map.limit)
     except InvalidRecords as e:
@@ -429,7 +439,7 @@ def clean_batch(
         od, p = _vi(data, p)
         kl, p = _vi(data, p)
         keep = True
-        if kl >= 0:
+        if kl >= 0 and not control:  # a marker's key is no key of the topic
             key = bytes(data[p : p + kl])
             vl, _p = _vi(data, p + kl)
             if base + od < offsets.get(key, -1):
@@ -447,7 +457,7 @@ def clean_batch(
         p = rec_end
     stats.tombstones_removed += removed_tombstones
     stats.records_retained += len(kept)
-    set_horizon = tombstones and not has_horizon
+    set_horizon = (tombstones or control) and not has_horizon
     if len(kept) == count and not set_horizon:
         return buf[pos : pos + size]
     stats.batches_rewritten += 1
@@ -538,6 +548,31 @@ class AbortedRanges:
         return any(first <= off <= last for first, last in ranges)
 
 
+class MarkerRetention:
+    """Which end-transaction markers a pass may remove (Kafka's ``CleanedTransactionMetadata``):
+    a pass reads the log in offset order from the log start, and a marker whose producer had no
+    transactional data batch since its previous marker has no data left, so it can go (after
+    its delete horizon, like a tombstone: a reader that got the data before it was cleaned still
+    gets the marker). Aborted data read in this pass counts: it goes now, the marker a pass later."""
+
+    __slots__ = ("_with_data",)
+
+    def __init__(self) -> None:
+        self._with_data: set[int] = set()
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """Learn a batch; for a control batch, whether it may be removed."""
+        pid = h.producer_id
+        if pid < 0 or not h.attributes & ATTR_TRANSACTIONAL:
+            return False
+        if h.attributes & ATTR_CONTROL:
+            had = pid in self._with_data
+            self._with_data.discard(pid)
+            return not had
+        self._with_data.add(pid)
+        return False
+
+
 class GroupWriter:
     """Cleans a group of adjacent segments into ``<base>.log.cleaned`` and builds its indexes,
     in steps (no lock: it only reads the old segments' files and writes its own)."""
@@ -571,6 +606,7 @@ class GroupWriter:
         self.idx = 0
         self.pos = 0
         self.old_max_ts = old_max_timestamp
+        self.dropped_markers: set[int] = set()  # offsets of the markers removed (their index entries go)
 
     @property
     def cleaned_paths(self) -> list[str]:
@@ -591,6 +627,7 @@ class GroupWriter:
         delete_retention_ms: int,
         stats: CleanerStats,
         aborted: AbortedRanges | None = None,
+        markers: MarkerRetention | None = None,
     ) -> int:
         """Clean about ``budget`` bytes more; returns the bytes read. ``done`` when all are read."""
         used = 0
@@ -610,6 +647,7 @@ class GroupWriter:
                         for rel, h in batches:
                             pid = h.producer_id
                             retain_empty = pid >= 0 and producers_last.get(pid) == h.last_offset
+                            removable = markers is not None and markers.on_batch(h)
                             if aborted and aborted.holds(h):
                                 # an aborted transaction's data: no reader sees it (the producer's
                                 # last batch stays as an empty header, for its sequence)
@@ -625,10 +663,13 @@ class GroupWriter:
                                     delete_retention_ms=delete_retention_ms,
                                     retain_empty=retain_empty,
                                     stats=stats,
+                                    marker_removable=removable,
                                 )
                             if got is not None:
                                 self._index(h, got)
                                 out.append(got)
+                            elif removable:
+                                self.dropped_markers.add(h.last_offset)
                         if out:
                             blob = b"".join(out)
                             fs.pwrite_all(out_fd, blob, self.size - len(blob))
@@ -817,6 +858,7 @@ class CleanerPass:
     ) -> None:
         self.generation = generation
         self.aborted = aborted if aborted is not None else AbortedRanges()
+        self.markers = MarkerRetention()
         self.info = info
         self.dirty = dirty
         self.producers_last = producers_last

@@ -1975,6 +1975,7 @@ class PartitionLog:
                         delete_retention_ms=cfg.delete_retention_ms,
                         stats=stats,
                         aborted=p.aborted,
+                        markers=p.markers,
                     )
                     if not g.done:
                         return  # budget spent: resume at the next call
@@ -2061,8 +2062,9 @@ class PartitionLog:
                 g.discard(fs)
                 raise _PassAbandoned("the segments changed under the pass")
             prefix = g.prefix
-            # Control batches are never dropped, so the group's aborted transactions carry over.
-            aborted = [e for old in g.segments for e in self._txn_of(old).entries]
+            # The group's aborted transactions carry over, but for the markers the pass removed.
+            dropped = g.dropped_markers
+            aborted = [e for old in g.segments for e in self._txn_of(old).entries if e.last_offset not in dropped]
             try:
                 if aborted:
                     fs.write_file(prefix + TXN_SUFFIX + ".swap", encode_txn_entries(aborted), sync=True)

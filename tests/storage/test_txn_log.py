@@ -460,3 +460,51 @@ def test_a_failed_index_write_keeps_the_abort_and_writes_it_at_flush(tmp_path) -
     log.flush()
     assert txn_files(d) == {0: [AbortedTxn(A, 0, 1, 2), AbortedTxn(B, 2, 3, 4)]}
     log.close()
+
+
+def test_compaction_removes_markers_whose_transactions_have_no_data_left(tmp_path) -> None:
+    """Kafka's marker cleaning: a pass that still reads a transaction's data keeps its marker; the
+    next one stamps the marker with a delete horizon; one at or after the horizon drops it (and
+    the abort's index entry)."""
+    d = tmp_path / "c-0"
+    cfg = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0, delete_retention_ms=1000)
+    log = open_log(d, cfg)
+    log.append(tbatch(A, 0, key=b"k", tag=b"a1-"), now_ms=T0)  # 0
+    log.append_marker(A, 0, 0, True, now_ms=T0, leader_epoch=0)  # 1
+    log.append(tbatch(B, 0, key=b"j", tag=b"b1-"), now_ms=T0)  # 2
+    log.append_marker(B, 0, 0, False, now_ms=T0, leader_epoch=0)  # 3
+    log.append(tbatch(A, 1, key=b"k", tag=b"a2-"), now_ms=T0)  # 4
+    log.append_marker(A, 0, 0, True, now_ms=T0, leader_epoch=0)  # 5
+    log.append(tbatch(B, 1, key=b"m", tag=b"b2-"), now_ms=T0)  # 6
+    log.append_marker(B, 0, 0, True, now_ms=T0, leader_epoch=0)  # 7
+
+    def a_pass(now: int) -> list[tuple[int, bool]]:
+        log.roll(T0)
+        log.append(build_batch([(T0, b"x", b"%d" % now, [])]), now_ms=T0)
+        log.roll(T0)
+        commit_hw(log)
+        assert log.compact(now, force=True).started
+        return [(h.base_offset, h.is_control) for _p, h in parse_batches(log.read(0, 1 << 20, max_offset=8).records)]
+
+    # 1: the data at 0 (k is newer at 4) and the aborted data at 2 go; their markers stay
+    assert a_pass(T0) == [(1, True), (3, True), (4, False), (5, True), (6, False), (7, True)]
+    assert log.aborted_transactions(0, 8) == [(B, 2)]
+    # 2: markers 1 and 3 have no data left: stamped with a horizon, still there
+    assert a_pass(T0) == [(1, True), (3, True), (4, False), (5, True), (6, False), (7, True)]
+    data = log.read(0, 1 << 20, max_offset=8).records
+    horizons = {h.base_offset: h.base_timestamp for _p, h in parse_batches(data) if h.attributes & 0x40}
+    assert horizons == {1: T0 + 1000, 3: T0 + 1000}
+    assert [(r.offset, r.key) for r in iter_records(data) if r.offset in (1, 3)] == [
+        (1, struct.pack(">hh", 0, 1)),
+        (3, struct.pack(">hh", 0, 0)),
+    ]
+    # 3: before the horizon nothing changes; at it, they go, with the abort's index entry
+    assert a_pass(T0 + 999) == [(1, True), (3, True), (4, False), (5, True), (6, False), (7, True)]
+    assert a_pass(T0 + 1000) == [(4, False), (5, True), (6, False), (7, True)]
+    assert log.aborted_transactions(0, 8) == []
+    assert not any(txn_files(d).values())
+    st_ = log.state()
+    log.close()
+    log2 = open_log(d, cfg, state=PartitionState(0, st_.high_watermark, 0))
+    assert log2.ongoing_transactions() == [] and log2.aborted_transactions(0, 20) == []
+    log2.close()
