@@ -961,11 +961,8 @@ class PartitionLog:
             return self._lso_locked()
 
     def _lso_locked(self) -> int:
-        hw = self._hw
-        if not self._producers.has_transactions:
-            return hw
-        first = self._producers.first_unstable_offset(hw)
-        return hw if first is None or first >= hw else max(first, self._log_start)
+        # the log start never passes the high watermark, so the clamp keeps LSO <= HW
+        return max(self._producers.last_stable_offset(self._hw), self._log_start)
 
     def ongoing_txn_first_offset(self, producer_id: int) -> int | None:
         """The first offset of the producer's ongoing transaction in this partition, or None."""
