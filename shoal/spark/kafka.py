@@ -43,6 +43,7 @@ __all__ = [
     "RecordProducer",
     "CommitLog",
     "TaskCommitLog",
+    "committed_rows",
     "consumer_conf",
     "is_read_committed",
 ]
@@ -623,32 +624,42 @@ _TASK_LOG_SCHEMA = pa.schema([
 ])
 
 
-def task_record(query_id: str, batch_id: int, task: int, records: int, now_ms: int) -> tuple[bytes, bytes]:
-    """(key, value) of a task's commit record."""
-    value = {"queryId": query_id, "batchId": batch_id, "task": task, "records": records, "committedAtMs": now_ms}
+def task_record(query_id: str, batch_id: int, task: int, records: int, now_ms: int,
+                first_row: int = 0) -> tuple[bytes, bytes]:
+    """(key, value) of a task's commit record: rows ``[first_row, first_row + records)`` of the
+    task's input are committed."""
+    value = {"queryId": query_id, "batchId": batch_id, "task": task, "firstRow": first_row, "records": records,
+             "committedAtMs": now_ms}
     return f"{batch_id}/{task}".encode(), json.dumps(value).encode()
 
 
-def find_task_record(values: Iterable[bytes], batch_id: int, task: int) -> tuple[dict | None, bool]:
-    """(the commit record of ``task`` in ``batch_id`` among ``values`` or None, whether the scan
-    may stop: a record of an earlier batch was seen).
+def find_task_records(values: Iterable[bytes], batch_id: int, task: int) -> tuple[list[dict], bool]:
+    """(the commit records of ``task`` in ``batch_id`` among ``values``, whether the scan may
+    stop: a record of an earlier batch was seen).
 
     Records of one task-log partition are in batch order (batch B+1's tasks start after the driver
     committed B; a replay only ever re-runs the last batch), so once a record of an earlier batch
     is seen, every record of ``batch_id`` is at a later offset.
     """
-    found, earlier = None, False
+    found, earlier = [], False
     for raw in values:
         try:
             doc = json.loads(raw)
             b, t = int(doc["batchId"]), int(doc["task"])
+            int(doc["records"])
         except (ValueError, TypeError, KeyError):
             continue  # not ours; the log is only ever written by the sink
         if b < batch_id:
             earlier = True
         elif b == batch_id and t == task:
-            found = doc
+            found.append(doc)
     return found, earlier
+
+
+def committed_rows(records: Iterable[dict]) -> int | None:
+    """How many rows of a task's input its commit records cover (None: no record)."""
+    ends = [int(d.get("firstRow", 0)) + int(d["records"]) for d in records]
+    return max(ends) if ends else None
 
 
 class TaskCommitLog:
@@ -694,13 +705,14 @@ class TaskCommitLog:
         finally:
             consumer.close()
 
-    def find(self, batch_id: int, task: int) -> dict | None:
-        """The commit record of ``task`` in ``batch_id``, or None: read backwards from the high
-        watermark in growing windows until a record of an earlier batch (or the log start)."""
+    def find(self, batch_id: int, task: int) -> list[dict]:
+        """The commit records of ``task`` in ``batch_id`` (oldest first): read backwards from the
+        high watermark in growing windows until a record of an earlier batch (or the log start)."""
         partition = self.partition_for(task)
         low, end = self._bounds(partition)
         window = _TASK_SCAN_WINDOW
         conf = dict(self.conf, **{"isolation.level": "read_committed"})
+        found: list[dict] = []
         while end > low:
             start = max(low, end - window)
             values: list[bytes] = []
@@ -708,8 +720,9 @@ class TaskCommitLog:
                                     include_headers=False, fail_on_data_loss=True,
                                     poll_timeout_ms=self.poll_timeout_ms, consumer_factory=self._consumer_factory):
                 values += batch.column(1).to_pylist()
-            found, earlier = find_task_record(values, batch_id, task)
-            if found is not None or earlier:
-                return found
+            here, earlier = find_task_records(values, batch_id, task)
+            found = here + found
+            if earlier:
+                break
             end, window = start, window * 2
-        return None
+        return found

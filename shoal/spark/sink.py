@@ -37,10 +37,18 @@ id shared by all tasks would make them fence each other). The task:
    retried or speculative attempt, or one of the run that crashed) and has the coordinator
    complete that attempt's transaction (abort if open; a commit already decided is finished);
 2. then reads, in read_committed, the task log ``__shoal-spark-sink-<query id>-tasks``
-   (:class:`~shoal.spark.kafka.TaskCommitLog`) for a record of (B, task): if there is one, that
-   attempt committed and this one writes nothing;
-3. else ``begin_transaction()``, produces its rows, produces its record (query id, B, task,
-   count) to the task log in the SAME transaction, and ``commit_transaction()``.
+   (:class:`~shoal.spark.kafka.TaskCommitLog`) for the records of (B, task): the rows of its
+   input that earlier attempts committed (usually all of them: this attempt writes nothing);
+3. else ``begin_transaction()``, produces its rows (those not committed before), produces its
+   record (query id, B, task, first row, count) to the task log in the SAME transaction, and
+   ``commit_transaction()``.
+
+Why "the rows committed before" and not just "done": when something upstream in the same task
+fails (a UDF raises, the source's read times out), PySpark ends the writer's input as if it were
+complete (the JVM writes the end of the Arrow stream in a finally block); the writer cannot tell,
+and commits the rows it got. The task then fails. Its next attempt (a task retry, or the re-run
+of the batch after a restart) skips the rows its record covers and writes the rest, so each row
+is still written once, provided the input comes in the same order (see below).
 
 The driver's ``commit(B)`` keeps the batch-level record above, so a replay of a batch that fully
 committed writes nothing whatever its tasks. A replayed batch that was cut off mid-way re-writes
@@ -50,7 +58,9 @@ rows of aborted attempts.
 
 What it relies on, from Spark: a re-run micro-batch reads the same offsets (Spark takes them from
 the offset log of the checkpoint; the ``shoal`` source plans the same input partitions from the
-same offsets), and task ``p`` of the re-run gets the same rows as task ``p`` of the first run.
+same offsets), and task ``p`` of the re-run gets the same rows as task ``p`` of the first run
+(in the same order, for the rare attempt cut short upstream: true without a shuffle, since the
+source reads in offset order).
 Spark guarantees that for deterministic plans: no shuffle (task ``p`` = input partition ``p``),
 hash shuffles (partitioning by the same keys into ``spark.sql.shuffle.partitions``, which a
 stateful query keeps from its checkpoint), and ``repartition(n)`` (Spark sorts before the
@@ -62,13 +72,14 @@ safe either way (the driver's record).
 
 Batch writes (``df.write``) with ``exactlyOnce`` run one transaction per task too, with an id
 made of the prefix, a random id of the write and the task's partition: a task's rows become
-visible all at once or not at all, and a retried attempt fences and aborts the one before. There
-is no task log there: an attempt that committed but whose success never reached Spark is
-written again by its retry.
+visible all at once, and a retried attempt fences and aborts the one before. There is no task
+log there: an attempt that committed (in full, or cut short by a failure upstream as above) is
+written again by its retry, and a failed job keeps what its tasks committed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -78,7 +89,7 @@ from typing import Any, Callable, Iterator
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from shoal.spark.kafka import CommitLog, RecordProducer, TaskCommitLog, task_record
+from shoal.spark.kafka import CommitLog, RecordProducer, TaskCommitLog, committed_rows, task_record
 from shoal.spark.options import OptionError, SinkOptions
 
 try:  # PySpark >= 4.1
@@ -176,33 +187,58 @@ def _produce(opts: SinkOptions, batches: Iterator[Any]) -> int:
     return producer.count
 
 
+def _after(batches: Iterator[Any], rows: int, txn_id: str) -> Iterator[Any]:
+    """``batches`` without their first ``rows`` rows."""
+    left = rows
+    for b in batches:
+        if left >= b.num_rows:
+            left -= b.num_rows
+            continue
+        yield b.slice(left) if left else b
+        left = 0
+    if left:
+        log.warning("%s: this attempt's input has %d rows fewer than an earlier attempt committed: the query's "
+                    "plan is not deterministic, and exactly-once does not hold for it", txn_id, left)
+
+
 def write_in_transaction(
     opts: SinkOptions,
     txn_id: str,
     batches: Iterator[Any],
     *,
-    already_done: Callable[[], bool] = lambda: False,
-    last_record: Callable[[int], tuple[str, bytes, bytes, int]] | None = None,
+    committed: Callable[[], int | None] = lambda: None,
+    last_record: Callable[[int, int], tuple[str, bytes, bytes, int]] | None = None,
     producer_factory: Callable | None = None,
 ) -> int | None:
-    """Produce ``batches`` in one transaction of ``txn_id``; the number of rows, or None when
-    ``already_done()`` (asked after ``init_transactions``, which fenced and completed every earlier
-    producer of ``txn_id``) says an earlier attempt committed them.
+    """Produce ``batches`` in one transaction of ``txn_id``; the number of rows written, or None
+    when earlier attempts committed every row.
 
-    ``last_record(rows)`` gives (topic, key, value, partition) of a record produced last in the
-    same transaction (the task's commit record). Any failure aborts the transaction.
+    ``committed()`` is asked after ``init_transactions`` (which fenced every earlier producer of
+    ``txn_id`` and completed its transaction): how many rows of this input earlier attempts
+    committed (None: none). Those first rows are not written again. ``last_record(rows,
+    first_row)`` gives (topic, key, value, partition) of a record produced last in the same
+    transaction (the task's commit record). Any failure aborts the transaction.
     """
     kwargs = {"producer_factory": producer_factory} if producer_factory is not None else {}
     producer = RecordProducer(opts.conf, opts.topic, transactional_id=txn_id, **kwargs)
     producer.init_transactions()
-    if already_done():
-        return None
+    done = committed()
+    rows = _normalised(batches)
+    if done is not None:
+        rows = _after(rows, done, txn_id)
+        first = next(rows, None)
+        if first is None:
+            return None
+        log.warning("%s: an earlier attempt committed only the first %d rows of this input (a failure upstream "
+                    "in its task ended its input early; PySpark hands a writer such an input as if complete); "
+                    "writing the rest", txn_id, done)
+        rows = itertools.chain([first], rows)
     producer.begin()
     try:
-        for batch in _normalised(batches):
+        for batch in rows:
             producer.send_batch(batch)
         if last_record is not None:
-            topic, key, value, partition = last_record(producer.count)
+            topic, key, value, partition = last_record(producer.count, done or 0)
             producer.produce_one(topic, value, key, partition)
     except BaseException:
         producer.abort()
@@ -291,19 +327,19 @@ class ShoalStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
         tasks = TaskCommitLog(self.opts.conf, task_log_topic(self.opts.commit_log_prefix, query_id))
         tasks.ensure_topic()
 
-        def already_done() -> bool:
-            found = tasks.find(batch, task)
-            if found is not None:
-                log.warning("task %d of batch %d of query %s committed %s records before; not writing it again",
-                            task, batch, query_id, found.get("records"))
-            return found is not None
+        def committed() -> int | None:
+            rows = committed_rows(tasks.find(batch, task))
+            if rows is not None:
+                log.warning("task %d of batch %d of query %s: %d rows committed by an earlier attempt; "
+                            "not writing them again", task, batch, query_id, rows)
+            return rows
 
-        def last_record(rows: int) -> tuple[str, bytes, bytes, int]:
-            key, value = task_record(query_id, batch, task, rows, int(self.clock() * 1000))
+        def last_record(rows: int, first_row: int) -> tuple[str, bytes, bytes, int]:
+            key, value = task_record(query_id, batch, task, rows, int(self.clock() * 1000), first_row)
             return tasks.topic, key, value, tasks.partition_for(task)
 
         txn_id = transactional_id(self.opts.transactional_id_prefix, query_id, task)
-        return write_in_transaction(self.opts, txn_id, batches, already_done=already_done, last_record=last_record)
+        return write_in_transaction(self.opts, txn_id, batches, committed=committed, last_record=last_record)
 
     def commit(self, messages: list, batchId: int) -> None:
         done = [m for m in messages if m is not None]

@@ -169,6 +169,25 @@ def kill(job: subprocess.Popen) -> None:
     job.wait(30)
 
 
+def pipeline_topics(bs: str, uniq: str) -> tuple[str, str, list[bytes]]:
+    """The input topic (2 partitions, 1,000 rows of 2 KB named r0..r999), the output topic, the names."""
+    src, out = create_topic(bs, f"{uniq}-in", 2), create_topic(bs, f"{uniq}-out", 3)
+    names = [b"r%d" % i for i in range(1000)]
+    produce(bs, src, [{"value": n + b"|" + PAD, "key": b"k%d" % i, "partition": i % 2} for i, n in enumerate(names)])
+    return src, out, names
+
+
+def run_to_end(bs: str, src: str, out: str, ckpt: Path, log: Path) -> dict:
+    """The job, without failures, until its query ends; what it printed."""
+    job = start_job(bs, src, out, ckpt, log)
+    try:
+        stdout, _ = job.communicate(timeout=180)
+    finally:
+        kill(job)
+    assert job.returncode == 0, log.read_text()[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -180,9 +199,7 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path
 
 def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path):
     bs = broker.bootstrap
-    src, out = create_topic(bs, f"{uniq}-in", 2), create_topic(bs, f"{uniq}-out", 3)
-    names = [b"r%d" % i for i in range(1000)]
-    produce(bs, src, [{"value": n + b"|" + PAD, "key": b"k%d" % i, "partition": i % 2} for i, n in enumerate(names)])
+    src, out, names = pipeline_topics(bs, uniq)
     ckpt, flag, log = tmp_path / "ckpt", tmp_path / "hanging", tmp_path / "job.log"
     # 400 records a batch, 200 of each partition: r701 (partition 1, offset 350) is in batch 1, task 1.
     job = start_job(bs, src, out, ckpt, log, "r701", str(flag))
@@ -191,21 +208,15 @@ def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path)
         query_id = json.loads(next((ckpt / "metadata").open()))["id"]
         tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
         # Task 0 of batch 1 commits; task 1's transaction holds rows before r701 (from r401 on).
-        wait_for("task 0 of batch 1 committed", lambda: tasks.find(1, 0) is not None, 60, job, log)
+        wait_for("task 0 of batch 1 committed", lambda: tasks.find(1, 0), 60, job, log)
         wait_for("rows of the open transaction on the broker",
                  lambda: {b"r401", b"r403"} <= {name(m) for m in view(bs, out, 3, "read_uncommitted")}, 30, job, log)
-        assert tasks.find(1, 1) is None
+        assert tasks.find(1, 1) == []
     finally:
         kill(job)
     assert not (ckpt / "commits" / "1").exists(), "batch 1 was committed: the kill was not mid-batch"
 
-    job = start_job(bs, src, out, ckpt, log)
-    try:
-        stdout, _ = job.communicate(timeout=180)
-    finally:
-        kill(job)
-    assert job.returncode == 0, log.read_text()[-3000:]
-    result = json.loads(stdout.strip().splitlines()[-1])
+    result = run_to_end(bs, src, out, ckpt, log)
     assert result["id"] == query_id
     assert [b for b, n in result["batches"] if n][:1] == [1], f"batch 1 not re-run: {result}"
 
@@ -215,4 +226,53 @@ def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path)
     uncommitted = Counter(name(m) for m in view(bs, out, 3, "read_uncommitted"))
     assert uncommitted[b"r401"] == 2 and uncommitted[b"r1"] == 1
     # The re-run wrote task 1 of batch 1 and skipped task 0 (one record per task and batch).
-    assert tasks.find(1, 0)["records"] == 200 and tasks.find(1, 1)["records"] == 200
+    assert [d["records"] for d in tasks.find(1, 0)] == [200] and [d["records"] for d in tasks.find(1, 1)] == [200]
+
+
+# -- batch writes: one transaction per task ---------------------------------------------------------
+
+
+def test_batch_write_exactly_once(spark, shoal_opts, uniq, broker):
+    from pyspark.sql import functions as F
+
+    bs = shoal_opts["kafka.bootstrap.servers"]
+    out = create_topic(bs, uniq, 2)
+    pad = "|" + "x" * 20
+
+    def write(df):
+        (df.write.format("shoal").options(**shoal_opts).option("topic", out).option("exactlyOnce", "true")
+         .mode("append").save())
+
+    write(spark.range(0, 300, numPartitions=3).select(F.format_string("a%d" + pad, "id").alias("value")))
+    assert Counter(name(m) for m in view(bs, out, 2, "read_committed")) == Counter(b"a%d" % i for i in range(300))
+    # One transaction per task: three transactional ids of the prefix, each committed once.
+    inits = [line for line in broker.log_text().splitlines() if "initialized transactional id shoal-spark-" in line]
+    assert len({line.split("transactional id ")[1].split()[0] for line in inits}) >= 3
+
+
+
+def test_streaming_exactly_once_task_cut_short_upstream(broker, uniq, tmp_path):
+    """A UDF raises in the middle of task 1 of batch 1: PySpark ends the writer's input as if it
+    were complete, so the task commits the rows it got, then fails (and the query with it). The
+    re-run of batch 1 after the restart writes only the rest of that task's rows."""
+    bs = broker.bootstrap
+    src, out, names = pipeline_topics(bs, uniq)
+    ckpt, flag, log = tmp_path / "ckpt", tmp_path / "failing", tmp_path / "job.log"
+    job = start_job(bs, src, out, ckpt, log, "r701", str(flag), "raise")
+    try:
+        job.communicate(timeout=150)
+    finally:
+        kill(job)
+    assert job.returncode != 0 and flag.exists(), log.read_text()[-3000:]
+    query_id = json.loads(next((ckpt / "metadata").open()))["id"]
+    tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
+    cut = [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)]
+    assert len(cut) == 1 and cut[0][0] == 0 and 0 < cut[0][1] < 200, f"no early commit to test: {cut}"
+    early = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
+    assert early[b"r401"] == 1 and early[b"r701"] == 0  # committed: the rows before the failure
+
+    run_to_end(bs, src, out, ckpt, log)
+    committed = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
+    assert committed == Counter(names), {v: n for v, n in committed.items() if n != 1}
+    n = cut[0][1]
+    assert [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)] == [(0, n), (n, 200 - n)]

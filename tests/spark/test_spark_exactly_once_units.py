@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from shoal.spark.kafka import _TASK_LOG_SCHEMA, consumer_conf, find_task_record, read_range, task_record
+from shoal.spark.kafka import _TASK_LOG_SCHEMA, committed_rows, consumer_conf, find_task_records, read_range, task_record
 from shoal.spark.offsets import OffsetRange
 from shoal.spark.options import OptionError, parse_sink_options, parse_source_options
 from shoal.spark.sink import task_log_topic, transactional_id, write_in_transaction
@@ -154,14 +154,17 @@ def test_open_transaction_that_never_ends_times_out_with_the_reason():
 # -- the task log -----------------------------------------------------------------------------------
 
 
-def test_find_task_record():
+def test_find_task_records():
     recs = [task_record("q", b, t, 10 * b + t, 1)[1] for b, t in [(3, 1), (3, 17), (4, 1), (4, 17)]]
+    recs.append(task_record("q", 4, 17, 5, 2, first_row=57)[1])  # a second attempt wrote the rest
     assert task_record("q", 4, 1, 41, 5)[0] == b"4/1"
-    found, earlier = find_task_record(recs, 4, 17)
-    assert found["records"] == 57 and found["task"] == 17 and earlier
-    assert find_task_record(recs, 5, 1) == (None, True)
-    assert find_task_record(recs[2:], 4, 33) == (None, False)  # may be further back: keep scanning
-    assert find_task_record([b"junk", json.dumps({"x": 1}).encode()], 4, 1) == (None, False)
+    found, earlier = find_task_records(recs, 4, 17)
+    assert [(d["firstRow"], d["records"], d["task"]) for d in found] == [(0, 57, 17), (57, 5, 17)] and earlier
+    assert committed_rows(found) == 62
+    assert committed_rows([]) is None and committed_rows([{"records": 0}]) == 0
+    assert find_task_records(recs, 5, 1) == ([], True)
+    assert find_task_records(recs[2:], 4, 33) == ([], False)  # may be further back: keep scanning
+    assert find_task_records([b"junk", json.dumps({"x": 1}).encode()], 4, 1) == ([], False)
 
 
 # -- one task's transaction -------------------------------------------------------------------------
@@ -215,22 +218,45 @@ def test_task_transaction_order():
 
     def done():
         checked.append(len(calls))
-        return False
+        return None
 
-    n = write_in_transaction(opts, "p-q-1", batches(2), already_done=done,
-                             last_record=lambda rows: ("log", b"0/1", b"rows=%d" % rows, 1),
+    n = write_in_transaction(opts, "p-q-1", batches(2), committed=done,
+                             last_record=lambda rows, first: ("log", b"0/1", b"%d+%d" % (first, rows), 1),
                              producer_factory=RecordingProducer(calls))
     assert n == 2
     assert calls == [("new", "p-q-1", True), ("init",), ("begin",), ("produce", "out", b"r0"), ("produce", "out", b"r1"),
-                     ("produce", "log", b"rows=2"), ("flush",), ("commit",)]
+                     ("produce", "log", b"0+2"), ("flush",), ("commit",)]
     assert checked == [2]  # asked after init_transactions (which fenced the earlier attempt), before begin
 
 
 def test_task_already_committed_writes_nothing():
     calls = []
     opts = parse_sink_options({**BS, "topic": "out", "exactlyOnce": "true"})
-    n = write_in_transaction(opts, "p-q-1", batches(2), already_done=lambda: True, producer_factory=RecordingProducer(calls))
+    n = write_in_transaction(opts, "p-q-1", batches(2), committed=lambda: 2, producer_factory=RecordingProducer(calls))
     assert n is None and calls == [("new", "p-q-1", True), ("init",)]
+
+
+def test_task_cut_short_before_writes_the_rest(caplog):
+    # An earlier attempt committed rows 0..2 of 5 (its input ended early: a failure upstream).
+    calls = []
+    opts = parse_sink_options({**BS, "topic": "out", "exactlyOnce": "true"})
+
+    def two_batches():
+        yield pa.RecordBatch.from_pydict({"value": [b"r0", b"r1"]})
+        yield pa.RecordBatch.from_pydict({"value": [b"r2", b"r3", b"r4"]})
+
+    n = write_in_transaction(opts, "p-q-1", two_batches(), committed=lambda: 3,
+                             last_record=lambda rows, first: ("log", b"k", b"%d+%d" % (first, rows), 1),
+                             producer_factory=RecordingProducer(calls))
+    assert n == 2
+    assert [c for c in calls if c[0] == "produce"] == [("produce", "out", b"r3"), ("produce", "out", b"r4"),
+                                                        ("produce", "log", b"3+2")]
+    assert "committed only the first 3 rows" in caplog.text
+    # Fewer rows than committed (a plan that is not deterministic): nothing written, a warning.
+    calls.clear()
+    assert write_in_transaction(opts, "p-q-1", two_batches(), committed=lambda: 9,
+                                producer_factory=RecordingProducer(calls)) is None
+    assert "4 rows fewer than an earlier attempt committed" in caplog.text
 
 
 def test_task_failure_aborts():

@@ -18,7 +18,7 @@ def test_task_log_scan(broker, uniq):
     log.ensure_topic()  # exists: fine
     md = admin(broker.bootstrap).list_topics(log.topic, timeout=OP_TIMEOUT).topics[log.topic]
     assert len(md.partitions) == TASK_LOG_PARTITIONS
-    assert log.find(0, 0) is None  # empty
+    assert log.find(0, 0) == []  # empty
 
     # 100 batches of tasks 0 and 16 (both in partition 0), task 1 only in batch 3.
     p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
@@ -28,8 +28,11 @@ def test_task_log_scan(broker, uniq):
             p.produce(log.topic, value, key, log.partition_for(t))
     assert p.flush(OP_TIMEOUT) == 0
 
-    assert log.find(99, 16)["records"] == 99016
-    assert log.find(10, 16)["records"] == 10016  # 180 records back: windows of 64, then 128
-    assert log.find(0, 0)["records"] == 0  # back to the log start
-    assert log.find(100, 0) is None  # a batch after the last: stops at the first window
-    assert log.find(3, 1)["records"] == 3001 and log.find(4, 1) is None and log.find(3, 17) is None
+    def records(batch, task):
+        return [d["records"] for d in log.find(batch, task)]
+
+    assert records(99, 16) == [99016]
+    assert records(10, 16) == [10016]  # 180 records back: windows of 64, then 128
+    assert records(0, 0) == [0]  # back to the log start
+    assert records(100, 0) == []  # a batch after the last: stops at the first window
+    assert records(3, 1) == [3001] and records(4, 1) == [] and records(3, 17) == []
