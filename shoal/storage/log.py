@@ -691,6 +691,9 @@ class PartitionLog:
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
         self._hw = self._clamp(value)
+        if self._producers.has_transactions:
+            with self._lock:  # forget the completed transactions the HW passed (Kafka's onHighWatermarkUpdated)
+                self._producers.first_unstable_offset(self._hw)
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._log_start), self._leo)

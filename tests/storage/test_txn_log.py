@@ -508,3 +508,15 @@ def test_compaction_removes_markers_whose_transactions_have_no_data_left(tmp_pat
     log2 = open_log(d, cfg, state=PartitionState(0, st_.high_watermark, 0))
     assert log2.ongoing_transactions() == [] and log2.aborted_transactions(0, 20) == []
     log2.close()
+
+
+def test_completed_transactions_are_forgotten_when_the_hw_passes_them(tmp_path) -> None:
+    """Without anyone asking for the LSO (no consumer, no follower), completed transactions do not
+    pile up: moving the high watermark past a marker forgets it."""
+    log = open_log(tmp_path / "t-0")
+    for i in range(50):
+        log.append(tbatch(A, i), now_ms=T0)
+        log.append_marker(A, 0, 0, i % 2 == 0, now_ms=T0, leader_epoch=0)
+        commit_hw(log)
+    assert not log._producers.has_transactions
+    log.close()
