@@ -691,7 +691,7 @@ class PartitionLog:
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
         self._hw = self._clamp(value)
-        if self._producers.has_transactions:
+        if self._producers.unreplicated:
             with self._lock:  # forget the completed transactions the HW passed (Kafka's onHighWatermarkUpdated)
                 self._producers.first_unstable_offset(self._hw)
 

@@ -169,12 +169,12 @@ class ProducerStateEntry:
 class ProducerStateManager:
     """The producers of one partition (see the module docstring for the rules)."""
 
-    __slots__ = ("_producers", "_ongoing", "_unreplicated")
+    __slots__ = ("_producers", "_ongoing", "unreplicated")
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerStateEntry] = {}
         self._ongoing: dict[int, int] = {}  # first offset -> producer id (Kafka's ongoingTxns)
-        self._unreplicated: dict[int, CompletedTxn] = {}  # first offset -> txn whose marker is above the HW
+        self.unreplicated: dict[int, CompletedTxn] = {}  # first offset -> txn whose marker is above the HW
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -188,7 +188,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
         self._ongoing.clear()
-        self._unreplicated.clear()
+        self.unreplicated.clear()
 
     # -- the append rules -------------------------------------------------------------------
 
@@ -335,7 +335,7 @@ class ProducerStateManager:
         entry.current_txn_first_offset = -1
         self._ongoing.pop(first, None)
         txn = CompletedTxn(producer_id, first, offset, not commit)
-        self._unreplicated[first] = txn
+        self.unreplicated[first] = txn
         return txn
 
     def next_unstable_after(self, txn: CompletedTxn) -> int:
@@ -348,7 +348,7 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The smallest first offset of the ongoing transactions and of the completed ones whose
         marker is not below ``high_watermark`` (those are forgotten here), or None."""
-        unrep = self._unreplicated
+        unrep = self.unreplicated
         if unrep:
             for first in [f for f, t in unrep.items() if t.last_offset < high_watermark]:
                 del unrep[first]
@@ -359,7 +359,7 @@ class ProducerStateManager:
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """``min(first unstable offset, high watermark)``."""
-        if not self._ongoing and not self._unreplicated:
+        if not self._ongoing and not self.unreplicated:
             return high_watermark
         first = self.first_unstable_offset(high_watermark)
         return high_watermark if first is None or first > high_watermark else first
@@ -367,7 +367,7 @@ class ProducerStateManager:
     @property
     def has_transactions(self) -> bool:
         """Any ongoing transaction, or a completed one not known to be below the high watermark."""
-        return bool(self._ongoing or self._unreplicated)
+        return bool(self._ongoing or self.unreplicated)
 
     def ongoing_txn_first_offset(self, producer_id: int) -> int | None:
         entry = self._producers.get(producer_id)
