@@ -78,6 +78,36 @@ def produce_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float
     return buckets[: int(seconds)]
 
 
+def consume_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float, queue_kb: int = 256) -> list[int]:
+    """A confluent-kafka consumer of ``topic`` (from the start, no group) taking at most ``rate``
+    bytes/s from monotonic time ``t0`` for ``seconds``, with a small prefetch queue (``queue_kb``)
+    so that what it fetches from the broker follows what it takes; bytes received in each second."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    buckets = [0] * int(seconds + 1)
+    c = Consumer({"group.id": f"paced-{topic}", "enable.auto.commit": False, "queued.max.messages.kbytes": queue_kb,
+                  **conf})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        while time.monotonic() < t0:
+            time.sleep(0.001)
+        taken = 0
+        while (now := time.monotonic() - t0) < seconds:
+            if taken > rate * now:
+                time.sleep(0.002)
+                continue
+            m = c.poll(0.05)
+            if m is None or m.error():
+                continue
+            i = int(time.monotonic() - t0)
+            if 0 <= i < len(buckets):
+                buckets[i] += len(m.value())
+            taken += len(m.value())
+    finally:
+        c.close()
+    return buckets[: int(seconds)]
+
+
 def _worker(conf: dict, topic: str, rate: float, seconds: float, t0: float, out) -> None:
     out.put((topic, produce_paced(conf, topic, rate, seconds, t0)))
 
@@ -101,14 +131,15 @@ def scrape(url: str) -> str:
         return resp.read().decode()
 
 
-def slices(cluster, tenant_id: str, nodes=None) -> dict[int, float]:
-    """node -> its slice of the tenant's producer quota (from each broker's /metrics)."""
+def slices(cluster, tenant_id: str, nodes=None, quota_type: str = "produce") -> dict[int, float]:
+    """node -> its slice of the tenant's producer quota (``quota_type`` "fetch": consumer quota),
+    from each broker's /metrics."""
     from tenancy_fixtures import metric
 
     out = {}
     for n in nodes or [b.node_id for b in cluster.live]:
         value = metric(scrape(cluster[n].overrides["shoal.metrics.listener"]), SLICE, tenant=tenant_id,
-                       quota_type="produce")
+                       quota_type=quota_type)
         if value is not None:
             out[n] = value
     return out
@@ -132,9 +163,10 @@ def start_cluster(workdir: Path, etcd_url: str, split: str):
     return c
 
 
-def make_tenant(cluster, quota: float, rf: int = 1):
-    """A tenant with a SCRAM user and a tenant-wide producer quota, and topics t1, t2, t3 (one
-    partition each) whose preferred leaders are brokers 1, 2, 3; the Tenant and the topics."""
+def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_rate"):
+    """A tenant with a SCRAM user and a tenant-wide producer quota (or ``key``), and topics t1,
+    t2, t3 (one partition each) whose preferred leaders are brokers 1, 2, 3; the Tenant and the
+    topics."""
     import asyncio
 
     from shoal.client import AdminClient as ShoalAdmin
@@ -148,7 +180,7 @@ def make_tenant(cluster, quota: float, rf: int = 1):
 
     async def setup() -> None:
         async with ShoalAdmin(cluster[1].bootstrap, client_id="bench-split") as admin:
-            await admin.alter_client_quotas([([("tenant", tenant.tenant_id)], {"producer_byte_rate": float(quota)})])
+            await admin.alter_client_quotas([([("tenant", tenant.tenant_id)], {key: float(quota)})])
             await admin.create_topics([{"name": f"{tenant.prefix}{t}",
                                         "assignments": {0: [(n - 1 + k) % 3 + 1 for k in range(rf)]}}
                                        for n, t in topics.items()])

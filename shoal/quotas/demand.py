@@ -13,8 +13,8 @@ Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has
 * ``headroom x rate`` (the tenant's byte rate there over the last two intervals, at least 2 s;
   ``shoal.quota.autotune.headroom``, 1.1, so a rise is seen next interval) when the broker is not
   holding the tenant back;
-* the whole tenant quota when it is *held* there (its tenant bound throttled it during the last
-  two intervals, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
+* the whole tenant quota when it is *held* there (its tenant bound muted it for at least half of
+  the last two intervals, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
   rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
   tenants bid for their full share);
 * never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
@@ -70,7 +70,12 @@ LOG_EVERY_S = 10.0
 # A broker's demand is its rate over the last couple of seconds (WindowedRate.measure_recent), not
 # the quota window's 11: a broker whose traffic moved away gives up its slice in seconds.
 RECENT_SPAN_MS = 2000
-HELD_INTERVALS = 2  # a tenant throttled by its slice within this many intervals is held
+HELD_INTERVALS = 2  # a tenant muted by its slice for HELD_MUTED_FRACTION of this many intervals is held
+# ... of the time: a client its bound holds back is muted nearly all the time (each request's
+# throttle ends as the next is let in), one that only bursts now and then (a producer catching up
+# after a stall, a consumer refilling its prefetch queue) for a fraction of it. Any throttle at
+# all counted as held before, and such bursts made cold brokers bid for the whole quota.
+HELD_MUTED_FRACTION = 0.5
 
 Report = tuple[float, bool]  # (recent byte rate, held by its bound)
 
@@ -86,12 +91,20 @@ def saturation(headroom: float) -> float:
 
 def is_held(rate: float, slice_: float, *, muted: bool, capped_below: bool = False,
             headroom: float = DEFAULT_HEADROOM) -> bool:
-    """Does this broker hold the tenant back with its slice? ``muted``: the tenant's bound
-    throttled it during the last interval; ``capped_below``: a broker-wide dynamic quota below the
+    """Does this broker hold the tenant back with its slice? ``muted``: the tenant's bound muted
+    it for :data:`HELD_MUTED_FRACTION` of the last intervals (:func:`muted_fraction`); ``capped_below``: a broker-wide dynamic quota below the
     slice is what holds it (a larger slice would not help, so it does not ask for one)."""
     if capped_below:
         return False
     return muted or rate >= saturation(headroom) * slice_
+
+
+def muted_fraction(muted_ms: int, muted_before_ms: int | None, span_ms: int) -> float:
+    """The fraction of ``span_ms`` a tenant's bound muted it, from its cumulative muted time now
+    and at the span's start (None, or more than now: its sensor is new, all of it counts)."""
+    if muted_before_ms is None or muted_before_ms > muted_ms:
+        muted_before_ms = 0
+    return (muted_ms - muted_before_ms) / max(span_ms, 1)
 
 
 def demand_estimate(report: Report, quota: float, *, headroom: float = DEFAULT_HEADROOM) -> float:
@@ -115,7 +128,10 @@ def split_by_demand(quota: float, demands: Mapping[K, float], *, min_fraction: f
     if total <= 0:  # quota 0 (or floor 0 and no demand): equal
         return {k: quota / n for k in d}
     if total <= quota:
-        return {k: quota * (v / total) for k, v in d.items()}  # the share first: quota / tiny overflows
+        scale = quota / total
+        if math.isfinite(scale):
+            return {k: v * scale for k, v in d.items()}
+        return {k: quota * (v / total) for k, v in d.items()}  # the share first: quota / tiny overflowed
     return water_fill(quota, d, {k: 1.0 for k in d})
 
 
@@ -150,6 +166,21 @@ def demand_slice(quota: float, leaders: Collection[int], broker: int, table: Dem
     if broker not in leaders or demands is None:
         return quota / len(leaders)
     return split_by_demand(quota, demands, min_fraction=min_fraction)[broker]
+
+
+def confirmed_demand_slice(quota: float, leaders: Collection[int], broker: int,
+                           tables: tuple[DemandTable | None, DemandTable | None], kind: str, tenant: str, *,
+                           headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1) -> float:
+    """This broker's slice from the last two tables it read (``(previous, latest)``): the smaller
+    of :func:`demand_slice` of each, so a slice falls at once and rises only when two tables in a
+    row grant it. Why: the brokers read the table at different moments of an interval, so when
+    the tenant's traffic changes at several brokers at once (it starts, everywhere), one broker
+    can read a table where it alone is held while the others, not yet reporting, count at the
+    floor; it takes nearly the whole quota, the next one half of it, and the slices sum to well
+    over the quota for an interval (measured: 7.5, 7.1, 6.7 MB/s in the first seconds of a 6 MB/s
+    tenant, 105% of the first 10 s). One interval later every broker's report shows its traffic."""
+    return min(demand_slice(quota, leaders, broker, t, kind, tenant, headroom=headroom, min_fraction=min_fraction)
+               for t in tables)
 
 
 # -- the exchange codec ---------------------------------------------------------------------------
@@ -260,6 +291,7 @@ class DemandExchange:
         self.last_ok_ms: int | None = None
         self.last_step_ms: int | None = None
         self._steps_ms: list[int] = []  # times of the last HELD_INTERVALS steps
+        self._muted_hist: list[dict[str, dict[str, int]]] = []  # the tenants' muted times at those steps
         self.falling_back = False
         self.steps = 0  # successful exchanges (tests, metrics)
         self._last_log = 0.0
@@ -282,16 +314,20 @@ class DemandExchange:
 
     # -- one interval --------------------------------------------------------------------------
 
-    def own_reports(self, now_ms: int, since_ms: int, headroom: float,
-                    span_ms: int = RECENT_SPAN_MS) -> dict[str, dict[str, Report]]:
+    def own_reports(self, now_ms: int, since_ms: int, headroom: float, span_ms: int = RECENT_SPAN_MS,
+                    muted_before: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, dict[str, Report]]:
         """This broker's reports: per byte-rate manager, the tenants with a tenant-wide quota and
-        a sensor here, their rate over the last ``span_ms`` and whether their slice holds them."""
+        a sensor here, their rate over the last ``span_ms`` and whether their slice holds them
+        (muted for :data:`HELD_MUTED_FRACTION` of the time since ``since_ms``, when the tenants'
+        cumulative muted times were ``muted_before[kind]``; or using nearly all of it)."""
         out: dict[str, dict[str, Report]] = {}
         for kind in KINDS:
             m = getattr(self.managers, kind)
             entries: dict[str, Report] = {}
             if m.enabled:
-                muted = m.tenants_muted_since(since_ms)
+                before = (muted_before or {}).get(kind, {})
+                muted = {t for t, ms in m.tenant_muted_ms().items()
+                         if muted_fraction(ms, before.get(t), now_ms - since_ms) >= HELD_MUTED_FRACTION}
                 dynamic = m.dynamic_tenant_quotas()
                 for tenant, sensor in m.tenant_sensors():
                     rate = sensor.rate.measure_recent(now_ms, span_ms)
@@ -311,15 +347,19 @@ class DemandExchange:
         split, min_fraction, headroom, interval_ms, stale_ms = self._settings()
         self.managers.set_split(split, min_fraction=min_fraction, headroom=headroom)
         now_ms = self.now_ms()
-        # held: throttled by its slice within the last two intervals (one alone flaps: a held
+        # held: muted by its slice for half of the last two intervals (one alone flaps: a held
         # producer is not throttled in every interval, and each flap moves the others' slices)
         since = self._steps_ms[0] if self._steps_ms else now_ms - interval_ms
+        before = self._muted_hist[0] if self._muted_hist else None
         self._steps_ms = (self._steps_ms + [now_ms])[-HELD_INTERVALS:]
+        snapshot = {kind: getattr(self.managers, kind).tenant_muted_ms() for kind in KINDS}
+        self._muted_hist = (self._muted_hist + [snapshot])[-HELD_INTERVALS:]
         self.last_step_ms = now_ms
         if split != "demand" or self.backend is None or not self.managers.has_tenant_byte_quotas():
             self.managers.set_demand(None)
             return
-        value = encode_reports(self.own_reports(now_ms, since, headroom, max(RECENT_SPAN_MS, 2 * interval_ms)))
+        value = encode_reports(self.own_reports(now_ms, since, headroom, max(RECENT_SPAN_MS, 2 * interval_ms),
+                                                before))
         timeout = max(0.5, 2.0 * interval_ms / 1000.0)
         try:
             kvs = await asyncio.wait_for(self._put_and_read(value), timeout)

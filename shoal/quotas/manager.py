@@ -10,7 +10,7 @@ request.
   not, ...), and for a tenant also in the tenant's sensor, whose bound is this broker's slice of
   the tenant-wide quota over the brokers leading the tenant's partitions (``split`` "equal":
   :func:`~shoal.quotas.fairshare.tenant_quota_slice`, a pure function of metadata; "demand":
-  :func:`~shoal.quotas.demand.demand_slice` of the demand table the brokers exchange,
+  :func:`~shoal.quotas.demand.confirmed_demand_slice` of the demand tables the brokers exchange,
   :meth:`ClientQuotaManager.set_demand`; on one node the whole quota), lowered to the
   auto-tuner's dynamic quota when one is set. Bounds are cached per tenant and recomputed when
   quotas, leaders, the split or the demand table change. The throttle is the larger of the
@@ -52,7 +52,7 @@ from shoal.quotas.entities import (
     quota_user,
     tenant_leaders,
 )
-from shoal.quotas.demand import DemandTable, demand_slice
+from shoal.quotas.demand import DemandTable, confirmed_demand_slice
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, tenant_quota_slice
 from shoal.quotas.precedence import select_quota, select_tenant_quota
 from shoal.quotas.rate import RateConfig
@@ -126,6 +126,7 @@ class ClientQuotaManager:
         self.split_min_fraction = 0.1
         self.split_headroom = DEFAULT_HEADROOM
         self._demand: DemandTable | None = None
+        self._demand_prev: DemandTable | None = None  # the table before it: a slice rises when both grant it
         self._leaders: dict[str, set[int]] = {}  # tenant -> leaders, for the current image
 
     # -- configuration --------------------------------------------------------------------------
@@ -181,9 +182,11 @@ class ClientQuotaManager:
             self._invalidate()
 
     def set_demand(self, table: DemandTable | None) -> None:
-        """The brokers' demand table (None: unknown, split equally); used under split "demand"."""
-        if table != self._demand:
-            self._demand = table
+        """The brokers' demand table just read (None: unknown, split equally); used under split
+        "demand", with the one read before it (:func:`~shoal.quotas.demand.confirmed_demand_slice`)."""
+        prev = self._demand
+        if (prev, table) != (self._demand_prev, self._demand):
+            self._demand_prev, self._demand = prev, table
             if self.split == "demand" and self.byte_rate:
                 self._invalidate()
 
@@ -228,8 +231,9 @@ class ClientQuotaManager:
             return value
         leaders = self._tenant_leaders(tenant)
         if self.split == "demand" and self._demand is not None:
-            return demand_slice(value, leaders, self.node_id, self._demand, self.qtype.group, tenant,
-                                headroom=self.split_headroom, min_fraction=self.split_min_fraction)
+            return confirmed_demand_slice(value, leaders, self.node_id, (self._demand_prev, self._demand),
+                                          self.qtype.group, tenant, headroom=self.split_headroom,
+                                          min_fraction=self.split_min_fraction)
         return tenant_quota_slice(value, leaders, self.node_id)
 
     def _tenant_bound(self, tenant: str) -> tuple[float | None, float | None]:
@@ -254,6 +258,21 @@ class ClientQuotaManager:
             bound, cap = cap, None
         self._tenant_bounds[tenant] = (bound, cap)
         return bound, cap
+
+    def _tenant_pacer_bytes(self, tenant: str, pace: float | None) -> float | None:
+        """The depth of a tenant-wide quota's pacer here: :data:`~shoal.quotas.sensor.
+        TENANT_PACER_DEPTH` of a window of its rate ``pace`` (its slice, or a smaller dynamic
+        quota) or of the tenant's equal share, whichever is larger (shoal.quotas.sensor: over n
+        brokers the depths sum to at most twice that much of the quota). None without a
+        tenant-wide quota (a pacer then follows its rate)."""
+        whole, _key = select_tenant_quota(self._index.tenants, tenant)
+        if whole is None:
+            return None
+        leaders = self._tenant_leaders(tenant) if self._image is not None else set()
+        share = whole / len(leaders) if leaders else whole
+        if pace is not None and pace > share:
+            share = pace
+        return share * TENANT_PACER_DEPTH * self.config.window_ms / 1000.0
 
     def quota(self, tenant: str | None, user: str, client_id: str) -> tuple[float | None, float | None]:
         """(client quota, tenant bound) that apply to a request now; None is unlimited. The
@@ -293,6 +312,8 @@ class ClientQuotaManager:
             else:
                 tenant_sensor.bound = bound
             tenant_sensor.cap = cap
+            if self.byte_rate:
+                tenant_sensor.set_pacer_bytes(self._tenant_pacer_bytes(tenant, effective_bound(tenant_sensor)))
         h = self._handles[key] = _Handle(client, tenant_sensor, self._epoch)
         return h
 
@@ -366,6 +387,11 @@ class ClientQuotaManager:
         (the rate over the time its samples cover: a new tenant's burst is not diluted over
         Kafka's padded window)."""
         return {t: (s.rate.measure_used(now_ms), s.last_ms) for t, s in list(self._tenants.items())}
+
+    def tenant_muted_ms(self) -> dict[str, int]:
+        """tenant -> how long its tenant bound has muted it so far (cumulative ms; a sensor made
+        anew starts from 0)."""
+        return {t: s.muted_ms for t, s in list(self._tenants.items())}
 
     def tenants_muted_since(self, since_ms: int) -> set[str]:
         """Tenants whose tenant bound (slice or dynamic quota) throttled them at some time after

@@ -18,7 +18,7 @@ with ``samples - 1`` empty windows), or one back from a pause of a few seconds â
 many windows' worth at once, and then throttles it until the burst has left the window; a client
 that always has more to send never settles: its throughput swings with a period of about
 ``samples`` windows (simulated in ``tests/quotas/test_sensor.py``: a greedy producer at 1 MB/s
-gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Two deliberate deviations:
+gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Deliberate deviations:
 
 * Pacing: every record also draws on a token bucket one window deep (full when the sensor is
   made), refilled at the bound. The throttle applied is the larger of Kafka's and the bucket's;
@@ -29,10 +29,13 @@ gets 0.6 MB/s over seconds 1-21, in 10 MB bursts). Two deliberate deviations:
   the cluster, each broker pacing its slice. A pacer one window deep and full when made lets every
   broker's slice through for one window on top of the rate at a cold start (or back from a pause):
   over the cluster, one window of the whole quota, +10% of a 10 s window. The quota managers give
-  tenant sensors a pacer that starts empty and is :data:`TENANT_PACER_DEPTH` of a window deep, so
-  the cluster-wide excess over any stretch is at most a quarter window of the quota plus one
-  request per broker (the request that takes the pacer below zero is let through, and its deficit
-  is then waited for).
+  tenant sensors a pacer that starts empty and is :data:`TENANT_PACER_DEPTH` of a window of the
+  broker's slice or of the tenant's equal share (quota / leaders), whichever is larger, deep
+  (:attr:`Sensor.pacer_bytes`): the depths sum to between a quarter and half a window of the
+  quota, and the cluster-wide excess over any stretch is at most that plus one request per
+  broker (the request that takes the pacer below zero is let through, and its deficit is then
+  waited for). The equal share is the floor so that a broker whose demand slice is small (1.1 x
+  its traffic) still absorbs a burst of its client's.
 * Dynamic caps: the broker-wide auto-tuner's dynamic quota (:attr:`Sensor.cap`, not a Kafka
   concept) is enforced by the pacer alone, with or without smoothing: Kafka's windowed check
   stays against the configured bound. Measured against a lowered bound, the windowed rate would
@@ -58,9 +61,11 @@ from shoal.quotas.token_bucket import token_throttle_time_ms
 _MARGIN = 1.0 - 1e-9
 _NONE = (0, 0)
 FETCH_QUANTUM = 0.125  # with smoothing, one fetch returns at most this many windows of quota
-# A tenant-wide quota's pacer (see the module doc): this many windows deep, empty when made. The
-# issue-15 target is +5% of the quota over any 10 s window, i.e. half a window of credit over the
-# cluster; a quarter leaves the other quarter for the one request per broker that overshoots.
+# A tenant-wide quota's pacer (see the module doc): this many windows (of the larger of the slice
+# and the equal share) deep, empty when made. The issue-15 target is +5% of the quota over any
+# 10 s window, i.e. half a window of credit over the cluster; the depths sum to a quarter of one
+# (to half, when one broker has nearly the whole quota), the rest left to the request per broker
+# that overshoots.
 TENANT_PACER_DEPTH = 0.25
 
 
@@ -133,13 +138,15 @@ class Sensor:
     cap of request-time quotas (one window). ``pacing``: smoothing, see the module doc. ``cap``:
     a dynamic quota below ``bound``, enforced by the pacer only (None: none). ``muted_until_ms``:
     the end of the latest throttle this sensor asked for (what a tuner reads to tell a client
-    held by its bound from one that wants less). ``pacer_depth``: the pacer's depth in windows
+    held by its bound from one that wants less); ``muted_ms``: how long its throttles have muted
+    the client so far (cumulative, overlapping throttles counted once). ``pacer_depth``: the pacer's depth in windows
     (1: Kafka's TokenBucket one window deep); ``pacer_start``: the fraction of that depth it holds
-    when it first gets a rate (1: full; tenant-wide quotas: 0, see the module doc).
+    when it first gets a rate (1: full; tenant-wide quotas: 0, see the module doc);
+    :attr:`pacer_bytes` (:meth:`set_pacer_bytes`): a depth in bytes instead, whatever the rate.
     """
 
     __slots__ = ("rate", "bound", "cap", "max_throttle_ms", "pacing", "last_ms", "muted_until_ms",
-                 "throttles", "pacer_depth", "pacer_start", "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
+                 "throttles", "muted_ms", "pacer_depth", "pacer_start", "pacer_bytes", "_tokens", "_tokens_ms", "_tokens_bound", "_depth")
 
     def __init__(self, bound: float | None, config: RateConfig = RateConfig(), *,
                  max_throttle_ms: int | None = None, pacing: bool = False, pacer_depth: float = 1.0,
@@ -153,9 +160,11 @@ class Sensor:
         self.pacing = pacing
         self.last_ms: int | None = None  # last record
         self.muted_until_ms = 0
+        self.muted_ms = 0  # the time its throttles cover, overlaps counted once (cumulative)
         self.throttles = SampledStats(config)
         self.pacer_depth = pacer_depth
         self.pacer_start = pacer_start
+        self.pacer_bytes: float | None = None
         # The pacer: Kafka's TokenBucket arithmetic (refill at the bound up to one window's
         # worth), inlined for the hot path. _tokens_bound is the bound it was filled at.
         self._tokens = 0.0
@@ -203,7 +212,9 @@ class Sensor:
 
     def _throttled(self, quota_ms: int, pacing_ms: int, now_ms: int) -> tuple[int, int]:
         until = now_ms + max(quota_ms, pacing_ms)
-        if until > self.muted_until_ms:
+        muted = self.muted_until_ms
+        if until > muted:
+            self.muted_ms += until - (muted if muted > now_ms else now_ms)
             self.muted_until_ms = until
         return quota_ms, pacing_ms
 
@@ -225,7 +236,7 @@ class Sensor:
     def _rebound(self, bound: float, now_ms: int) -> None:
         """A new pacer holds ``pacer_start`` of its depth (full by default); when the bound
         changes it keeps its level (refilled at the old rate so far) within the new depth."""
-        depth = bound * self.pacer_depth * self.rate.config.window_ms / 1000.0
+        depth = self._depth_at(bound)
         old = self._tokens_bound
         if old is None:
             self._tokens = depth * self.pacer_start
@@ -234,6 +245,22 @@ class Sensor:
         self._tokens_ms = now_ms
         self._tokens_bound = bound
         self._depth = depth
+
+    def _depth_at(self, bound: float) -> float:
+        if self.pacer_bytes is not None:
+            return self.pacer_bytes
+        return bound * self.pacer_depth * self.rate.config.window_ms / 1000.0
+
+    def set_pacer_bytes(self, depth: float | None) -> None:
+        """The pacer's depth in bytes (None: ``pacer_depth`` windows of its rate); a pacer above
+        a new, smaller depth keeps only the depth."""
+        if depth == self.pacer_bytes:
+            return
+        self.pacer_bytes = depth
+        if self._tokens_bound is not None:
+            self._depth = self._depth_at(self._tokens_bound)
+            if self._tokens > self._depth:
+                self._tokens = self._depth
 
     def unrecord(self, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch's bytes, as Kafka does)."""

@@ -17,6 +17,7 @@ from shoal.config import BrokerConfig
 from shoal.metadata import TenantInfo
 from shoal.quotas.demand import (
     DemandExchange,
+    confirmed_demand_slice,
     DemandTable,
     Freshness,
     build_table,
@@ -26,6 +27,7 @@ from shoal.quotas.demand import (
     demand_slice,
     encode_reports,
     is_held,
+    muted_fraction,
     saturation,
     split_by_demand,
 )
@@ -126,6 +128,31 @@ def test_demand_slice_edges() -> None:
     assert demand_slice(300.0, [1, 2, 3], 2, table, "produce", T) == pytest.approx(11.0)
 
 
+def test_a_slice_rises_only_when_two_tables_in_a_row_grant_it() -> None:
+    """The cold-start race, exactly: 600 B/s over brokers 1, 2, 3; traffic starts at all three
+    at once, and each reads the table at its own moment of the interval. Broker 1 reads it first,
+    where only its own report is there (the others count at the floor, 20): alone it would take
+    560, broker 2 next 290, broker 3 last 200, 1,050 in all. Taking the smaller of its last two
+    tables' slices, each keeps 200 until the tables agree; a fall applies at once."""
+    empty = DemandTable(frozenset({1, 2, 3}), {})
+    held = lambda *nodes: DemandTable(frozenset({1, 2, 3}), {"produce": {T: {n: (0.0, True) for n in nodes}}})
+    args = (600.0, [1, 2, 3])
+    assert demand_slice(*args, 1, held(1), "produce", T) == pytest.approx(560)
+    assert demand_slice(*args, 2, held(1, 2), "produce", T) == pytest.approx(290)
+    assert confirmed_demand_slice(*args, 1, (empty, held(1)), "produce", T) == pytest.approx(200)
+    assert confirmed_demand_slice(*args, 2, (empty, held(1, 2)), "produce", T) == pytest.approx(200)
+    assert confirmed_demand_slice(*args, 3, (empty, held(1, 2, 3)), "produce", T) == pytest.approx(200)
+    assert confirmed_demand_slice(*args, 3, (None, held(3)), "produce", T) == pytest.approx(200)  # None: equal
+    # the tables agree: broker 1 held, the others at 50 B/s: 600 - 2 x 55
+    skew = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (0.0, True), 2: (50.0, False), 3: (50.0, False)}}})
+    assert confirmed_demand_slice(*args, 1, (skew, skew), "produce", T) == pytest.approx(490)
+    # its traffic moves to broker 2: broker 1's slice falls with the first table that says so
+    moved = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (10.0, False), 2: (0.0, True), 3: (50.0, False)}}})
+    assert confirmed_demand_slice(*args, 1, (skew, moved), "produce", T) == pytest.approx(20)  # the floor
+    assert confirmed_demand_slice(*args, 2, (skew, moved), "produce", T) == pytest.approx(55)
+    assert confirmed_demand_slice(*args, 2, (moved, moved), "produce", T) == pytest.approx(600 - 20 - 55)
+
+
 # -- the codec and the table ------------------------------------------------------------------------
 
 reports_st = st.fixed_dictionaries({
@@ -206,6 +233,8 @@ def test_manager_bound_follows_the_split_and_the_demand_table() -> None:
     m.set_demand(hot)
     assert m.quota(T, "u", "c") == (None, 200)  # split is still equal
     m.set_split("demand")
+    assert m.quota(T, "u", "c") == (None, 200)  # one table alone: a slice rises when two grant it
+    m.set_demand(hot)
     assert m.quota(T, "u", "c") == (None, pytest.approx(600 - 2 * 55))
     assert m.tenant_slices() == {T: pytest.approx(490.0)}
     # the moving slice is a paced cap; the windowed (Kafka) bound is the whole tenant quota
@@ -214,6 +243,7 @@ def test_manager_bound_follows_the_split_and_the_demand_table() -> None:
     m.set_demand(None)  # stale: back to equal
     assert m.quota(T, "u", "c") == (None, 200)
     # a leadership move: broker 3's partition goes to 2; the split follows at once
+    m.set_demand(hot)
     m.set_demand(hot)
     old = m._image
     moved = {f"{T}_t": topic(f"{T}_t", [1, 2, 2])}
@@ -254,6 +284,7 @@ def test_exchange_reports_held_tenants_and_falls_back_to_equal() -> None:
     table = DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (190.0, True), 2: (50.0, False)}}})
     managers.set_split("demand")
     managers.set_demand(table)
+    managers.set_demand(table)
     assert managers.produce.tenant_quota(T) == pytest.approx(600 - 55 - 20)
     ex.last_ok_ms = now[0]
     asyncio.run(ex.step())  # fails, within the staleness bound: the last table is kept
@@ -276,8 +307,9 @@ def test_a_lowered_demand_slice_paces_instead_of_muting_for_the_window() -> None
     the tenant waits about one request's worth at the new rate."""
     m = three_leaders()
     m.set_split("demand")
-    m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (1.0, True), 2: (50.0, False),
-                                                                     3: (50.0, False)}}}))
+    for _ in range(2):
+        m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (1.0, True), 2: (50.0, False),
+                                                                         3: (50.0, False)}}}))
     now = 1_700_000_000_000
     for i in range(110):  # 49 B every 100 ms: 490 B/s
         m.record(T, "u", "c", 49, now + 100 * i)
@@ -312,7 +344,8 @@ def test_recent_rate_forgets_the_past_within_the_span() -> None:
 
 def test_tenant_pacer_starts_empty_a_quarter_window_deep() -> None:
     """Exact: a tenant sensor's pacer starts with no credit and fills to a quarter window of its
-    rate; a client sensor's starts full, one window deep (Kafka's TokenBucket)."""
+    slice or of the tenant's equal share (quota / leaders), whichever is larger; a client
+    sensor's starts full, one window deep (Kafka's TokenBucket)."""
     m = three_leaders()  # 600 B/s tenant-wide, equal: 200 B/s here
     now = 1_700_000_000_000
     assert m.record(T, "u", "c", 100, now) == (0, 500)  # 100 B from nothing at 200 B/s
@@ -327,11 +360,27 @@ def test_tenant_pacer_starts_empty_a_quarter_window_deep() -> None:
     # the same under the demand split, whose slice is a cap (the pacer alone enforces it)
     m = three_leaders()
     m.set_split("demand")
-    m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (1.0, True), 2: (50.0, False),
-                                                                     3: (50.0, False)}}}))
+    for _ in range(2):
+        m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: {1: (1.0, True), 2: (50.0, False),
+                                                                         3: (50.0, False)}}}))
     sensor = m._handle(T, "u", "c").tenant
     assert (sensor.bound, sensor.cap) == (600, pytest.approx(490.0))
     assert m.record(T, "u", "c", 49, now) == (0, 100)
+    # deep a quarter window of its slice (122.5 B) ...
+    now += 10_000
+    assert m.record(T, "u", "c", 120, now) == (0, 0)
+    assert m.record(T, "u", "c", 49, now) == (0, 95)  # 46.5 B short at 490 B/s
+    # ... or of the equal share (50 B), whichever is larger: broker 2's slice is 55 B/s
+    cold = demand_managers(600, {1: (1.0, True), 2: (50.0, False), 3: (50.0, False)})[2]
+    assert cold.tenant_quota(T) == pytest.approx(55.0)
+    assert cold._handle(T, "u", "c").tenant.pacer_bytes == pytest.approx(50.0)
+    # a leadership move to two leaders: broker 1 held, broker 2 at 55: 545 B/s, 136.25 B deep
+    old_img = m._image
+    moved = {f"{T}_t": topic(f"{T}_t", [1, 2, 2])}
+    m.update(dataclasses.replace(old_img, topics=MappingProxyType(moved),
+                                 topics_by_id=MappingProxyType({t.topic_id: t for t in moved.values()})), old_img)
+    assert m.tenant_quota(T) == pytest.approx(545.0)
+    assert m._handle(T, "u", "c").tenant.pacer_bytes == pytest.approx(136.25)
     # the request quota has no pacer
     req = ClientQuotaManager(QuotaType.REQUEST, node_id=1)
     assert req._new_sensor(10.0, tenant=True).pacer_depth == 1.0
@@ -351,6 +400,7 @@ def simulate(managers: dict[int, ClientQuotaManager], offered: dict[int, float],
         s = m._handle(T, "u", "c").tenant
         if old_pacer:
             s.pacer_depth, s.pacer_start = 1.0, 1.0
+            s.set_pacer_bytes(None)
     events = [(0, node, 0.0, 0) for node in managers]  # (time ms, node, queued bytes, offered until)
     while events:
         events.sort()
@@ -391,7 +441,8 @@ def demand_managers(quota: float, reports: dict[int, tuple[float, bool]]) -> dic
         m = out[node] = ClientQuotaManager(QuotaType.PRODUCE, node_id=node)
         m.update(img)
         m.set_split("demand")
-        m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: reports}}))
+        for _ in range(2):  # settled: the same table twice
+            m.set_demand(DemandTable(frozenset({1, 2, 3}), {"produce": {T: reports}}))
     return out
 
 
@@ -417,3 +468,41 @@ def test_no_10_s_window_over_the_quota_by_5_percent_at_a_cold_start_or_after_a_p
     old = simulate(demand_managers(quota, reports), offered, 20, old_pacer=True)
     if case == "a even":
         assert max_window_rate(old) >= 1.08 * quota, max_window_rate(old) / quota
+
+
+def test_held_means_muted_half_the_time_not_any_throttle() -> None:
+    """Exact: a tenant's cumulative muted time (overlapping throttles once), the fraction of a
+    span, and the exchange's reports: a client that bursts once in two seconds (muted 500 ms of
+    2,000) is not held; one its slice holds back (muted whenever it is not sending) is."""
+    from shoal.quotas.sensor import Sensor
+
+    s = Sensor(None)
+    s._throttled(0, 100, 1000)
+    s._throttled(0, 100, 1050)  # until 1150: 50 more
+    s._throttled(30, 0, 1300)
+    assert (s.muted_ms, s.muted_until_ms) == (180, 1330)
+    assert muted_fraction(1500, 500, 2000) == 0.5
+    assert muted_fraction(300, None, 2000) == 0.15 and muted_fraction(300, 900, 2000) == 0.15  # sensor new
+
+    config = BrokerConfig({"shoal.quota.tenant.split": "demand"})
+    managers = QuotaManagers(config, 1)
+    other = "lkc-bbbbbb"
+    img = image({(("tenant", T),): {"producer_byte_rate": 600}, (("tenant", other),): {"producer_byte_rate": 600}},
+                topics={f"{T}_t": topic(f"{T}_t", [1, 2, 3]), f"{other}_t": topic(f"{other}_t", [1, 2, 3])},
+                brokers=(1, 2, 3))
+    managers.update(img)
+    ex = DemandExchange(managers, None, 1, lambda: config, lambda: 0)
+    t0 = 1_700_000_000_000
+    p = managers.produce
+    for t in (T, other):
+        assert p.record(t, "u", "c", 0, t0) == (0, 0)  # the pacers start (empty, 50 B deep at 200 B/s)
+    before = {"produce": p.tenant_muted_ms(), "fetch": {}}
+    assert p.record(T, "u", "c", 150, t0 + 1000) == (0, 500)  # a burst: 100 B short, 500 ms
+    now = t0
+    while now < t0 + 2000:  # greedy: 40 B whenever let in (200 ms each at 200 B/s)
+        now += max(p.record(other, "u", "c", 40, now))
+    reports = ex.own_reports(t0 + 2000, t0, 1.1, 2000, before)["produce"]
+    assert reports[T] == (150.0, False)  # 150 B over the last second, below 0.95 of the 200 B/s slice
+    assert reports[other][1] is True
+    # without a snapshot (the first step) the whole muted time counts: the burst is 0.25 of 2 s
+    assert ex.own_reports(t0 + 2000, t0, 1.1, 2000)["produce"][T][1] is False
