@@ -70,6 +70,12 @@ filter) or when the number of shuffle partitions changes between runs: a partial
 batch could then lose or duplicate rows of the tasks that differ. Fully committed batches are
 safe either way (the driver's record).
 
+A task's transaction must end within librdkafka's ``transaction.timeout.ms`` (60 s by default;
+``kafka.transaction.timeout.ms``, up to the broker's ``transaction.max.timeout.ms``), or the
+coordinator aborts it and the task fails: raise it for tasks that write for longer. A task that
+died with its transaction open holds read_committed readers of the partitions it wrote at that
+point until its next attempt's ``init_transactions`` or that timeout aborts it.
+
 Batch writes (``df.write``) with ``exactlyOnce`` run one transaction per task too, with an id
 made of the prefix, a random id of the write and the task's partition: a task's rows become
 visible all at once, and a retried attempt fences and aborts the one before. There is no task

@@ -62,9 +62,10 @@ def admin(bootstrap: str, security: dict[str, str] | None = None) -> AdminClient
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
-                 security: dict[str, str] | None = None) -> str:
+                 security: dict[str, str] | None = None, replication_factor: int = 1) -> str:
     client = admin(bootstrap, security)
-    fs = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+    fs = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                                        config=config or {})],
                               request_timeout=OP_TIMEOUT)
     fs[name].result(timeout=OP_TIMEOUT)
     return name

@@ -5,7 +5,10 @@
   transaction) where read_uncommitted reads to the high watermark;
 - a streaming query writing through the ``exactlyOnce`` sink, its driver killed -9 in the middle
   of a micro-batch (one task committed, the other's transaction open with rows in it) and
-  restarted from its checkpoint: every input record is in the read_committed output exactly once.
+  restarted from its checkpoint: every input record is in the read_committed output exactly once;
+- the same query with a UDF failing in the middle of a task (which PySpark lets the writer commit
+  as if its input were complete), restarted: the re-run writes only the rest of that task;
+- a batch write with one transaction per task.
 
 The checks read the output with their own consumer (not the data source under test).
 """
@@ -14,18 +17,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql.pandas.types import to_arrow_schema
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from spark_helpers import OP_TIMEOUT, create_topic, produce
+from spark_eo_helpers import (
+    cut_short_then_rerun,
+    kill,
+    name,
+    pipeline_topics,
+    run_to_end,
+    start_job,
+    view,
+    wait_for,
+)
+from spark_helpers import OP_TIMEOUT, create_topic
 
 from shoal.spark.kafka import OffsetReader, TaskCommitLog, read_range
 from shoal.spark.offsets import OffsetRange
@@ -38,7 +45,6 @@ pytestmark = [
                        reason="needs the broker's transactions (shoal.txn, issue 14)"),
 ]
 
-JOB = Path(__file__).with_name("spark_eo_job.py")
 TXN_TIMEOUT = 30.0
 
 
@@ -58,37 +64,6 @@ def in_txn(p: Producer, topic: str, values: list[bytes], *, end: str | None) -> 
         p.commit_transaction(TXN_TIMEOUT)
     elif end == "abort":
         p.abort_transaction(TXN_TIMEOUT)
-
-
-def view(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 60.0) -> list:
-    """Every record of ``topic`` a consumer in ``isolation`` reads, from the start until its
-    position in each partition reaches the partition's high watermark (read_committed: waits
-    for the last stable offset to get there)."""
-    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": "eo-check", "isolation.level": "read_uncommitted"})
-    try:
-        ends = {p: plain.get_watermark_offsets(TopicPartition(topic, p), timeout=OP_TIMEOUT)[1] for p in range(partitions)}
-    finally:
-        plain.close()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eo-check", "isolation.level": isolation,
-                  "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    out: list = []
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        pos = {p: 0 for p in range(partitions)}
-        deadline = time.monotonic() + timeout
-        while any(pos[p] < ends[p] for p in pos):
-            assert time.monotonic() < deadline, f"{isolation} read of {topic} stuck at {pos}, ends {ends}"
-            for m in c.consume(500, 0.2):
-                if m.error():
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(m.error())
-                    pos[m.partition()] = max(pos[m.partition()], m.offset())
-                    continue
-                out.append(m)
-                pos[m.partition()] = max(pos[m.partition()], m.offset() + 1)
-    finally:
-        c.close()
-    return out
 
 
 # -- the source in read_committed -----------------------------------------------------------------
@@ -148,55 +123,6 @@ def test_read_committed_skips_aborted_and_stops_at_the_lso(spark, shoal_opts, un
 # -- the exactly-once sink, its driver killed mid-batch ---------------------------------------------
 
 
-PAD = b"x" * 2000  # rows of 2 KB: Spark's 64 KiB buffers to and from the Python UDF fill up
-
-
-def name(m) -> bytes:
-    return m.value().split(b"|")[0]
-
-
-def start_job(bs: str, src: str, out: str, ckpt: Path, log: Path, *hang: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(JOB), bs, src, out, str(ckpt), *hang],
-                            stdout=subprocess.PIPE, stderr=log.open("ab"), start_new_session=True, text=True)
-
-
-def kill(job: subprocess.Popen) -> None:
-    """kill -9 of the driver's whole process group: the JVM, its Python workers, the driver."""
-    try:
-        os.killpg(job.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    job.wait(30)
-
-
-def pipeline_topics(bs: str, uniq: str) -> tuple[str, str, list[bytes]]:
-    """The input topic (2 partitions, 1,000 rows of 2 KB named r0..r999), the output topic, the names."""
-    src, out = create_topic(bs, f"{uniq}-in", 2), create_topic(bs, f"{uniq}-out", 3)
-    names = [b"r%d" % i for i in range(1000)]
-    produce(bs, src, [{"value": n + b"|" + PAD, "key": b"k%d" % i, "partition": i % 2} for i, n in enumerate(names)])
-    return src, out, names
-
-
-def run_to_end(bs: str, src: str, out: str, ckpt: Path, log: Path) -> dict:
-    """The job, without failures, until its query ends; what it printed."""
-    job = start_job(bs, src, out, ckpt, log)
-    try:
-        stdout, _ = job.communicate(timeout=180)
-    finally:
-        kill(job)
-    assert job.returncode == 0, log.read_text()[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.poll() is not None:
-            raise AssertionError(f"the Spark job exited ({proc.returncode}) before {what}\n{log.read_text()[-3000:]}")
-        assert time.monotonic() < deadline, f"not {what} after {timeout}s\n{log.read_text()[-3000:]}"
-        time.sleep(0.5)
-
-
 def test_streaming_exactly_once_survives_kill9_mid_batch(broker, uniq, tmp_path):
     bs = broker.bootstrap
     src, out, names = pipeline_topics(bs, uniq)
@@ -250,29 +176,5 @@ def test_batch_write_exactly_once(spark, shoal_opts, uniq, broker):
     assert len({line.split("transactional id ")[1].split()[0] for line in inits}) >= 3
 
 
-
 def test_streaming_exactly_once_task_cut_short_upstream(broker, uniq, tmp_path):
-    """A UDF raises in the middle of task 1 of batch 1: PySpark ends the writer's input as if it
-    were complete, so the task commits the rows it got, then fails (and the query with it). The
-    re-run of batch 1 after the restart writes only the rest of that task's rows."""
-    bs = broker.bootstrap
-    src, out, names = pipeline_topics(bs, uniq)
-    ckpt, flag, log = tmp_path / "ckpt", tmp_path / "failing", tmp_path / "job.log"
-    job = start_job(bs, src, out, ckpt, log, "r701", str(flag), "raise")
-    try:
-        job.communicate(timeout=150)
-    finally:
-        kill(job)
-    assert job.returncode != 0 and flag.exists(), log.read_text()[-3000:]
-    query_id = json.loads(next((ckpt / "metadata").open()))["id"]
-    tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
-    cut = [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)]
-    assert len(cut) == 1 and cut[0][0] == 0 and 0 < cut[0][1] < 200, f"no early commit to test: {cut}"
-    early = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
-    assert early[b"r401"] == 1 and early[b"r701"] == 0  # committed: the rows before the failure
-
-    run_to_end(bs, src, out, ckpt, log)
-    committed = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
-    assert committed == Counter(names), {v: n for v, n in committed.items() if n != 1}
-    n = cut[0][1]
-    assert [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)] == [(0, n), (n, 200 - n)]
+    cut_short_then_rerun(broker.bootstrap, uniq, tmp_path)
