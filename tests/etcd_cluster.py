@@ -103,7 +103,7 @@ class EtcdCluster:
 
     def _spawn(self, i: int) -> None:
         m = self.members[i]
-        initial = ",".join(f"{x.name}={x.peer_url}" for x in self.members)
+        initial = ",".join(f"{x.name}={self.advertised_peer_url(j)}" for j, x in enumerate(self.members))
         cmd = [
             ETCD,
             "--name", m.name,
@@ -111,7 +111,7 @@ class EtcdCluster:
             "--listen-client-urls", f"http://{m.endpoint}",
             "--advertise-client-urls", f"http://{m.endpoint}",
             "--listen-peer-urls", m.peer_url,
-            "--initial-advertise-peer-urls", m.peer_url,
+            "--initial-advertise-peer-urls", self.advertised_peer_url(i),
             "--initial-cluster", initial,
             "--initial-cluster-state", "new",
             "--initial-cluster-token", self.token,
@@ -128,6 +128,11 @@ class EtcdCluster:
             m.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             out.close()
+
+    def advertised_peer_url(self, i: int) -> str:
+        """The peer URL the other members dial for member ``i`` (tests/region_harness.py puts a
+        link proxy there)."""
+        return self.members[i].peer_url
 
     def healthy(self, i: int) -> bool:
         m = self.members[i]
