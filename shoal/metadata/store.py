@@ -261,13 +261,14 @@ class DecidingStore(MetadataStore):
 
     async def alter_isr(
         self, name: str, partition: int, *, leader: int, leader_epoch: int, partition_epoch: int,
-        isr: tuple[int, ...],
+        isr: tuple[int, ...], min_isr: int | None = None,
     ) -> PartitionInfo:
         """A leader's ISR change, fenced by its leader epoch and the partition epoch it decided on
-        (``topic_rules.alter_isr``: Kafka's AlterPartition)."""
+        (``topic_rules.alter_isr``: Kafka's AlterPartition; ``min_isr``: the leader's
+        min.insync.replicas, for observer promotion)."""
         return await self.decide_and_commit(
             lambda img: topic_rules.alter_isr(img, name, partition, leader=leader, leader_epoch=leader_epoch,
-                                              partition_epoch=partition_epoch, isr=isr)
+                                              partition_epoch=partition_epoch, isr=isr, min_isr=min_isr)
         )
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:

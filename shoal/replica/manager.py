@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.config import BrokerConfig, log_config
 from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topics, topic_renames
+from shoal.promotion import promotion_policy
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.partition import Partition
 from shoal.replica.purgatory import Purgatory
@@ -172,6 +173,8 @@ class ReplicaManager:
             proposed = part.update_follower_fetch(replica_id, sp.fetch_offset, now_ms)
             if proposed is not None:
                 self._propose_isr(part, proposed, f"replica {replica_id} caught up")
+            elif part.info.observers:
+                self._maybe_promote(part, topic.configs, now_ms)
 
     def shrink_isrs(self) -> None:
         """Drop from their ISRs the followers not caught up for ``replica.lag.time.max.ms``."""
@@ -182,8 +185,30 @@ class ReplicaManager:
             if proposed is not None:
                 out = [r for r in part.info.isr if r not in proposed]
                 self._propose_isr(part, proposed, f"replicas {out} not caught up for {lag} ms")
+            elif part.info.observers and part.is_leader:
+                topic = self._image().topic(part.topic)
+                if topic is not None:
+                    self._maybe_promote(part, topic.configs, now)
 
-    def _propose_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
+    def _maybe_promote(self, part: Partition, configs: Mapping[str, str], now_ms: int) -> None:
+        """Automatic observer promotion (``shoal.promotion``): a leader whose topic's placement
+        has an ``observerPromotionPolicy`` brings caught-up observers into the ISR, or lets them
+        go once the sync replicas are back."""
+        policy = promotion_policy(configs.get("replica.placement") or "")
+        if policy is None:
+            return
+        lag = int(self._config().get("replica.lag.time.max.ms"))
+        min_isr = int(part.log.config.min_insync_replicas)
+        proposed = part.promotion(policy, min_isr, now_ms, lag)
+        if proposed is None:
+            return
+        old = part.info.isr
+        joined = [r for r in proposed if r not in old]
+        why = (f"observers {joined} promoted ({policy}, min.insync.replicas {min_isr})" if joined else
+               f"observers {[r for r in old if r not in proposed]} demoted: the sync replicas are back")
+        self._propose_isr(part, proposed, why, min_isr=min_isr)
+
+    def _propose_isr(self, part: Partition, isr: tuple[int, ...], why: str, min_isr: int | None = None) -> None:
         if self._alter_isr is None or part.pending_isr is not None:
             return
         info = part.info
@@ -192,8 +217,9 @@ class ReplicaManager:
 
         async def commit() -> None:
             try:
+                extra = {} if min_isr is None else {"min_isr": min_isr}  # observer promotion only
                 await self._alter_isr(part.topic, part.index, leader=self.node_id, leader_epoch=info.leader_epoch,
-                                      partition_epoch=info.partition_epoch, isr=isr)
+                                      partition_epoch=info.partition_epoch, isr=isr, **extra)
                 log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, list(info.isr), list(isr), why)
                 if len(isr) < len(info.isr):
                     self.isr_shrinks += 1
@@ -421,3 +447,4 @@ class ReplicaManager:
                 continue  # not ours any more: reconcile deletes it
             log.info("moving %s-%d to %s (renamed while the broker was down)", name, index, current.name)
             self.logs.rename_partition(name, current.name, index, self.log_config_for(current))
+

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from shoal.metadata import PartitionInfo
+from shoal.promotion import observer_isr
 
 if TYPE_CHECKING:
     from shoal.storage import AppendInfo, PartitionLog
@@ -213,12 +214,30 @@ class Partition:
     def _expansion(self, replica_id: int, f: FollowerState) -> tuple[int, ...] | None:
         """Kafka's ``isFollowerInSync`` for a replica outside the ISR: it has everything up to
         the high watermark (and at least one offset of this leader's epoch, when there is one).
-        An observer (``replica.placement``) never joins: it replicates asynchronously."""
+        An observer (``replica.placement``) never joins this way: it replicates asynchronously,
+        and enters the ISR only by automatic promotion (:meth:`promotion`)."""
         if replica_id in self.info.isr or replica_id in self.info.observers or self.pending_isr is not None:
             return None
         if f.log_end_offset < self.log.high_watermark:
             return None
         return self.info.isr + (replica_id,)
+
+    def promotion(self, policy: str | None, min_isr: int, now_ms: int, lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR promoting or demoting observers under the topic's ``observerPromotionPolicy``
+        (``shoal.promotion.observer_isr``), or None. A replica outside the ISR counts as caught
+        up as it would to join the ISR (``_expansion``'s test: it has everything up to the high
+        watermark) and only while it fetches (caught up within ``lag_ms``)."""
+        if not self.is_leader or not self.info.observers or self.pending_isr is not None:
+            return None
+        hw = self.log.high_watermark
+        caught_up = {
+            r for r, f in self.followers.items()
+            if r not in self.info.isr and f.last_fetch_ms >= 0 and f.log_end_offset >= hw
+            and now_ms - f.last_caught_up_ms <= lag_ms
+        }
+        return observer_isr(policy, isr=self.info.isr or (self.node_id,), sync_replicas=self.info.sync_replicas,
+                            observers=self.info.observers, caught_up=caught_up, leader=self.node_id,
+                            min_isr=min_isr)
 
     def shrink(self, now_ms: int, lag_ms: int) -> tuple[int, ...] | None:
         """The ISR without the followers not caught up for ``lag_ms`` (Kafka's

@@ -75,3 +75,45 @@ def test_added_partitions_keep_their_observers():
     r = topics.add_partitions(created(), "t", [(2, 1, 4)], [(4,)])
     p = r.response.partitions[1]
     assert (p.partition, p.isr, p.observers, p.leader) == (1, (2, 1), (4,), 2)
+
+
+V2 = json.dumps({"version": 2, "replicas": [{"count": 2, "constraints": {"rack": "dc1"}}],
+                 "observers": [{"count": 1, "constraints": {"rack": "dc2"}}]})
+
+
+def placed(configs) -> MetadataImage:
+    img = image()
+    r = topics.create_topic(img, "t", [(1, 2, 3)], configs, new_uuid=lambda: uuid.UUID(int=5), observers=((3,),))
+    return r.change.apply(img)
+
+
+def test_a_promoted_observer_enters_the_isr_only_when_the_policy_needs_it():
+    img = placed({"replica.placement": V2, "min.insync.replicas": "2"})
+    shrunk = topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1,)).change.apply(img)
+    # under-min-isr (version 2's default): the ISR (1) is below 2, one observer may stand in
+    r = topics.alter_isr(shrunk, "t", 0, leader=1, leader_epoch=0, partition_epoch=1, isr=(1, 3))
+    assert r.response.isr == (1, 3) and r.response.observers == (3,)
+    # with the ISR at min.insync.replicas, no observer joins
+    with pytest.raises(MetadataError, match="does not promote"):
+        topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2, 3))
+    # the leader's own min.insync.replicas (a broker default) counts: 3 needs the observer
+    r = topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2, 3), min_isr=3)
+    assert r.response.isr == (1, 2, 3)
+    # promoted, the observer stays while the sync replica rejoins; demotion is a plain shrink
+    promoted = r.change.apply(img)
+    r = topics.alter_isr(promoted, "t", 0, leader=1, leader_epoch=0, partition_epoch=1, isr=(1, 2))
+    assert r.response.isr == (1, 2)
+
+
+def test_version_1_and_leader_is_observer_promote_nothing():
+    for configs in ({"replica.placement": V2.replace('"version": 2', '"version": 1')},
+                    {"replica.placement": V2[:-1] + ', "observerPromotionPolicy": "leader-is-observer"}'}):
+        img = placed({**configs, "min.insync.replicas": "3"})
+        with pytest.raises(MetadataError, match="holds an observer"):
+            topics.alter_isr(img, "t", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2, 3))
+
+
+def test_a_promoted_observer_may_lead_when_no_sync_isr_member_lives():
+    p = PartitionInfo(0, (1, 2, 3), (1, 2, 3), 1, observers=(3,))
+    assert elect(p, alive={2, 3}) == (2, (2, 3))  # a sync replica first
+    assert elect(p, alive={3}) == (3, (3,))  # the promoted observer has every acknowledged record

@@ -2,8 +2,8 @@
 
 Invariants: a name names at most one topic; topic ids are never the zero uuid and never reused
 within the image; at creation (and for added partitions) leader = first replica, ISR = all
-replicas but the observers (``replica.placement``), leader epoch 0; an observer never enters the
-ISR (``alter_isr`` refuses it); a leader change bumps ``leader_epoch`` and any partition change bumps
+replicas but the observers (``replica.placement``), leader epoch 0; an observer enters the ISR
+only by automatic promotion (``alter_isr`` checks the topic's policy); a leader change bumps ``leader_epoch`` and any partition change bumps
 ``partition_epoch`` (KRaft's PartitionChangeRecord).
 """
 
@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import existing_topic
+from shoal.promotion import promotion_allowed, promotion_policy
 
 
 def new_partitions(first: int, assignments: list[tuple[int, ...]],
@@ -134,11 +135,17 @@ def alter_isr(
     leader_epoch: int,
     partition_epoch: int,
     isr: tuple[int, ...],
+    min_isr: int | None = None,
 ) -> Result[PartitionInfo]:
     """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its
     current leader epoch, against the partition epoch it decided on, so a deposed leader or a
     change decided on a stale ISR cannot commit (FENCED_LEADER_EPOCH / INVALID_UPDATE_VERSION).
-    The new ISR holds the leader and only replicas; the partition epoch is bumped."""
+    The new ISR holds the leader and only replicas; the partition epoch is bumped.
+
+    Observers join the ISR only by automatic promotion: the topic's ``replica.placement`` is
+    version 2 with a policy that promotes under this ISR, and no more observers than it needs
+    (``shoal.promotion.promotion_allowed``; ``min_isr`` is the leader's ``min.insync.replicas``,
+    else the topic's, else 1)."""
     topic = existing_topic(image, name)
     if not 0 <= partition < len(topic.partitions):
         raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
@@ -158,15 +165,29 @@ def alter_isr(
     if leader not in isr or any(r not in p.replicas for r in isr) or len(set(isr)) != len(isr):
         raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} must hold the leader, "
                             f"replicas only ({list(p.replicas)})")
-    if any(r in p.observers for r in isr):
-        raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} holds an observer "
-                            f"({list(p.observers)}): observers replicate asynchronously, outside the ISR")
+    if any(r in p.observers and r not in p.isr for r in isr):
+        policy = promotion_policy(topic.configs.get("replica.placement") or "")
+        if min_isr is None:
+            min_isr = _int_config(topic, "min.insync.replicas", 1)
+        if not promotion_allowed(policy, old_isr=p.isr, new_isr=isr, sync_replicas=p.sync_replicas,
+                                 observers=p.observers, leader=leader, min_isr=min_isr):
+            why = (f"its observerPromotionPolicy {policy} does not promote with ISR {list(p.isr)} and "
+                   f"min.insync.replicas {min_isr}" if policy else "its replica.placement promotes no observer")
+            raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} holds an observer "
+                                f"({list(p.observers)}): {why}")
     if isr == p.isr:
         return unchanged(p)
     np = dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
     parts = list(topic.partitions)
     parts[partition] = np
     return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
+
+
+def _int_config(topic: TopicInfo, key: str, default: int) -> int:
+    try:
+        return int(topic.configs.get(key) or default)
+    except ValueError:
+        return default
 
 
 # -- reassignment (KIP-455) -----------------------------------------------------------------------
