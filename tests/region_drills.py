@@ -1,0 +1,149 @@
+"""Datacenter drills and measures on a ``region_harness.Regions``, shared by the tests
+(tests/multiregion/test_drills.py) and the benchmark (bench/bench_multiregion.py): each returns
+what it saw, the caller asserts or prints.
+
+Clients are real librdkafka clients bootstrapped through their datacenter's links; the harness's
+own look at a partition (``layout``) asks one broker over its direct port, so it sees what that
+broker believes, cut or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewTopic
+
+from acked_producer import AckedProducer
+from cluster_harness import until
+from region_harness import Regions
+from shoal.client import AdminClient
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def create_topic(r: Regions, client_dc: str, name: str, assignment: list[int] | None = None,
+                 rf: int = -1, configs: dict[str, str] | None = None) -> None:
+    """One partition: ``assignment`` (its replicas, the first preferred leader) or ``rf``
+    (through the client's links)."""
+    if assignment:
+        async def go() -> None:
+            host, _, port = r.client_bootstrap(client_dc, assignment[0]).rpartition(":")
+            async with AdminClient(f"{host}:{port}", timeout=30) as a:
+                await a.create_topics([{"name": name, "assignments": {0: assignment}, "configs": configs or {}}])
+
+        asyncio.run(go())
+        return
+    a = KafkaAdmin({"bootstrap.servers": r.client_bootstrap(client_dc), "log_level": 2})
+    a.create_topics([NewTopic(name, 1, rf, config=configs or {})])[name].result(30)
+
+
+def layout(r: Regions, node: int, topic: str) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(leader, replicas, ISR) of partition 0 as broker ``node`` sees it."""
+    async def go():
+        async with AdminClient(r[node].bootstrap, timeout=10) as c:
+            p = (await c.describe_topics([topic]))[topic].partitions[0]
+            return p.leader, tuple(p.replicas), tuple(sorted(p.isr))
+
+    return asyncio.run(go())
+
+
+def read_all(r: Regions, client_dc: str, topic: str, timeout: float = 60.0,
+             rack: str | None = None, until_offset: int | None = None) -> dict[int, bytes]:
+    """offset -> value of partition 0, from the start to its high watermark (or ``until_offset``),
+    by a consumer in ``client_dc`` (with ``client.rack`` = ``rack``)."""
+    conf = {"bootstrap.servers": r.client_bootstrap(client_dc), "group.id": "drill", "enable.auto.commit": False,
+            "log_level": 2, "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 2000}
+    if rack:
+        conf["client.rack"] = rack
+    c = Consumer(conf)
+    out: dict[int, bytes] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        if until_offset is None:
+            _, until_offset = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        c.assign([TopicPartition(topic, 0, 0)])
+        while len(out) < until_offset and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                out[m.offset()] = m.value()
+    finally:
+        c.close()
+    return out
+
+
+def probe(bootstrap: str, topic: str, timeout: float = 10.0) -> KafkaError | None:
+    """One acks=all record, no retries: its error (None when acknowledged)."""
+    got: list = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "enable.idempotence": False,
+                  "message.timeout.ms": int(timeout * 1000), "log_level": 2})
+    p.produce(topic, b"probe", partition=0, on_delivery=lambda err, _m: got.append(err))
+    p.flush(timeout + 5)
+    return got[0] if got else KafkaError(KafkaError._MSG_TIMED_OUT)
+
+
+def advisor(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "shoal", "placement", "check", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def stretch_drill(r: Regions, topic: str = "drill-a", survivor: str = "dc2", lost: str = "dc1",
+                  outage_s: float = 5.0) -> dict[str, Any]:
+    """Drill (a): RF 4, two replicas per datacenter, the preferred leader in ``lost``,
+    min.insync.replicas 3. Cut ``lost`` while a producer in ``survivor`` writes with acks=all;
+    probe acks=all and read there during the outage; heal; read everything back."""
+    near, far = r.brokers_in(survivor), r.brokers_in(lost)
+    assignment = [far[0], near[0], far[1], near[1]]
+    create_topic(r, survivor, topic, assignment, configs={"min.insync.replicas": "3"})
+    until(lambda: layout(r, near[0], topic)[2] == tuple(sorted(assignment)), 30, "the full ISR")
+    out: dict[str, Any] = {"assignment": assignment}
+    check = advisor("--topic", topic, "--bootstrap-server", r[near[0]].bootstrap)
+    out["advisor"] = check.stdout
+    with AckedProducer(r.client_bootstrap(survivor), topic) as p:
+        assert p.wait_for_more(200, 60), p.failed[-3:]
+        t_cut = time.monotonic()
+        r.cut(lost)
+        acked_before = dict(p.acked)  # the cut reset the links: no acknowledgement crosses after it
+        # the survivors elect a leader among themselves and shrink the ISR to their two
+        out["layout_after_cut"] = until(
+            lambda: (lay := layout(r, near[0], topic)) and lay[0] in near and set(lay[2]) <= set(near) and lay,
+            60, "a leader in the surviving datacenter")
+        out["election_s"] = time.monotonic() - t_cut
+        acked_at_cut = len(acked_before)
+        errors = []
+        for _ in range(20):
+            e = probe(r.client_bootstrap(survivor), topic)
+            errors.append(None if e is None else e.name())
+            if e is not None and e.code() == KafkaError.NOT_ENOUGH_REPLICAS:
+                break
+            time.sleep(0.5)
+        out["probe_errors"] = errors
+        stored = read_all(r, survivor, topic, 60)
+        out["read_during_outage"] = len(stored)
+        out["acked_at_cut"] = acked_at_cut
+        out["missing_during_outage"] = sum(1 for o, v in acked_before.items() if stored.get(o) != v)
+        rest = outage_s - (time.monotonic() - t_cut)
+        if rest > 0:
+            time.sleep(rest)
+        out["acked_during_outage"] = len(p.acked) - acked_at_cut
+        t_heal = time.monotonic()
+        r.heal(lost)
+        assert p.wait_for_more(1, 90), p.failed[-3:]
+        out["resume_s"] = time.monotonic() - t_heal
+        assert p.wait_for_more(200, 60), p.failed[-3:]
+    out["layout_after_heal"] = until(lambda: (lay := layout(r, near[0], topic)) and len(lay[2]) >= 3 and lay, 60,
+                                     "three in the ISR")
+    stored = read_all(r, survivor, topic, 90)
+    out["acked"] = len(p.acked)
+    out["failed"] = len(p.failed)
+    out["lost"] = len(p.lost(stored))
+    out["offsets_contiguous"] = sorted(stored) == list(range(len(stored)))
+    return out
