@@ -9,9 +9,12 @@ Phases:
             one-partition topic flat out (acks=1, linger.ms=5). Medians of MB/s and broker CPU µs
             per record, and the paired ratio (on / off of the same round).
   inprocess produce_path.py's harness (Produce requests fed to a connection, no sockets) on one
-            broker with ``broker.metrics`` unset and set to metering's counters, interleaved: broker CPU
-            per request, so the per-request cost is seen without the machine's noise; and the CPU of
-            one publisher window (sampling 1,000 topics of 100 tenants and cutting the records).
+            broker with ``broker.metrics`` unset (off), set to metering's own counters (on: what a
+            metered broker without shoal.metrics.listener runs) and to the full broker metrics with
+            metering's additions (full: a metered broker with the metrics endpoint), interleaved in
+            alternating order: broker CPU per request, so the per-request cost is seen without the
+            machine's noise; and the CPU of one publisher window (sampling 1,000 topics of 100
+            tenants and cutting the records).
   pipeline  one broker; U synthetic usage records (20 tenants x 3 brokers per window) produced into
             __shoal_usage (no authorizer: the PLAINTEXT client may act as a broker), then
             `shoal metering run --once` in process (local[2]): usage records per second of the
@@ -88,7 +91,7 @@ async def in_process(args) -> dict:
 
     from shoal.broker import Broker
     from shoal.config import BrokerConfig
-    from shoal.metering.counters import UsageMetrics
+    from shoal.metering.counters import UsageCounters, UsageMetrics
     from shoal.metering.record import window_records
 
     with tempfile.TemporaryDirectory() as d:
@@ -102,17 +105,19 @@ async def in_process(args) -> dict:
             while broker.replicas.partition("bench", 0) is None:
                 await asyncio.sleep(0.01)
             frames = [produce_frame("bench", i, 1) for i in range(64)]
-            metrics = broker.metrics
-            assert isinstance(metrics, UsageMetrics)
-            us: dict[str, list[float]] = {"off": [], "on": []}
+            assert isinstance(broker.metrics, UsageCounters)  # metering on, no metrics endpoint
+            hooks = {"off": None, "on": broker.metrics, "full": UsageMetrics(broker.clock)}
+            us: dict[str, list[float]] = {m: [] for m in hooks}
             await time_requests(broker, frames, args.requests // 4)  # warm up
-            for _round in range(args.rounds * 2):
-                for mode in ("off", "on"):
-                    broker.metrics = metrics if mode == "on" else None
+            for r in range(args.rounds * 2):
+                for mode in (("off", "on", "full") if r % 2 == 0 else ("full", "on", "off")):
+                    broker.metrics = hooks[mode]
                     t = time.process_time()
                     await time_requests(broker, frames, args.requests)
                     us[mode].append((time.process_time() - t) * 1e6 / args.requests)
-            broker.metrics = metrics
+            # the window's cost is the sampler's: measured on the full hook, whose 1,000 made-up
+            # topics stay (metering's own counters drop topics the image does not have)
+            metrics = broker.metrics = hooks["full"]
             # one window over many topics: 1,000 topics' counters of 100 tenants
             tenants = {f"lkc-{i:06d}": None for i in range(100)}
             for i in range(1000):
@@ -139,7 +144,9 @@ async def in_process(args) -> dict:
             broker.metrics = None
             await broker.stop()
     med = {m: statistics.median(v) for m, v in us.items()}
-    return {"samples": us, "median": med, "window_cpu_ms": window_ms, "window_records": len(payload)}
+    paired = {m: statistics.median(a - b for a, b in zip(us[m], us["off"])) for m in ("on", "full")}
+    return {"samples": us, "median": med, "paired_us": paired, "window_cpu_ms": window_ms,
+            "window_records": len(payload)}
 
 
 def _thread_broker(data_dir: str, interval_ms: int):
@@ -306,8 +313,11 @@ def main(argv=None) -> int:
         r = results["inprocess"]
         med = r["median"]
         print(f"\nIn process, broker CPU per Produce request (1 x 1 KiB): off {med['off']:.1f} µs, on {med['on']:.1f} µs "
-              f"({_vs(med['on'], med['off'])}, {med['on'] - med['off']:+.1f} µs); one window over 1,000 topics / "
+              f"({_vs(med['on'], med['off'])}, {med['on'] - med['off']:+.1f} µs), full metrics {med['full']:.1f} µs "
+              f"({_vs(med['full'], med['off'])}, {med['full'] - med['off']:+.1f} µs); one window over 1,000 topics / "
               f"{r['window_records']} tenants: {r['window_cpu_ms']:.1f} ms CPU")
+        print(f"  paired (median over rounds of the mode's run - the off run beside it): on {r['paired_us']['on']:+.1f} µs, "
+              f"full {r['paired_us']['full']:+.1f} µs")
     if "pipeline" in results:
         r = results["pipeline"]
         print(f"\nPipeline --once: {r['records']} usage records in {r['seconds']:.1f} s = {r['records_per_s']:.0f} "

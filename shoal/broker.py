@@ -137,10 +137,10 @@ class Broker:
         # metering: per-tenant usage to __shoal_usage (shoal.metering), read off those counters
         self.metering: Any = None  # shoal.metering.publisher.UsagePublisher, from start() to stop()
         self._metering_task: asyncio.Task[None] | None = None
-        if bool(config.get("shoal.metering.enable")):
-            from shoal.metering.counters import UsageMetrics
+        if bool(config.get("shoal.metering.enable")):  # without the endpoint, metering's own counters
+            from shoal.metering.counters import usage_hook
 
-            self.metrics = UsageMetrics(clock)
+            self.metrics = usage_hook(clock, self.metrics is not None)
         # quotas: shoal.server.limits.ConnectionLimits (counters per listener: .stats, .total)
         self.connection_limits: Any = None
         # quotas: shoal.quotas.autotune.BrokerProtection (from start()); its tuning task
@@ -304,9 +304,9 @@ class Broker:
         )
 
     def _metering_enabled(self) -> bool:
-        from shoal.metering.counters import UsageMetrics
+        from shoal.metering.counters import is_usage_hook
 
-        return isinstance(self.metrics, UsageMetrics)
+        return is_usage_hook(self.metrics)
 
     def _broker_info(self) -> BrokerInfo:
         advertised = list(self.static_config.advertised_listeners)

@@ -168,6 +168,43 @@ def _fetch_replica_id(request: Any) -> int:
     return int(rid)
 
 
+def produce_failures(response: Any) -> dict[tuple[str, int], int] | None:
+    """(topic, partition) -> error code of a Produce response's failed partitions; None when
+    none failed (or there is no response: acks=0)."""
+    failed: dict[tuple[str, int], int] | None = None
+    if response is not None:
+        for tr in response.responses:
+            for pr in tr.partition_responses:
+                if pr.error_code:
+                    if failed is None:
+                        failed = {}
+                    failed[(tr.name, pr.index)] = pr.error_code
+    return failed
+
+
+def batch_messages(records: bytes) -> int:
+    """Records in a Produce partition's ``records``: one batch's header count (the usual case),
+    else :func:`record_count`."""
+    n = len(records)
+    if n >= _BATCH_HEADER and _I32.unpack_from(records, 8)[0] + 12 == n:
+        return _I32.unpack_from(records, 57)[0]
+    return record_count(records)
+
+
+def fetched_topic(image: Any, scope: Any, tr: Any) -> tuple[str, bool]:
+    """(physical name, exists) of one topic of a Fetch response: by name before v13, by id since."""
+    name = getattr(tr, "topic", None)
+    if name:
+        physical = scope.physical(name)
+        return physical, physical in image.topics
+    info = image.topics_by_id.get(tr.topic_id)
+    return (info.name, True) if info is not None else ("", False)
+
+
+def is_follower_fetch(request: Any) -> bool:
+    return _fetch_replica_id(request) >= 0
+
+
 def record_count(records: bytes) -> int:
     """Records in a run of RecordBatch v2 batches (the header's count; 0 for what is not whole)."""
     n, pos, count = len(records), 0, 0
@@ -213,7 +250,7 @@ class BrokerMetrics:
         if name is None:
             name = self._names[key] = api_name(key)
         if key == FETCH:  # Kafka's request names split Fetch by who asks
-            name = "FetchFollower" if _fetch_replica_id(request) >= 0 else "FetchConsumer"
+            name = "FetchFollower" if is_follower_fetch(request) else "FetchConsumer"
         stats = self.apis.get(name)
         if stats is None:
             stats = self.apis[name] = ApiStats()
@@ -312,14 +349,7 @@ class BrokerMetrics:
         return t
 
     def _produce(self, ctx: "RequestContext", request: Any, response: Any, errors: dict[str, int]) -> None:
-        failed: dict[tuple[str, int], int] | None = None
-        if response is not None:
-            for tr in response.responses:
-                for pr in tr.partition_responses:
-                    if pr.error_code:
-                        if failed is None:
-                            failed = {}
-                        failed[(tr.name, pr.index)] = pr.error_code
+        failed = produce_failures(response)
         topics = ctx.services.metadata.image.topics
         counters = self.topics
         prefix = ctx.scope.prefix  # tenancy: the tenant's names are its physical ones, prefixed
@@ -344,12 +374,8 @@ class BrokerMetrics:
                     continue
                 records = pd.records
                 if records:
-                    n = len(records)
-                    t[BYTES_IN] += n
-                    if n >= _BATCH_HEADER and _I32.unpack_from(records, 8)[0] + 12 == n:  # one batch
-                        t[MESSAGES_IN] += _I32.unpack_from(records, 57)[0]
-                    else:
-                        t[MESSAGES_IN] += record_count(records)
+                    t[BYTES_IN] += len(records)
+                    t[MESSAGES_IN] += batch_messages(records)
 
     def _fetch(self, ctx: "RequestContext", response: Any, errors: dict[str, int], follower: bool,
                request: Any = None) -> None:
@@ -359,14 +385,7 @@ class BrokerMetrics:
         served = [0, 0]  # consumer bytes served as follower, as leader (KIP-392: by the client's rack)
         node = ctx.services.node_id
         for tr in response.responses:
-            name = getattr(tr, "topic", None)
-            if name:
-                physical = scope.physical(name)
-                exists = physical in topics
-            else:  # v13+: by topic id
-                info = image.topics_by_id.get(tr.topic_id)
-                physical = info.name if info is not None else ""
-                exists = info is not None
+            physical, exists = fetched_topic(image, scope, tr)
             t = self._topic(physical) if exists and not follower else None
             for pd in tr.partitions:
                 code = pd.error_code
