@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from shoal.spark.offsets import TP, DataLoss, OffsetRange
+from shoal.spark.options import OptionError
 
 __all__ = [
     "DataLossError",
@@ -542,6 +543,23 @@ class RecordProducer:
             )
 
 
+def invalid_log_topic(topic: str) -> OptionError:
+    return OptionError(
+        f"the Shoal sink's commit-log topic name {topic!r} is not valid on this cluster (a tenant's "
+        "topic names cannot start with '__'): set the sink option 'sinkCommitLogTopicPrefix', "
+        "e.g. 'spark-sink-'"
+    )
+
+
+def check_log_topic_name(client, topic: str, timeout: float) -> None:
+    """Fail at once, with the option to set, when the broker calls ``topic`` invalid (librdkafka
+    would retry a ListOffsets of it until its timeout)."""
+    t = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    err = t.error if t is not None else None
+    if err is not None and err.code() == KafkaError.TOPIC_EXCEPTION:
+        raise invalid_log_topic(topic)
+
+
 def ensure_log_topic(conf: Mapping[str, str], topic: str, partitions: int, replication_factor: int,
                      timeout: float) -> None:
     """Create ``topic`` (records kept forever) unless it exists."""
@@ -554,6 +572,8 @@ def ensure_log_topic(conf: Mapping[str, str], topic: str, partitions: int, repli
     try:
         futures[topic].result(timeout=timeout + 5)
     except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.TOPIC_EXCEPTION:
+            raise invalid_log_topic(topic) from None
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
 
@@ -578,6 +598,7 @@ class CommitLog:
         consumer = Consumer(consumer_conf(self.conf))
         try:
             tp = TopicPartition(self.topic, 0)
+            check_log_topic_name(consumer, self.topic, self.timeout)
             try:
                 low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout)
             except KafkaException as exc:

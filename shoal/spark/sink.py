@@ -14,7 +14,8 @@ query's own commit log in the checkpoint. A query that dies between the two re-r
 when it restarts. So that such a replay is not written twice, the sink keeps its own commit log:
 a one-partition Shoal topic per query, ``__shoal-spark-sink-<query id>`` (the prefix is the
 ``sinkCommitLogTopicPrefix`` option; the query id is the one stored in the checkpoint, so it is
-the same after a restart). ``commit(batchId)`` appends ``{"queryId", "batchId", "records",
+the same after a restart; a tenant, whose topic names cannot start with ``__``, sets the
+prefix). ``commit(batchId)`` appends ``{"queryId", "batchId", "records",
 "committedAtMs"}`` to it. Each write task reads the batch id and query id from Spark's task-local
 properties (``streaming.sql.batchId``, ``sql.streaming.queryId``) and the last record of the commit
 log; if its batch is already committed, it writes nothing. Batches commit in order, so one record
