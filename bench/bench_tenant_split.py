@@ -163,10 +163,10 @@ def start_cluster(workdir: Path, etcd_url: str, split: str):
     return c
 
 
-def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_rate"):
-    """A tenant with a SCRAM user and a tenant-wide producer quota (or ``key``), and topics t1,
-    t2, t3 (one partition each) whose preferred leaders are brokers 1, 2, 3; the Tenant and the
-    topics."""
+def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_rate", user: str = "splitter"):
+    """A tenant with a SCRAM user (``user``: user names are the cluster's, one per tenant) and a
+    tenant-wide producer quota (or ``key``), and topics t1, t2, t3 (one partition each) whose
+    preferred leaders are brokers 1, 2, 3; the Tenant and the topics."""
     import asyncio
 
     from shoal.client import AdminClient as ShoalAdmin
@@ -175,7 +175,7 @@ def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_ra
     status, body = cluster[1].http("POST", "/v1/tenants", {"display_name": "split"})
     assert status == 201, body
     tenant = Tenant(cluster[1], body["tenant_id"])
-    tenant.add_user("splitter")
+    tenant.add_user(user)
     topics = {n: f"t{n}" for n in (1, 2, 3)}
 
     async def setup() -> None:

@@ -2,7 +2,8 @@
 a tenant with a producer quota, real confluent-kafka producers over SASL, each broker's slice read
 from its /metrics. Loose checks only (a loaded 2-core machine): the slices sum to the quota, the
 broker that gets most of the traffic gets most of the quota, and after a leader is killed the
-survivors' slices sum to the quota again soon after the leadership moves."""
+survivors' slices sum to the quota again soon after the leadership moves; and a consumer quota
+split by demand holds the tenant's cluster-wide fetch rate."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from confluent_kafka.admin import AdminClient
 from cluster_harness import until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_tenant_split import make_tenant, produce_paced, slices, start_cluster  # noqa: E402
+from bench_tenant_split import (consume_paced, make_tenant, max_window, produce_paced, slices,  # noqa: E402
+                                start_cluster)
 
 QUOTA = 1_000_000  # bytes/s, tenant-wide
 
@@ -36,6 +38,60 @@ def split_cluster(etcd_cluster, tmp_path_factory):
 def leaders(bootstrap: str, names: list[str]) -> dict[str, int]:
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     return {n: md.topics[n].partitions[0].leader for n in names}
+
+
+def test_consumer_quota_split_by_demand_holds_the_cluster_wide_fetch_rate(split_cluster):
+    """A tenant-wide consumer_byte_rate of 1 MB/s over three leaders, consumers taking 80% of
+    1.25 x the quota from broker 1's topic and 10% from each of the others (the bench's case b):
+    the hot broker gets the largest slice, the tenant's fetch rate over the cluster never goes
+    above it (no 10 s window over 105%, the start included), and after the first seconds it is
+    above what the equal split gives (1/3 + 0.125 + 0.125 = 58%).
+
+    Not the issue's 90%: measured 71-79% over three runs (docs/benchmarks.md). The hot consumer
+    gets 75-80% of its slice, and the slices move by seconds as brokers are reported held and
+    not (a consumer's fetches are one at a time, so it is muted for less of the time than a
+    producer the same slice holds back, and its prefetch refills are bursts)."""
+    c = split_cluster
+    tenant, topics = make_tenant(c, QUOTA, key="consumer_byte_rate", user="fetcher")
+    physical = [f"{tenant.prefix}{t}" for t in topics.values()]
+    until(lambda: leaders(c[1].bootstrap, physical) == {physical[0]: 1, physical[1]: 2, physical[2]: 3},
+          30, "preferred leaders 1, 2, 3")
+    seconds, settled = 24, 8
+    rates = {"t1": 1.0 * QUOTA, "t2": 0.125 * QUOTA, "t3": 0.125 * QUOTA}
+    from confluent_kafka import Producer
+
+    p = Producer({**tenant.conf(), "linger.ms": 5, "acks": 1, "batch.size": 65536})  # fetches of a few records
+    payload = b"x" * 10_000
+    for t, r in rates.items():  # what each consumer can take in the run, and some
+        for _ in range(int(r * seconds * 1.2) // len(payload)):
+            while True:
+                try:
+                    p.produce(t, payload)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+    assert p.flush(60) == 0
+    t0 = time.monotonic() + 1.0
+    results: dict[str, list[int]] = {}
+    threads = [threading.Thread(target=lambda t=t, r=r: results.__setitem__(
+        t, consume_paced(tenant.conf(), t, r, seconds, t0)), daemon=True) for t, r in rates.items()]
+    for th in threads:
+        th.start()
+    mid: dict[int, float] = {}
+    time.sleep(max(0.0, t0 + seconds - 3 - time.monotonic()))
+    mid.update(slices(c, tenant.tenant_id, quota_type="fetch"))
+    for th in threads:
+        th.join(seconds + 60)
+    total = [sum(v[i] for v in results.values()) for i in range(seconds)]
+    steady = sum(total[settled:]) / (seconds - settled) / QUOTA
+    per_topic = {t: round(sum(v[settled:]) / (seconds - settled) / QUOTA, 3) for t, v in sorted(results.items())}
+    print(f"fetch: {steady:.1%} of the quota after {settled} s; largest 10 s window {max_window(total) / QUOTA:.1%}; "
+          f"per topic {per_topic}; slices {mid}; per second {[round(x / QUOTA, 2) for x in total]}")
+    # never more than the quota (a slice rises only when two tables grant it, so while demands
+    # move the slices may sum to less), the most to the hot broker
+    assert len(mid) == 3 and sum(mid.values()) <= 1.02 * QUOTA and mid[1] == max(mid.values()), mid
+    assert steady >= 0.6, (steady, per_topic, total)
+    assert max_window(total) <= 1.05 * QUOTA, total
 
 
 def test_demand_split_follows_traffic_and_leadership(split_cluster):
