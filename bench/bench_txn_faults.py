@@ -105,9 +105,11 @@ def main() -> int:
             rows.append((1, run.nemesis.faults, result))
             kinds_done.update(e.op.kind for e in run.nemesis.events if not e.error)
             print(f"result seed={schedule.seed} faults={run.nemesis.faults} commits={pl.commits} "
-                  f"restarts={len(pl.restarts)} {result.summary()} ({time.monotonic() - t0:.0f} s)", flush=True)
+                  f"restarts={len(pl.restarts)} wedged={pl.wedged} {result.summary()} "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)
             per_schedule.append({"seed": schedule.seed, "ops": schedule.lines(), "faults": run.nemesis.faults,
-                                 "commits": pl.commits, "restarts": [(r.worker, r.reason) for r in pl.restarts],
+                                 "commits": pl.commits, "wedged": pl.wedged,
+                                 "restarts": [(r.worker, r.reason) for r in pl.restarts],
                                  "ok": result.ok, "summary": result.summary()})
     finally:
         cluster.close()
@@ -118,7 +120,8 @@ def main() -> int:
     print(table(rows))
     print(f"faults by kind: {dict(sorted(kinds_done.items()))}")
     print(f"foreign={sum(len(r.foreign) for _, _, r in rows)} offsets-wrong={sum(len(r.offsets) for _, _, r in rows)} "
-          f"restarts={sum(len(s['restarts']) for s in per_schedule)} liveness-failures={len(liveness)} "
+          f"restarts={sum(len(s['restarts']) for s in per_schedule)} wedged={sum(s['wedged'] for s in per_schedule)} "
+          f"liveness-failures={len(liveness)} "
           f"wall={time.monotonic() - t_start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "schedules": per_schedule,

@@ -16,7 +16,9 @@ schedule; then :mod:`faults.txn_checker` judges the read_committed output::
   ``send_offsets_to_transaction`` (the next offsets with the consumer's group metadata),
   ``commit_transaction``. Any error (fenced, coordinator gone, rebalance, timeout) ends the
   worker's clients and starts new ones, which resume from the group's committed offsets; the
-  new producer's ``init_transactions`` finishes or aborts what the old one left;
+  new producer's ``init_transactions`` finishes or aborts what the old one left. A worker whose
+  client call has not returned for ``wedge_after`` seconds is replaced by a watchdog (``wedged``
+  counts them; its consumer leaves the group after ``max.poll.interval.ms``, 20 s);
 - done when the group's committed offsets reach the end of every input partition;
 - final read (direct address): once every output partition's last stable offset equals its high
   watermark (no transaction open: an abandoned one ends by ``transaction.timeout.ms``), a
@@ -31,6 +33,8 @@ topic's. ``txn_schedule`` draws random schedules that use them.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import random
 import threading
 import time
@@ -69,9 +73,11 @@ class TxnPipeline:
     batch: int = 20
     pause: float = 0.02
     txn_timeout_ms: int = 10_000
+    wedge_after: float = 45.0
     group: str = ""
     inputs: dict[int, list[str]] = field(default_factory=dict)
     commits: int = 0
+    wedged: int = 0  # workers replaced because a client call never returned (see _watch)
     restarts: list[Restart] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -79,6 +85,8 @@ class TxnPipeline:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._steps: dict[str, tuple[float, str]] = {}  # worker -> (monotonic time, what it is doing)
+        self._last_commit: dict[str, float] = {}
 
     def tid(self, worker: int) -> str:
         return f"{self.group}-w{worker}"
@@ -113,54 +121,111 @@ class TxnPipeline:
     # -- workers ----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._gen = [0] * self.workers
         for i in range(self.workers):
-            t = threading.Thread(target=self._work, args=(i,), name=f"txn-w{i}", daemon=True)
-            self._threads.append(t)
-            t.start()
+            self._spawn(i)
+        self._watchdog = threading.Thread(target=self._watch, name="txn-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def _spawn(self, i: int) -> None:
+        t = threading.Thread(target=self._work, args=(i, self._gen[i]), name=f"txn-w{i}.{self._gen[i]}", daemon=True)
+        self._threads.append(t)
+        self._step(f"w{i}", "starting")
+        t.start()
+
+    def _watch(self) -> None:
+        """Replace a worker whose client call has not returned for ``wedge_after`` seconds (every
+        call has a timeout below that): the new one's ``init_transactions`` fences the old producer,
+        and the old consumer leaves the group after ``max.poll.interval.ms``."""
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            for i in range(self.workers):
+                at, what = self._steps.get(f"w{i}", (now, ""))
+                if now - at > self.wedge_after:
+                    self._restart(f"w{i}", f"wedged: {what} did not return in {now - at:.0f} s; replaced")
+                    self.wedged += 1
+                    self._gen[i] += 1
+                    self._spawn(i)
 
     def stop(self, timeout: float = 60.0) -> None:
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.1, deadline - time.monotonic()))
+
+    def _step(self, name: str, what: str) -> None:
+        self._steps[name] = (time.monotonic(), what)
+
+    def status(self) -> str:
+        """One line per worker (its step, for how long, its last commit) and the input and
+        output partitions' HW/LSO: what a liveness failure prints."""
+        now = time.monotonic()
+        lines = []
+        for name in sorted(self._steps):
+            at, what = self._steps[name]
+            last = self._last_commit.get(name)  # (no consumer calls here: they wait for the worker's own)
+            lines.append(f"{name}: {what} for {now - at:.1f} s, last commit "
+                         f"{'never' if last is None else f'{now - last:.1f} s ago'}")
+        for topic in (self.input_topic, self.output_topic):
+            try:
+                lines.append(f"{topic}: HW {self._ends(0, topic)} LSO {self._ends(1, topic)}")
+            except Exception as e:
+                lines.append(f"{topic}: {e!r}")
+        return "; ".join(lines)
 
     def _restart(self, name: str, reason: str) -> None:
         with self._lock:
             self.restarts.append(Restart(name, reason, time.time()))
 
-    def _work(self, i: int) -> None:
+    def _current(self, i: int, gen: int) -> bool:
+        return not self._stop.is_set() and self._gen[i] == gen
+
+    def _work(self, i: int, gen: int) -> None:
         name = f"w{i}"
-        while not self._stop.is_set():
+        current = lambda: self._current(i, gen)  # noqa: E731
+        while current():
             producer = consumer = None
             try:
                 producer = Producer({
                     **CLIENT_CONF, "bootstrap.servers": self.producer_bootstrap, "transactional.id": self.tid(i),
                     "transaction.timeout.ms": self.txn_timeout_ms, "linger.ms": 5, "client.id": f"{name}-p",
+                    **_debug(name),
                 })
-                producer.init_transactions(60)
+                self._step(name, "init_transactions")
+                producer.init_transactions(30)
                 consumer = Consumer({
                     **CLIENT_CONF, "bootstrap.servers": self.consumer_bootstrap, "group.id": self.group,
                     "isolation.level": "read_committed", "enable.auto.commit": False,
                     "auto.offset.reset": "earliest", "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
-                    "client.id": f"{name}-c",
+                    "max.poll.interval.ms": 20000, "client.id": f"{name}-c",
                 })
                 consumer.subscribe([self.input_topic])
-                self._loop(producer, consumer)
+                self._loop(name, producer, consumer, current)
             except KafkaException as e:
-                self._restart(name, str(e.args[0]) if e.args else repr(e))
+                if current():
+                    self._restart(name, str(e.args[0]) if e.args else repr(e))
             except Exception as e:  # anything else: still a restart, recorded
-                self._restart(name, repr(e))
+                if current():
+                    self._restart(name, repr(e))
             finally:
+                if self._gen[i] == gen:
+                    self._step(name, "restarting")
                 _leave(consumer)
                 if producer is not None:
                     try:  # an open transaction would hold the LSO until transaction.timeout.ms
                         producer.abort_transaction(5)
                     except Exception:
                         pass
-                if not self._stop.is_set():
+                if current():
                     time.sleep(0.5)
 
-    def _loop(self, producer: Producer, consumer: Consumer) -> None:
-        while not self._stop.is_set():
+    def _loop(self, name: str, producer: Producer, consumer: Consumer, current: Callable[[], bool]) -> None:
+        def step(what: str) -> None:  # a replaced worker's thread, back from its wedge, says nothing
+            if current():
+                self._step(name, what)
+
+        while current():
+            step("consume")
             msgs = consumer.consume(num_messages=self.batch, timeout=0.5)
             good = []
             for m in msgs:
@@ -171,6 +236,7 @@ class TxnPipeline:
                     raise KafkaException(err)
             if not good:
                 continue
+            step(f"transaction of {len(good)}")
             producer.begin_transaction()
             nxt: dict[int, int] = {}
             for m in good:
@@ -183,10 +249,14 @@ class TxnPipeline:
                         producer.poll(0.05)
                 nxt[m.partition()] = m.offset() + 1
             offsets = [TopicPartition(self.input_topic, p, o) for p, o in sorted(nxt.items())]
+            step(f"send_offsets_to_transaction {[(o.partition, o.offset) for o in offsets]}")
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            step("commit_transaction")
             producer.commit_transaction(30)
             with self._lock:
                 self.commits += 1
+            if current():
+                self._last_commit[name] = time.monotonic()
             if self.pause:
                 time.sleep(self.pause)
 
@@ -213,10 +283,12 @@ class TxnPipeline:
             time.sleep(1.0)
         return False
 
-    def _ends(self, isolation_level: int) -> dict[int, int]:
+    def _ends(self, isolation_level: int, topic: str | None = None) -> dict[int, int]:
+        topic = topic or self.output_topic
+
         async def go() -> dict[tuple[str, int], Any]:
             async with AdminClient(self.direct_bootstrap, timeout=10) as a:
-                return await a.list_offsets({(self.output_topic, p): LATEST for p in range(self.partitions)},
+                return await a.list_offsets({(topic, p): LATEST for p in range(self.partitions)},
                                             isolation_level=isolation_level)
 
         return {p: o[0] for (_, p), o in asyncio.run(go()).items()}
@@ -258,6 +330,20 @@ class TxnPipeline:
         if todo:
             raise AssertionError(f"final {isolation} read: partitions {sorted(todo)} not read to their end")
         return out
+
+
+def _debug(name: str) -> dict[str, Any]:
+    """With ``FAULTS_TXN_DEBUG=DIR``: librdkafka's eos/protocol/broker debug log of each worker's
+    producer into ``DIR/<worker>.log`` (to see what a stuck transactional call waits for)."""
+    where = os.environ.get("FAULTS_TXN_DEBUG")
+    if not where:
+        return {}
+    logger = logging.getLogger(f"faults.txn.{name}")
+    if not logger.handlers:
+        logger.addHandler(logging.FileHandler(os.path.join(where, f"{name}.log")))
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return {"debug": "eos,protocol,broker", "logger": logger, "log_level": 7}
 
 
 def _leave(consumer: Consumer | None) -> None:
@@ -345,6 +431,14 @@ class TxnRun:
         self.nemesis = TxnNemesis(cluster, etcd, self.input_topic, log=log, output_topic=self.output_topic,
                                   transactional_id=self.pipeline.tid(0), group=self.pipeline.group)
         self.offsets: dict[int, int | None] = {}
+        self.left_after_faults: int | None = None  # input records not yet consumed when the schedule ended
+
+    def _left(self) -> int | None:
+        try:
+            done = self.pipeline.committed_offsets()
+        except Exception:  # the group's coordinator moving: unknown
+            return None
+        return sum(len(v) - (done.get(p) or 0) for p, v in self.pipeline.inputs.items())
 
     def play(self, schedule: Schedule, done_timeout: float = 120.0) -> TxnResult:
         """Seed; workers; wait for the first commit; the schedule; every broker back; until the input is
@@ -361,13 +455,19 @@ class TxnRun:
                 time.sleep(0.1)
             self.log(str(schedule))
             self.nemesis.run(schedule)
+            self.left_after_faults = self._left()
             c.wait_brokers(set(c.brokers), timeout=60)
+            t0 = time.monotonic()
             if not pl.wait_done(done_timeout):
                 raise AssertionError(f"pipeline did not finish the input {done_timeout:.0f} s after the faults "
                                      f"(committed {pl.committed_offsets()}, {pl.commits} commits, last restarts "
-                                     f"{[r.reason for r in pl.restarts[-3:]]})")
+                                     f"{[r.reason for r in pl.restarts[-3:]]}; {pl.status()})")
+            self.log(f"input consumed {time.monotonic() - t0:.1f} s after the faults healed "
+                     f"({self.left_after_faults} records were left)")
         finally:
             pl.stop()
         self.offsets = pl.committed_offsets()
+        t0 = time.monotonic()
         view, uncommitted = pl.final_read()
+        self.log(f"final read in {time.monotonic() - t0:.1f} s")
         return check_pipeline(pl.inputs, view, self.offsets, uncommitted)
