@@ -147,3 +147,104 @@ def stretch_drill(r: Regions, topic: str = "drill-a", survivor: str = "dc2", los
     out["lost"] = len(p.lost(stored))
     out["offsets_contiguous"] = sorted(stored) == list(range(len(stored)))
     return out
+
+
+def produce_records(bootstrap: str, topic: str, n: int, size: int, timeout: float = 120.0) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 2})
+    value = b"x" * size
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(timeout) == 0
+
+
+def follower_fetching_bytes(r: Regions, topic: str, leader: int, follower: int, client_dc: str,
+                            rack: str | None, records: int = 2000, size: int = 1000) -> dict[str, Any]:
+    """A topic led by ``leader`` with ``follower`` in ``client_dc``: ``records`` produced in the
+    leader's datacenter, then all read by a consumer in ``client_dc`` (``client.rack`` = ``rack``).
+    The bytes that crossed between the two datacenters meanwhile, by kind, per consumed byte."""
+    home = r.dc_of[leader]
+    create_topic(r, home, topic, [leader, follower])
+    before = r.cross_bytes(home, client_dc)
+    produce_records(r.client_bootstrap(home), topic, records, size)
+    got = read_all(r, client_dc, topic, 120, rack=rack)
+    after = r.cross_bytes(home, client_dc)
+    consumed = sum(len(v) for v in got.values())
+    delta = {k: after[k] - before[k] for k in after}
+    return {"records": len(got), "consumed_bytes": consumed, "cross": delta,
+            "client_per_consumed": delta["client"] / max(1, consumed),
+            "total_per_consumed": delta["total"] / max(1, consumed),
+            "replication_per_consumed": delta["replication"] / max(1, consumed)}
+
+
+def ack_latencies(bootstrap: str, topic: str, n: int = 400, rate: float = 100.0, size: int = 1000) -> list[float]:
+    """Milliseconds from produce() to the acks=all acknowledgement (librdkafka's own measure,
+    ``Message.latency()``) of ``n`` records sent at ``rate`` a second, one at a time (linger.ms 0)."""
+    lat: list[float] = []
+    failed: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 2,
+                  "message.timeout.ms": 60000})
+    p.produce(topic, b"warm-up", partition=0)
+    assert p.flush(30) == 0
+
+    def done(err, m) -> None:
+        if err:
+            failed.append(err.name())
+        else:
+            lat.append(m.latency() * 1000)
+
+    value = b"y" * size
+    start = time.perf_counter()
+    for i in range(n):
+        wait = start + i / rate - time.perf_counter()
+        if wait > 0:
+            p.poll(wait)
+        p.produce(topic, value, partition=0, on_delivery=done)
+        p.poll(0)
+    assert p.flush(90) == 0
+    assert not failed, failed[:5]
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+class IsrWatch:
+    """A thread sampling a partition's ISR (as broker ``node`` sees it) every ``every`` s, while
+    in a ``with``: the distinct ISRs in order, and how many times it changed."""
+
+    def __init__(self, r: Regions, node: int, topic: str, every: float = 0.25) -> None:
+        import threading
+
+        self.r, self.node, self.topic, self.every = r, node, topic, every
+        self.seen: list[tuple[int, ...]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                isr = layout(self.r, self.node, self.topic)[2]
+            except Exception:
+                continue
+            if not self.seen or self.seen[-1] != isr:
+                self.seen.append(isr)
+
+    def __enter__(self) -> "IsrWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    @property
+    def changes(self) -> int:
+        return max(0, len(self.seen) - 1)
