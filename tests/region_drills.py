@@ -248,3 +248,55 @@ class IsrWatch:
     @property
     def changes(self) -> int:
         return max(0, len(self.seen) - 1)
+
+
+def promotion_drill(r: Regions, topic: str = "drill-b", survivor: str = "dc2", lost: str = "dc1",
+                    outage_s: float = 5.0) -> dict[str, Any]:
+    """Drill (b): placement v2, 2 sync replicas + 1 observer per datacenter (leaders in
+    ``lost``), min.insync.replicas 3, promotion under-min-isr. Cut ``lost`` while a producer in
+    ``survivor`` writes with acks=all: the surviving observer is promoted and acks=all goes on
+    there (the time from the cut to the first acknowledged probe); heal: the observer is demoted;
+    everything acknowledged is read back."""
+    placement = {"version": 2, "observerPromotionPolicy": "under-min-isr",
+                 "replicas": [{"count": 2, "constraints": {"rack": lost}}, {"count": 2, "constraints": {"rack": survivor}}],
+                 "observers": [{"count": 1, "constraints": {"rack": lost}}, {"count": 1, "constraints": {"rack": survivor}}]}
+    import json
+
+    near = r.brokers_in(survivor)
+    create_topic(r, survivor, topic, configs={"replica.placement": json.dumps(placement), "min.insync.replicas": "3"})
+    full = until(lambda: (lay := layout(r, near[0], topic)) and len(lay[2]) == 4 and lay, 30, "the four sync replicas")
+    sync = set(full[2])
+    observer = next(b for b in full[1] if b not in sync and r.dc_of[b] == survivor)
+    out: dict[str, Any] = {"layout": full, "observer": observer}
+    with AckedProducer(r.client_bootstrap(survivor), topic) as p:
+        assert p.wait_for_more(200, 60), p.failed[-3:]
+        t_cut = time.monotonic()
+        r.cut(lost)
+        acked_before = dict(p.acked)
+        first_ok = None
+        probes = []
+        while time.monotonic() - t_cut < 90:
+            e = probe(r.client_bootstrap(survivor), topic, timeout=1)
+            probes.append(None if e is None else e.name())
+            if e is None:
+                first_ok = time.monotonic() - t_cut
+                break
+            time.sleep(0.1)
+        out["first_acks_all_s"] = first_ok
+        out["probe_errors"] = sorted(set(x for x in probes if x))
+        out["layout_after_cut"] = layout(r, near[0], topic)
+        assert p.wait_for_more(100, 60), p.failed[-3:]
+        out["acked_during_outage"] = len(p.acked) - len(acked_before)
+        rest = outage_s - (time.monotonic() - t_cut)
+        if rest > 0:
+            time.sleep(rest)
+        r.heal(lost)
+        out["layout_after_heal"] = until(
+            lambda: (lay := layout(r, near[0], topic)) and set(lay[2]) == sync and lay, 90, "the observer demoted")
+        assert p.wait_for_more(100, 60), p.failed[-3:]
+    stored = read_all(r, survivor, topic, 90)
+    out["missing_acked_before_cut"] = sum(1 for o, v in acked_before.items() if stored.get(o) != v)
+    out["acked"] = len(p.acked)
+    out["failed"] = len(p.failed)
+    out["lost"] = len(p.lost(stored))
+    return out

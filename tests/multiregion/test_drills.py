@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from region_drills import stretch_drill
+from region_drills import promotion_drill, stretch_drill
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -28,3 +28,18 @@ def test_stretch_rf4_min_isr3_losing_dc1_stops_acks_all_loses_nothing(regions):
     assert out["read_during_outage"] >= out["acked_at_cut"] >= 200 and out["missing_during_outage"] == 0, out
     assert out["failed"] == 0 and out["lost"] == 0 and out["offsets_contiguous"], out
     print(out)
+
+
+def test_promotion_losing_dc1_promotes_the_dc2_observer_and_acks_all_goes_on(regions):
+    """Drill (b): placement v2, 2 sync replicas + 1 observer per DC, min.insync.replicas 3,
+    observerPromotionPolicy under-min-isr. Cut dc1: the dc2 observer joins the ISR, acks=all
+    goes on in dc2; heal: dc1's replicas rejoin, the observer leaves the ISR; nothing
+    acknowledged is missing."""
+    r = regions(brokers={"dc1": 3, "dc2": 3}, etcd=("dc1", "dc2", "dc3"), overrides=OVERRIDES)
+    out = promotion_drill(r)
+    print(out)
+    leader, _, isr = out["layout_after_cut"]
+    assert r.dc_of[leader] == "dc2" and out["observer"] in isr and len(isr) == 3, out
+    assert out["first_acks_all_s"] is not None and out["acked_during_outage"] >= 100, out
+    assert out["observer"] not in out["layout_after_heal"][2], out
+    assert out["missing_acked_before_cut"] == 0 and out["failed"] == 0 and out["lost"] == 0, out
