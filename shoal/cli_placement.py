@@ -243,7 +243,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         min_isr = args.min_insync_replicas or (int(entry.value) if entry is not None and entry.value else 1)
         entry = configs.get("min.insync.racks")
         min_racks = args.min_insync_racks or (int(entry.value) if entry is not None and entry.value else 1)
-        groups = group_layouts([(p.partition, Layout.of(p.replicas, (), racks)) for p in topic.partitions])
-        return report(groups, min_isr, min_racks, None, args.json, f"topic {args.topic}")
+        # observers: the last ones of each replica list, as many as the topic's placement holds
+        entry = configs.get("replica.placement")
+        spec = None
+        if entry is not None and entry.value:
+            from shoal.placement_constraints import PlacementSpecError, parse_placement
+            try:
+                spec = parse_placement(entry.value)
+            except PlacementSpecError:
+                spec = None
+        n_obs = spec.observer_count if spec is not None else 0
+        groups = group_layouts([(p.partition, Layout.of(p.replicas, tuple(p.replicas[len(p.replicas) - n_obs:])
+                                                        if n_obs else (), racks)) for p in topic.partitions])
+        return report(groups, min_isr, min_racks, spec.promotion if spec is not None else None, args.json,
+                      f"topic {args.topic}")
 
     return run_admin(args, name, "shoal-placement", job)

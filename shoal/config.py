@@ -530,6 +530,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum time a message stays uncompacted.", at_least(1), True),
         _d("log.cleaner.min.cleanable.ratio", "double", 0.5, "Minimum dirty ratio of a log to be cleaned.", between(0, 1), True),
         _d("min.insync.replicas", "int", 1, "Minimum replicas that must acknowledge an acks=all write.", at_least(1), True),
+        _d("min.insync.racks", "int", 1, "Shoal (Kafka has only the proposal KIP-1290): minimum racks (broker.rack) the "
+           "in-sync replicas holding an acks=all write must span; 1: off.", at_least(1), True),
         _d("unclean.leader.election.enable", "boolean", False, "Allow out-of-ISR replicas to become leader.", None, True),
         _d(
             "compression.type",
@@ -957,6 +959,14 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "int",
             "min.insync.replicas",
             "Minimum number of in-sync replicas that must acknowledge a write with acks=all.",
+            at_least(1),
+        ),
+        _t(
+            "min.insync.racks",
+            "int",
+            "min.insync.racks",
+            "Shoal: minimum number of racks the in-sync replicas that acknowledge an acks=all write must span "
+            "(1: off; KIP-1290 is only a proposal in Kafka).",
             at_least(1),
         ),
         _t("preallocate", "boolean", "log.preallocate", "Preallocate the file on disk when creating a segment."),
@@ -1575,6 +1585,7 @@ def log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> "LogConfig
         "file_delete_delay_ms": v("file.delete.delay.ms"),
         "cleanup_policy": tuple(v("cleanup.policy")),
         "min_insync_replicas": v("min.insync.replicas"),
+        "min_insync_racks": v("min.insync.racks"),
         "compression_type": v("compression.type"),
         "preallocate": v("preallocate"),
         "message_timestamp_before_max_ms": v("message.timestamp.before.max.ms"),

@@ -30,6 +30,7 @@ from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topi
 from shoal.promotion import promotion_policy
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.partition import Partition
+from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
 from shoal.storage import LogConfig, LogManager, PartitionLog
 from shoal.tenancy.namespaces import changed_config_prefixes, topic_overrides
@@ -116,7 +117,7 @@ class ReplicaManager:
         epoch of the append (the new leader may or may not have the batch: the producer retries,
         and idempotence keeps it once); NOT_ENOUGH_REPLICAS_AFTER_APPEND when the high watermark
         got there but the ISR had shrunk below ``min.insync.replicas`` (Kafka's
-        ``checkEnoughReplicasReachOffset``).
+        ``checkEnoughReplicasReachOffset``) or below ``min.insync.racks`` racks (:meth:`enough_racks`).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -136,7 +137,7 @@ class ReplicaManager:
                 if p is None or not p.is_leader or p.leader_epoch != epochs[key]:
                     failed[key] = ErrorCode.not_leader_or_follower
                 elif p.high_watermark >= offset:
-                    if len(p.info.isr or (self.node_id,)) < min_isr:
+                    if len(p.info.isr or (self.node_id,)) < min_isr or not self.enough_racks(p):
                         failed[key] = ErrorCode.not_enough_replicas_after_append
                 else:
                     still.append(w)
@@ -152,6 +153,17 @@ class ReplicaManager:
         for t, i, _, _ in pending:
             failed[(t, i)] = ErrorCode.request_timed_out
         return failed
+
+    def enough_racks(self, part: Partition) -> bool:
+        """``min.insync.racks`` (``shoal.replica.racks``): the partition's ISR spans at least the
+        topic's number of racks (always true at the default, 1). The produce handler refuses acks=all
+        with NOT_ENOUGH_REPLICAS when it does not, as for ``min.insync.replicas``."""
+        min_racks = int(part.log.config.min_insync_racks)
+        if min_racks <= 1:
+            return True
+        brokers = self._image().brokers
+        rack_of = {b: info.rack for b, info in brokers.items()}
+        return enough_racks(part.info.isr or (self.node_id,), rack_of, min_racks)
 
     async def wait_for_data(self, keys: Iterable[tuple[str, int]], timeout: float) -> bool:
         """Fetch's purgatory: True when one of ``keys`` got data or a new high watermark."""

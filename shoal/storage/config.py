@@ -38,6 +38,7 @@ class LogConfig:
     max_compaction_lag_ms: int = MAX_LONG
     delete_retention_ms: int = 86400000
     min_insync_replicas: int = 1  # not the log's: the replica layer's acks=all rule (kept with the topic's configs)
+    min_insync_racks: int = 1  # not the log's either: acks=all's rack rule (shoal.replica.racks)
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
