@@ -329,3 +329,50 @@ class LinkProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A standalone proxy (no Shoal needed): ``python tests/faults/linkproxy.py --listen 19092
+    --target 127.0.0.1:9092 --delay-ms 15 --rate 1000000``. Commands on stdin, one a line:
+    ``cut [stall|reset]``, ``heal``, ``delay MS``, ``rate BYTES_PER_S|none``, ``stats``, ``quit``."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--listen", type=int, required=True, help="port on 127.0.0.1")
+    ap.add_argument("--target", required=True, help="HOST:PORT")
+    ap.add_argument("--delay-ms", type=float, default=0.0, help="each direction")
+    ap.add_argument("--jitter-ms", type=float, default=0.0)
+    ap.add_argument("--rate", type=float, default=None, help="bytes/s each direction (default unlimited)")
+    args = ap.parse_args(argv)
+    host, _, port = args.target.rpartition(":")
+    with LinkProxy() as lp:
+        lp.add("link", (host, int(port)), args.listen)
+        lp.delay("link", args.delay_ms, args.jitter_ms)
+        lp.bandwidth("link", args.rate)
+        print(f"127.0.0.1:{lp.port('link')} -> {args.target}", flush=True)
+        for line in sys.stdin:
+            cmd, *rest = line.split() or [""]
+            try:
+                if cmd == "cut":
+                    lp.cut("link", mode=rest[0] if rest else "stall")
+                elif cmd == "heal":
+                    lp.heal("link")
+                elif cmd == "delay":
+                    lp.delay("link", float(rest[0]))
+                elif cmd == "rate":
+                    lp.bandwidth("link", None if rest[0] == "none" else float(rest[0]))
+                elif cmd == "stats":
+                    print(json.dumps(lp.stats("link")), flush=True)
+                elif cmd == "quit":
+                    break
+                elif cmd:
+                    print(f"unknown command {cmd!r}", flush=True)
+            except (IndexError, ValueError) as e:
+                print(f"{line.strip()}: {e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
