@@ -21,7 +21,9 @@ import pytest
 
 from broker_process import free_port
 from cluster_harness import Cluster, until
-from etcd_cluster import EtcdCluster, ProxiedEtcd
+# the outage tests' module-scoped fixtures (a three-member etcd of the module's own, since the
+# tests cut it; the TCP proxies to it): this module gets its own instances
+from test_etcd_outage import etcd, proxies  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_tenant_split import make_tenant, slices  # noqa: E402
@@ -30,21 +32,6 @@ pytestmark = pytest.mark.timeout(240)
 
 QUOTA = 1_000_000  # bytes/s, tenant-wide
 STALE_MS = 3000
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    c = EtcdCluster(tmp_path_factory.mktemp("etcd"))
-    c.start()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def proxies(etcd):
-    p = ProxiedEtcd(etcd)
-    yield p
-    p.close()
 
 
 @pytest.fixture(scope="module")
