@@ -103,6 +103,9 @@ def phase_latency(args) -> dict:
           f"{args.rounds} interleaved rounds; measured RTT dc1->dc2 {rtt:.1f} ms, inside dc1 {local_rtt:.1f} ms")
     for n, (p50, p99) in med.items():
         print(f"  {n:10s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   rounds p99 {[round(x[1], 1) for x in runs[n]]}")
+    s50 = med["single"][0]
+    print(f"  p50: (b) observers - single {med['observers'][0] - s50:+.1f} ms, (a) stretch - single "
+          f"{med['stretch'][0] - s50:+.1f} ms (one RTT: {rtt:.1f} ms)")
     print(f"  (b) observers - single p99 = {b_gap:+.1f} ms (target <= 5: {'met' if b_gap <= 5 else 'MISSED'})")
     print(f"  (a) stretch - single p99 = {a_gap:+.1f} ms vs RTT {rtt:.1f} ms (target <= RTT + 5: "
           f"{'met' if a_gap <= rtt + 5 else 'MISSED'})")
