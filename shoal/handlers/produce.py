@@ -136,8 +136,9 @@ async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorC
             if part is None:
                 continue
             pid, epoch = _BATCH_PRODUCER.unpack_from(data, 43)
-            ongoing = getattr(part.log, "ongoing_txn_first_offset", None)
-            if ongoing is not None and ongoing(pid) is not None:
+            # Kafka's hasOngoingTransaction(producerId, epoch): an ongoing transaction of this
+            # producer at this epoch needs no check; another epoch (a bump, a zombie) does
+            if part.log.ongoing_txn_first_offset(pid) is not None and part.log.producer_epoch(pid) == epoch:
                 continue
             need.setdefault((pid, epoch), []).append((physical, p.index))
     if not need:

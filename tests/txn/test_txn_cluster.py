@@ -112,3 +112,23 @@ def test_coordinator_killed_mid_transaction(cluster):
     p2.produce(topic, value=b"after", partition=0)
     p2.commit_transaction(TXN_TIMEOUT)
     assert b"after" in read_all(cluster.bootstrap(), topic, 3, "read_committed")
+
+
+def test_produce_check_asks_the_coordinator_broker(cluster):
+    """KIP-890 on a leader that is not the coordinator: AddPartitionsToTxn v4 verify_only."""
+    from test_txn_verification import add, produce
+
+    bs = cluster.bootstrap()
+    topic, txn = f"txv-{uuid.uuid4().hex[:6]}", f"tx-v-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 3, replication_factor=3)
+    coordinator = until(lambda: coordinator_of(bs, txn), 30, "a coordinator")
+    co = cluster[coordinator].bootstrap
+    r = until(lambda: (x := wire(co, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1,
+                                           "producer_epoch": -1})).error_code == 0 and x, 30, "InitProducerId")
+    pid, epoch = r.producer_id, r.producer_epoch
+    part, leader = next((p, l) for p, l in until(lambda: leaders(bs, topic), 30, "leaders").items() if l != coordinator)
+    at_leader = cluster[leader].bootstrap
+    assert produce(at_leader, txn, topic, part, pid, epoch) == 48  # INVALID_TXN_STATE
+    assert add(co, txn, pid, epoch, topic, part) == 0
+    assert produce(at_leader, txn, topic, part, pid, epoch) == 0
+    assert produce(at_leader, txn, topic, part, pid, epoch + 1, seq=0) == 47  # INVALID_PRODUCER_EPOCH

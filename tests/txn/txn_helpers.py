@@ -63,14 +63,14 @@ def wait_for(cond, what: str, timeout: float = 30.0, every: float = 0.1) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def wire(bootstrap: str, key: int, fields: dict[str, Any]) -> Any:
-    """One request with Shoal's own client (plain fields), at the highest common version."""
+def wire(bootstrap: str, key: int, fields: dict[str, Any], version: int | None = None) -> Any:
+    """One request with Shoal's own client (plain fields), at ``version`` or the highest common one."""
     from shoal.client import AdminClient as ShoalAdmin, build_entity
     from shoal.protocol import codec
 
     async def go() -> Any:
         async with ShoalAdmin(bootstrap, client_id="txn-tests", timeout=OP_TIMEOUT) as c:
-            v = c.version_for(key)
+            v = c.version_for(key) if version is None else version
             return await c.request(key, build_entity(codec.request_type(key, v), fields))
 
     return asyncio.run(go())
