@@ -31,6 +31,7 @@ log = logging.getLogger("shoal.txn")
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
 OFFSETS_TOPIC = "__consumer_offsets"
+MAX_BACKOFF_S = 2.0
 
 RETRIABLE = {
     ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
@@ -164,6 +165,7 @@ class MarkerWriter:
         coordinator lost the transaction (``still_valid`` false) or a partition fenced it."""
         svc = self.services
         pending = set(partitions)
+        delay = self.backoff_s
         while pending:
             if not still_valid():
                 return False
@@ -179,6 +181,7 @@ class MarkerWriter:
                 leader = t.partitions[index].leader
                 if leader >= 0:
                     by_leader.setdefault(leader, []).append((topic, index))
+            before = len(pending)
             results: dict[tuple[str, int], ErrorCode] = {}
             jobs = []
             for leader, parts in by_leader.items():
@@ -202,7 +205,9 @@ class MarkerWriter:
                     log.warning("transaction marker of producer %d for %s-%d failed with %s; retrying",
                                 producer_id, tp[0], tp[1], code.name)
             if pending:
-                await asyncio.sleep(self.backoff_s)
+                # retry, backing off to MAX_BACKOFF_S while nothing moves (a leader being elected)
+                delay = self.backoff_s if len(pending) < before else min(delay * 2, MAX_BACKOFF_S)
+                await asyncio.sleep(delay)
         return True
 
     async def _remote(
