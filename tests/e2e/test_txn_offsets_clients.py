@@ -116,8 +116,10 @@ def test_confluent_commit_abort_and_restart(fresh_broker):
         # 4. kill -9 with the offsets sent and the transaction open: a new instance of the producer
         # (same transactional id) fences the old one and its transaction is aborted, so the
         # offsets stay as they were; the new instance's own transaction commits them
-        # (a new instance first: librdkafka 2.16's send_offsets_to_transaction after a broker
-        # restart waits for the group coordinator without asking for it again)
+        # (a new instance first: when its only broker goes away, librdkafka 2.16 re-bootstraps
+        # (KIP-899) and decommissions the broker, but keeps that handle as the cached group
+        # coordinator, so its next send_offsets_to_transaction waits forever; a client bug, seen
+        # with "debug": "eos,broker")
         fill(bs, src, 2, 1, "c")
         msgs = poll_n(c, 2)
         producer = Producer(conf)
