@@ -182,17 +182,23 @@ def check_against(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]]
                                      f"fewer than the {what} it should hold", "INVALID_REPLICATION_FACTOR")
 
 
-def assign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]], partitions: int,
-                            start_index: int = 0) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Each partition's (replicas, observers): ``replicas`` is the whole replica list (sync
-    replicas in constraint order, the preferred leader first, then the observers), ``observers``
-    the observers among them. Checks ``spec`` against ``brokers`` first."""
+def _checked_racks(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]]) -> dict[str, list[int]]:
+    """rack -> its brokers in id order, once ``spec`` is checked against ``brokers``."""
     brokers = list(brokers)
     check_against(spec, brokers)
     by_rack: dict[str, list[int]] = {}
     for node, rack in sorted(brokers, key=lambda b: b[0]):
         if rack is not None:
             by_rack.setdefault(rack, []).append(node)
+    return by_rack
+
+
+def assign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]], partitions: int,
+                            start_index: int = 0) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Each partition's (replicas, observers): ``replicas`` is the whole replica list (sync
+    replicas in constraint order, the preferred leader first, then the observers), ``observers``
+    the observers among them. Checks ``spec`` against ``brokers`` first."""
+    by_rack = _checked_racks(spec, brokers)
     out = []
     for p in range(partitions):
         chosen: list[int] = []
@@ -206,6 +212,29 @@ def assign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, st
                     taken[c.rack] = taken.get(c.rack, 0) + 1
         observers = tuple(chosen[spec.sync_count:])
         out.append((tuple(chosen), observers))
+    return out
+
+
+def reassign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]],
+                              current: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """A topic's partitions (``current``: each one's replica list) moved to ``spec`` with as few
+    replica moves as the spec allows: per partition, each constraint (sync replicas first, then
+    observers) takes the brokers of its rack that already hold a replica of the partition (in
+    their current order, so the leader stays when its rack still holds sync replicas), then the
+    other brokers of the rack from a position that advances with the partition (as
+    :func:`assign_with_constraints`). Returns each partition's (replicas, observers) as
+    :func:`assign_with_constraints` does. Checks ``spec`` against ``brokers`` first."""
+    by_rack = _checked_racks(spec, brokers)
+    out = []
+    for p, replicas in enumerate(current):
+        chosen: list[int] = []
+        for group in (spec.replicas, spec.observers):
+            for c in group:
+                nodes = by_rack[c.rack]
+                rotated = nodes[p % len(nodes):] + nodes[:p % len(nodes)]
+                ordered = [r for r in replicas if r in nodes] + [r for r in rotated if r not in replicas]
+                chosen += [r for r in ordered if r not in chosen][:c.count]
+        out.append((tuple(chosen), tuple(chosen[spec.sync_count:])))
     return out
 
 

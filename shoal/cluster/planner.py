@@ -314,3 +314,21 @@ def plan_new_partitions(
     start = start_index_for_new_partitions([b for b, _ in brokers], existing[0] if existing else ())
     placed = assign_replicas(_rack_mode_safe(brokers), additional, rf, start_index=start, start_partition_id=current)
     return Plan(name, tuple(placed), current)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement changes
+
+
+def placement_targets(brokers: Sequence[Broker], placement: Any,
+                      current: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Where a topic's partitions (``current`` replica lists) go when its ``replica.placement``
+    becomes ``placement``: per partition (replicas, observers), moving as few replicas as the spec
+    allows (``placement_constraints.reassign_with_constraints``). PlacementError when the brokers
+    cannot hold it."""
+    from shoal.placement_constraints import PlacementSpecError, reassign_with_constraints
+
+    try:
+        return reassign_with_constraints(placement, brokers, current)
+    except PlacementSpecError as e:
+        raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None

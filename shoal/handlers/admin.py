@@ -564,6 +564,24 @@ def _effective_topic_value(cfg: Any, inherited: Mapping[str, str]) -> Callable[[
     return effective
 
 
+def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placement: str) -> list:
+    """A new ``replica.placement`` for an existing topic: where each partition goes (planner;
+    the controller completes the reassignments). Moving replicas is the operator's: a tenant's
+    principals are refused (``PLACEMENT_IS_OPERATORS``)."""
+    from shoal.placement_constraints import PlacementSpecError, parse_placement
+    from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
+
+    if not scope.physical_view:
+        raise AdminError("POLICY_VIOLATION", PLACEMENT_IS_OPERATORS)
+    try:
+        spec = parse_placement(placement)
+        return planner.placement_targets(planner.live_brokers(image), spec, [p.replicas for p in topic.partitions])
+    except PlacementSpecError as e:
+        raise AdminError(e.code, f"replica.placement: {e.message}") from None
+    except PlacementError as e:
+        raise AdminError(e.code, e.message) from None
+
+
 def _topic_configs_decision(current: Mapping[str, str], new: dict[str, str], validate_only: bool,
                             rule: Callable[[dict[str, str]], Result[Any]]) -> Result[Any]:
     """Validate topic configs (of a topic, a namespace or a tenant's defaults); the ``rule``'s
@@ -765,10 +783,12 @@ def _alter_decision(
                 raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
             inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
             new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
-            if (new.get("replica.placement") or None) != (found.configs.get("replica.placement") or None):
-                raise AdminError("INVALID_CONFIG", "replica.placement is set when a topic is created: changing it "
-                                 "would move the topic's replicas, which Shoal does not do yet (the operator can "
-                                 "move them with shoal cluster reassign)")
+            placement = new.get("replica.placement") or None
+            if placement is not None and placement != (found.configs.get("replica.placement") or None):
+                targets = _placement_change(scope, image, found, placement)  # a reassignment of every partition
+                return _topic_configs_decision(
+                    found.configs, new, validate_only,
+                    lambda c: topic_rules.change_placement(image, found.name, c, targets))
             return _topic_configs_decision(
                 found.configs, new, validate_only, lambda c: config_rules.set_topic_configs(image, found.name, c)
             )

@@ -1,7 +1,7 @@
 """Observers placed by ``replica.placement`` on three real broker processes (racks dc1, dc2, dc3)
 on the real etcd, with confluent-kafka: they replicate the leader's bytes but never join the ISR,
-never count for acks=all, and are shown apart; a placement the brokers cannot hold, a replication
-factor given with it, and a later change are refused with clear errors."""
+never count for acks=all, and are shown apart; a placement the brokers cannot hold (at creation
+or as a change), and a replication factor given with it, are refused with clear errors."""
 
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def test_placements_that_cannot_be_used_are_refused(cluster, rf, placement, mess
     assert message in str(e.value)
 
 
-def test_changing_the_placement_later_is_refused(cluster):
+def test_a_placement_change_the_brokers_cannot_hold_is_refused(cluster):
+    """(A placement change that fits reassigns the topic: tests/cluster/test_placement_change_cluster.py.)"""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     b = cluster.bootstrap()
@@ -149,7 +150,8 @@ def test_changing_the_placement_later_is_refused(cluster):
         ConfigEntry("replica.placement", other, incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(Exception) as e:
         a.incremental_alter_configs([res])[res].result(20)
-    assert "replica.placement is set when a topic is created" in str(e.value)
+    assert "rack 'dc1' has 1 broker, fewer than the 3 replicas" in str(e.value)
+    assert layout(b, topic)[0][1] == (1, 2, 3)  # nothing moved
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
     a.incremental_alter_configs([res])[res].result(20)  # other configs still change

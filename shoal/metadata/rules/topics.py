@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
@@ -209,7 +210,8 @@ def _existing_partition(image: MetadataImage, name: str, partition: int) -> Part
 
 
 def start_reassignment(
-    image: MetadataImage, name: str, partition: int, target: tuple[int, ...]
+    image: MetadataImage, name: str, partition: int, target: tuple[int, ...],
+    target_observers: tuple[int, ...] | None = None,
 ) -> Result[PartitionInfo]:
     """AlterPartitionReassignments with a target (KRaft's ``PartitionReassignmentReplicas``):
     replicas = target + the current replicas not in it (in that order), adding = target -
@@ -218,13 +220,21 @@ def start_reassignment(
     A partition already being reassigned gets the new target, computed against its current
     replicas (Kafka's override). A target that is empty, repeats a broker or names an
     unregistered one: INVALID_REPLICA_ASSIGNMENT. A target equal to the replicas of a partition
-    not being reassigned changes nothing."""
+    not being reassigned changes nothing.
+
+    ``target_observers`` (a ``replica.placement`` change): the observers among ``target``. While
+    the reassignment runs, the observers are the target's plus the current observers leaving;
+    a current observer that the target makes a sync replica may join the ISR at once, and a sync
+    replica the target makes an observer stays in the ISR until the reassignment completes.
+    Without it (a manual reassignment), a partition with observers is refused: the request
+    cannot say which replicas observe."""
     p = _existing_partition(image, name, partition)
     target = tuple(int(r) for r in target)
-    if p.observers:
+    if p.observers and target_observers is None:
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
-                            f"{name}-{partition} has observers (replica.placement): reassigning a placed topic's "
-                            "partitions is not supported yet")
+                            f"{name}-{partition} has observers (replica.placement): change the topic's "
+                            "replica.placement to move them")
+    target_observers = tuple(int(r) for r in target_observers or ())
     if not target:
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list.")
     dup = next((r for i, r in enumerate(target) if r in target[:i]), None)
@@ -235,15 +245,49 @@ def start_reassignment(
     if unknown is not None:
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
                             f"The manual partition assignment includes broker {unknown}, but no such broker is registered.")
+    if any(r not in target for r in target_observers) or len(target_observers) >= len(target):
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"observers {list(target_observers)} must be among the target {list(target)}, with at "
+                            "least one replica that is not an observer")
     current = p.replicas
     replicas = target + tuple(r for r in current if r not in target)
     adding = tuple(r for r in target if r not in current)
     removing = tuple(r for r in current if r not in target)
-    if (replicas, adding, removing) == (p.replicas, p.adding, p.removing):
+    observers = p.observers
+    if target_observers or p.observers:
+        observers = tuple(r for r in replicas if r in target_observers or (r in p.observers and r in removing))
+    if (replicas, adding, removing, observers) == (p.replicas, p.adding, p.removing, p.observers):
         return unchanged(p)
-    np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing,
+    if not any(r in p.isr and r not in observers for r in replicas):
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"{name}-{partition}: no in-sync replica would stay a sync replica (ISR {list(p.isr)})")
+    np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing, observers=observers,
                              partition_epoch=p.partition_epoch + 1)
     return Result(_with_partition(image, name, np), np)
+
+
+def change_placement(
+    image: MetadataImage, name: str, configs: Mapping[str, str],
+    targets: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+) -> Result[TopicInfo]:
+    """A topic's ``replica.placement`` changes: its configs become ``configs`` and each partition
+    ``i`` is reassigned to ``targets[i]`` = (replicas, observers) (:func:`start_reassignment`;
+    partitions already there are left alone), as one change. The controller completes each
+    reassignment when the target's sync replicas are in the ISR."""
+    topic = existing_topic(image, name)
+    if len(targets) != len(topic.partitions):
+        raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
+                            f"{len(targets)} targets for the {len(topic.partitions)} partitions of {name}")
+    work = Change(topics={name: dataclasses.replace(topic, configs=MappingProxyType(dict(configs)))}).apply(image)
+    for i, (replicas, observers) in enumerate(targets):
+        p = work.topics[name].partitions[i]
+        if (p.replicas, p.observers) == (tuple(replicas), tuple(observers)) and not p.reassigning:
+            continue
+        r = start_reassignment(work, name, i, tuple(replicas), tuple(observers))
+        if r.change is not None:
+            work = r.change.apply(work)
+    final = work.topics[name]
+    return Result(Change(topics={name: final}), final)
 
 
 def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Result[PartitionInfo]:
@@ -258,7 +302,8 @@ def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Resu
     replicas = tuple(r for r in p.replicas if r not in p.adding)
     isr = tuple(r for r in p.isr if r not in p.adding) or replicas[:1]
     leader = p.leader if p.leader in replicas else next((r for r in replicas if r in isr), -1)
-    np = dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, adding=(), removing=(),
+    observers = tuple(r for r in p.observers if r in replicas)  # (a placement change's: see start_reassignment)
+    np = dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, adding=(), removing=(), observers=observers,
                              leader_epoch=p.leader_epoch + (leader != p.leader),
                              partition_epoch=p.partition_epoch + 1)
     return Result(_with_partition(image, name, np), np)
@@ -266,22 +311,27 @@ def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Resu
 
 def reassignment_done(p: PartitionInfo) -> bool:
     """A reassignment may complete once every target replica is in the ISR (KRaft's
-    ``maybeCompleteReassignment``; so every adding one is, and the ISR left is not empty)."""
-    return p.reassigning and all(r in p.isr for r in p.replicas if r not in p.removing)
+    ``maybeCompleteReassignment``; so every adding one is, and the ISR left is not empty).
+    Target observers replicate asynchronously: only the target's sync replicas count."""
+    return p.reassigning and all(r in p.isr for r in p.replicas if r not in p.removing and r not in p.observers)
 
 
 def complete_reassignment(p: PartitionInfo) -> PartitionInfo | None:
     """The partition after its reassignment completes (None while it may not: see
-    :func:`reassignment_done`): replicas = target, ISR = ISR ∩ target, adding/removing cleared;
-    a leader outside the target hands over to the first target replica in the ISR (a new leader
-    epoch), as KRaft's PartitionChangeBuilder elects when the leader is removed."""
+    :func:`reassignment_done`): replicas = target, ISR = ISR ∩ target (without the target's
+    observers), observers = the target's, adding/removing cleared; a leader outside the target's
+    sync replicas hands over to the first of them in the ISR (a new leader epoch), as KRaft's
+    PartitionChangeBuilder elects when the leader is removed."""
     if not reassignment_done(p):
         return None
     target = tuple(r for r in p.replicas if r not in p.removing)
-    isr = tuple(r for r in p.isr if r in target)
-    leader = p.leader if p.leader in target else next(r for r in target if r in isr)
+    observers = tuple(r for r in p.observers if r in target)
+    sync = tuple(r for r in target if r not in observers)
+    target = sync + observers  # observers last, as placement lists them
+    isr = tuple(r for r in p.isr if r in sync)
+    leader = p.leader if p.leader in sync else next(r for r in sync if r in isr)
     return dataclasses.replace(p, replicas=target, isr=isr, leader=leader, adding=(), removing=(),
-                               leader_epoch=p.leader_epoch + (leader != p.leader),
+                               observers=observers, leader_epoch=p.leader_epoch + (leader != p.leader),
                                partition_epoch=p.partition_epoch + 1)
 
 
