@@ -27,7 +27,10 @@ Not thread-safe; everything runs on the loop that called :meth:`start` (the repl
 thread).
 
 Deviations from Kafka: EndTxn v5 / KIP-890 part 2 (an epoch bump per transaction) is not offered;
-ListTransactions' duration filter counts from the transaction's start.
+ListTransactions' duration filter counts from the transaction's start; writes to
+``__transaction_state`` wait for its high watermark (acks=all) but, like the group coordinator's,
+do not check its ``min.insync.replicas`` (set to ``transaction.state.log.min.isr`` capped by the
+replication factor, which is itself capped by the brokers up when the topic is created).
 """
 
 from __future__ import annotations
