@@ -40,14 +40,14 @@ id shared by all tasks would make them fence each other). The task:
 2. then reads, in read_committed, the task log ``__shoal-spark-sink-<query id>-tasks``
    (:class:`~shoal.spark.kafka.TaskCommitLog`) for the records of (B, task): the rows of its
    input that earlier attempts committed (usually all of them: this attempt writes nothing);
-3. else ``begin_transaction()``, produces its rows (those not committed before), produces its
-   record (query id, B, task, first row, count) to the task log in the SAME transaction, and
-   ``commit_transaction()``.
+3. then, unless every row was committed before, ``begin_transaction()``, produces its rows (those
+   not committed before), produces its record (query id, B, task, first row, count) to the task
+   log in the SAME transaction, and ``commit_transaction()``.
 
 Why "the rows committed before" and not just "done": when something upstream in the same task
 fails (a UDF raises, the source's read times out), PySpark ends the writer's input as if it were
-complete (the JVM writes the end of the Arrow stream in a finally block); the writer cannot tell,
-and commits the rows it got. The task then fails. Its next attempt (a task retry, or the re-run
+complete (seen with PySpark 4.3: the writer's iterator just ends); the writer cannot tell, and
+commits the rows it got. The task then fails. Its next attempt (a task retry, or the re-run
 of the batch after a restart) skips the rows its record covers and writes the rest, so each row
 is still written once, provided the input comes in the same order (see below).
 

@@ -65,8 +65,36 @@ def start_job(bs: str, src: str, out: str, ckpt: Path, log: Path, *hang: str) ->
                             stdout=subprocess.PIPE, stderr=log.open("ab"), start_new_session=True, text=True)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, deepest first (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+
+    def walk(p: int) -> None:
+        for c in children.get(p, ()):
+            walk(c)
+            out.append(c)
+
+    walk(pid)
+    return out
+
+
 def kill(job: subprocess.Popen) -> None:
-    """kill -9 of the driver's whole process group: the JVM, its Python workers, the driver."""
+    """kill -9 of the driver: its Python workers first (PySpark's daemon puts them in process groups
+    of their own; a writer that outlives the JVM sees its input end and commits), then the JVM and
+    the driver's process group."""
+    for pid in _descendants(job.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     try:
         os.killpg(job.pid, signal.SIGKILL)
     except ProcessLookupError:
