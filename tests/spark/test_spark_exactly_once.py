@@ -15,7 +15,6 @@ The checks read the output with their own consumer (not the data source under te
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 
@@ -39,11 +38,7 @@ from shoal.spark.offsets import OffsetRange
 from shoal.spark.sink import task_log_topic
 from shoal.spark.source import source_schema
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(importlib.util.find_spec("shoal.txn") is None,
-                       reason="needs the broker's transactions (shoal.txn, issue 14)"),
-]
+pytestmark = pytest.mark.timeout(300)
 
 TXN_TIMEOUT = 30.0
 

@@ -6,7 +6,6 @@ checkpoint: each input row is once in the read_committed output (spark_eo_helper
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 
 import pytest
@@ -14,11 +13,7 @@ from spark_eo_helpers import cut_short_then_rerun
 
 from cluster_harness import Cluster
 
-pytestmark = [
-    pytest.mark.timeout(400),
-    pytest.mark.skipif(importlib.util.find_spec("shoal.txn") is None,
-                       reason="needs the broker's transactions (shoal.txn, issue 14)"),
-]
+pytestmark = pytest.mark.timeout(400)
 
 
 @pytest.fixture(scope="module")

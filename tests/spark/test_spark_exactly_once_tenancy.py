@@ -4,7 +4,6 @@ and two tenants running the same job with the same ``transactionalIdPrefix`` do 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,11 +15,7 @@ from test_spark_tenancy import security, spark_opts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from tenancy_fixtures import tenant_cluster  # noqa: E402
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(importlib.util.find_spec("shoal.txn") is None,
-                       reason="needs the broker's transactions (shoal.txn, issue 14)"),
-]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
