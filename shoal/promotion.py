@@ -6,9 +6,12 @@ Confluent's policies, as Shoal implements them (the leader decides, the metadata
   caught-up observers join the ISR to bring it back to ``min.insync.replicas`` (and no more);
 - ``under-replicated``: while any sync replica is out of the ISR, caught-up observers stand in for
   the missing ones (at least up to ``min.insync.replicas`` when it exceeds the sync replicas);
-- ``leader-is-observer``: observers join only while the leader is itself an observer. Shoal never
-  elects an observer that is outside the ISR (clean elections only pick ISR members), so under this
-  policy an observer is never promoted: the policy is accepted for compatibility.
+- ``leader-is-observer``: observers join only while the leader is itself an observer, which
+  happens after an unclean election (the topic's ``unclean.leader.election.enable``, or the
+  operator's ElectLeaders UNCLEAN) found no sync replica alive: under this policy only, such an
+  election may pick an observer (``shoal.cluster.controller.elect``), which then brings other
+  caught-up observers into the ISR up to ``min.insync.replicas``. Clean elections never pick an
+  observer outside the ISR.
 
 Promotion is an ISR join: only an observer that is caught up (what the leader's ISR-join check says
 of any follower: it has everything up to the high watermark) is promoted, and never while a

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import topics as topic_rules
+from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
     from shoal.metadata.etcd import EtcdMetadataStore
@@ -57,12 +58,17 @@ _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controlle
 # -- pure decisions -------------------------------------------------------------------------------
 
 
-def elect(p: PartitionInfo, alive: set[int], unclean: bool = False) -> tuple[int, tuple[int, ...]] | None:
+def elect(p: PartitionInfo, alive: set[int], unclean: bool = False,
+          observer_may_lead: bool = False) -> tuple[int, tuple[int, ...]] | None:
     """The (leader, ISR) partition ``p`` should have with ``alive`` brokers, or None when it
-    keeps what it has. Clean election: the leader is an alive ISR member, else -1 (offline: no
-    acknowledged write is lost, the partition waits for an ISR member). ``unclean`` (the topic's
-    ``unclean.leader.election.enable``): with no ISR member alive, the first alive replica leads
-    alone, and what it lacks is lost; an observer never leads (placement observers)."""
+    keeps what it has. Clean election: the leader is an alive ISR member (sync replicas first,
+    then an observer promoted into the ISR: it has every acknowledged record), else -1 (offline:
+    no acknowledged write is lost, the partition waits for an ISR member). ``unclean`` (the
+    topic's ``unclean.leader.election.enable``, or ElectLeaders UNCLEAN): with no ISR member
+    alive, the first alive sync replica leads alone, and what it lacks is lost; an observer
+    outside the ISR leads only when no sync replica is alive and ``observer_may_lead`` (the
+    topic's ``observerPromotionPolicy`` is ``leader-is-observer``: it then promotes the other
+    caught-up observers)."""
     if p.leader >= 0 and p.leader in alive:
         # the leader lives: the dead leave the ISR at once (Kafka's controller does this when it
         # fences a broker), rather than after replica.lag.time.max.ms of acks=all waiting
@@ -73,11 +79,18 @@ def elect(p: PartitionInfo, alive: set[int], unclean: bool = False) -> tuple[int
     if not alive_isr:
         if unclean:
             out_of_sync = next((r for r in p.sync_replicas if r in alive), None)
+            if out_of_sync is None and observer_may_lead:
+                out_of_sync = next((r for r in p.observers if r in alive), None)
             if out_of_sync is not None:
                 return out_of_sync, (out_of_sync,)
         return None if p.leader == -1 else (-1, p.isr)
     leader = next((r for r in p.replicas if r in alive_isr), alive_isr[0])
     return leader, alive_isr
+
+
+def _observer_may_lead(topic: Any) -> bool:
+    """An unclean election may pick an observer of this topic (``leader-is-observer``)."""
+    return promotion_policy(topic.configs.get("replica.placement") or "") == LEADER_IS_OBSERVER
 
 
 def leadership_change(image: MetadataImage, alive: set[int],
@@ -89,8 +102,9 @@ def leadership_change(image: MetadataImage, alive: set[int],
     for name, topic in image.topics.items():
         parts = list(topic.partitions)
         moved = False
+        observer_may_lead = _observer_may_lead(topic)
         for i, p in enumerate(parts):
-            chosen = elect(p, alive, unclean(name) if p.leader not in alive else False)
+            chosen = elect(p, alive, unclean(name) if p.leader not in alive else False, observer_may_lead)
             if chosen is None:
                 continue
             leader, isr = chosen
@@ -147,7 +161,7 @@ def election_change(
             if p.leader >= 0 and p.leader in alive:
                 results[(name, index)] = ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
                 continue
-            chosen = elect(p, alive, unclean=True)
+            chosen = elect(p, alive, unclean=True, observer_may_lead=_observer_may_lead(topic))
             if chosen is None or chosen[0] < 0:
                 results[(name, index)] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE",
                                           f"Failed to elect leader for partition {name}-{index} under strategy "

@@ -117,3 +117,17 @@ def test_a_promoted_observer_may_lead_when_no_sync_isr_member_lives():
     p = PartitionInfo(0, (1, 2, 3), (1, 2, 3), 1, observers=(3,))
     assert elect(p, alive={2, 3}) == (2, (2, 3))  # a sync replica first
     assert elect(p, alive={3}) == (3, (3,))  # the promoted observer has every acknowledged record
+
+
+def test_leader_is_observer_lets_an_unclean_election_pick_an_observer():
+    from shoal.cluster.controller import leadership_change
+
+    p = PartitionInfo(0, (1, 2, 3), (1, 2), 1, observers=(3,))
+    assert elect(p, alive={3}, unclean=True, observer_may_lead=True) == (3, (3,))
+    assert elect(p, alive={3}, unclean=False, observer_may_lead=True) == (-1, (1, 2))  # clean: never
+    assert elect(p, alive={2, 3}, unclean=True, observer_may_lead=True) == (2, (2,))  # a sync replica first
+    policy = V2[:-1] + ', "observerPromotionPolicy": "leader-is-observer"}'
+    for placement, leader in ((policy, 3), (V2, -1)):
+        img = placed({"replica.placement": placement})
+        r = leadership_change(img, {3, 4}, unclean=lambda _t: True)
+        assert r.change.apply(img).topics["t"].partitions[0].leader == leader
