@@ -48,3 +48,28 @@ def test_links_delay_by_the_region_round_trip_and_a_cut_cuts_a_datacenter(region
     r.heal("dc1")
     until(lambda: set(r.describe(2)["brokers"]) == {1, 2} == set(r.describe(1)["brokers"]), 60, "broker 1 back")
     assert 29 <= r.rtt("dc2", 1) < 70
+
+
+def test_three_datacenters_clients_stay_on_their_links_and_losing_one_keeps_the_quorum(regions):
+    """3 DCs, a broker and an etcd member in each: a client in dc2 reaches every broker only
+    through dc2's links (advertised listeners); cutting dc3 leaves dc1 + dc2 with the etcd
+    quorum and the cluster without broker 3."""
+    from confluent_kafka import Producer
+
+    r = regions(brokers={"dc1": 1, "dc2": 1, "dc3": 1}, etcd=("dc1", "dc2", "dc3"))
+    p = Producer({"bootstrap.servers": r.client_bootstrap("dc2", 2), "acks": "all", "log_level": 2})
+    for n in (1, 2, 3):  # auto-created topics, led by whichever broker: every broker gets traffic
+        for t in range(3):
+            p.produce(f"t{n}-{t}", b"x")
+    assert p.flush(30) == 0
+    md = p.list_topics(timeout=10)
+    assert {b.port for b in md.brokers.values()} == {r.links.port(f"dc2->b{n}") for n in (1, 2, 3)}
+    used = {n: r.links.stats(n)["accepted"] for n in r.links.names if r.kind(n) == "client"}
+    assert all(used[f"dc2->b{n}"] > 0 for n in (1, 2, 3)), used
+    assert not any(v for k, v in used.items() if not k.startswith("dc2->")), used
+
+    r.cut("dc3")
+    until(lambda: set(r.describe(1)["brokers"]) == {1, 2} == set(r.describe(2)["brokers"]), 60, "broker 3 gone")
+    assert r.etcd.healthy(0) and r.etcd.healthy(1)
+    r.heal("dc3")
+    until(lambda: all(set(r.describe(n)["brokers"]) == {1, 2, 3} for n in (1, 2, 3)), 60, "broker 3 back")
