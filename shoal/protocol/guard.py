@@ -70,6 +70,8 @@ _I32 = struct.Struct(">i")
 
 
 def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte: nearly every length and count
+        return buf[pos], pos + 1
     result = 0
     shift = 0
     n = len(buf)
@@ -170,6 +172,7 @@ def _entity(cls: type) -> tuple[Skip, int]:
     steps: list[Skip] = []
     tagged: dict[int, Skip] = {}
     min_size = 1 if flexible else 0  # the tagged-field count
+    fixed_run = 0  # consecutive fixed-size fields: checked as one span (one call, not one a field)
     for f in fields(cls):
         kind = classify_field(f)
         name = f"{cls.__name__}.{f.name}"
@@ -203,12 +206,22 @@ def _entity(cls: type) -> tuple[Skip, int]:
         tag = get_field_tag(f)
         if tag is not None:
             tagged[int(tag)] = step
-        else:
-            steps.append(step)
-            min_size += size
+            continue
+        min_size += size
+        if isinstance(kind, PrimitiveField) and f.metadata["kafka_type"] in _FIXED:
+            fixed_run += size
+            continue
+        if fixed_run:
+            steps.append(_fixed(fixed_run))
+            fixed_run = 0
+        steps.append(step)
+    if fixed_run:
+        steps.append(_fixed(fixed_run))
     if flexible:
         steps.append(_tagged_section(tagged))
     run = tuple(steps)
+    if len(run) == 1:
+        return run[0], min_size
 
     def skip(buf: memoryview, pos: int) -> int:
         for step in run:
@@ -241,6 +254,8 @@ def _nullable_entity(inner: Skip) -> Skip:
 
 def _tagged_section(known: dict[int, Skip]) -> Skip:
     def skip(buf: memoryview, pos: int) -> int:
+        if pos < len(buf) and buf[pos] == 0:  # no tagged fields: nearly always
+            return pos + 1
         count, pos = _uvarint(buf, pos)
         if count > len(buf) - pos:
             raise GuardError(f"{count} tagged fields cannot fit")
