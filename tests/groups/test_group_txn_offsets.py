@@ -290,3 +290,56 @@ async def test_pending_commit_survives_concurrent_marker():
     env.log.release()
     assert await task == {("t", 0): E.none}
     assert await fetch(env, "g", [("t", [0])], require_stable=True) == {("t", 0): (10, E.none)}
+
+
+# -- a property: the replay of the log rebuilds exactly the live state ----------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402  (the property reads best after its helpers)
+from hypothesis import strategies as st  # noqa: E402
+
+GROUPS, PARTS, PIDS = ("a", "b"), (0, 1), (1, 2, 3)
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("commit"), st.sampled_from(GROUPS), st.sampled_from(PARTS), st.integers(0, 99)),
+    st.tuples(st.just("txn"), st.sampled_from(PIDS), st.sampled_from(GROUPS), st.sampled_from(PARTS),
+              st.integers(0, 99)),
+    st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans()),
+    st.tuples(st.just("delete"), st.sampled_from(GROUPS), st.sampled_from(PARTS)),
+    st.tuples(st.just("delete_group"), st.sampled_from(GROUPS)),
+), max_size=25)
+
+
+async def _view(env) -> dict:
+    out = {}
+    for g in GROUPS:
+        for stable in (False, True):
+            out[(g, stable)] = await fetch(env, g, [("t", list(PARTS))], require_stable=stable)
+    return out
+
+
+async def _live_and_replayed(ops) -> tuple[dict, dict]:
+    env = await started_env()
+    c = env.coord
+    for op in ops:
+        if op[0] == "commit":
+            await c.commit_offsets(op[1], "", None, -1, [CommitRequest("t", op[2], op[3])])
+        elif op[0] == "txn":
+            await txn_commit(env, op[2], [("t", op[3], op[4])], pid=op[1])
+        elif op[0] == "end":
+            env.log.append_marker(0, op[1], EPOCH, op[2])
+            c.on_txn_completed(op[1], [0], op[2])
+        elif op[0] == "delete":
+            await c.delete_offsets(op[1], [("t", [op[2]])])
+        else:
+            await c.delete_groups([op[1]])
+    live = await _view(env)
+    env2 = make_env(log=env.log, clock=env.clock)
+    env2.coord.start_loading(0)
+    await env2.coord.wait_loaded()
+    return live, await _view(env2)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS)
+def test_replay_rebuilds_the_live_state(ops):
+    live, replayed = asyncio.run(_live_and_replayed(ops))
+    assert replayed == live
