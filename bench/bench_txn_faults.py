@@ -18,7 +18,7 @@ Exit status 1 when any check or liveness failed.
 
 Run:  python bench/bench_txn_faults.py [--schedules 10] [--seed 1] [--duration 30] [--rf 3]
           [--kinds kill,pause,partition,cut-client,etcd-leader,slow] [--partitions 3] [--records 1500]
-          [--workers 2] [--batch 10] [--max-hold 4] [--replay FILE] [--json out.json]
+          [--workers 2] [--batch 10] [--pause 0.3] [--max-hold 4] [--replay FILE] [--json out.json]
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1500, help="input records per schedule")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=10, help="records per transaction at most")
-    ap.add_argument("--pause", type=float, default=0.05, help="seconds between a worker's transactions")
+    ap.add_argument("--pause", type=float, default=0.3,
+                    help="seconds between a worker's transactions (paces the pipeline so that the faults find it busy)")
     ap.add_argument("--max-hold", type=float, default=4.0)
     ap.add_argument("--done-timeout", type=float, default=180.0)
     ap.add_argument("--replay", help="a file with a printed schedule's lines: run just that one")
