@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from group_helpers import make_env, settle, stable_group, started_env
 from shoal.groups import CommitRequest, GroupCoordinator
@@ -293,9 +295,6 @@ async def test_pending_commit_survives_concurrent_marker():
 
 
 # -- a property: the replay of the log rebuilds exactly the live state ----------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402  (the property reads best after its helpers)
-from hypothesis import strategies as st  # noqa: E402
 
 GROUPS, PARTS, PIDS = ("a", "b"), (0, 1), (1, 2, 3)
 OPS = st.lists(st.one_of(
