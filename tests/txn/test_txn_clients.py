@@ -195,3 +195,25 @@ def test_describe_and_list_transactions(tb):
     (prod,) = wire(bs, 61, {"topics": [{"name": topic, "partition_indexes": [1]}]}).topics[0].partitions[0].active_producers
     assert prod.current_txn_start_offset == -1
     assert describe_txn(bs, "never-seen-" + txn).error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_idle_transactional_id_expires(tmp_path):
+    """transactional.id.expiration.ms: an id idle that long is removed (a tombstone); its next
+    InitProducerId starts it again from a new producer id."""
+    with ThreadBroker(tmp_path, {"transaction.state.log.num.partitions": "1", "transactional.id.expiration.ms": "1500",
+                                 "transaction.remove.expired.transaction.cleanup.interval.ms": "200"}) as b:
+        bs = b.bootstrap
+        topic, txn = names("expire")
+        create_topic(bs, topic, 1)
+        p = producer(bs, txn)
+        p.init_transactions(TXN_TIMEOUT)
+        p.begin_transaction()
+        p.produce(topic, value=b"kept")
+        p.commit_transaction(TXN_TIMEOUT)
+        first = describe_txn(bs, txn).producer_id
+        wait_for(lambda: describe_txn(bs, txn).error_code == 105, "the id's expiration", 30)  # TRANSACTIONAL_ID_NOT_FOUND
+        again = producer(bs, txn)
+        again.init_transactions(TXN_TIMEOUT)
+        state = describe_txn(bs, txn)
+        assert (state.error_code, state.producer_epoch) == (0, 0) and state.producer_id != first
+        assert read_all(bs, topic, 1, "read_committed") == [b"kept"]
