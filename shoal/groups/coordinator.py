@@ -868,6 +868,12 @@ class GroupCoordinator:
         if done:
             log.debug("producer %d: %d transactional offsets %s", producer_id, len(done),
                       "committed" if commit else "aborted")
+        if commit and done and self._services is not None:
+            # tenancy: offsets committed under the former name of a topic renamed (KIP-37) while the
+            # transaction was open follow it now, as a load would move them
+            former = former_topic_names(self._services.metadata.image)
+            if former and any(topic in former for _g, topic, _p in done):
+                self.follow_renamed_topics(former, now_active)
 
     async def fetch_offsets(
         self,

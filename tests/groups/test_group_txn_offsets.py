@@ -201,6 +201,20 @@ async def test_deleted_topics_drop_pending_offsets():
         ("gone", 0): (-1, E.none), ("gone", 1): (-1, E.none), ("t", 0): (5, E.none)}
 
 
+async def test_offsets_of_a_topic_renamed_during_the_transaction_follow_it_at_commit():
+    from types import SimpleNamespace
+
+    env = await started_env()
+    await txn_commit(env, offsets=[("old", 0, 8), ("t", 0, 9)])
+    image = SimpleNamespace(renamed_topics={"old": "id-1"}, topics={"new": None},
+                            topics_by_id={"id-1": SimpleNamespace(name="new")})
+    env.coord._services = SimpleNamespace(metadata=SimpleNamespace(image=image))  # a KIP-37 move happened
+    env.coord.on_txn_completed(PID, [0], True)
+    await settle()
+    assert await fetch(env, "g", [("old", [0]), ("new", [0]), ("t", [0])]) == {
+        ("old", 0): (-1, E.none), ("new", 0): (8, E.none), ("t", 0): (9, E.none)}
+
+
 async def test_expiry_keeps_offsets_and_groups_with_an_open_transaction():
     env = await started_env(offsets_retention_ms=60_000)
     c = env.coord
