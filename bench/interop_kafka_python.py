@@ -23,7 +23,7 @@ What it does (no network but PyPI):
    unpacked sdist with ``KAFKA_VERSION`` (``--kafka-version``, the broker version the tests gate
    features on) and ``KAFKA_URI=PLAINTEXT://<first broker>``: kafka-python's own fixtures then
    take the running broker instead of starting Kafka. Their ``--timeout=300`` (pytest-timeout)
-   holds.
+   holds, with the signal method (theirs, thread, ends the whole run at the first hung test).
 3. Reads pytest's JUnit XML and prints one line per test and target (passed, failed with the
    assertion's first line, skipped with the reason), and the totals. ``--json`` writes them.
 
@@ -40,7 +40,9 @@ import sys
 import tarfile
 import time
 import xml.etree.ElementTree as ET
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -130,8 +132,10 @@ def run_pytest(root: Path, target: Target, files: list[str], kversion: str, repl
            "KAFKA_ROOT": str(root / "no-kafka-install")}
     (root / "no-kafka-install").mkdir(exist_ok=True)
     env.pop("PYTEST_ADDOPTS", None)
+    # their addopts time tests out with --timeout-method=thread, which ends the whole process (no
+    # JUnit XML, every result lost); with signal only the hung test fails
     cmd = [sys.executable, "-m", "pytest", "-p", "shoal_interop_plugin", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-rA",
-           "-o", "log_level=INFO", f"--junitxml={xml}", *files]
+           "--timeout-method=signal", "-o", "log_level=INFO", f"--junitxml={xml}", *files]
     if keyword:
         cmd += ["-k", keyword]
     with open(out / "pytest.log", "wb") as log:
@@ -142,12 +146,14 @@ def run_pytest(root: Path, target: Target, files: list[str], kversion: str, repl
     return parse_junit(xml)
 
 
-def parse_junit(xml: Path) -> dict[str, dict[str, str]]:
+def parse_junit(xml: Path, parts: int = 1) -> dict[str, dict[str, str]]:
+    """pytest's JUnit XML: {"Class::test": {state, reason, seconds}}; ``parts`` 2 keeps the module
+    too ("module.Class::test"), for suites whose files share class names."""
     results: dict[str, dict[str, str]] = {}
     if not xml.exists():
         return results
     for case in ET.parse(xml).getroot().iter("testcase"):
-        name = case.get("classname", "").rsplit(".", 1)[-1] + "::" + case.get("name", "")
+        name = ".".join(case.get("classname", "").split(".")[-parts:]) + "::" + case.get("name", "")
         state, reason = "passed", ""
         for tag in ("failure", "error", "skipped"):
             el = case.find(tag)
@@ -186,35 +192,55 @@ def main() -> int:
         out = args.cache / "runs" / f"kafka-python-{stamp}-{kind}"
         out.mkdir(parents=True, exist_ok=True)
         replicas = args.replicas or (3 if kind == "cluster" else 1)
-        t0 = time.monotonic()
         # as kafka-python's fixture configures its broker (servers/resources/*/kafka.properties in
         # kafka-python's repository; not in the sdist): node 0, advertised.listeners, short sessions
         target = Target(kind, first_node_id=0, advertise=True, extra={"group.min.session.timeout.ms": "1000"})
-        try:
-            target.start()
-            res = run_pytest(root, target, files, args.kafka_version, replicas, args.keyword, out, args.timeout)
-            crashed = target.crashed()
-            for e in target.errors():
-                print(f"  BROKER EXCEPTION ({kind}): {e}", flush=True)
-        finally:
-            target.close(keep=out)
-        all_results[kind] = res
-        counts = {s: sum(1 for r in res.values() if r["state"] == s) for s in ("passed", "failed", "error", "skipped")}
-        print(f"\n== {kind} ({len(target.brokers)} broker{'s' if kind == 'cluster' else ''}, RF {replicas}): "
-              f"{counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped "
-              f"in {time.monotonic() - t0:.0f} s; logs in {out}"
-              + (f"; CRASHED: {crashed}" if crashed else ""), flush=True)
-        for name, r in res.items():
-            print(f"  {r['state']:<8} {name}" + (f"  -- {r['reason']}" if r["reason"] else ""), flush=True)
-
-    if len(targets) > 1:
-        names = sorted({n for r in all_results.values() for n in r})
-        print("\n" + f"{'test':<70} " + " ".join(f"{k:<8}" for k in targets))
-        for n in names:
-            print(f"{n:<70} " + " ".join(f"{all_results[k].get(n, {}).get('state', '-'):<8}" for k in targets))
+        all_results[kind] = run_target(target, out, f", RF {replicas}", partial(
+            run_pytest, root, files=files, kversion=args.kafka_version, replicas=replicas, keyword=args.keyword,
+            out=out, timeout=args.timeout))
+    print_table(all_results, targets, 70)
     if args.json:
         args.json.write_text(json.dumps({"kafka_python": args.version, "kafka_version": args.kafka_version,
                                          "machine": describe_machine(), "results": all_results}, indent=1))
+    return exit_code(all_results)
+
+
+def run_target(target: Target, out: Path, label: str,
+               run: Callable[[Target], dict[str, dict[str, str]]]) -> dict[str, dict[str, str]]:
+    """Start ``target``, ``run(target)`` a suite on it and stop it (its broker logs kept in
+    ``out``); print the totals, one line per test, and any broker exception or crash."""
+    t0 = time.monotonic()
+    res: dict[str, dict[str, str]] = {}
+    crashed: list[str] = []
+    try:
+        target.start()
+        res = run(target)
+        crashed = target.crashed()
+        for e in target.errors():
+            print(f"  BROKER EXCEPTION ({target.kind}): {e}", flush=True)
+    finally:
+        target.close(keep=out)
+    counts = {s: sum(1 for r in res.values() if r["state"] == s) for s in ("passed", "failed", "error", "skipped")}
+    n = len(target.brokers)
+    print(f"\n== {target.kind} ({n} broker{'s' if n > 1 else ''}{label}): "
+          f"{counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped "
+          f"in {time.monotonic() - t0:.0f} s; logs in {out}"
+          + (f"; CRASHED: {crashed}" if crashed else ""), flush=True)
+    for name, r in res.items():
+        print(f"  {r['state']:<8} {name}" + (f"  -- {r['reason']}" if r["reason"] else ""), flush=True)
+    return res
+
+
+def print_table(all_results: dict[str, dict[str, dict[str, str]]], targets: list[str], width: int) -> None:
+    """One line per test, one column per target (with more than one target)."""
+    if len(targets) > 1:
+        names = sorted({n for r in all_results.values() for n in r})
+        print("\n" + f"{'test':<{width}} " + " ".join(f"{k:<8}" for k in targets))
+        for n in names:
+            print(f"{n:<{width}} " + " ".join(f"{all_results[k].get(n, {}).get('state', '-'):<8}" for k in targets))
+
+
+def exit_code(all_results: dict[str, dict[str, dict[str, str]]]) -> int:
     bad = sum(1 for r in all_results.values() for x in r.values() if x["state"] in ("failed", "error"))
     return 1 if bad or not any(all_results.values()) else 0
 
