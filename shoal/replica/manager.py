@@ -272,7 +272,8 @@ class ReplicaManager:
         (name, help, labels, value)."""
         parts = list(self._partitions.values())
         led = [p for p in parts if p.is_leader]
-        under = sum(1 for p in led if len(p.info.isr) < len(p.info.sync_replicas))  # observers never join
+        # a promoted observer does not make up for a missing sync replica
+        under = sum(1 for p in led if sum(1 for r in p.info.isr if r not in p.info.observers) < len(p.info.sync_replicas))
         below_min = sum(1 for p in led if len(p.info.isr) < p.log.config.min_insync_replicas)
         lag = max((p.log_end_offset - max(f.log_end_offset, 0) for p in led for r, f in p.followers.items()
                    if r in p.info.isr), default=0)

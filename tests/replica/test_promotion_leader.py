@@ -72,6 +72,9 @@ async def test_promoted_while_under_min_isr_then_demoted(tmp_path) -> None:
     await asyncio.sleep(0)
     assert proposals == [(0, (1, 3), 2)]  # ISR 1 < min.insync.replicas 2: the observer joins
     publish((1, 3), 1)
+    values = {name: v for name, _help, _labels, v in m.metric_values()}
+    assert values["shoal_replica_under_replicated_partitions"] == 1  # the observer stands in for replica 2
+    assert values["shoal_replica_under_min_isr_partitions"] == 0
     p.append_as_leader(batch(2), clock.now_ms())
     assert p.high_watermark == 3  # the promoted observer counts for the high watermark
     m.follower_fetched(3, holder["image"], [(("t", 0), FetchAt(5))], clock.now_ms())
