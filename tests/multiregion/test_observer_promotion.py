@@ -135,3 +135,35 @@ def test_promote_then_recover_then_demote_is_stable(policy):
     demoted = decide(policy, back, min_isr=3)
     assert demoted == (3, 4, 1, 2)
     assert decide(policy, demoted, caught_up={5, 6}, min_isr=3) is None  # no flapping back in
+
+
+@st.composite
+def elections(draw):
+    from shoal.metadata import PartitionInfo
+
+    n_sync, n_obs = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    sync = list(range(1, n_sync + 1))
+    obs = list(range(n_sync + 1, n_sync + n_obs + 1))
+    isr = draw(st.lists(st.sampled_from(sync + obs), unique=True, min_size=1))
+    leader = draw(st.sampled_from(isr + [-1]))
+    alive = set(draw(st.lists(st.sampled_from(sync + obs), unique=True)))
+    p = PartitionInfo(0, tuple(sync + obs), tuple(isr), leader, observers=tuple(obs))
+    return p, alive, draw(st.booleans()), draw(st.booleans())
+
+
+@settings(max_examples=400, deadline=None)
+@given(elections())
+def test_an_observer_leads_only_when_promoted_or_the_policy_allows(e):
+    from shoal.cluster.controller import elect
+
+    p, alive, unclean, observer_may_lead = e
+    chosen = elect(p, alive, unclean, observer_may_lead)
+    if chosen is None or chosen[0] < 0:
+        return
+    leader = chosen[0]
+    assert leader in alive
+    if leader in p.observers:
+        if leader in p.isr:  # promoted: only when no sync ISR member is alive, or it led already
+            assert leader == p.leader or not any(r in alive for r in p.isr if r not in p.observers)
+        else:  # outside the ISR: an unclean election under leader-is-observer with no sync replica alive
+            assert unclean and observer_may_lead and not any(r in alive for r in p.sync_replicas)
