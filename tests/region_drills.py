@@ -96,13 +96,14 @@ def advisor(*args: str) -> subprocess.CompletedProcess:
 
 
 def stretch_drill(r: Regions, topic: str = "drill-a", survivor: str = "dc2", lost: str = "dc1",
-                  outage_s: float = 5.0) -> dict[str, Any]:
+                  outage_s: float = 5.0, cut: tuple[str, str] = ("reset", "refuse"),
+                  configs: dict[str, str] | None = None) -> dict[str, Any]:
     """Drill (a): RF 4, two replicas per datacenter, the preferred leader in ``lost``,
-    min.insync.replicas 3. Cut ``lost`` while a producer in ``survivor`` writes with acks=all;
+    min.insync.replicas 3 (or the topic ``configs`` given). Cut ``lost`` while a producer in ``survivor`` writes with acks=all;
     probe acks=all and read there during the outage; heal; read everything back."""
     near, far = r.brokers_in(survivor), r.brokers_in(lost)
     assignment = [far[0], near[0], far[1], near[1]]
-    create_topic(r, survivor, topic, assignment, configs={"min.insync.replicas": "3"})
+    create_topic(r, survivor, topic, assignment, configs=configs or {"min.insync.replicas": "3"})
     until(lambda: layout(r, near[0], topic)[2] == tuple(sorted(assignment)), 30, "the full ISR")
     out: dict[str, Any] = {"assignment": assignment}
     check = advisor("--topic", topic, "--bootstrap-server", r[near[0]].bootstrap)
@@ -110,7 +111,7 @@ def stretch_drill(r: Regions, topic: str = "drill-a", survivor: str = "dc2", los
     with AckedProducer(r.client_bootstrap(survivor), topic) as p:
         assert p.wait_for_more(200, 60), p.failed[-3:]
         t_cut = time.monotonic()
-        r.cut(lost)
+        r.cut(lost, *cut)  # (mode, new): Regions.cut
         acked_before = dict(p.acked)  # the cut reset the links: no acknowledgement crosses after it
         # the survivors elect a leader among themselves and shrink the ISR to their two
         out["layout_after_cut"] = until(
@@ -251,7 +252,7 @@ class IsrWatch:
 
 
 def promotion_drill(r: Regions, topic: str = "drill-b", survivor: str = "dc2", lost: str = "dc1",
-                    outage_s: float = 5.0) -> dict[str, Any]:
+                    outage_s: float = 5.0, cut: tuple[str, str] = ("reset", "refuse")) -> dict[str, Any]:
     """Drill (b): placement v2, 2 sync replicas + 1 observer per datacenter (leaders in
     ``lost``), min.insync.replicas 3, promotion under-min-isr. Cut ``lost`` while a producer in
     ``survivor`` writes with acks=all: the surviving observer is promoted and acks=all goes on
@@ -271,7 +272,7 @@ def promotion_drill(r: Regions, topic: str = "drill-b", survivor: str = "dc2", l
     with AckedProducer(r.client_bootstrap(survivor), topic) as p:
         assert p.wait_for_more(200, 60), p.failed[-3:]
         t_cut = time.monotonic()
-        r.cut(lost)
+        r.cut(lost, *cut)  # (mode, new): Regions.cut
         acked_before = dict(p.acked)
         first_ok = None
         probes = []
@@ -285,6 +286,10 @@ def promotion_drill(r: Regions, topic: str = "drill-b", survivor: str = "dc2", l
         out["first_acks_all_s"] = first_ok
         out["probe_errors"] = sorted(set(x for x in probes if x))
         out["layout_after_cut"] = layout(r, near[0], topic)
+        # the running producer: at once after a reset; after a stall, once librdkafka gives up on
+        # the requests in flight to the lost leader (request.timeout.ms, 30 s)
+        assert p.wait_for_more(1, 150), p.failed[-3:]
+        out["producer_resumed_s"] = time.monotonic() - t_cut
         assert p.wait_for_more(100, 60), p.failed[-3:]
         out["acked_during_outage"] = len(p.acked) - len(acked_before)
         rest = outage_s - (time.monotonic() - t_cut)

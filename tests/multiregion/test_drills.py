@@ -43,3 +43,23 @@ def test_promotion_losing_dc1_promotes_the_dc2_observer_and_acks_all_goes_on(reg
     assert out["first_acks_all_s"] is not None and out["acked_during_outage"] >= 100, out
     assert out["observer"] not in out["layout_after_heal"][2], out
     assert out["missing_acked_before_cut"] == 0 and out["failed"] == 0 and out["lost"] == 0, out
+
+
+@pytest.mark.parametrize("racks, refused", [("2", True), ("1", False)])
+def test_min_insync_racks_2_refuses_acks_all_when_one_dc_is_left(regions, racks, refused):
+    """RF 4 (2+2), min.insync.replicas 2: after losing dc1 the two dc2 replicas satisfy
+    min.insync.replicas, so acks=all goes on with every new record in dc2 only, unless
+    min.insync.racks is 2 (Shoal's, after KIP-1290): then NOT_ENOUGH_REPLICAS, as with min ISR 3;
+    the advisor predicts both. Nothing acknowledged is lost either way."""
+    r = regions(brokers={"dc1": 3, "dc2": 3}, etcd=("dc1", "dc2", "dc3"), overrides=OVERRIDES)
+    out = stretch_drill(r, topic=f"racks-{racks}", configs={"min.insync.replicas": "2", "min.insync.racks": racks})
+    print(out)
+    lose_dc1 = next(line for line in out["advisor"].splitlines() if line.startswith("lose dc1:"))
+    if refused:
+        assert "acks=all fails (NOT_ENOUGH_REPLICAS)" in lose_dc1, out["advisor"]
+        assert out["probe_errors"][-1] == "NOT_ENOUGH_REPLICAS" and None not in out["probe_errors"], out
+        assert out["acked_during_outage"] == 0, out
+    else:
+        assert "acks=all works" in lose_dc1 or "acks=all fails" not in lose_dc1, out["advisor"]
+        assert None in out["probe_errors"] and out["acked_during_outage"] > 0, out
+    assert out["missing_during_outage"] == 0 and out["failed"] == 0 and out["lost"] == 0, out
