@@ -21,7 +21,7 @@ Phases:
 
 Run:  python bench/bench_multiregion.py [--phases ff,latency,drills] [--rtt-ms 30] [--records 5000]
           [--size 1000] [--rounds 3] [--latency-records 600] [--rate 100] [--drill-rounds 1]
-          [--outage-s 5] [--json out.json]
+          [--outage-s 5] [--cut reset|stall] [--json out.json]
 """
 
 from __future__ import annotations
@@ -114,24 +114,27 @@ def phase_latency(args) -> dict:
 
 def phase_drills(args) -> dict:
     out: dict = {"a": [], "b": []}
+    cut = ("stall", "hang") if args.cut == "stall" else ("reset", "refuse")
     for _ in range(args.drill_rounds):
         r = regions("drill-a", args, {"dc1": 3, "dc2": 3})
         try:
-            out["a"].append(stretch_drill(r, outage_s=args.outage_s))
+            out["a"].append(stretch_drill(r, outage_s=args.outage_s, cut=cut))
         finally:
             close(r)
         r = regions("drill-b", args, {"dc1": 3, "dc2": 3})
         try:
-            out["b"].append(promotion_drill(r, outage_s=args.outage_s))
+            out["b"].append(promotion_drill(r, outage_s=args.outage_s, cut=cut))
         finally:
             close(r)
-    print(f"drills: 2 DC x 3 brokers + tie-breaker etcd, dc1 cut for >= {args.outage_s} s, {args.drill_rounds} round(s)")
+    print(f"drills: 2 DC x 3 brokers + tie-breaker etcd, dc1 cut ({'/'.join(cut)}) for >= {args.outage_s} s, "
+          f"{args.drill_rounds} round(s)")
     for a in out["a"]:
         print(f"  (a) RF4 2+2 min ISR 3: leader in dc2 after {a['election_s']:.1f} s, acks=all in dc2 "
               f"{a['probe_errors'][-1]}, acknowledged during the outage {a['acked_during_outage']}, "
               f"writes resumed {a['resume_s']:.1f} s after the heal; acknowledged {a['acked']}, lost {a['lost']}")
     for b in out["b"]:
-        print(f"  (b) v2 promotion: first acks=all in dc2 {b['first_acks_all_s']:.1f} s after the cut "
+        print(f"  (b) v2 promotion: first acks=all in dc2 {b['first_acks_all_s']:.1f} s after the cut, "
+              f"the running producer's first {b['producer_resumed_s']:.1f} s "
               f"(ISR {b['layout_after_cut'][2]}), acknowledged during the outage {b['acked_during_outage']}; "
               f"acknowledged {b['acked']}, lost {b['lost']}")
     lost = sum(x["lost"] for x in out["a"] + out["b"])
@@ -150,6 +153,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--drill-rounds", type=int, default=1)
     ap.add_argument("--outage-s", type=float, default=5.0)
+    ap.add_argument("--cut", choices=("reset", "stall"), default="reset",
+                    help="reset: connections across reset, new ones refused; stall: bytes dropped, new ones held")
     ap.add_argument("--json")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
