@@ -8,8 +8,12 @@ back its sync replicas rejoin and the observer leaves the ISR; every acknowledge
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -20,6 +24,7 @@ from cluster_harness import Cluster, until
 
 pytestmark = pytest.mark.timeout(420)
 
+REPO = Path(__file__).resolve().parents[2]
 LAG_MS = 2000
 DC1, DC2 = (1, 2, 3), (4, 5, 6)
 PLACEMENT = {"version": 2,
@@ -92,6 +97,14 @@ def test_the_dc2_observer_stands_in_while_dc1_is_down(cluster):
     acked += before
     time.sleep(LAG_MS / 1000 + 0.5)
     assert layout(b, topic)[2] == isr  # caught up, but the ISR holds min.insync.replicas: no promotion
+
+    # the advisor reads the topic's observers and policy from its placement, and predicts the drill
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "shoal", "placement", "check", "--topic", topic, "--bootstrap-server",
+                        cluster.bootstrap(1)], capture_output=True, text=True, timeout=60, env=env)
+    assert "dc1: 2 replicas + 1 observer, dc2: 2 replicas + 1 observer" in r.stdout, r.stdout + r.stderr
+    assert "observer promotion under-min-isr" in r.stdout
+    assert "lose dc1: acks=all works after promoting 1 observer" in r.stdout, r.stdout
 
     for n in DC1:
         cluster.kill(n)
