@@ -107,3 +107,25 @@ def test_a_v1_topic_moves_dc1_heavy_to_dc2_heavy():
     done = topics.complete_reassignment(PartitionInfo(0, p.replicas, (1, 2, 3, 4), 1, partition_epoch=2,
                                                       adding=p.adding, removing=p.removing))
     assert (done.replicas, done.isr, done.leader, done.observers) == ((3, 4, 1), (1, 3, 4), 1, ())
+
+
+def test_the_admin_decision_refuses_tenants_and_placements_the_brokers_cannot_hold():
+    from shoal.handlers.admin import AdminError, _placement_change
+
+    class Scope:
+        def __init__(self, physical_view: bool) -> None:
+            self.physical_view = physical_view
+
+    img = image_with(PartitionInfo(0, (1, 2, 3), (1, 2, 3), 1))
+    topic = img.topics["t"]
+    dc2_heavy = spec([("dc2", 2), ("dc1", 1)]).to_json()
+    with pytest.raises(AdminError) as e:
+        _placement_change(Scope(False), img, topic, dc2_heavy)
+    assert e.value.code == "POLICY_VIOLATION" and "operator actions" in str(e.value.message)
+    assert _placement_change(Scope(True), img, topic, dc2_heavy) == [((3, 4, 1), ())]
+    with pytest.raises(AdminError) as e:
+        _placement_change(Scope(True), img, topic, spec([("dc3", 2)]).to_json())
+    assert e.value.code == "INVALID_REPLICATION_FACTOR" and "rack 'dc3' has 1 broker" in e.value.message
+    with pytest.raises(AdminError) as e:
+        _placement_change(Scope(True), img, topic, '{"version": 7}')
+    assert e.value.code == "INVALID_CONFIG"
