@@ -15,6 +15,11 @@ physical view, for WriteTxnMarkers and for the brokers' AddPartitionsToTxn v4+
 topics are listed only where the caller may DESCRIBE them; ListTransactions lists the ids the
 caller may DESCRIBE.
 
+Errors as Kafka's: PRODUCER_FENCED from v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn,
+INVALID_PRODUCER_EPOCH before (KIP-588). AddOffsetsToTxn maps the group to its
+``__consumer_offsets`` partition whether or not that topic exists yet (the hash over
+``offsets.topic.num.partitions``; the group coordinator creates it).
+
 Tenancy (``ctx.scope``): transactional ids, topics and groups are qualified on the way in and
 unqualified on the way out; ListTransactions lists the scope's ids only.
 
@@ -29,7 +34,7 @@ import datetime
 import logging
 import re
 
-from shoal.groups import OFFSETS_TOPIC
+from shoal.groups import OFFSETS_TOPIC, partition_for
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
@@ -47,8 +52,10 @@ ZERO = datetime.timedelta(0)
 _UTC = datetime.timezone.utc
 
 
-def _ms(td: datetime.timedelta) -> int:
-    return int(td / datetime.timedelta(milliseconds=1))
+def fenced_as_epoch(code: ErrorCode) -> ErrorCode:
+    """KIP-588: PRODUCER_FENCED is answered from AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2
+    on; older versions get INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis answers them."""
+    return ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else code
 
 
 # -- AddPartitionsToTxn -------------------------------------------------------------------------
@@ -102,6 +109,8 @@ async def handle_add_partitions_to_txn(ctx, req):
     if v < 4:
         codes = await _add_partitions(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                       req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        if v < 2:  # KIP-588: older clients know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED (KafkaApis)
+            codes = {tp: fenced_as_epoch(c) for tp, c in codes.items()}
         return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
                      results_by_topic_v3_and_below=_topic_results(mod, codes))
     scope = ctx.scope
@@ -127,15 +136,23 @@ async def handle_add_offsets_to_txn(ctx, req):
     scope = ctx.scope
 
     def answer(code: ErrorCode):
+        if ctx.api_version < 2:
+            code = fenced_as_epoch(code)
         return build(mod.AddOffsetsToTxnResponse, throttle_time=ZERO, error_code=code)
 
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         return answer(ErrorCode.transactional_id_authorization_failed)
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return answer(ErrorCode.group_authorization_failed)
-    if svc.txn is None or svc.groups is None or svc.metadata.image.topic(OFFSETS_TOPIC) is None:
+    if svc.txn is None:
         return answer(ErrorCode.coordinator_not_available)
-    partition = svc.groups.partition_for(scope.physical(req.group_id))
+    # Kafka's groupCoordinator.partitionFor: the hash over the offsets topic's partitions, which
+    # need not exist yet (the group coordinator creates it when TxnOffsetCommit finds it)
+    topic = svc.metadata.image.topic(OFFSETS_TOPIC)
+    count = len(topic.partitions) if topic is not None else int(svc.config.get("offsets.topic.num.partitions"))
+    if topic is None and svc.groups is not None:
+        svc.groups.request_offsets_topic()
+    partition = partition_for(scope.physical(req.group_id), count)
     code = await svc.txn.add_partitions(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
                                         [(OFFSETS_TOPIC, partition)])
     return answer(code)
@@ -151,8 +168,8 @@ async def handle_end_txn(ctx, req):
     scope = ctx.scope
 
     def answer(code: ErrorCode):
-        if code == ErrorCode.producer_fenced and v < 2:
-            code = ErrorCode.invalid_producer_epoch  # older clients do not know PRODUCER_FENCED
+        if v < 2:
+            code = fenced_as_epoch(code)
         return build(mod.EndTxnResponse, throttle_time=ZERO, error_code=code)
 
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):

@@ -69,3 +69,28 @@ def test_produce_needs_the_partition_in_the_transaction(tb):
     assert add(bs, txn, pid, new_epoch, topic, 1) == E.none
     assert produce(bs, txn, topic, 1, pid, epoch, seq=0) == E.invalid_producer_epoch
     assert produce(bs, txn, topic, 1, pid, new_epoch, seq=0) == E.none
+
+
+def test_fenced_epoch_codes_by_version(tb):
+    """KIP-588: PRODUCER_FENCED from v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (v4 of
+    InitProducerId); INVALID_PRODUCER_EPOCH before, which is what older clients know."""
+    bs = tb.bootstrap
+    topic, txn = f"fence-{uuid.uuid4().hex[:6]}", f"tx-fence-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 1)
+    pid, epoch = init(bs, txn)
+    init(bs, txn)  # a new instance: epoch + 1
+    for v, want in ((0, E.invalid_producer_epoch), (1, E.invalid_producer_epoch), (2, E.producer_fenced),
+                    (3, E.producer_fenced)):
+        r = wire(bs, 24, {"v3_and_below_transactional_id": txn, "v3_and_below_producer_id": pid,
+                          "v3_and_below_producer_epoch": epoch,
+                          "v3_and_below_topics": [{"name": topic, "partitions": [0]}]}, version=v)
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == want, v
+        r = wire(bs, 25, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "group_id": "g"},
+                 version=v)
+        assert r.error_code == want, v
+        r = wire(bs, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+                 version=v)
+        assert r.error_code == want, v
+    r = wire(bs, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": pid,
+                      "producer_epoch": epoch}, version=3)
+    assert r.error_code == E.invalid_producer_epoch
