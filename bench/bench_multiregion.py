@@ -18,10 +18,13 @@ Phases:
             refused while dc1 is cut, records lost) and drill (b) (placement v2 with promotion:
             time from the cut to the first acknowledged acks=all produce in dc2, records lost), each
             on a fresh cluster, ``--drill-rounds`` times.
+  cycles    (not in the default phases) the long drill (b): ``--cycles`` cuts and heals of dc1 on
+            one cluster while one dc2 producer writes: promotion, acknowledgements again,
+            demotion per cycle; records lost at the end.
 
 Run:  python bench/bench_multiregion.py [--phases ff,latency,drills] [--rtt-ms 30] [--records 5000]
           [--size 1000] [--rounds 3] [--latency-records 600] [--rate 100] [--drill-rounds 1]
-          [--outage-s 5] [--cut reset|stall] [--json out.json]
+          [--outage-s 5] [--cut reset|stall] [--cycles 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ for p in (HERE, REPO_ROOT, os.path.join(REPO_ROOT, "tests")):
         sys.path.insert(0, p)
 
 from region_drills import (ack_latencies, create_topic, follower_fetching_bytes, pct,  # noqa: E402
-                           promotion_drill, stretch_drill)
+                           promotion_cycles, promotion_drill, stretch_drill)
 from region_harness import Regions  # noqa: E402
 
 OVERRIDES = {"replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200"}
@@ -142,6 +145,21 @@ def phase_drills(args) -> dict:
     return out
 
 
+def phase_cycles(args) -> dict:
+    r = regions("cycles", args, {"dc1": 3, "dc2": 3})
+    try:
+        out = promotion_cycles(r, args.cycles, outage_s=args.outage_s)
+    finally:
+        close(r)
+    print(f"cycles: drill (b) {args.cycles} times on one cluster, a dc2 producer throughout")
+    for i, c in enumerate(out["cycles"], 1):
+        print(f"  cut {i}: observer promoted {c['promoted_s']:.1f} s, producer acknowledged again {c['acks_again_s']:.1f} s "
+              f"after the cut; demoted {c['demoted_s']:.1f} s after the heal")
+    print(f"  acknowledged {out['acked']}, failed {out['failed']}, lost {out['lost']} (target 0: "
+          f"{'met' if out['lost'] == 0 else 'MISSED'})")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--phases", default="ff,latency,drills")
@@ -152,6 +170,7 @@ def main() -> None:
     ap.add_argument("--latency-records", type=int, default=600)
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--drill-rounds", type=int, default=1)
+    ap.add_argument("--cycles", type=int, default=3, help="cut/heal cycles of the cycles phase")
     ap.add_argument("--outage-s", type=float, default=5.0)
     ap.add_argument("--cut", choices=("reset", "stall"), default="reset",
                     help="reset: connections across reset, new ones refused; stall: bytes dropped, new ones held")
@@ -162,7 +181,8 @@ def main() -> None:
     t0 = time.monotonic()
     results = {}
     for phase in args.phases.split(","):
-        results[phase] = {"ff": phase_ff, "latency": phase_latency, "drills": phase_drills}[phase](args)
+        results[phase] = {"ff": phase_ff, "latency": phase_latency, "drills": phase_drills,
+                          "cycles": phase_cycles}[phase](args)
     print(f"load average {os.getloadavg()[0]:.2f} at the end; {time.monotonic() - t0:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))

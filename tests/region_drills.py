@@ -305,3 +305,42 @@ def promotion_drill(r: Regions, topic: str = "drill-b", survivor: str = "dc2", l
     out["failed"] = len(p.failed)
     out["lost"] = len(p.lost(stored))
     return out
+
+
+def promotion_cycles(r: Regions, cycles: int = 3, topic: str = "drill-cycles", survivor: str = "dc2",
+                     lost: str = "dc1", outage_s: float = 5.0) -> dict[str, Any]:
+    """Drill (b) ``cycles`` times on one cluster, one producer in ``survivor`` throughout: each
+    cycle cuts ``lost`` until the observer is promoted and the producer's records are
+    acknowledged again, keeps it cut ``outage_s``, heals it until the observer is demoted.
+    Per cycle: seconds from the cut to the producer's next acknowledgement and to the
+    promotion, from the heal to the demotion; at the end, acknowledged records lost."""
+    import json
+
+    placement = {"version": 2, "observerPromotionPolicy": "under-min-isr",
+                 "replicas": [{"count": 2, "constraints": {"rack": lost}}, {"count": 2, "constraints": {"rack": survivor}}],
+                 "observers": [{"count": 1, "constraints": {"rack": lost}}, {"count": 1, "constraints": {"rack": survivor}}]}
+    near = r.brokers_in(survivor)
+    create_topic(r, survivor, topic, configs={"replica.placement": json.dumps(placement), "min.insync.replicas": "3"})
+    full = until(lambda: (lay := layout(r, near[0], topic)) and len(lay[2]) == 4 and lay, 30, "the four sync replicas")
+    sync = set(full[2])
+    observer = next(b for b in full[1] if b not in sync and r.dc_of[b] == survivor)
+    rows = []
+    with AckedProducer(r.client_bootstrap(survivor), topic) as p:
+        assert p.wait_for_more(200, 60), p.failed[-3:]
+        for _ in range(cycles):
+            t_cut = time.monotonic()
+            r.cut(lost)
+            row: dict[str, Any] = {}
+            until(lambda: observer in layout(r, near[0], topic)[2], 90, "the observer promoted")
+            row["promoted_s"] = time.monotonic() - t_cut
+            assert p.wait_for_more(1, 90), p.failed[-3:]
+            row["acks_again_s"] = time.monotonic() - t_cut
+            time.sleep(max(0.0, outage_s - (time.monotonic() - t_cut)))
+            t_heal = time.monotonic()
+            r.heal(lost)
+            until(lambda: set(layout(r, near[0], topic)[2]) == sync, 90, "the observer demoted")
+            row["demoted_s"] = time.monotonic() - t_heal
+            assert p.wait_for_more(100, 60), p.failed[-3:]
+            rows.append(row)
+    stored = read_all(r, survivor, topic, 120)
+    return {"cycles": rows, "acked": len(p.acked), "failed": len(p.failed), "lost": len(p.lost(stored))}
