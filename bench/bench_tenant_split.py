@@ -1,6 +1,7 @@
-"""A tenant-wide producer quota over three brokers: the ``equal`` split against ``demand``.
+"""A tenant-wide producer (and consumer) quota over three brokers: the ``equal`` split against ``demand``.
 
     python bench/bench_tenant_split.py [--quota-mb 6] [--seconds 40] [--warmup 15] [--offered 1.25]
+        [--kinds produce,consume] [--consume-quota-mb 1]
 
 Starts a real three-member etcd on loopback (tests/etcd_cluster.py) and three broker processes on
 one prefix (tests/cluster_harness.py: SASL_PLAINTEXT for tenants, the HTTP admin API, /metrics per
@@ -20,6 +21,12 @@ pacer credit a new tenant sensor starts with; after the warm-up) against the quo
 broker's slice (``shoal_tenant_quota_slice_bytes_per_second``) 5 s before the end. The target
 (issue 15): ``demand`` >= 90% of the quota in (a) and (b), no 10 s window above 105%; ``equal``
 in (b) well below (the document's known weakness: quota/3 on the hot broker).
+
+``--kinds consume`` does the same with another tenant's tenant-wide ``consumer_byte_rate`` of
+``--consume-quota-mb`` MB/s: its topics are preloaded (10 kB records in 64 KiB batches) with what
+the consumers can take, and one confluent-kafka consumer process per topic reads from offset 0
+taking at most its offered rate, with a 256 kB prefetch queue (:func:`consume_paced`); bytes
+received per second, summed.
 """
 
 from __future__ import annotations
@@ -108,16 +115,36 @@ def consume_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float
     return buckets[: int(seconds)]
 
 
-def _worker(conf: dict, topic: str, rate: float, seconds: float, t0: float, out) -> None:
-    out.put((topic, produce_paced(conf, topic, rate, seconds, t0)))
+def _worker(conf: dict, topic: str, rate: float, seconds: float, t0: float, out, kind: str = "produce") -> None:
+    paced = produce_paced if kind == "produce" else consume_paced
+    out.put((topic, paced(conf, topic, rate, seconds, t0)))
 
 
-def run_producers(conf: dict, rates: dict[str, float], seconds: float) -> dict[str, list[int]]:
-    """One producer process per topic (``rates``: topic -> offered bytes/s), started together."""
+def preload(conf: dict, rates: dict[str, float], seconds: float, size: int = 10_000) -> None:
+    """Write what a consumer taking ``rates[topic]`` for ``seconds`` can read, and a fifth more,
+    in 64 KiB batches (a paced consumer then fetches a batch or two at a time)."""
+    from confluent_kafka import Producer
+
+    p = Producer({**conf, "linger.ms": 5, "acks": 1, "batch.size": 65536})
+    payload = b"x" * size
+    for t, r in rates.items():
+        for _ in range(int(r * seconds * 1.2) // size):
+            while True:
+                try:
+                    p.produce(t, payload)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+    assert p.flush(120) == 0
+
+
+def run_producers(conf: dict, rates: dict[str, float], seconds: float, kind: str = "produce") -> dict[str, list[int]]:
+    """One producer (``kind`` "consume": consumer, from offset 0) process per topic (``rates``:
+    topic -> offered bytes/s), started together."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     t0 = time.monotonic() + 3.0
-    procs = [ctx.Process(target=_worker, args=(conf, t, r, seconds, t0, out)) for t, r in rates.items()]
+    procs = [ctx.Process(target=_worker, args=(conf, t, r, seconds, t0, out, kind)) for t, r in rates.items()]
     for p in procs:
         p.start()
     series = dict(out.get(timeout=seconds + 120) for _ in procs)
@@ -202,6 +229,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--offered", type=float, default=1.25, help="offered load as a multiple of the quota")
     ap.add_argument("--splits", default="equal,demand")
+    ap.add_argument("--kinds", default="produce,consume",
+                    help="produce: a producer_byte_rate quota; consume: a consumer_byte_rate quota")
+    ap.add_argument("--consume-quota-mb", type=float, default=1.0,
+                    help="the consumer quota (the topics are preloaded with what the consumers take)")
     args = ap.parse_args()
     from etcd_cluster import EtcdCluster
 
@@ -214,45 +245,54 @@ def main() -> None:
     try:
         cluster = start_cluster(workdir / "brokers", etcd.url(f"/split-{uuid.uuid4().hex[:8]}"), "equal")
         try:
-            tenant, topics = make_tenant(cluster, quota)
             print(f"load average before: {os.getloadavg()}", flush=True)
-            for split in args.splits.split(","):
-                set_split(cluster, split)
-                time.sleep(3)
-                for case, shares in cases.items():
-                    rates = {f"{topics[n]}": args.offered * quota * s for n, s in zip((1, 2, 3), shares)}
-                    load0 = os.getloadavg()[0]
-                    mid: dict[int, float] = {}  # the slices 5 s before the end, traffic still on
-                    timer = threading.Timer(args.seconds - 2.0, lambda: mid.update(slices(cluster, tenant.tenant_id)))
-                    timer.start()
-                    series = run_producers(tenant.conf(), rates, args.seconds)
-                    timer.join()
-                    total = [sum(v[i] for v in series.values()) for i in range(args.seconds)]
-                    steady = total[args.warmup:]
-                    mean = sum(steady) / len(steady)
-                    per_topic = {t: sum(v[args.warmup:]) / len(steady) / MB for t, v in sorted(series.items())}
-                    sl = {n: round(v / MB, 2) for n, v in sorted(mid.items())}
-                    row = (split, case, mean / quota, max_window(total) / quota, max_window(total[2:]) / quota,
-                           max_window(steady) / quota, per_topic, sl, load0)
-                    rows.append(row)
-                    print(f"{split:6s} {case:18s} achieved {mean / MB:5.2f} MB/s = {row[2]:6.1%} of quota; "
-                          f"max 10 s window {row[3]:6.1%} ({row[4]:6.1%} from second 2, "
-                          f"{row[5]:6.1%} after the warm-up); "
-                          f"per broker MB/s { {k: round(v, 2) for k, v in per_topic.items()} }; slices {row[7]}; "
-                          f"load {load0:.1f}", flush=True)
-                    print("   per second MB:", [round(x / MB, 2) for x in total], flush=True)
+            for kind in args.kinds.split(","):
+                q = quota if kind == "produce" else args.consume_quota_mb * MB
+                key, user, qtype = (("producer_byte_rate", "splitter", "produce") if kind == "produce"
+                                    else ("consumer_byte_rate", "fetcher", "fetch"))
+                tenant, topics = make_tenant(cluster, q, key=key, user=user)
+                if kind == "consume":
+                    preload(tenant.conf(), {topics[n]: args.offered * q * max(s[i] for s in cases.values())
+                                            for i, n in enumerate((1, 2, 3))}, args.seconds)
+                for split in args.splits.split(","):
+                    set_split(cluster, split)
+                    time.sleep(3)
+                    for case, shares in cases.items():
+                        rates = {f"{topics[n]}": args.offered * q * s for n, s in zip((1, 2, 3), shares)}
+                        load0 = os.getloadavg()[0]
+                        mid: dict[int, float] = {}  # the slices 5 s before the end, traffic still on
+                        timer = threading.Timer(args.seconds - 2.0, lambda: mid.update(
+                            slices(cluster, tenant.tenant_id, quota_type=qtype)))
+                        timer.start()
+                        series = run_producers(tenant.conf(), rates, args.seconds, kind)
+                        timer.join()
+                        total = [sum(v[i] for v in series.values()) for i in range(args.seconds)]
+                        steady = total[args.warmup:]
+                        mean = sum(steady) / len(steady)
+                        per_topic = {t: sum(v[args.warmup:]) / len(steady) / MB for t, v in sorted(series.items())}
+                        sl = {n: round(v / MB, 2) for n, v in sorted(mid.items())}
+                        row = (kind, split, case, mean / q, max_window(total) / q, max_window(total[2:]) / q,
+                               max_window(steady) / q, per_topic, sl, load0)
+                        rows.append(row)
+                        print(f"{kind} {q / MB:g} MB/s {split:6s} {case:18s} achieved {mean / MB:5.2f} MB/s = "
+                              f"{row[3]:6.1%} of quota; max 10 s window {row[4]:6.1%} ({row[5]:6.1%} from second 2, "
+                              f"{row[6]:6.1%} after the warm-up); "
+                              f"per broker MB/s { {k: round(v, 2) for k, v in per_topic.items()} }; slices {row[8]}; "
+                              f"load {load0:.1f}", flush=True)
+                        print("   per second MB:", [round(x / MB, 2) for x in total], flush=True)
         finally:
             cluster.close()
     finally:
         etcd.close()
     print()
-    print(f"quota {args.quota_mb} MB/s, offered {args.offered} x quota, {args.seconds} s per case "
-          f"(mean after {args.warmup} s), {os.cpu_count()} CPUs")
-    print("| split | case | achieved / quota | max 10 s window / quota | the same from second 2 "
+    print(f"quota {args.quota_mb} MB/s (consume: {args.consume_quota_mb} MB/s), offered {args.offered} x quota, "
+          f"{args.seconds} s per case (mean after {args.warmup} s), {os.cpu_count()} CPUs, "
+          f"load average after {os.getloadavg()}")
+    print("| kind | split | case | achieved / quota | max 10 s window / quota | the same from second 2 "
           "| after the warm-up | per broker MB/s (t1,t2,t3) | slices MB/s | load |")
-    print("|---|---|---:|---:|---:|---:|---|---|---:|")
-    for split, case, ratio, peak, peak2, peak_steady, per_topic, sl, load in rows:
-        print(f"| {split} | {case} | {ratio:.1%} | {peak:.1%} | {peak2:.1%} | {peak_steady:.1%} | "
+    print("|---|---|---|---:|---:|---:|---:|---|---|---:|")
+    for kind, split, case, ratio, peak, peak2, peak_steady, per_topic, sl, load in rows:
+        print(f"| {kind} | {split} | {case} | {ratio:.1%} | {peak:.1%} | {peak2:.1%} | {peak_steady:.1%} | "
               f"{', '.join(f'{v:.2f}' for v in per_topic.values())} | "
               f"{', '.join(f'{v:.2f}' for v in sl.values())} | {load:.1f} |")
 

@@ -10,13 +10,20 @@ from the same table:
 
 Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has a demand ``d_i``:
 
-* ``headroom x rate`` (the tenant's byte rate there over the last two intervals, at least 2 s;
-  ``shoal.quota.autotune.headroom``, 1.1, so a rise is seen next interval) when the broker is not
-  holding the tenant back;
-* the whole tenant quota when it is *held* there (its tenant bound muted it for at least half of
-  the last two intervals, or it uses at least ``saturation`` of its slice): it wants more than it gets and its
+* ``headroom x rate`` (the tenant's byte rate there over the last :data:`RECENT_SPAN_MS`, 4 s;
+  ``shoal.quota.autotune.headroom``, 1.1, so a rise is seen next interval: a slice below the
+  rate lets 1.1 x itself through next time, and so on up) when the broker is not holding the
+  tenant back;
+* the whole tenant quota when it is *held* there: its bound muted it for at least half of the
+  last :data:`HELD_INTERVALS` (4) intervals (:func:`is_held`). It wants more than it gets and its
   rate says nothing about how much more, so it bids for everything (as the auto-tuner's held
-  tenants bid for their full share);
+  tenants bid for their full share). Robust to bursts: usage alone (at least ``saturation`` of
+  the slice, the auto-tuner's rule) counted as held before, and a consumer taking 125 kB/s in
+  64 KiB batches moves its rate over 2 s by a whole batch, far more than the 4.5% between a cold
+  broker's rate and that line; and a consumer refilling a 256 kB prefetch queue at once is
+  muted ~1.3 s by a 137 kB/s slice, over half of two intervals, a quarter of four. Either way
+  a cold broker bid for the whole quota now and then and took the hot broker's slice away for
+  two intervals (1 MB/s consumer quota, case (b): 71-79% of it; 89% with the 2 s span);
 * never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
   fraction``), so a broker that starts receiving traffic has some room and is seen as held next
   interval.
@@ -67,10 +74,13 @@ SPLITS = ("equal", "demand")
 CODEC_VERSION = 1
 KINDS = ("produce", "fetch")  # the byte-rate quota types (QuotaType.group)
 LOG_EVERY_S = 10.0
-# A broker's demand is its rate over the last couple of seconds (WindowedRate.measure_recent), not
-# the quota window's 11: a broker whose traffic moved away gives up its slice in seconds.
-RECENT_SPAN_MS = 2000
-HELD_INTERVALS = 2  # a tenant muted by its slice for HELD_MUTED_FRACTION of this many intervals is held
+# A broker's demand is its rate over the last few seconds (WindowedRate.measure_recent), not the
+# quota window's 11: a broker whose traffic moved away gives up its slice in seconds. Four, not
+# two: a consumer fetching 64 KiB batches at 125 kB/s reads +-25% over 2 s, +-13% over 4.
+RECENT_SPAN_MS = 4000
+# A tenant muted by its slice for HELD_MUTED_FRACTION of this many intervals is held. Four, not
+# two: a burst (a consumer refilling its prefetch queue) is muted for one interval or so.
+HELD_INTERVALS = 4
 # ... of the time: a client its bound holds back is muted nearly all the time (each request's
 # throttle ends as the next is let in), one that only bursts now and then (a producer catching up
 # after a stall, a consumer refilling its prefetch queue) for a fraction of it. Any throttle at
@@ -82,21 +92,14 @@ Report = tuple[float, bool]  # (recent byte rate, held by its bound)
 
 # -- policy ---------------------------------------------------------------------------------------
 
-def saturation(headroom: float) -> float:
-    """Usage at or above this fraction of its slice means the tenant is held by it (halfway
-    between ``1 / headroom``, where an unconstrained broker's usage sits, and 1; the auto-tuner's
-    rule)."""
-    return (1.0 + 1.0 / headroom) / 2.0
-
-
-def is_held(rate: float, slice_: float, *, muted: bool, capped_below: bool = False,
-            headroom: float = DEFAULT_HEADROOM) -> bool:
-    """Does this broker hold the tenant back with its slice? ``muted``: the tenant's bound muted
-    it for :data:`HELD_MUTED_FRACTION` of the last intervals (:func:`muted_fraction`); ``capped_below``: a broker-wide dynamic quota below the
-    slice is what holds it (a larger slice would not help, so it does not ask for one)."""
-    if capped_below:
-        return False
-    return muted or rate >= saturation(headroom) * slice_
+def is_held(muted: float, *, capped_below: bool = False) -> bool:
+    """Does this broker hold the tenant back with its slice? ``muted``: the fraction of the last
+    :data:`HELD_INTERVALS` intervals the tenant's bound muted it (:func:`muted_fraction`), held
+    from :data:`HELD_MUTED_FRACTION` on; a client its slice holds back is muted nearly all the
+    time (its pacer is a cap). Not its usage: see the module doc. ``capped_below``: a broker-wide
+    dynamic quota below the slice is what holds it (a larger slice would not help, so it does not
+    ask for one)."""
+    return not capped_below and muted >= HELD_MUTED_FRACTION
 
 
 def muted_fraction(muted_ms: int, muted_before_ms: int | None, span_ms: int) -> float:
@@ -318,16 +321,16 @@ class DemandExchange:
                     muted_before: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, dict[str, Report]]:
         """This broker's reports: per byte-rate manager, the tenants with a tenant-wide quota and
         a sensor here, their rate over the last ``span_ms`` and whether their slice holds them
-        (muted for :data:`HELD_MUTED_FRACTION` of the time since ``since_ms``, when the tenants'
-        cumulative muted times were ``muted_before[kind]``; or using nearly all of it)."""
+        (:func:`is_held` of the fraction of the time since ``since_ms`` their bound muted them;
+        the tenants' cumulative muted times were ``muted_before[kind]`` then)."""
         out: dict[str, dict[str, Report]] = {}
         for kind in KINDS:
             m = getattr(self.managers, kind)
             entries: dict[str, Report] = {}
             if m.enabled:
                 before = (muted_before or {}).get(kind, {})
-                muted = {t for t, ms in m.tenant_muted_ms().items()
-                         if muted_fraction(ms, before.get(t), now_ms - since_ms) >= HELD_MUTED_FRACTION}
+                muted = {t: muted_fraction(ms, before.get(t), now_ms - since_ms)
+                         for t, ms in m.tenant_muted_ms().items()}
                 dynamic = m.dynamic_tenant_quotas()
                 for tenant, sensor in m.tenant_sensors():
                     rate = sensor.rate.measure_recent(now_ms, span_ms)
@@ -335,8 +338,8 @@ class DemandExchange:
                     if slice_ is None:
                         continue
                     cap = dynamic.get(tenant)
-                    held = is_held(rate, slice_, muted=tenant in muted,
-                                   capped_below=cap is not None and cap < slice_, headroom=headroom)
+                    f = muted.get(tenant, 0.0)
+                    held = is_held(f, capped_below=cap is not None and cap < slice_)
                     if rate > 0 or held:
                         entries[tenant] = (rate, held)
             out[kind] = entries
@@ -347,7 +350,7 @@ class DemandExchange:
         split, min_fraction, headroom, interval_ms, stale_ms = self._settings()
         self.managers.set_split(split, min_fraction=min_fraction, headroom=headroom)
         now_ms = self.now_ms()
-        # held: muted by its slice for half of the last two intervals (one alone flaps: a held
+        # held: muted by its slice for half of the last four intervals (one alone flaps: a held
         # producer is not throttled in every interval, and each flap moves the others' slices)
         since = self._steps_ms[0] if self._steps_ms else now_ms - interval_ms
         before = self._muted_hist[0] if self._muted_hist else None

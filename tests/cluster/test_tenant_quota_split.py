@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient
 from cluster_harness import until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_tenant_split import (consume_paced, make_tenant, max_window, produce_paced, slices,  # noqa: E402
-                                start_cluster)
+from bench_tenant_split import (consume_paced, make_tenant, max_window, preload, produce_paced,  # noqa: E402
+                                slices, start_cluster)
 
 QUOTA = 1_000_000  # bytes/s, tenant-wide
 
@@ -58,19 +58,7 @@ def test_consumer_quota_split_by_demand_holds_the_cluster_wide_fetch_rate(split_
           30, "preferred leaders 1, 2, 3")
     seconds, settled = 24, 8
     rates = {"t1": 1.0 * QUOTA, "t2": 0.125 * QUOTA, "t3": 0.125 * QUOTA}
-    from confluent_kafka import Producer
-
-    p = Producer({**tenant.conf(), "linger.ms": 5, "acks": 1, "batch.size": 65536})  # fetches of a few records
-    payload = b"x" * 10_000
-    for t, r in rates.items():  # what each consumer can take in the run, and some
-        for _ in range(int(r * seconds * 1.2) // len(payload)):
-            while True:
-                try:
-                    p.produce(t, payload)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-    assert p.flush(60) == 0
+    preload(tenant.conf(), rates, seconds)  # what each consumer can take in the run, and some; 64 KiB batches
     t0 = time.monotonic() + 1.0
     results: dict[str, list[int]] = {}
     threads = [threading.Thread(target=lambda t=t, r=r: results.__setitem__(

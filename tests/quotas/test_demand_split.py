@@ -28,7 +28,9 @@ from shoal.quotas.demand import (
     encode_reports,
     is_held,
     muted_fraction,
-    saturation,
+    HELD_MUTED_FRACTION,
+    HELD_INTERVALS,
+    RECENT_SPAN_MS,
     split_by_demand,
 )
 from shoal.quotas.manager import ClientQuotaManager, QuotaManagers, QuotaType
@@ -74,15 +76,40 @@ def test_two_held_brokers_share_what_the_known_demand_leaves() -> None:
     assert s == {1: 2.5, 2: 2.5, 3: 1.0}
 
 
-def test_held_and_saturation() -> None:
-    assert saturation(1.1) == pytest.approx((1 + 1 / 1.1) / 2)
-    assert is_held(0.5, 1.0, muted=True)
-    assert not is_held(0.9, 1.0, muted=False)  # 0.9 < 0.9545
-    assert is_held(0.96, 1.0, muted=False)
+def test_held_means_muted_half_the_time_whatever_the_usage() -> None:
+    """Exact: held from half the time muted on, whatever the usage (a bursty cold client's rate
+    crosses 0.9545 of its slice without being held back); not held when a broker-wide cap
+    below the slice holds it."""
+    assert (HELD_MUTED_FRACTION, HELD_INTERVALS, RECENT_SPAN_MS) == (0.5, 4, 4000)
+    assert is_held(0.5) and is_held(1.0)
+    assert not is_held(0.49) and not is_held(0.0)
     # held by the broker-wide auto-tuner's cap, not by the slice: asks for no more slice
-    assert not is_held(1.0, 1.0, muted=True, capped_below=True)
+    assert not is_held(1.0, capped_below=True)
     assert demand_estimate((100.0, False), 1000.0, headroom=1.5) == 150.0
     assert demand_estimate((100.0, True), 1000.0) == 1000.0
+
+
+def test_a_bursty_cold_consumer_does_not_take_the_hot_slice() -> None:
+    """Case (b) with consumers, 1 MB/s: the hot broker muted all the time; two cold ones taking
+    125 kB/s, one of them reading 164 kB/s (five 64 KiB batches in two seconds, above 0.9545 of
+    its 1.1 x 125 kB/s slice) and muted 1.26 s of the last four (a 256 kB prefetch refill, 83 kB
+    of pacer, at 137 kB/s): neither is held, and the hot broker keeps quota - 1.1 x (164 + 125)
+    kB/s (the usage rule, or half of two intervals muted, made broker 2 bid for the whole quota
+    and the hot broker's slice fell to (1 MB - 137.5 kB) / 2)."""
+    q = 1_000_000.0
+    reports = {1: (725_000.0, is_held(muted_fraction(3900, 100, 4000))),
+               2: (164_000.0, is_held(muted_fraction(1260, 0, 4000))),
+               3: (125_000.0, is_held(0.0))}
+    assert reports[1][1] and not reports[2][1]
+    assert is_held(muted_fraction(1260, 0, 2000))  # over two intervals it was
+    table = DemandTable(frozenset({1, 2, 3}), {"fetch": {T: reports}})
+    d = table.demands("fetch", T, [1, 2, 3], q)
+    assert d == {1: q, 2: pytest.approx(180_400.0), 3: pytest.approx(137_500.0)}
+    assert split_by_demand(q, d) == {1: pytest.approx(q - 180_400 - 137_500), 2: pytest.approx(180_400.0),
+                                     3: pytest.approx(137_500.0)}
+    held2 = {**reports, 2: (164_000.0, True)}
+    s = split_by_demand(q, DemandTable(frozenset({1, 2, 3}), {"fetch": {T: held2}}).demands("fetch", T, [1, 2, 3], q))
+    assert s == {1: pytest.approx(431_250.0), 2: pytest.approx(431_250.0), 3: pytest.approx(137_500.0)}
 
 
 demand_maps = st.dictionaries(st.integers(1, 6), st.floats(0, 1e9, allow_nan=False), min_size=1, max_size=6)
@@ -502,7 +529,7 @@ def test_held_means_muted_half_the_time_not_any_throttle() -> None:
     while now < t0 + 2000:  # greedy: 40 B whenever let in (200 ms each at 200 B/s)
         now += max(p.record(other, "u", "c", 40, now))
     reports = ex.own_reports(t0 + 2000, t0, 1.1, 2000, before)["produce"]
-    assert reports[T] == (150.0, False)  # 150 B over the last second, below 0.95 of the 200 B/s slice
+    assert reports[T] == (150.0, False)  # 150 B over the last second, muted 0.25 of 2 s
     assert reports[other][1] is True
     # without a snapshot (the first step) the whole muted time counts: the burst is 0.25 of 2 s
     assert ex.own_reports(t0 + 2000, t0, 1.1, 2000)["produce"][T][1] is False
