@@ -69,6 +69,13 @@ class _Fetching:
     throttled: bool = False  # reassignment: its bytes count against follower.replication.throttled.rate
 
 
+def _time_out(answer: "asyncio.Future[Any]", timeout: float) -> None:
+    if not answer.done():
+        from shoal.client import KafkaError
+
+        answer.set_exception(KafkaError("REQUEST_TIMED_OUT", f"no answer to a replica fetch within {timeout}s"))
+
+
 def _truncation_offset(part: "Partition", leader_epoch: int, leader_end: int) -> int:
     """Where a follower whose log diverges from the leader's must truncate (Kafka's
     ``getOffsetTruncationState``): the leader says its epoch ``leader_epoch`` ends at
@@ -154,7 +161,14 @@ class ReplicaFetcher:
                 continue
             try:
                 conn = await self._connection()
-                response = await conn.send(FETCH, FETCH_VERSION, self._request(cfg, ready))
+                # awaited directly, timed here: resumed in the iteration after the answer is
+                # decoded (conn.send's wait_for(shield()) takes three more loop iterations)
+                answer = conn.request(FETCH, FETCH_VERSION, self._request(cfg, ready))
+                timer = loop.call_later(conn.timeout, _time_out, answer, conn.timeout)
+                try:
+                    response = await answer
+                finally:
+                    timer.cancel()
                 failures = 0
             except asyncio.CancelledError:
                 raise
