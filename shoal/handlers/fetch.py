@@ -245,7 +245,7 @@ async def handle_fetch(ctx, req):
         results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
         if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
             break
-        notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time())
+        notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
         if not notified:
             results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
             break

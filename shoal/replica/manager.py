@@ -13,7 +13,9 @@ Handlers and the group coordinator reach partitions only through it:
 - ``Partition.append_as_leader``: the leader's append, which moves the high watermark;
 - ``wait_committed``: acks=all, Kafka's ``DelayedProduce`` (a purgatory keyed by partition that
   completes when the high watermark passes the batch, or times out);
-- ``wait_for_data``: Fetch's ``DelayedFetch`` (new data or a moved high watermark wakes it).
+- ``wait_for_data``: Fetch's ``DelayedFetch`` (new data or a moved high watermark wakes a
+  consumer's fetch; a follower's only when the log end, the leader or its epoch moved: a moved high
+  watermark alone does not answer it, so waking it was a wasted re-read on every acks=all batch).
 
 Single-threaded: called on the event loop only.
 """
@@ -63,6 +65,8 @@ class ReplicaManager:
         self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
         self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
         self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
+        self.replica_waiters = Purgatory()  # keyed by (topic, partition): log end, leader or epoch moved
+        self._replica_seen: dict[tuple[str, int], tuple[int, int, int]] = {}  # (leader, epoch, log end) woken for
         # the metadata store's ``alter_isr`` (Kafka's AlterPartition); None: ISRs never change
         self._alter_isr = alter_isr
         self._isr_tasks: set[asyncio.Task[None]] = set()
@@ -102,9 +106,16 @@ class ReplicaManager:
     def _progress(self, p: Partition, hw_moved: bool) -> None:
         """A partition's high watermark moved (or its role changed: ``hw_moved`` too, so that
         acks=all waiters re-check), or data arrived."""
+        key = p.key
         if hw_moved:
-            self.hwm_waiters.notify(p.key)
-        self.fetch_waiters.notify(p.key)
+            self.hwm_waiters.notify(key)
+        self.fetch_waiters.notify(key)
+        # followers' fetches: not for a high watermark move alone (the other follower's fetch
+        # moving it would wake a fetch that re-reads nothing and waits again)
+        state = (p.info.leader, p.info.leader_epoch, p.log.log_end_offset)
+        if self._replica_seen.get(key) != state:
+            self._replica_seen[key] = state
+            self.replica_waiters.notify(key)
 
     async def wait_committed(
         self, waits: list[tuple[str, int, int, int]], timeout: float
@@ -165,9 +176,10 @@ class ReplicaManager:
         rack_of = {b: info.rack for b, info in brokers.items()}
         return enough_racks(part.info.isr or (self.node_id,), rack_of, min_racks)
 
-    async def wait_for_data(self, keys: Iterable[tuple[str, int]], timeout: float) -> bool:
-        """Fetch's purgatory: True when one of ``keys`` got data or a new high watermark."""
-        return await self.fetch_waiters.wait(keys, timeout)
+    async def wait_for_data(self, keys: Iterable[tuple[str, int]], timeout: float, replica: bool = False) -> bool:
+        """Fetch's purgatory: True when one of ``keys`` got data or a new high watermark; for a
+        ``replica`` (a follower's fetch, which reads to the log end) data, or a new leader or epoch."""
+        return await (self.replica_waiters if replica else self.fetch_waiters).wait(keys, timeout)
 
     # -- ISR (leader) ----------------------------------------------------------------------
 

@@ -211,3 +211,31 @@ def test_a_restarted_sole_leader_commits_its_whole_log(tmp_path) -> None:
     m.start()
     assert m.leader("t", SOLE).high_watermark == 5
     logs.close()
+
+
+async def test_a_followers_parked_fetch_wakes_for_data_or_a_new_leader_not_for_the_high_watermark(rm) -> None:
+    """acks=all with RF=3: the second follower's fetch moves the high watermark; the first
+    follower's fetch parked at the log end would re-read nothing (a follower's fetch is answered
+    for data, not for the HW), so it is not woken. A consumer's fetch is; new data or a new
+    leader epoch wakes both."""
+    three = PartitionInfo(1, (1, 2, 3), (1, 2, 3), leader=1, leader_epoch=0)
+    rm.publish(image([three]))
+    p = rm.leader("t", three)
+    p.append_as_leader(batch(2), 0)
+    p.update_follower_fetch(2, 2, now_ms=1)  # follower 2 has both records, follower 3 none yet
+    assert p.high_watermark == 0
+    key = ("t", 1)
+    follower = asyncio.ensure_future(rm.wait_for_data([key], 5, replica=True))
+    consumer = asyncio.ensure_future(rm.wait_for_data([key], 5))
+    await asyncio.sleep(0)
+    p.update_follower_fetch(3, 2, now_ms=2)  # the HW moves to 2, the log end stays
+    assert p.high_watermark == 2
+    await asyncio.sleep(0)
+    assert consumer.done() and consumer.result() is True
+    assert not follower.done()
+    p.append_as_leader(batch(1), 3)  # data: the follower's fetch answers
+    assert await asyncio.wait_for(follower, 1) is True
+    follower = asyncio.ensure_future(rm.wait_for_data([key], 5, replica=True))
+    await asyncio.sleep(0)
+    rm.publish(image([PartitionInfo(1, (1, 2, 3), (1, 2, 3), leader=1, leader_epoch=1, partition_epoch=1)], epoch=2))
+    assert await asyncio.wait_for(follower, 1) is True  # a new epoch: it must answer FENCED / re-check
