@@ -15,8 +15,10 @@ unless ``--session-ms``) and one broker on the embedded store, all on this machi
    Under each: librdkafka's own split (a record's wait in the producer's queue, its request's round
    trip, from its statistics), and per process (each broker, this client) its CPU and its mean
    run-queue wait per wake-up (``/proc/PID/task/*/schedstat``: how long a process that has work
-   waits for a core). Then one record at a time (1,000, each produced after the previous one's
-   delivery report): the bare replication chain without queueing in the client.
+   waits for a core), and its CPU time and times scheduled per record (more comparable across
+   loads than the latency; but batches grow with the load, so fewer requests per record). Then one
+   record at a time (1,000, each produced after the previous one's delivery report): the bare
+   replication chain without queueing in the client.
    ``--latency-only`` stops here.
 2. **throughput**: the same producer flat out for ``--seconds`` (acks=all): RF=3 on the cluster
    against RF=1 on one broker, and the ratio.
@@ -134,7 +136,8 @@ def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int,
     sched = {}
     for name, pid in pids.items():
         (c0, w0, r0), (c1, w1, r1) = before[name], schedstat(pid)
-        sched[name] = {"cpu": (c1 - c0) / 1e9 / wall, "wait_ms": (w1 - w0) / 1e6 / max(1, r1 - r0)}
+        sched[name] = {"cpu": (c1 - c0) / 1e9 / wall, "wait_ms": (w1 - w0) / 1e6 / max(1, r1 - r0),
+                       "us_per_record": (c1 - c0) / 1e3 / n, "wakeups_per_record": (r1 - r0) / n}
     p.flush(60)
     client: dict[str, float] = {}
     windows = [b for st in stats[1:] for b in st.get("brokers", {}).values()
@@ -158,8 +161,9 @@ def report(name: str, rate: int, r: dict[str, Any]) -> None:
     if c:
         print(f"    librdkafka: in its queue p50 {c['int_latency_p50']:.1f} / p99 {c['int_latency_p99']:.1f} ms, "
               f"request round trip p50 {c['rtt_p50']:.1f} / p99 {c['rtt_p99']:.1f} ms", flush=True)
-    print("    CPU (run-queue wait per wake-up): " + ", ".join(
-        f"{name} {v['cpu'] * 100:.0f}% ({v['wait_ms']:.2f} ms)" for name, v in r["sched"].items()), flush=True)
+    print("    CPU (run-queue wait per wake-up; CPU and wake-ups per record): " + ", ".join(
+        f"{name} {v['cpu'] * 100:.0f}% ({v['wait_ms']:.2f} ms; {v['us_per_record']:.0f} us, "
+        f"{v['wakeups_per_record']:.2f})" for name, v in r["sched"].items()), flush=True)
 
 
 def one_at_a_time(bootstrap: str, topic: str, count: int, size: int) -> tuple[float, float]:
