@@ -248,6 +248,7 @@ class TxnPipeline:
                     except BufferError:
                         producer.poll(0.05)
                 nxt[m.partition()] = m.offset() + 1
+            producer.poll(0)  # serve delivery reports, as a confluent-kafka application must
             offsets = [TopicPartition(self.input_topic, p, o) for p, o in sorted(nxt.items())]
             step(f"send_offsets_to_transaction {[(o.partition, o.offset) for o in offsets]}")
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
