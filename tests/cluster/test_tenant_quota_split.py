@@ -3,7 +3,7 @@ a tenant with a producer quota, real confluent-kafka producers over SASL, each b
 from its /metrics. Loose checks only (a loaded 2-core machine): the slices sum to the quota, the
 broker that gets most of the traffic gets most of the quota, and after a leader is killed the
 survivors' slices sum to the quota again soon after the leadership moves; and a consumer quota
-split by demand holds the tenant's cluster-wide fetch rate."""
+split by demand gives the tenant at least 90% of it cluster-wide, never over 105% in 10 s."""
 
 from __future__ import annotations
 
@@ -44,13 +44,12 @@ def test_consumer_quota_split_by_demand_holds_the_cluster_wide_fetch_rate(split_
     """A tenant-wide consumer_byte_rate of 1 MB/s over three leaders, consumers taking 80% of
     1.25 x the quota from broker 1's topic and 10% from each of the others (the bench's case b):
     the hot broker gets the largest slice, the tenant's fetch rate over the cluster never goes
-    above it (no 10 s window over 105%, the start included), and after the first seconds it is
-    above what the equal split gives (1/3 + 0.125 + 0.125 = 58%).
+    above it (no 10 s window over 105%, the start included), and after the first 8 s it reaches
+    the issue's 90% of it (equal gives 1/3 + 0.125 + 0.125 = 58%).
 
-    Not the issue's 90%: measured 71-79% over three runs (docs/benchmarks.md). Alone, the hot
-    consumer gets its whole slice; here the slices move by seconds as the cold brokers are
-    reported held and not (a cold consumer fetches whole 64 KiB batches, so its rate over the
-    2 s span swings by far more than the 4.5% between its rate and the held threshold)."""
+    Measured 92.1-92.9% (windows <= 94.6%) over three runs at load 8-12 on 2 cores
+    (docs/benchmarks.md); 71-79% before a cold consumer's bursts (whole 64 KiB batches, a
+    256 kB prefetch refill) stopped counting as held (shoal.quotas.demand.is_held)."""
     c = split_cluster
     tenant, topics = make_tenant(c, QUOTA, key="consumer_byte_rate", user="fetcher")
     physical = [f"{tenant.prefix}{t}" for t in topics.values()]
@@ -78,7 +77,7 @@ def test_consumer_quota_split_by_demand_holds_the_cluster_wide_fetch_rate(split_
     # never more than the quota (a slice rises only when two tables grant it, so while demands
     # move the slices may sum to less), the most to the hot broker
     assert len(mid) == 3 and sum(mid.values()) <= 1.02 * QUOTA and mid[1] == max(mid.values()), mid
-    assert steady >= 0.6, (steady, per_topic, total)
+    assert steady >= 0.9, (steady, per_topic, total)
     assert max_window(total) <= 1.05 * QUOTA, total
 
 
