@@ -12,7 +12,9 @@ Every state change is prepared (``shoal.txn.metadata``), appended to the partiti
 first ``await``), and takes effect only once the high watermark passes it (acks=all); until then
 other requests for the id get CONCURRENT_TRANSACTIONS. EndTxn answers once PrepareCommit /
 PrepareAbort is committed; the markers are then written (``shoal.txn.markers``) and Complete* is
-written after the last one. A load finds transactions in PrepareCommit / PrepareAbort (the
+written after the last one. The producer's next AddPartitionsToTxn / AddOffsetsToTxn, which
+usually arrives meanwhile, waits for Complete* (up to ``COMPLETION_WAIT_S``) instead of getting
+CONCURRENT_TRANSACTIONS and a client retry backoff (20 ms and more). A load finds transactions in PrepareCommit / PrepareAbort (the
 previous coordinator died or moved before writing Complete*) and sends their markers again.
 
 Timers: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` Ongoing
@@ -61,6 +63,12 @@ log = logging.getLogger("shoal.txn")
 
 ADD_PARTITIONS_TO_TXN = 24
 VERIFY_VERSION = 4  # AddPartitionsToTxn from a broker: batched, verify_only (KIP-890)
+# How long an AddPartitionsToTxn / AddOffsetsToTxn arriving while the previous transaction's markers
+# and Complete* are still being written waits for them before answering CONCURRENT_TRANSACTIONS.
+# The producer's next transaction starts right after EndTxn's answer (given once Prepare* is
+# written), so it usually finds the id in Prepare*; librdkafka retries after retry.backoff.ms and
+# Kafka's Java client after 20 ms, much longer than the markers take on a healthy cluster.
+COMPLETION_WAIT_S = 0.5
 CLUSTER_REPLICATION_FACTOR = 3  # transaction.state.log.replication.factor left at its default, on etcd
 
 
@@ -139,6 +147,10 @@ class TransactionCoordinator:
         self._timers: list[asyncio.Task] = []
         self._creating: asyncio.Task[None] | None = None
         self._refused = ""
+        # transactional id -> set once its Complete* is written (or the markers gave up): an
+        # AddPartitionsToTxn / AddOffsetsToTxn of the next transaction waits on it
+        self._completing: dict[str, asyncio.Event] = {}
+        self.completion_wait_s = COMPLETION_WAIT_S
         self._services: "Services | None" = None
         self._topic_id = None
         self.active = num_partitions is not None
@@ -344,8 +356,7 @@ class TransactionCoordinator:
                      TXN_STATE_TOPIC, partition, owned.coordinator_epoch, n, len(resend))
         for md in resend:
             commit = md.state is TxnState.PREPARE_COMMIT
-            transit = md.prepare_complete(self.clock.now_ms())
-            self._spawn(self._send_markers(md, transit, commit, partition, owned.coordinator_epoch, owned.load_epoch))
+            self._start_completion(md, md.prepare_complete(self.clock.now_ms()), commit, partition, owned)
 
     def unload_partition(self, partition: int) -> None:
         self._owned.pop(partition, None)
@@ -494,6 +505,18 @@ class TransactionCoordinator:
         md = self._producer(transactional_id, producer_id, producer_epoch)
         if isinstance(md, ErrorCode):
             return md
+        if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # the previous transaction's markers are being written: wait for its Complete*
+            # (bounded) rather than send the producer into a retry backoff; then decide afresh
+            done = self._completing.get(transactional_id)
+            if done is not None:
+                try:
+                    await asyncio.wait_for(done.wait(), self.completion_wait_s)
+                except asyncio.TimeoutError:
+                    return ErrorCode.concurrent_transactions
+                md = self._producer(transactional_id, producer_id, producer_epoch)
+                if isinstance(md, ErrorCode):
+                    return md
         if md.pending_in_progress or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions
         added = set(partitions)
@@ -593,9 +616,24 @@ class TransactionCoordinator:
         owned = self._owned.get(partition)
         if owned is None:
             return ErrorCode.not_coordinator
-        complete = md.prepare_complete(self.clock.now_ms())
-        self._spawn(self._send_markers(md, complete, commit, partition, owned.coordinator_epoch, owned.load_epoch))
+        self._start_completion(md, md.prepare_complete(self.clock.now_ms()), commit, partition, owned)
         return ErrorCode.none
+
+    def _start_completion(self, md: TransactionMetadata, complete: Transit, commit: bool, partition: int,
+                          owned: _Owned) -> None:
+        done = asyncio.Event()
+        self._completing[md.transactional_id] = done
+        self._spawn(self._complete(md, complete, commit, partition, owned.coordinator_epoch, owned.load_epoch, done))
+
+    async def _complete(self, md: TransactionMetadata, complete: Transit, commit: bool, partition: int,
+                        coordinator_epoch: int, load_epoch: int, done: asyncio.Event) -> None:
+        """:meth:`_send_markers`, then wake the requests waiting for the transaction to finish."""
+        try:
+            await self._send_markers(md, complete, commit, partition, coordinator_epoch, load_epoch)
+        finally:
+            done.set()
+            if self._completing.get(md.transactional_id) is done:
+                del self._completing[md.transactional_id]
 
     async def _send_markers(self, md: TransactionMetadata, complete: Transit, commit: bool, partition: int,
                             coordinator_epoch: int, load_epoch: int) -> None:

@@ -112,9 +112,11 @@ async def test_concurrent_transactions_while_markers_and_writes_are_pending():
     pid = (await c.init_producer_id("tx", 60000)).producer_id
     await c.add_partitions("tx", pid, 0, [("t", 0)])
     c.markers.gate = asyncio.Event()
+    c.completion_wait_s = 0.05
     assert await c.end_txn("tx", pid, 0, False) == E.none
     await asyncio.sleep(0)
     assert c.txns["tx"].state is TxnState.PREPARE_ABORT
+    # waits (completion_wait_s) for the markers, which do not come: CONCURRENT_TRANSACTIONS
     assert await c.add_partitions("tx", pid, 0, [("t", 0)]) == E.concurrent_transactions
     assert (await c.init_producer_id("tx", 60000)).error == E.concurrent_transactions
     assert await c.end_txn("tx", pid, 0, False) == E.concurrent_transactions
@@ -129,6 +131,35 @@ async def test_concurrent_transactions_while_markers_and_writes_are_pending():
     assert await c.add_partitions("tx", pid, 0, [("t", 2)]) == E.concurrent_transactions
     c.log.release()
     assert await task == E.none
+
+
+async def test_next_transaction_waits_for_the_previous_ones_markers():
+    """AddPartitionsToTxn right after EndTxn (the id still in Prepare*) is answered once Complete*
+    is written, not with CONCURRENT_TRANSACTIONS and a client retry backoff."""
+    c = await coordinator()
+    pid = (await c.init_producer_id("tx", 60000)).producer_id
+    await c.add_partitions("tx", pid, 0, [("t", 0)])
+    c.markers.gate = asyncio.Event()
+    assert await c.end_txn("tx", pid, 0, True) == E.none
+    add = asyncio.ensure_future(c.add_partitions("tx", pid, 0, [("t", 1)]))
+    offsets = asyncio.ensure_future(c.add_partitions("tx", pid, 0, [("__consumer_offsets", 3)]))
+    await asyncio.sleep(0.01)
+    assert not add.done() and c.txns["tx"].state is TxnState.PREPARE_COMMIT
+    c.markers.gate.set()
+    assert await add == E.none and await offsets == E.none
+    md = c.txns["tx"]
+    assert md.state is TxnState.ONGOING and md.partitions == {("t", 1), ("__consumer_offsets", 3)}
+    states = [v.state for _, v in records(c)]
+    assert states[-4:-2] == [TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
+    # the coordinator moved away meanwhile: the waiter is told so
+    c.markers.gate = asyncio.Event()
+    assert await c.end_txn("tx", pid, 0, False) == E.none
+    stale = asyncio.ensure_future(c.add_partitions("tx", pid, 0, [("t", 0)]))
+    await asyncio.sleep(0.01)
+    c.unload_partition(0)
+    c.markers.gate.set()
+    assert await stale == E.not_coordinator
+    await settle(c)
 
 
 async def test_new_instance_fences_and_aborts_the_ongoing_transaction():
