@@ -166,9 +166,13 @@ def report(name: str, rate: int, r: dict[str, Any]) -> None:
         f"{v['wakeups_per_record']:.2f})" for name, v in r["sched"].items()), flush=True)
 
 
-def one_at_a_time(bootstrap: str, topic: str, count: int, size: int) -> tuple[float, float]:
+def one_at_a_time(bootstrap: str, topic: str, count: int, size: int,
+                  pids: dict[str, int] | None = None) -> tuple[float, float, dict[str, tuple[float, float]]]:
     """One record in flight at a time (produce, wait for its delivery report, next): p50 / p99 ms.
-    No queueing in the client: the bare chain client -> leader -> followers -> leader -> client."""
+    No queueing in the client: the bare chain client -> leader -> followers -> leader -> client.
+    With ``pids``: each process's CPU (us) and times scheduled per record, the cost of one pass
+    along the chain (one batch, one Produce request, each follower one fetch answered), which unlike
+    the rate run does not depend on how the load batches the records."""
     p = producer(bootstrap)
     p.list_topics(topic, timeout=30)
     value = b"x" * size
@@ -176,13 +180,19 @@ def one_at_a_time(bootstrap: str, topic: str, count: int, size: int) -> tuple[fl
         p.produce(topic, value)
         p.flush(30)
     lat = []
+    pids = pids or {}
+    before = {name: schedstat(pid) for name, pid in pids.items()}
     for _ in range(count):
         t0 = time.perf_counter()
         p.produce(topic, value, partition=0)
         p.flush(30)
         lat.append((time.perf_counter() - t0) * 1000)
+    cost = {}
+    for name, pid in pids.items():
+        (c0, _, r0), (c1, _, r1) = before[name], schedstat(pid)
+        cost[name] = ((c1 - c0) / 1e3 / count, (r1 - r0) / count)
     lat.sort()
-    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))], cost
 
 
 def flat_out(bootstrap: str, topic: str, seconds: float, size: int) -> float:
@@ -314,9 +324,14 @@ def main() -> None:
         report("RF=3, 3 brokers", args.rate, r3)
         report("RF=1, 1 broker ", args.rate, r1)
         print(f"  p99 target 10 ms: {r3['p99'] / 10:.2f}x of it", flush=True)
-        s3, s1 = one_at_a_time(every, "lat3", 1000, args.size), one_at_a_time(single.bootstrap, "lat1", 1000, args.size)
+        pids3 = {f"b{n}": b.proc.pid for n, b in c.brokers.items() if b.proc is not None}
+        s3 = one_at_a_time(every, "lat3", 1000, args.size, pids3)
+        s1 = one_at_a_time(single.bootstrap, "lat1", 1000, args.size,
+                           {"single": single.proc.pid} if single.proc is not None else {})
         print(f"one record at a time (1,000): RF=3 p50 {s3[0]:.1f} / p99 {s3[1]:.1f} ms, RF=1 one broker p50 {s1[0]:.1f}"
               f" / p99 {s1[1]:.1f} ms (load average {os.getloadavg()[0]:.1f})", flush=True)
+        print("    CPU and times scheduled per record: " + ", ".join(
+            f"{name} {us:.0f} us, {runs:.1f}" for name, (us, runs) in {**s3[2], **s1[2]}.items()), flush=True)
         if args.latency_only:
             return
         t3 = flat_out(every, "lat3", args.seconds, args.size)
