@@ -25,8 +25,8 @@ Policy (:func:`split_by_demand`, pure). Each leader broker *i* of the tenant has
   a cold broker bid for the whole quota now and then and took the hot broker's slice away for
   two intervals (1 MB/s consumer quota, case (b): 71-79% of it; 89% with the 2 s span);
 * never less than the floor ``min_fraction x quota / n`` (``shoal.quota.tenant.split.min.
-  fraction``), so a broker that starts receiving traffic has some room and is seen as held next
-  interval.
+  fraction``), so a broker that starts receiving traffic has some room and is seen as held two
+  intervals later (half of four muted).
 
 If the demands fit in the quota, slices are proportional to them (everyone gets its demand and
 the same fraction more: ``s_i = d_i x quota / sum d``); otherwise the quota is water-filled over
