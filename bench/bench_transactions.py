@@ -11,6 +11,11 @@ Phases:
             ``commit_transaction()``, for the same N records. Each run writes a new topic of P
             partitions (default 1). MB/s over the records acknowledged (transactional: committed),
             broker CPU µs per record; per round the ratio transactional / idempotent.
+  timeline  (not in the default phases) ``--timeline-txns`` transactions on a new topic with
+            librdkafka's ``debug=eos,protocol``: per transaction the round trips librdkafka
+            reports for AddPartitionsToTxn, the Produce requests and EndTxn, and how many
+            AddPartitionsToTxn / AddOffsetsToTxn answers were CONCURRENT_TRANSACTIONS (each costs
+            the producer a retry backoff); medians. Where a transaction's time goes.
   consume   the last transactional round's topic (N records, N / T commit markers) read from
             offset 0 by a fresh consumer, ``isolation.level=read_committed`` and
             ``read_uncommitted`` alternating, R rounds: MB/s and their ratio.
@@ -27,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -134,6 +141,62 @@ def run_consume(broker, topic: str, isolation: str, args) -> dict:
             "ok": res["ok"]}
 
 
+_RTT = re.compile(r"Received (AddPartitionsToTxn|Produce|EndTxn)Response .*rtt ([\d.]+)ms")
+
+
+def run_timeline(broker, args) -> dict:
+    """Transactions with librdkafka's protocol debug log: the round trips of each step."""
+    topic = f"bench-tl-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, args.partitions, 30)
+    events: list[tuple[str, float]] = []
+    concurrent = [0]
+
+    class _Collect(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            m = _RTT.search(msg)
+            if m:
+                events.append((m.group(1), float(m.group(2))))
+            elif "concurrent operation" in msg:
+                concurrent[0] += 1
+
+    lg = logging.getLogger(f"bench-txn-timeline-{uuid.uuid4().hex[:6]}")
+    lg.propagate = False
+    lg.setLevel(logging.DEBUG)
+    lg.addHandler(_Collect())
+    conf = producer_conf(broker.bootstrap, args, f"bench-tl-{uuid.uuid4().hex[:8]}")
+    conf["debug"] = "eos,protocol"
+    p = Producer(conf, logger=lg)
+    p.list_topics(topic, timeout=10)
+    p.init_transactions(30)
+    payload = os.urandom(SIZE)
+    steps: dict[str, list[float]] = {"add_partitions_rtt_ms": [], "produce_rtt_ms": [], "produce_requests": [],
+                                     "end_txn_rtt_ms": [], "commit_ms": [], "transaction_ms": []}
+    for _ in range(args.timeline_txns):
+        p.poll(0)
+        events.clear()
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        _produce(p, topic, args.txn_size, payload, args.partitions, None)
+        t1 = time.perf_counter()
+        p.commit_transaction(60)
+        t2 = time.perf_counter()
+        p.poll(0)  # the log lines of this transaction
+        steps["commit_ms"].append((t2 - t1) * 1000)
+        steps["transaction_ms"].append((t2 - t0) * 1000)
+        by = {"AddPartitionsToTxn": [], "Produce": [], "EndTxn": []}
+        for name, rtt in events:
+            by[name].append(rtt)
+        steps["add_partitions_rtt_ms"].append(sum(by["AddPartitionsToTxn"]))
+        steps["produce_rtt_ms"].append(sum(by["Produce"]))
+        steps["produce_requests"].append(len(by["Produce"]))
+        steps["end_txn_rtt_ms"].append(sum(by["EndTxn"]))
+    p.flush(5)
+    out = {k: statistics.median(v) for k, v in steps.items() if v}
+    out.update({"transactions": args.timeline_txns, "concurrent_transactions": concurrent[0]})
+    return out
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -142,7 +205,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--txn-size", type=int, default=1000, help="records per transaction")
     ap.add_argument("--partitions", type=int, default=1, help="partitions of each run's topic")
     ap.add_argument("--linger-ms", type=int, default=5)
-    ap.add_argument("--phases", default="produce,consume", help="comma list of: produce, consume")
+    ap.add_argument("--phases", default="produce,consume", help="comma list of: produce, consume, timeline")
+    ap.add_argument("--timeline-txns", type=int, default=100, help="transactions of the timeline phase")
     ap.add_argument("--quick", action="store_true", help="smoke run")
     ap.add_argument("--startup-timeout", type=float, default=30.0)
     add_run_args(ap, "--shoal-arg=--override --shoal-arg=log.flush.interval.messages=1000")
@@ -190,6 +254,13 @@ def main(argv=None) -> int:
                           flush=True)
                     if mode == "transactional":
                         last_txn_topic = topic
+        if "timeline" in phases:
+            results["timeline"] = tl = run_timeline(broker, args)
+            print(f"timeline ({tl['transactions']} transactions of {args.txn_size}, medians): transaction "
+                  f"{tl['transaction_ms']:.1f} ms, commit_transaction() {tl['commit_ms']:.1f} ms; round trips: "
+                  f"AddPartitionsToTxn {tl['add_partitions_rtt_ms']:.2f} ms, {tl['produce_requests']:.0f} Produce "
+                  f"{tl['produce_rtt_ms']:.2f} ms, EndTxn {tl['end_txn_rtt_ms']:.2f} ms; CONCURRENT_TRANSACTIONS "
+                  f"answers {tl['concurrent_transactions']}", flush=True)
         if "consume" in phases and last_txn_topic:
             for r in range(args.rounds):
                 order = ("read_committed", "read_uncommitted") if r % 2 == 0 else ("read_uncommitted", "read_committed")
