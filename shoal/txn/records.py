@@ -2,7 +2,8 @@
 
 Key, version 0: ``int16 version, string transactional_id``.
 
-Value, version 0 (what Shoal writes) and 1 (flexible, read too)::
+Value, version 0 (what Shoal's coordinator writes today) and 1 (flexible; read, and written by
+``encode_value(v, version=1)``, Kafka's format for transaction version 2)::
 
     int16  version
     int64  producer_id
@@ -23,6 +24,8 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+
+from shoal.protocol.records import encode_uvarint
 
 TXN_STATE_TOPIC = "__transaction_state"
 
@@ -164,17 +167,46 @@ def decode_key(data: bytes) -> str:
     return r.string()
 
 
-def encode_value(v: TxnLogValue) -> bytes:
-    out = bytearray(_I16.pack(0))
+def _compact_string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return encode_uvarint(len(b) + 1) + b
+
+
+def encode_value(v: TxnLogValue, version: int = 0) -> bytes:
+    """The record's bytes. Version 1 is flexible (compact arrays and strings, tagged-field
+    sections); its tagged fields (0 previous producer id, 1 next producer id, 2 client transaction
+    version) are written only when they differ from their defaults (-1, -1, 0), as Kafka's
+    generated serializer does. Version 0 has no place for them: they are dropped."""
+    if version not in (0, 1):
+        raise ValueError(f"unknown TransactionLogValue version {version}")
+    flexible = version == 1
+    out = bytearray(_I16.pack(version))
     out += _VALUE_HEAD.pack(v.producer_id, v.producer_epoch, v.timeout_ms, int(v.state))
     if v.state is TxnState.EMPTY and not v.partitions:
-        out += struct.pack(">i", -1)
+        out += encode_uvarint(0) if flexible else struct.pack(">i", -1)
+    elif flexible:
+        out += encode_uvarint(len(v.partitions) + 1)
+        for topic, ids in v.partitions:
+            out += _compact_string(topic)
+            out += encode_uvarint(len(ids) + 1) + struct.pack(f">{len(ids)}i", *ids)
+            out += encode_uvarint(0)  # the partition row's (empty) tagged fields
     else:
         out += struct.pack(">i", len(v.partitions))
         for topic, ids in v.partitions:
             out += _string(topic)
             out += struct.pack(f">i{len(ids)}i", len(ids), *ids)
     out += _VALUE_TAIL.pack(v.last_update_ms, v.start_ms)
+    if flexible:
+        tags = []
+        if v.previous_producer_id != -1:
+            tags.append((0, struct.pack(">q", v.previous_producer_id)))
+        if v.next_producer_id != -1:
+            tags.append((1, struct.pack(">q", v.next_producer_id)))
+        if v.client_transaction_version != 0:
+            tags.append((2, _I16.pack(v.client_transaction_version)))
+        out += encode_uvarint(len(tags))
+        for tag, data in tags:
+            out += encode_uvarint(tag) + encode_uvarint(len(data)) + data
     return bytes(out)
 
 
