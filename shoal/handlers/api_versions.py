@@ -14,6 +14,7 @@ import re
 from shoal.handlers.registry import Registry, api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.txn.coordinator import MAX_TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE, transaction_version
 
 KEY = 18
 # KIP-511: client software name and version must be non-empty and well formed.
@@ -43,21 +44,37 @@ async def handle_api_versions(ctx, req):
             conn = ctx.extra.get("connection")
             if conn is not None:
                 conn.client_software = (req.client_software_name, req.client_software_version)
-    return _response(ctx.services.registry, ctx.api_version, code)
+    return _response(ctx.services.registry, ctx.api_version, code, transaction_version(ctx.services.config))
 
 
 @functools.lru_cache(maxsize=64)
-def _response(registry: Registry, version: int, code: ErrorCode):
-    """The (immutable) response for a registry, version and error code: every client sends an
-    ApiVersions on every connection, and building the table is a third of its cost."""
+def _response(registry: Registry, version: int, code: ErrorCode, txn_version: int = 0):
+    """The (immutable) response for a registry, version, error code and ``transaction.version``
+    level: every client sends an ApiVersions on every connection, and building the table is a
+    third of its cost. v3+ lists the ``transaction.version`` feature (supported 0-2, finalized at
+    the broker's level, as Kafka 4 does; a client uses transaction version 2 when it is finalized
+    at 2 or more); a level 0 is not finalized."""
     mod = response_module(KEY, version)
+    supported: tuple = ()
+    finalized: tuple = ()
+    if version >= 3:
+        supported = (build(mod.SupportedFeatureKey, name=TRANSACTION_VERSION_FEATURE, min_version=0,
+                           max_version=MAX_TRANSACTION_VERSION),)
+        if txn_version > 0:
+            finalized = (build(mod.FinalizedFeatureKey, name=TRANSACTION_VERSION_FEATURE,
+                               max_version_level=txn_version, min_version_level=txn_version),)
     return build(
         mod.ApiVersionsResponse,
         error_code=code,
         api_keys=_api_keys(mod, registry),
         throttle_time=datetime.timedelta(0),
-        supported_features=(),
-        finalized_features_epoch=-1,
-        finalized_features=(),
+        supported_features=supported,
+        finalized_features_epoch=FEATURES_EPOCH if finalized else -1,
+        finalized_features=finalized,
         zk_migration_ready=False,
     )
+
+
+# Kafka's epoch of the finalized features (the metadata offset that set them): a client takes the
+# features of the answer with the highest epoch it has seen; Shoal's are fixed by configuration.
+FEATURES_EPOCH = 1

@@ -1,5 +1,5 @@
 """Committed offsets: OffsetCommit (8) v2-v10, OffsetFetch (9) v1-v10, OffsetDelete (47) v0,
-TxnOffsetCommit (28) v0-v4.
+TxnOffsetCommit (28) v0-v5.
 
 Topic checks happen here, as in Kafka's ``KafkaApis``: a commit or delete for a topic or partition
 the cluster does not have gets UNKNOWN_TOPIC_OR_PARTITION (v10, by topic id: UNKNOWN_TOPIC_ID) and
@@ -37,7 +37,6 @@ scoped to the tenant like group ids (ACLs name them as the tenant does).
 Deviations from Kafka:
 - OffsetCommit v0-v1 and OffsetFetch v0 are not offered (Kafka 4 removed them too, KIP-896).
 - OffsetFetch v10 for all topics lists only topics that still exist (others have no id to show).
-- TxnOffsetCommit v5 (KIP-890 part 2, an implicit AddOffsetsToTxn) is not offered.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
+from shoal.txn.coordinator import transaction_version
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -154,7 +154,7 @@ async def handle_offset_commit(ctx, req):
 # -- TxnOffsetCommit -----------------------------------------------------------------------------
 
 
-@api(TXN_OFFSET_COMMIT, 0, 4)
+@api(TXN_OFFSET_COMMIT, 0, 5)
 async def handle_txn_offset_commit(ctx, req):
     v = ctx.api_version
     mod = response_module(TXN_OFFSET_COMMIT, v)
@@ -233,7 +233,9 @@ async def handle_txn_offset_commit(ctx, req):
 async def _verify_txn(ctx, req, coord) -> ErrorCode:
     """KIP-890 part 1 for TxnOffsetCommit (Kafka's ``maybeStartTransactionVerificationForPartition``):
     NONE when the group's partition of ``__consumer_offsets`` already has an ongoing transaction of
-    the producer, or its transaction coordinator says the partition is in the transaction."""
+    the producer, or its transaction coordinator says the partition is in the transaction. From v5
+    at transaction version 2 (KIP-890 part 2) the coordinator adds the partition instead: the client
+    sends no AddOffsetsToTxn."""
     svc = ctx.services
     group = ctx.scope.physical(req.group_id)
     if getattr(svc, "txn", None) is None or coord.status(group) != ErrorCode.none:
@@ -245,8 +247,9 @@ async def _verify_txn(ctx, req, coord) -> ErrorCode:
         return ErrorCode.none
     from shoal.handlers.produce import verification_error  # the producer's view of a refusal
 
+    add = ctx.api_version >= 5 and transaction_version(svc.config) >= 2
     codes = await svc.txn.verify(ctx.scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
-                                 [(OFFSETS_TOPIC, partition)])
+                                 [(OFFSETS_TOPIC, partition)], add)
     code = codes.get((OFFSETS_TOPIC, partition), ErrorCode.unknown_server_error)
     if code == ErrorCode.network_exception:
         return ErrorCode.coordinator_load_in_progress  # Kafka's maybeConvertOffsetCommitError

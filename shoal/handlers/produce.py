@@ -28,7 +28,9 @@ transactional batch of a producer goes to a partition without an ongoing transac
 producer, the coordinator confirms that the partition was added to the transaction (locally, or
 AddPartitionsToTxn v4 ``verify_only`` to the coordinator broker): INVALID_TXN_STATE when it was
 not, INVALID_PRODUCER_EPOCH for a fenced or unknown producer, NOT_ENOUGH_REPLICAS (retriable)
-while the coordinator cannot answer.
+while the coordinator cannot answer. KIP-890 part 2: from v12, when ``shoal.transaction.version``
+is 2, the coordinator adds the partition to the transaction instead (the client sends no
+AddPartitionsToTxn; AddPartitionsToTxn v5 without ``verify_only`` to a remote coordinator).
 
 Deviations from Kafka:
 - v13 (topic ids in Produce, KIP-516) is not offered.
@@ -50,6 +52,7 @@ from shoal.protocol.records import InvalidRecords
 from shoal.storage import OffsetOutOfRange
 from shoal.storage.producer_state import ProducerStateError
 from shoal.tenancy.acl import Operation, ResourceType
+from shoal.txn.coordinator import transaction_version
 
 KEY = 0
 log = logging.getLogger("shoal.produce")
@@ -119,15 +122,17 @@ def verification_error(code: ErrorCode) -> ErrorCode:
 
 async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorCode]:
     """(physical topic, partition) -> error for the transactional batches whose partition has no
-    ongoing transaction of their producer yet; the others are not listed."""
+    ongoing transaction of their producer yet; the others are not listed. From v12 at transaction
+    version 2 the partitions are added to the transaction (KIP-890 part 2)."""
     svc = ctx.services
     scope = ctx.scope
+    add = ctx.api_version >= 12 and transaction_version(svc.config) >= 2
     need: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for t in req.topic_data:
         physical = scope.physical(t.name)
         topic = image.topics.get(physical)
-        if topic is None:
-            continue
+        if topic is None or not scope.allowed(Operation.WRITE, ResourceType.TOPIC, t.name):
+            continue  # refused below; never added to a transaction
         for p in t.partition_data:
             data = p.records
             if data is None or len(data) < 61 or not data[22] & 0x10 or not 0 <= p.index < len(topic.partitions):
@@ -149,7 +154,7 @@ async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorC
         if coordinator is None:
             codes = {tp: ErrorCode.coordinator_not_available for tp in parts}
         else:
-            codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts)
+            codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts, add)
         out.update({tp: verification_error(code) for tp, code in codes.items()})
     return out
 

@@ -1,4 +1,4 @@
-"""Transactions: AddPartitionsToTxn (24) v0-5, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4,
+"""Transactions: AddPartitionsToTxn (24) v0-5, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-5,
 WriteTxnMarkers (27) v1-2, DescribeTransactions (65) v0, ListTransactions (66) v0-2.
 
 The handlers translate between kio entities and ``shoal.txn.TransactionCoordinator``
@@ -23,9 +23,11 @@ INVALID_PRODUCER_EPOCH before (KIP-588). AddOffsetsToTxn maps the group to its
 Tenancy (``ctx.scope``): transactional ids, topics and groups are qualified on the way in and
 unqualified on the way out; ListTransactions lists the scope's ids only.
 
-Deviations: EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not offered;
-AddPartitionsToTxn v4+ without ``verify_only`` (a broker adding partitions for a producer) is
-served like the client versions.
+KIP-890 part 2 (transaction version 2, when ``shoal.transaction.version`` is 2): EndTxn v5 bumps
+the producer epoch at every commit and abort and answers the producer id and epoch the client goes
+on with; AddPartitionsToTxn v4+ without ``verify_only`` (a broker adding the partitions of a
+Produce v12 or TxnOffsetCommit v5) adds them as a version 2 transaction. At a lower level EndTxn v5
+is served as v4 (its answer echoes the request's producer id and epoch).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
+from shoal.txn.coordinator import transaction_version
 
 log = logging.getLogger("shoal.handlers.transactions")
 
@@ -61,7 +64,8 @@ def fenced_as_epoch(code: ErrorCode) -> ErrorCode:
 # -- AddPartitionsToTxn -------------------------------------------------------------------------
 
 
-async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_only: bool,
+                          client_transaction_version: int = 0) -> dict[tuple[str, int], ErrorCode]:
     """Per (client topic, partition) error of one transaction of an AddPartitionsToTxn."""
     svc = ctx.services
     scope = ctx.scope
@@ -89,7 +93,7 @@ async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_on
     if verify_only:
         codes = coordinator.verify_partitions(scope.physical(txn), pid, epoch, physical)
         return {tp: codes[ph] for tp, ph in zip(wanted, physical)}
-    code = await coordinator.add_partitions(scope.physical(txn), pid, epoch, physical)
+    code = await coordinator.add_partitions(scope.physical(txn), pid, epoch, physical, client_transaction_version)
     return {tp: code for tp in wanted}
 
 
@@ -118,8 +122,10 @@ async def handle_add_partitions_to_txn(ctx, req):
         return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
                      error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
+    ctv = 2 if transaction_version(ctx.services.config) >= 2 else 0  # a broker adding a Produce v12's partitions
     for t in req.transactions:
-        codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
+        codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only,
+                                      ctv)
         results.append(build(mod.AddPartitionsToTxnResult, transactional_id=t.transactional_id,
                              topic_results=_topic_results(mod, codes)))
     return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO, error_code=ErrorCode.none,
@@ -161,24 +167,30 @@ async def handle_add_offsets_to_txn(ctx, req):
 # -- EndTxn -------------------------------------------------------------------------------------
 
 
-@api(END_TXN, 0, 4)
+@api(END_TXN, 0, 5)
 async def handle_end_txn(ctx, req):
     v = ctx.api_version
     mod = response_module(END_TXN, v)
     scope = ctx.scope
 
-    def answer(code: ErrorCode):
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1):
         if v < 2:
             code = fenced_as_epoch(code)
-        return build(mod.EndTxnResponse, throttle_time=ZERO, error_code=code)
+        return build(mod.EndTxnResponse, throttle_time=ZERO, error_code=code, producer_id=pid, producer_epoch=epoch)
 
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         return answer(ErrorCode.transactional_id_authorization_failed)
     coordinator = ctx.services.txn
     if coordinator is None:
         return answer(ErrorCode.coordinator_not_available)
+    if v >= 5 and transaction_version(ctx.services.config) >= 2:
+        res = await coordinator.end_txn_v2(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
+                                           bool(req.committed))
+        return answer(res.error, res.producer_id, res.producer_epoch)
     code = await coordinator.end_txn(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
                                      bool(req.committed))
+    if code == ErrorCode.none:
+        return answer(code, req.producer_id, req.producer_epoch)
     return answer(code)
 
 

@@ -28,8 +28,11 @@ handlers translate), and physical topic names.
 Not thread-safe; everything runs on the loop that called :meth:`start` (the replay in a worker
 thread).
 
-Deviations from Kafka: EndTxn v5 / KIP-890 part 2 (an epoch bump per transaction) is not offered;
-ListTransactions' duration filter counts from the transaction's start; writes to
+KIP-890 part 2 (transaction version 2): :meth:`TransactionCoordinator.end_txn_v2` (EndTxn v5)
+bumps the epoch at every commit and abort; :meth:`TransactionCoordinator.verify` with ``add``
+adds the partitions of a Produce v12 / TxnOffsetCommit v5.
+
+Deviations from Kafka: ListTransactions' duration filter counts from the transaction's start; writes to
 ``__transaction_state`` wait for its high watermark (acks=all) but, like the group coordinator's,
 do not check its ``min.insync.replicas`` (set to ``transaction.state.log.min.isr`` capped by the
 replication factor, which is itself capped by the brokers up when the topic is created).
@@ -50,7 +53,9 @@ from shoal.groups.records import partition_for
 from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog
 from shoal.protocol.errors import ErrorCode
 from shoal.txn.markers import MarkerWriter
-from shoal.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, Transit, epoch_exhausted
+from shoal.txn.metadata import (
+    MAX_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, Transit, epoch_exhausted,
+)
 from shoal.txn.records import (
     TXN_STATE_TOPIC, RecordFormatError, TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value,
 )
@@ -63,6 +68,7 @@ log = logging.getLogger("shoal.txn")
 
 ADD_PARTITIONS_TO_TXN = 24
 VERIFY_VERSION = 4  # AddPartitionsToTxn from a broker: batched, verify_only (KIP-890)
+ADD_VERSION = 5  # AddPartitionsToTxn from a broker adding a Produce v12's partitions (KIP-890 part 2)
 # How long an AddPartitionsToTxn / AddOffsetsToTxn arriving while the previous transaction's markers
 # and Complete* are still being written waits for them before answering CONCURRENT_TRANSACTIONS.
 # The producer's next transaction starts right after EndTxn's answer (given once Prepare* is
@@ -104,6 +110,21 @@ class TxnConfig:
             expire_interval_ms=get("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000),
             request_timeout_ms=get("request.timeout.ms", 30000),
         )
+
+
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+
+
+def transaction_version(cfg) -> int:
+    """The finalized ``transaction.version`` feature level (``shoal.transaction.version``):
+    KIP-890 part 2's requests (Produce v12, TxnOffsetCommit v5, EndTxn v5) act as transaction
+    version 2 only at level 2; below, they are served as the versions before them."""
+    try:
+        v = cfg.get("shoal.transaction.version")
+    except KeyError:
+        return MAX_TRANSACTION_VERSION
+    return MAX_TRANSACTION_VERSION if v is None else int(v)
 
 
 @dataclass
@@ -402,7 +423,7 @@ class TransactionCoordinator:
             return ErrorCode.not_coordinator
         load_epoch = owned.load_epoch
         value = transit.log_value()
-        record = (encode_key(tid), None if value is None else encode_value(value))
+        record = (encode_key(tid), None if value is None else encode_value(value, transit.log_version))
         res = self.log.append(partition, [record], self.clock.now_ms())
         if isinstance(res, ErrorCode):
             code = coordinator_error(res)
@@ -413,7 +434,7 @@ class TransactionCoordinator:
         if code != ErrorCode.none:
             log.info("transactional id %s: writing %s failed: %s", tid, transit.state.kafka_name, code.name)
             if md.pending is transit.state:
-                if transit.state is TxnState.PREPARE_ABORT and transit.producer_epoch != md.producer_epoch:
+                if transit.fence and transit.producer_epoch != md.producer_epoch:
                     md.fence_failed(transit)
                 else:
                     md.abort_pending()
@@ -501,18 +522,23 @@ class TransactionCoordinator:
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+                             partitions: Iterable[tuple[str, int]], client_transaction_version: int = 0) -> ErrorCode:
+        """AddPartitionsToTxn / AddOffsetsToTxn of a client (``client_transaction_version`` 0), or
+        a broker adding the partitions of a Produce v12 / TxnOffsetCommit v5 (2, KIP-890 part 2)."""
+        rotating = self.txns.get(transactional_id)
+        if (rotating is not None and rotating.next_producer_id == producer_id and producer_epoch == 0
+                and rotating.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)):
+            # the new producer id of an EndTxn v5 past an exhausted epoch: it is the id's once Complete* is written
+            if not await self._wait_completion(transactional_id):
+                return ErrorCode.concurrent_transactions
         md = self._producer(transactional_id, producer_id, producer_epoch)
         if isinstance(md, ErrorCode):
             return md
         if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             # the previous transaction's markers are being written: wait for its Complete*
             # (bounded) rather than send the producer into a retry backoff; then decide afresh
-            done = self._completing.get(transactional_id)
-            if done is not None:
-                try:
-                    await asyncio.wait_for(done.wait(), self.completion_wait_s)
-                except asyncio.TimeoutError:
+            if transactional_id in self._completing:
+                if not await self._wait_completion(transactional_id):
                     return ErrorCode.concurrent_transactions
                 md = self._producer(transactional_id, producer_id, producer_epoch)
                 if isinstance(md, ErrorCode):
@@ -522,7 +548,19 @@ class TransactionCoordinator:
         added = set(partitions)
         if md.state is TxnState.ONGOING and added <= md.partitions:
             return ErrorCode.none
-        return await self._write(md, md.prepare_add_partitions(added, self.clock.now_ms()))
+        return await self._write(md, md.prepare_add_partitions(added, self.clock.now_ms(), client_transaction_version))
+
+    async def _wait_completion(self, transactional_id: str) -> bool:
+        """Wait (up to ``completion_wait_s``) for the markers and Complete* of the id's transaction
+        being completed, if any; False when that took too long."""
+        done = self._completing.get(transactional_id)
+        if done is None:
+            return True
+        try:
+            await asyncio.wait_for(done.wait(), self.completion_wait_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -538,15 +576,21 @@ class TransactionCoordinator:
                 else ErrorCode.invalid_txn_state for tp in parts}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+                     partitions: Iterable[tuple[str, int]], add: bool = False) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890 part 1 for Produce: :meth:`verify_partitions` here when this broker is the id's
         coordinator, else AddPartitionsToTxn v4 ``verify_only`` to the coordinator broker. Errors
-        as the coordinator answers them (the produce handler maps them for the producer)."""
+        as the coordinator answers them (the produce handler maps them for the producer).
+        ``add`` (KIP-890 part 2, Produce v12 / TxnOffsetCommit v5: Kafka's AddPartitionsToTxnManager
+        with ``addPartition``): the partitions are added to the transaction instead, as a version
+        2 transaction (AddPartitionsToTxn v5 without ``verify_only`` to a remote coordinator)."""
         parts = list(partitions)
         if self.status(transactional_id) != ErrorCode.none and self._services is not None:
             node = self._coordinator_node(transactional_id)
             if node is not None and node != self.node_id and self.markers is not None:
-                return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, parts)
+                return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, parts, add)
+        if add:
+            code = await self.add_partitions(transactional_id, producer_id, producer_epoch, parts, 2)
+            return {tp: code for tp in parts}
         return self.verify_partitions(transactional_id, producer_id, producer_epoch, parts)
 
     def _coordinator_node(self, transactional_id: str) -> int | None:
@@ -558,22 +602,23 @@ class TransactionCoordinator:
         return leader if leader >= 0 else None
 
     async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                             parts: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+                             parts: list[tuple[str, int]], add: bool = False) -> dict[tuple[str, int], ErrorCode]:
         from shoal.protocol.codec import request_type
 
         assert self.markers is not None
-        req_cls = request_type(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        version = ADD_VERSION if add else VERIFY_VERSION
+        req_cls = request_type(ADD_PARTITIONS_TO_TXN, version)
         mod = __import__(req_cls.__module__, fromlist=["x"])
         by_topic: dict[str, list[int]] = {}
         for t, p in parts:
             by_topic.setdefault(t, []).append(p)
         body = req_cls(transactions=(mod.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True,
+            verify_only=not add,
             topics=tuple(mod.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         ),))
         try:
-            resp = await self.markers.channel.send(node, ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body)
+            resp = await self.markers.channel.send(node, ADD_PARTITIONS_TO_TXN, version, body)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -606,6 +651,41 @@ class TransactionCoordinator:
         if state is TxnState.PREPARE_ABORT:
             return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
         return ErrorCode.invalid_txn_state  # Empty
+
+    async def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         commit: bool) -> InitResult:
+        """EndTxn v5 (transaction version 2, KIP-890 part 2; Kafka's ``endTransaction``): the
+        Prepare* written bumps the epoch (a new producer id past an exhausted epoch), and the
+        answer carries the producer id and epoch the client goes on with. A retry of the last
+        EndTxn (the epoch before the bump) is answered NONE with the current ones; an abort of an
+        id with no ongoing transaction is written too (the client may not know what its
+        produces added)."""
+        next_pid = NO_PRODUCER_ID
+        for _attempt in range(2):
+            if not transactional_id:
+                return InitResult(ErrorCode.invalid_request)
+            code = self.status(transactional_id)
+            if code != ErrorCode.none:
+                return InitResult(code)
+            md = self.txns.get(transactional_id)
+            if md is None:
+                return InitResult(ErrorCode.invalid_producer_id_mapping)
+            decision = end_v2_decision(md, producer_id, producer_epoch, commit)
+            if isinstance(decision, ErrorCode):
+                if decision == ErrorCode.none:
+                    return InitResult(ErrorCode.none, *md.client_identity())
+                return InitResult(decision)
+            if md.epoch_exhausted and next_pid == NO_PRODUCER_ID:
+                next_pid = await self.next_producer_id()  # then decide afresh: the id may have moved on
+                continue
+            transit = md.prepare_end_v2(commit, self.clock.now_ms(), next_pid if md.epoch_exhausted else NO_PRODUCER_ID)
+            code = await self._end_prepared(md, transit, commit)
+            if code != ErrorCode.none:
+                return InitResult(code)
+            if transit.next_producer_id != NO_PRODUCER_ID:
+                return InitResult(ErrorCode.none, transit.next_producer_id, 0)
+            return InitResult(ErrorCode.none, transit.producer_id, transit.producer_epoch)
+        return InitResult(ErrorCode.concurrent_transactions)
 
     async def _end_prepared(self, md: TransactionMetadata, transit: Transit, commit: bool) -> ErrorCode:
         """Write PrepareCommit / PrepareAbort; once committed, start the markers."""
@@ -749,3 +829,45 @@ class TransactionCoordinator:
                 continue
             out.append(md)
         return code, sorted(out, key=lambda m: m.transactional_id), unknown
+
+
+def end_v2_decision(md: TransactionMetadata, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode | bool:
+    """What EndTxn v5 does with an id (Kafka's ``endTransaction`` under transaction version 2):
+    True to write Prepare* (with the epoch bumped), ErrorCode.none for a retry of the EndTxn that
+    already ended the transaction (answered with the current producer id and epoch), another
+    ErrorCode to refuse. A retry names the epoch before the bump, or the last epoch of the
+    previous producer id after a rotation."""
+    retry_on_overflow = (md.last_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                         and md.producer_epoch == 0)
+    retry_on_bump = md.producer_epoch == producer_epoch + 1
+    state = md.state
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        valid = retry_on_bump
+    elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        valid = retry_on_bump or retry_on_overflow or producer_epoch == md.producer_epoch
+    else:
+        valid = producer_epoch == md.producer_epoch
+    is_retry = retry_on_bump or retry_on_overflow
+    if md.producer_id != producer_id and not retry_on_overflow:
+        return ErrorCode.invalid_producer_id_mapping
+    if not valid:
+        return ErrorCode.producer_fenced
+    if md.pending_in_progress:
+        return ErrorCode.concurrent_transactions
+    if state is TxnState.ONGOING:
+        return True
+    if state is TxnState.COMPLETE_COMMIT:
+        if commit:
+            return ErrorCode.none if is_retry else ErrorCode.invalid_txn_state
+        return ErrorCode.invalid_txn_state if is_retry else True
+    if state is TxnState.COMPLETE_ABORT:
+        if not commit:
+            return ErrorCode.none if is_retry else True
+        return ErrorCode.invalid_txn_state
+    if state is TxnState.PREPARE_COMMIT:
+        return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+    if state is TxnState.PREPARE_ABORT:
+        return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
+    if state is TxnState.EMPTY:
+        return ErrorCode.invalid_txn_state if commit else True
+    return ErrorCode.invalid_txn_state

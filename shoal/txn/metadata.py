@@ -10,10 +10,17 @@ States, as Kafka's::
 
     Empty / CompleteCommit / CompleteAbort --AddPartitions--> Ongoing
     Ongoing --EndTxn--> PrepareCommit | PrepareAbort --markers written--> CompleteCommit | CompleteAbort
+    Empty / Complete* --EndTxn v5 abort--> PrepareAbort (no partitions, no markers)
     Ongoing --InitProducerId of a new instance, timeout--> PrepareAbort with the epoch bumped
             (Kafka passes through PrepareEpochFence, which is never written)
     Empty / Complete* --InitProducerId--> Empty with epoch + 1 (a new producer id when exhausted)
     Empty / Complete* --idle for transactional.id.expiration.ms--> Dead (tombstone)
+
+Transaction version 2 (KIP-890 part 2, EndTxn v5): Prepare* carries the producer epoch + 1 (the
+markers are written with it, fencing the transaction's producer at that epoch everywhere) and the
+client gets it in EndTxn's answer; an exhausted epoch takes it to Short.MAX_VALUE with a new
+producer id in ``next_producer_id``, which Complete* switches to at epoch 0. Such transitions are
+written as TransactionLogValue v1 (``client_transaction_version`` 2, previous / next producer id).
 """
 
 from __future__ import annotations
@@ -51,6 +58,14 @@ class Transit:
     partitions: frozenset[tuple[str, int]]
     start_ms: int
     last_update_ms: int
+    client_transaction_version: int = 0
+    next_producer_id: int = NO_PRODUCER_ID
+    fence: bool = False  # an abort that fences the producer (a new instance, a timeout)
+
+    @property
+    def log_version(self) -> int:
+        """TransactionLogValue v1 for transaction version 2 transactions, v0 (as before) otherwise."""
+        return 1 if self.client_transaction_version >= 2 else 0
 
     def log_value(self) -> TxnLogValue | None:
         """The record to write (None: the tombstone of a Dead id)."""
@@ -65,6 +80,8 @@ class Transit:
             last_update_ms=self.last_update_ms,
             start_ms=self.start_ms,
             previous_producer_id=self.last_producer_id,
+            next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version,
         )
 
 
@@ -72,7 +89,7 @@ _VALID_PREVIOUS = {
     TxnState.EMPTY: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.ONGOING: {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
-    TxnState.PREPARE_ABORT: {TxnState.ONGOING},
+    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.COMPLETE_COMMIT: {TxnState.PREPARE_COMMIT},
     TxnState.COMPLETE_ABORT: {TxnState.PREPARE_ABORT},
     TxnState.DEAD: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
@@ -94,6 +111,8 @@ class TransactionMetadata:
     last_update_ms: int = -1
     pending: TxnState | None = None
     failed_epoch_fence: bool = False  # an epoch fence whose write failed: do not bump again
+    client_transaction_version: int = 0  # 2: the last transaction ended with EndTxn v5
+    next_producer_id: int = NO_PRODUCER_ID  # Prepare* of a version 2 transaction that rotates the producer id
 
     @classmethod
     def from_log(cls, transactional_id: str, v: TxnLogValue) -> "TransactionMetadata":
@@ -107,6 +126,8 @@ class TransactionMetadata:
             partitions={(t, p) for t, ps in v.partitions for p in ps},
             start_ms=v.start_ms,
             last_update_ms=v.last_update_ms,
+            client_transaction_version=v.client_transaction_version,
+            next_producer_id=v.next_producer_id,
         )
 
     @property
@@ -134,6 +155,8 @@ class TransactionMetadata:
             partitions=frozenset(self.partitions),
             start_ms=self.start_ms,
             last_update_ms=self.last_update_ms,
+            client_transaction_version=self.client_transaction_version,
+            next_producer_id=self.next_producer_id,
         )
         self.pending = state
         return replace(base, **changes)
@@ -174,7 +197,7 @@ class TransactionMetadata:
             raise IllegalTransition(f"{self.transactional_id}: cannot fence epoch {self.producer_epoch}")
         epoch = self.producer_epoch if self.failed_epoch_fence else self.producer_epoch + 1
         return self._transit(TxnState.PREPARE_ABORT, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH,
-                             last_update_ms=now_ms)
+                             last_update_ms=now_ms, next_producer_id=NO_PRODUCER_ID, fence=True)
 
     def fence_failed(self, t: Transit) -> None:
         """The write of a fencing abort failed: keep the bumped epoch (never returned to a client)."""
@@ -183,17 +206,48 @@ class TransactionMetadata:
         self.last_producer_epoch = NO_PRODUCER_EPOCH
         self.failed_epoch_fence = True
 
-    def prepare_add_partitions(self, added, now_ms: int) -> Transit:
+    def prepare_add_partitions(self, added, now_ms: int, client_transaction_version: int = 0) -> Transit:
+        """``client_transaction_version`` 2: the partitions are added by a broker for a Produce v12 /
+        TxnOffsetCommit v5 (the transaction is then written as version 2); 0: by the client's
+        AddPartitionsToTxn / AddOffsetsToTxn, as before."""
+        ctv = client_transaction_version
         if self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            return self._transit(TxnState.ONGOING, partitions=frozenset(added), start_ms=now_ms, last_update_ms=now_ms)
-        return self._transit(TxnState.ONGOING, partitions=frozenset(self.partitions | set(added)), last_update_ms=now_ms)
+            return self._transit(TxnState.ONGOING, partitions=frozenset(added), start_ms=now_ms, last_update_ms=now_ms,
+                                 client_transaction_version=ctv)
+        return self._transit(TxnState.ONGOING, partitions=frozenset(self.partitions | set(added)), last_update_ms=now_ms,
+                             client_transaction_version=ctv)
 
     def prepare_end(self, commit: bool, now_ms: int) -> Transit:
         return self._transit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, last_update_ms=now_ms)
 
+    def prepare_end_v2(self, commit: bool, now_ms: int, next_producer_id: int = NO_PRODUCER_ID) -> Transit:
+        """EndTxn v5 (Kafka's ``prepareAbortOrCommit`` with transaction version 2): the epoch + 1,
+        the current one kept as the last; ``next_producer_id`` when the epoch is exhausted. An
+        abort of an Empty / Complete* id (a transaction whose partitions, if any, the client does
+        not know) has no partitions and starts now."""
+        if self.producer_epoch >= MAX_EPOCH:
+            raise IllegalTransition(f"{self.transactional_id}: cannot bump epoch {self.producer_epoch}")
+        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        extra = {}
+        if self.state is not TxnState.ONGOING:
+            extra = {"partitions": frozenset(), "start_ms": now_ms}
+        return self._transit(state, producer_epoch=self.producer_epoch + 1, last_producer_epoch=self.producer_epoch,
+                             last_update_ms=now_ms, client_transaction_version=2, next_producer_id=next_producer_id,
+                             **extra)
+
     def prepare_complete(self, now_ms: int) -> Transit:
         state = TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return self._transit(state, partitions=frozenset(), last_update_ms=now_ms)
+        if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            return self._transit(state, partitions=frozenset(), last_update_ms=now_ms, producer_id=self.next_producer_id,
+                                 last_producer_id=self.producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID)
+        return self._transit(state, partitions=frozenset(), last_update_ms=now_ms, next_producer_id=NO_PRODUCER_ID)
+
+    def client_identity(self) -> tuple[int, int]:
+        """The producer id and epoch a version 2 client uses once the current Prepare* / Complete*
+        is done (EndTxn v5's answer)."""
+        if self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
     def prepare_dead(self) -> Transit:
         return self._transit(TxnState.DEAD, partitions=frozenset())
@@ -213,6 +267,8 @@ class TransactionMetadata:
         self.partitions = set(t.partitions)
         self.start_ms = t.start_ms
         self.last_update_ms = t.last_update_ms
+        self.client_transaction_version = t.client_transaction_version
+        self.next_producer_id = t.next_producer_id
         self.pending = None
         self.failed_epoch_fence = False
 

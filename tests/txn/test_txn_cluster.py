@@ -132,3 +132,27 @@ def test_produce_check_asks_the_coordinator_broker(cluster):
     assert add(co, txn, pid, epoch, topic, part) == 0
     assert produce(at_leader, txn, topic, part, pid, epoch) == 0
     assert produce(at_leader, txn, topic, part, pid, epoch + 1, seq=0) == 47  # INVALID_PRODUCER_EPOCH
+
+
+def test_produce_v12_adds_the_partition_at_the_coordinator_broker(cluster):
+    """KIP-890 part 2 on a leader that is not the coordinator: AddPartitionsToTxn v5 without
+    verify_only adds the partition; EndTxn v5's markers (new epoch) reach that leader."""
+    from test_txn_verification import produce
+
+    bs = cluster.bootstrap()
+    topic, txn = f"txv2-{uuid.uuid4().hex[:6]}", f"tx-v2-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 3, replication_factor=3)
+    coordinator = until(lambda: coordinator_of(bs, txn), 30, "a coordinator")
+    co = cluster[coordinator].bootstrap
+    r = until(lambda: (x := wire(co, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1,
+                                           "producer_epoch": -1})).error_code == 0 and x, 30, "InitProducerId")
+    pid, epoch = r.producer_id, r.producer_epoch
+    part, leader = next((p, l) for p, l in until(lambda: leaders(bs, topic), 30, "leaders").items() if l != coordinator)
+    at_leader = cluster[leader].bootstrap
+    assert produce(at_leader, txn, topic, part, pid, epoch, version=12) == 0
+    assert {(t.topic, p) for t in describe_txn(co, txn).topics for p in t.partitions} == {(topic, part)}
+    r = wire(co, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+             version=5)
+    assert (r.error_code, r.producer_epoch) == (0, epoch + 1)
+    assert read_all(bs, topic, 3, "read_committed") == [b"v"]
+    assert produce(at_leader, txn, topic, part, pid, epoch, seq=1, version=12) == 47  # INVALID_PRODUCER_EPOCH

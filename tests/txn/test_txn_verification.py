@@ -31,11 +31,14 @@ def init(bs: str, txn: str) -> tuple[int, int]:
 
 
 def produce(bs: str, txn: str | None, topic: str, partition: int, pid: int, epoch: int, seq: int = 0,
-            transactional: bool = True) -> int:
+            transactional: bool = True, version: int = 11) -> int:
+    """Produce v11 by default: the last version of transaction version 1 (v12 adds the partition to
+    the transaction, KIP-890 part 2: tests/txn/test_txn_v2.py)."""
     batch = build_batch([(int(time.time() * 1000), None, b"v", ())], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, is_transactional=transactional)
     r = wire(bs, 0, {"transactional_id": txn, "acks": -1, "timeout": 5000,
-                     "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+                     "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
+             version=version)
     return r.responses[0].partition_responses[0].error_code
 
 
@@ -60,7 +63,8 @@ def test_produce_needs_the_partition_in_the_transaction(tb):
     assert produce(bs, txn, topic, 0, pid + 1, 0) == E.invalid_producer_epoch  # not the id's producer
     assert produce(bs, None, topic, 1, pid, epoch) == E.transactional_id_authorization_failed  # no id
     # the coordinator's end of the transaction: a new transaction must add the partition again
-    r = wire(bs, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True})
+    r = wire(bs, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+             version=4)
     assert r.error_code == E.none
     wait_for(lambda: produce(bs, txn, topic, 0, pid, epoch, seq=2) == E.invalid_txn_state, "CompleteCommit", 15)
     # a new instance fences the epoch: the old producer's batch is refused by the check
