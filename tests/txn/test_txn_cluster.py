@@ -114,20 +114,26 @@ def test_coordinator_killed_mid_transaction(cluster):
     assert b"after" in read_all(cluster.bootstrap(), topic, 3, "read_committed")
 
 
-def test_produce_check_asks_the_coordinator_broker(cluster):
-    """KIP-890 on a leader that is not the coordinator: AddPartitionsToTxn v4 verify_only."""
-    from test_txn_verification import add, produce
-
+def remote_leader_txn(cluster, prefix: str):
+    """A new topic (3 partitions, RF 3) and transactional id, its producer initialized at the
+    coordinator: (bootstrap, topic, id, coordinator's address, producer id, epoch, a partition led
+    by another broker, that broker's address)."""
     bs = cluster.bootstrap()
-    topic, txn = f"txv-{uuid.uuid4().hex[:6]}", f"tx-v-{uuid.uuid4().hex[:6]}"
+    topic, txn = f"tx{prefix}-{uuid.uuid4().hex[:6]}", f"tx-{prefix}-{uuid.uuid4().hex[:6]}"
     create_topic(bs, topic, 3, replication_factor=3)
     coordinator = until(lambda: coordinator_of(bs, txn), 30, "a coordinator")
     co = cluster[coordinator].bootstrap
     r = until(lambda: (x := wire(co, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1,
                                            "producer_epoch": -1})).error_code == 0 and x, 30, "InitProducerId")
-    pid, epoch = r.producer_id, r.producer_epoch
     part, leader = next((p, l) for p, l in until(lambda: leaders(bs, topic), 30, "leaders").items() if l != coordinator)
-    at_leader = cluster[leader].bootstrap
+    return bs, topic, txn, co, r.producer_id, r.producer_epoch, part, cluster[leader].bootstrap
+
+
+def test_produce_check_asks_the_coordinator_broker(cluster):
+    """KIP-890 on a leader that is not the coordinator: AddPartitionsToTxn v4 verify_only."""
+    from test_txn_verification import add, produce
+
+    _bs, topic, txn, co, pid, epoch, part, at_leader = remote_leader_txn(cluster, "v")
     assert produce(at_leader, txn, topic, part, pid, epoch) == 48  # INVALID_TXN_STATE
     assert add(co, txn, pid, epoch, topic, part) == 0
     assert produce(at_leader, txn, topic, part, pid, epoch) == 0
@@ -139,16 +145,7 @@ def test_produce_v12_adds_the_partition_at_the_coordinator_broker(cluster):
     verify_only adds the partition; EndTxn v5's markers (new epoch) reach that leader."""
     from test_txn_verification import produce
 
-    bs = cluster.bootstrap()
-    topic, txn = f"txv2-{uuid.uuid4().hex[:6]}", f"tx-v2-{uuid.uuid4().hex[:6]}"
-    create_topic(bs, topic, 3, replication_factor=3)
-    coordinator = until(lambda: coordinator_of(bs, txn), 30, "a coordinator")
-    co = cluster[coordinator].bootstrap
-    r = until(lambda: (x := wire(co, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1,
-                                           "producer_epoch": -1})).error_code == 0 and x, 30, "InitProducerId")
-    pid, epoch = r.producer_id, r.producer_epoch
-    part, leader = next((p, l) for p, l in until(lambda: leaders(bs, topic), 30, "leaders").items() if l != coordinator)
-    at_leader = cluster[leader].bootstrap
+    bs, topic, txn, co, pid, epoch, part, at_leader = remote_leader_txn(cluster, "v2")
     assert produce(at_leader, txn, topic, part, pid, epoch, version=12) == 0
     assert {(t.topic, p) for t in describe_txn(co, txn).topics for p in t.partitions} == {(topic, part)}
     r = wire(co, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True},
