@@ -95,6 +95,9 @@ def schedstat(pid: int) -> tuple[int, int, int]:
     return cpu, wait, runs
 
 
+PACER = "sleep"  # --pacer
+
+
 def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int,
             pids: dict[str, int] | None = None) -> dict[str, Any]:
     """Records at ``rate``/s; latency percentiles (ms) of their acknowledgements. With ``pids``
@@ -124,7 +127,12 @@ def at_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int,
     n = int(rate * seconds)
     for i in range(n):
         due = start + i / rate
-        if (now := time.perf_counter()) < due:
+        if PACER == "spin":  # the first pacer: poll(0) until due (a core of its own at 100%)
+            while (now := time.perf_counter()) < due:
+                p.poll(0)
+                if due - now > 0.001:
+                    time.sleep(0.0005)
+        elif (now := time.perf_counter()) < due:
             # Wait by sleeping, as an application producing 5,000 records/s does: spinning on
             # poll(0) here took a whole core from the brokers (the client at 100% CPU on 2 cores).
             p.poll(0)
@@ -292,10 +300,15 @@ def main() -> None:
     ap.add_argument("--failovers", type=int, default=5)
     ap.add_argument("--session-ms", type=int, default=None, help="broker.session.timeout.ms (default: the broker's)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency at a rate (1.), RF=3 then RF=1")
+    ap.add_argument("--pacer", choices=("sleep", "spin"), default="sleep",
+                    help="how the latency run waits for a record's due time: sleep (default), or spin on poll(0) "
+                         "(the first version: the client busy on a core of its own, which keeps that vCPU awake)")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' and etcd's directories (logs) after the run")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="a broker config for every broker of the run (repeatable), e.g. shoal.metering.enable=false")
     args = ap.parse_args()
+    global PACER
+    PACER = args.pacer
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
     etcd = EtcdCluster(work / "etcd")
     etcd.start()
