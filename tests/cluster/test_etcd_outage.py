@@ -262,6 +262,9 @@ def test_a_broker_cut_off_from_etcd_loses_its_registration_and_comes_back(health
     before = leaders(cluster[1].bootstrap, topic)
     mine = sorted(p for p, leader in before.items() if leader == 3)
     assert mine
+    # broker 3 must have seen the topic before its link to etcd is cut (a whole-suite run saw it
+    # cut first, under load: UNKNOWN_TOPIC_OR_PARTITION from it for its own partitions)
+    until(lambda: leaders(cluster[3].bootstrap, topic) == before, 15, "broker 3 sees the topic")
     proxies.cut()
     t0 = time.monotonic()
     until(lambda: set(run(_metadata(cluster[1].bootstrap, [])).brokers) == {1, 2}, 30, "broker 3 gone")
