@@ -27,11 +27,21 @@ LOG_TAIL_LINES = 150
 
 
 def _below_ephemeral() -> range:
+    """The ports below the kernel's ephemeral range; under pytest-xdist, this worker's share of
+    them only (every N-th port), so two workers never hand out the same port: each draws at random
+    and checks it can bind, but binds it only later, and a whole-suite run once saw a region test's
+    broker find its port taken by another worker's (address already in use)."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
-    return range(10000, low) if low > 12000 else range(0)
+    if low <= 12000:
+        return range(0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        return range(10000 + int(worker[2:]) % count, low, count)
+    return range(10000, low)
 
 
 _PORTS = _below_ephemeral()
