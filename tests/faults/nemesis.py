@@ -70,7 +70,8 @@ class Schedule:
         while True:
             kind = rng.choice(kinds)
             hold = round(rng.uniform(0.5, max_hold), 2)
-            if t + hold > duration:
+            at = round(t, 2)  # as the op keeps it: rounding t up must not carry the op past the end
+            if at + hold > duration:
                 break
             mode = "-"
             if kind in ("kill", "pause"):
@@ -86,7 +87,7 @@ class Schedule:
                 mode = rng.choice(("stall", "reset"))
             else:
                 target = "etcd"
-            ops.append(Op(round(t, 2), kind, target, hold, mode))
+            ops.append(Op(at, kind, target, hold, mode))
             t += hold + rng.uniform(*gap)
         return cls(seed, tuple(ops))
 
