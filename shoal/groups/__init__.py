@@ -7,7 +7,9 @@
   KIP-848, plugs in here);
 - ``offsets``: the committed-offset store (with the pending offsets of open transactions); ``records``: Kafka's record formats in
   ``__consumer_offsets`` and the group → partition hash; ``storage``: the log the coordinator
-  writes to; ``timer``: keyed timeouts on an injected clock; ``config``: its settings.
+  writes to; ``runtime``: the ownership of an internal topic's partitions (loading, unloading,
+  creating the topic) that this coordinator and the transaction coordinator share; ``timer``:
+  keyed timeouts on an injected clock; ``config``: its settings.
 
 The wire handlers live in ``shoal.handlers.groups`` and ``shoal.handlers.offsets``.
 """

@@ -5,7 +5,9 @@ One ``GroupCoordinator`` per broker. It owns a *partition* of ``__consumer_offse
 node leads it: it replays the partition's log to rebuild the groups and offsets stored there
 (status LOADING: requests get COORDINATOR_LOAD_IN_PROGRESS), then serves them (ACTIVE); when
 leadership moves away it drops them (NOT_COORDINATOR). A group lives in partition
-``abs(hashCode(group_id)) % partitions``, Kafka's formula, so Kafka clients and tools agree.
+``abs(hashCode(group_id)) % partitions``, Kafka's formula, so Kafka clients and tools agree. That
+ownership (and creating the topic) is :class:`~shoal.groups.runtime.InternalTopicCoordinator`'s,
+shared with the transaction coordinator; this class says what a partition's replay rebuilds.
 
 Writes go through :class:`~shoal.groups.storage.CoordinatorLog`: the record is appended before
 the operation's first ``await`` (operations keep the order the event loop ran them in, which is
@@ -67,15 +69,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, Sequence
 
-from shoal.asyncutil import cancel_and_wait
 from shoal.clock import Clock
-from shoal.config import ConfigSource
+from shoal.groups.runtime import InternalTopicCoordinator, OwnedPartition, PartitionStatus
+from shoal.groups.runtime import coordinator_error  # noqa: F401  (shoal.handlers.offsets imports it from here)
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from shoal.groups.config import GroupConfig
 from shoal.groups.consumer import ConsumerGroup, ConsumerGroupManager  # KIP-848
@@ -93,9 +94,8 @@ from shoal.groups.records import (
     decode_offset_commit_value,
     encode_offset_commit_value,
     offset_commit_key,
-    partition_for,
 )
-from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
+from shoal.groups.storage import CoordinatorLog, Record
 from shoal.groups.timer import Timer
 from shoal.metadata import changed_topics, former_topic_names, topic_renames
 from shoal.protocol.errors import ErrorCode
@@ -108,30 +108,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.groups")
 
 EXPIRY_TIMER_KEY = ("offsets-expiration",)
-# offsets.topic.replication.factor where it is not set, on an etcd cluster (one node: 1)
-CLUSTER_OFFSETS_REPLICATION_FACTOR = 3
-
-
-def coordinator_error(code: ErrorCode) -> ErrorCode:
-    """Kafka's ``CoordinatorOperationExceptionHelper``: what a client sees when a write failed."""
-    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.request_timed_out):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        return ErrorCode.unknown_server_error
-    return code
-
-
-class PartitionStatus(enum.Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
-
-
-@dataclass
-class _Owned:
-    status: PartitionStatus
-    epoch: int  # bumps at every load, so late completions of an old incarnation are ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +146,13 @@ class _Loaded:
 RecordReplay = Callable[["GroupCoordinator", int, int, bytes, "bytes | None"], None]
 
 
-class GroupCoordinator:
+class GroupCoordinator(InternalTopicCoordinator[GroupConfig, _Loaded]):
+    TOPIC = OFFSETS_TOPIC
+    RF_CONFIG = "offsets.topic.replication.factor"
+    KEYS = "groups"
+    NAME = "group coordinator"
+    logger = log
+
     def __init__(
         self,
         *,
@@ -178,159 +160,72 @@ class GroupCoordinator:
         log: CoordinatorLog,
         config: GroupConfig | Callable[[], GroupConfig],
         num_partitions: int | None = None,
+        node_id: int = 0,
         new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
-        self.clock = clock
-        self.log = log
-        self._config = config
+        super().__init__(clock=clock, log=log, config=config, num_partitions=num_partitions, node_id=node_id)
         self.new_uuid = new_uuid
         self.timer = Timer(clock)
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore()
         self.classic = ClassicGroupManager(self)
-        self.num_partitions = num_partitions if num_partitions is not None else 0
-        self._owned: dict[int, _Owned] = {}
-        self._epochs = 0
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         # transactions that ended while a partition was loading: (producer id, commit), in order
         self._txn_ended_while_loading: dict[int, list[tuple[int, bool]]] = {}
-        self._tasks: set[asyncio.Task] = set()
         self._record_types: dict[int, RecordReplay] = {}
         # KIP-848: the consumer protocol's groups (registers its record types 3-8 above).
         self.consumer = ConsumerGroupManager(self)
         self._commit_waiters = Purgatory()  # keyed by group id: a commit finished
-        self._timer_task: asyncio.Task[None] | None = None
-        self._creating: asyncio.Task[None] | None = None  # cluster: __consumer_offsets being created
-        self._refused = ""  # why __consumer_offsets could not be created, as last logged
-        self._services: Services | None = None  # its broker's services (for_services)
-        self._topic_id = None
-        self.active = num_partitions is not None
-
-    # -- construction for a broker ------------------------------------------------------------
 
     @classmethod
     def for_services(cls, services: "Services") -> "GroupCoordinator":
-        cache: list = [None, None]
-
-        def config() -> GroupConfig:
-            cfg = services.config
-            if cache[0] is not cfg:
-                cache[0], cache[1] = cfg, GroupConfig.from_broker_config(cfg)
-            return cache[1]
-
-        log = BrokerCoordinatorLog(services.replicas, lambda: services.metadata.image, services.clock)
-        c = cls(clock=services.clock, log=log, config=config)
-        c._services = services
-        return c
+        return cls._for_services(services, GroupConfig.from_broker_config)
 
     @property
-    def config(self) -> GroupConfig:
-        cfg = self._config
-        return cfg() if callable(cfg) else cfg
+    def write_timeout_s(self) -> float:
+        return self.config.offset_commit_timeout_ms / 1000.0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Create ``__consumer_offsets`` if missing, load the partitions this node leads, follow
         metadata from then on, and start the timers."""
-        broker = self._services
-        assert broker is not None, "start() is for a broker-bound coordinator (for_services)"
-        self._timer_task = asyncio.create_task(self.timer.drive(), name="group-coordinator-timer")
+        broker = self._broker()
+        self._timers = [asyncio.create_task(self.timer.drive(), name="group-coordinator-timer")]
         if not broker.is_cluster:
-            await self._ensure_offsets_topic()
+            await self._ensure_topic()
         # cluster: created at the first FindCoordinator instead (request_offsets_topic), as Kafka
         # does, so that it is placed over the brokers up by then, not over the first one alone
-        broker.metadata.subscribe(self._on_metadata)
-        self.active = True
-        self._reconcile(None, broker.metadata.image)
+        self._follow_metadata()
         await self.wait_loaded()
         self.schedule_expiry()
 
     async def stop(self) -> None:
-        self.active = False
         self.timer.cancel(EXPIRY_TIMER_KEY)
-        for p in list(self._owned):
-            self.unload_partition(p)
-        await cancel_and_wait([self._timer_task, self._creating, *self._tasks])
-        self._timer_task = None
+        await super().stop()
 
-    async def wait_loaded(self) -> None:
-        while self._load_tasks:
-            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
-
-    async def _ensure_offsets_topic(self) -> None:
-        from shoal.cluster import planner
-        from shoal.metadata import MetadataError
-
-        broker = self._services
-        assert broker is not None
-        image = broker.metadata.image
-        if image.topic(OFFSETS_TOPIC) is not None:
-            return
+    def _topic_size(self) -> tuple[int, int]:
         cfg = self.config
-        rf = cfg.offsets_topic_replication_factor
-        if broker.is_cluster and broker.config.source("offsets.topic.replication.factor") == ConfigSource.DEFAULT_CONFIG:
-            rf = CLUSTER_OFFSETS_REPLICATION_FACTOR  # a cluster's committed offsets replicate (Kafka's default)
-        defaults = planner.Defaults.for_offsets_topic(cfg.offsets_topic_num_partitions, rf)
-        try:  # the cluster's one planner; Kafka (KIP-115) waits for enough brokers, never shrinks RF
-            plan = planner.plan_topic(
-                planner.live_brokers(image), planner.TopicRequest(OFFSETS_TOPIC), defaults,
-                broker.random,
-            )
-        except planner.PlacementError as e:
-            if e.message != self._refused:  # once per reason (FindCoordinator retries it on etcd)
-                self._refused = e.message
-                log.error("cannot create %s (offsets.topic.replication.factor=%d): %s", OFFSETS_TOPIC,
-                          rf, e.message)
-            return
-        assignments = list(plan.assignments)
-        configs = {
+        return cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor
+
+    def _topic_configs(self, replication_factor: int) -> dict[str, str]:
+        return {
             "cleanup.policy": "compact",
             "compression.type": "producer",
-            "segment.bytes": str(cfg.offsets_topic_segment_bytes),
+            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
         }
-        try:
-            await broker.metadata.create_topic(OFFSETS_TOPIC, assignments, configs, internal=True)
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, cfg.offsets_topic_num_partitions)
-        except MetadataError as e:
-            if e.code != "TOPIC_ALREADY_EXISTS":
-                log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
 
-    def request_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` in the background (once at a time): FindCoordinator's
-        answer while it is missing is COORDINATOR_NOT_AVAILABLE, and the client asks again."""
-        if self._services is None or not self.active or self._creating is not None:
-            return
-        if not self._services.is_cluster:
-            return  # one broker: start() created it, or said once why it cannot
-        self._creating = asyncio.get_running_loop().create_task(self._ensure_offsets_topic())
+    def request_topic(self) -> None:
+        """On a cluster, create ``__consumer_offsets`` in the background (see the base); one
+        broker created it at start(), or said once why it cannot."""
+        if self._services is not None and self._services.is_cluster:
+            super().request_topic()
 
-        def done(_t: asyncio.Task[None]) -> None:
-            self._creating = None
-
-        self._creating.add_done_callback(done)
+    request_offsets_topic = request_topic
 
     # -- following metadata ---------------------------------------------------------------------
 
-    def _on_metadata(self, old: "MetadataImage", new: "MetadataImage") -> None:
-        if not self.active:
-            return
-        self._reconcile(old, new)
-
     def _reconcile(self, old: "MetadataImage | None", new: "MetadataImage") -> None:
-        broker = self._services
-        assert broker is not None
-        topic = new.topic(OFFSETS_TOPIC)
-        if topic is None or topic.topic_id != self._topic_id:
-            for p in list(self._owned):
-                self.unload_partition(p)
-            self._topic_id = topic.topic_id if topic is not None else None
-        self.num_partitions = len(topic.partitions) if topic is not None else 0
-        owned = {p.partition for p in topic.partitions if p.leader == broker.node_id} if topic else set()
-        for p in sorted(set(self._owned) - owned):
-            self.unload_partition(p)
-        for p in sorted(owned - set(self._owned)):
-            self.start_loading(p)
+        super()._reconcile(old, new)
         if old is not None:
             renames = topic_renames(old, new)  # tenancy: KIP-37 moves; their offsets follow
             if renames:
@@ -349,49 +244,11 @@ class GroupCoordinator:
 
     # -- partitions -----------------------------------------------------------------------------
 
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions) if self.num_partitions else 0
-
-    def status(self, group_id: str) -> ErrorCode:
-        """NONE when this coordinator serves ``group_id`` now, else the error to answer."""
-        if not self.active or not self.num_partitions:
-            return ErrorCode.coordinator_not_available
-        owned = self._owned.get(self.partition_for(group_id))
-        if owned is None:
-            return ErrorCode.not_coordinator
-        if owned.status is PartitionStatus.LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
-
-    def owned_partitions(self) -> dict[int, PartitionStatus]:
-        return {p: o.status for p, o in self._owned.items()}
-
-    def start_loading(self, partition: int) -> asyncio.Task[None]:
-        self._epochs += 1
-        self._owned[partition] = _Owned(PartitionStatus.LOADING, self._epochs)
+    def start_loading(self, partition: int, coordinator_epoch: int = 0) -> asyncio.Task[None]:
         self._txn_ended_while_loading[partition] = []
-        task = asyncio.ensure_future(self.load_partition(partition, self._epochs))
-        self._load_tasks[partition] = task
+        return super().start_loading(partition, coordinator_epoch)
 
-        def forget(t: asyncio.Task[None], p: int = partition) -> None:
-            if self._load_tasks.get(p) is t:
-                del self._load_tasks[p]
-
-        task.add_done_callback(forget)
-        return task
-
-    async def load_partition(self, partition: int, epoch: int) -> None:
-        started = self.clock.monotonic()
-        try:
-            loaded = await asyncio.to_thread(self._read_partition, partition)
-        except Exception:
-            log.exception("cannot load %s-%d; its groups stay unavailable", OFFSETS_TOPIC, partition)
-            return
-        owned = self._owned.get(partition)
-        if owned is None or owned.epoch != epoch:
-            return  # unloaded (or reloaded) meanwhile
-        self._apply_loaded(partition, loaded)
-        owned.status = PartitionStatus.ACTIVE
+    def _on_loaded(self, partition: int, owned: OwnedPartition, loaded: _Loaded, started: float) -> None:
         for producer_id, commit in self._txn_ended_while_loading.pop(partition, ()):
             # a marker the replay may have read already: completing again finds nothing pending
             self.on_txn_completed(producer_id, [partition], commit)
@@ -493,18 +350,13 @@ class GroupCoordinator:
             fn(self, partition, offset, key, value)
         self.consumer.on_partition_loaded(partition)  # KIP-848: install the replayed consumer groups
 
-    def unload_partition(self, partition: int) -> None:
-        self._owned.pop(partition, None)
+    def _drop_partition(self, partition: int) -> int:
         self._txn_ended_while_loading.pop(partition, None)
-        task = self._load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
         dropped = {gid for gid, g in self.groups.items() if g.partition == partition}
         for gid in dropped:
             self.remove_group(self.groups[gid])
         self.offsets.clear(dropped)
-        if dropped:
-            log.info("unloaded %s-%d: %d groups", OFFSETS_TOPIC, partition, len(dropped))
+        return len(dropped)
 
     def register_record_type(self, key_version: int, replay: RecordReplay) -> None:
         """Replay records whose key starts with ``key_version`` at load (another protocol's)."""
@@ -539,25 +391,6 @@ class GroupCoordinator:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def _append(self, partition: int, records: Sequence[Record]) -> tuple[int, int] | ErrorCode:
-        """Append now; (end offset, owner epoch) or the client-facing error."""
-        owned = self._owned.get(partition)
-        if owned is None or owned.status is not PartitionStatus.ACTIVE:
-            return ErrorCode.not_coordinator
-        res = self.log.append(partition, records, self.clock.now_ms())
-        if isinstance(res, ErrorCode):
-            return coordinator_error(res)
-        return res, owned.epoch
-
-    async def _committed(self, partition: int, end: int, epoch: int) -> ErrorCode:
-        code = await self.log.wait_committed(partition, end, self.config.offset_commit_timeout_ms / 1000.0)
-        if code != ErrorCode.none:
-            return coordinator_error(code)
-        owned = self._owned.get(partition)
-        if owned is None or owned.epoch != epoch:
-            return ErrorCode.not_coordinator
-        return ErrorCode.none
-
     async def write(self, partition: int, records: Sequence[Record]) -> ErrorCode:
         """Append ``records`` (before the first await) and wait until they are committed."""
         res = self._append(partition, records)
@@ -578,17 +411,6 @@ class GroupCoordinator:
 
         self._spawn(wait(*res))
         return res[0]
-
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("group coordinator task failed", exc_info=t.exception())
-
-        task.add_done_callback(done)
 
     # -- classic protocol entry points ----------------------------------------------------------
 
@@ -819,14 +641,7 @@ class GroupCoordinator:
             if created:
                 self.maybe_drop_unused_group(group)
             return results
-        owned = self._owned.get(group.partition)
-        if owned is None or owned.status is not PartitionStatus.ACTIVE:
-            res: tuple[int, int] | ErrorCode = ErrorCode.not_coordinator
-        else:
-            appended = self.log.append(
-                group.partition, records, now, producer_id=producer_id, producer_epoch=producer_epoch
-            )
-            res = coordinator_error(appended) if isinstance(appended, ErrorCode) else (appended, owned.epoch)
+        res = self._append(group.partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
         if isinstance(res, ErrorCode):
             for _, c in accepted:
                 results[(c.topic, c.partition)] = res
@@ -1037,8 +852,7 @@ class GroupCoordinator:
             tid = tenant_of_group(group.group_id)
             if tid is None or tid in tenants or (wanted is not None and group.partition not in wanted):
                 continue
-            owned = self._owned.get(group.partition)
-            if owned is not None and owned.status is PartitionStatus.ACTIVE:
+            if self.serving(group.partition) is not None:
                 by_partition.setdefault(group.partition, []).append(group)
         for partition, groups in by_partition.items():
             records = self._delete_group_records(groups, "deleted: its tenant is gone")
@@ -1054,16 +868,14 @@ class GroupCoordinator:
         type_filter = {t.strip().lower() for t in types}
         out = []
         for g in self.groups.values():
-            owned = self._owned.get(g.partition)
-            if owned is None or owned.status is not PartitionStatus.ACTIVE or g.is_dead():
+            if self.serving(g.partition) is None or g.is_dead():
                 continue
             if state_filter and not g.in_states(state_filter):
                 continue
             if type_filter and g.group_type not in type_filter:
                 continue
             out.append(g)
-        loading = any(o.status is PartitionStatus.LOADING for o in self._owned.values())
-        return (ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none), out
+        return (ErrorCode.coordinator_load_in_progress if self.any_loading() else ErrorCode.none), out
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
         code = self.status(group_id)
@@ -1093,8 +905,7 @@ class GroupCoordinator:
         by_partition: dict[int, list[Record]] = {}
         expired_total = 0
         for group in list(self.groups.values()):
-            owned = self._owned.get(group.partition)
-            if owned is None or owned.status is not PartitionStatus.ACTIVE:
+            if self.serving(group.partition) is None:
                 continue
             gid = group.group_id
             expired: list[tuple[str, int]] = []
@@ -1144,10 +955,7 @@ class GroupCoordinator:
         by_partition: dict[int, list[Record]] = {}
         for gid in dict.fromkeys([*self.offsets.groups(), *self.offsets.txn_groups()]):
             group = self.groups.get(gid)
-            if group is None:
-                continue
-            owned = self._owned.get(group.partition)
-            if owned is None or owned.status is not PartitionStatus.ACTIVE:
+            if group is None or self.serving(group.partition) is None:
                 continue
             keys = [(t, p) for t, parts in self.offsets.group_offsets(gid).items() if t in names for p in parts]
             keys += [(t, p) for t, p in self.offsets.txn_keys(gid) if t in names and (t, p) not in keys]
@@ -1180,8 +988,7 @@ class GroupCoordinator:
         by_partition: dict[int, list[tuple[str, str, int]]] = {}
         for gid, topic, p in self.offsets.keys_of_topics(renames):
             group = self.groups.get(gid)
-            owned = self._owned.get(group.partition) if group is not None else None
-            if owned is None or owned.status is not PartitionStatus.ACTIVE or (wanted is not None and group.partition not in wanted):
+            if group is None or self.serving(group.partition) is None or (wanted is not None and group.partition not in wanted):
                 continue
             by_partition.setdefault(group.partition, []).append((gid, topic, p))
         moved = 0
