@@ -584,6 +584,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
         _d("replica.socket.timeout.ms", "int", 30000, "Socket timeout for follower requests."),
         _d("num.replica.fetchers", "int", 1, "Number of fetcher threads per source broker.", None, True),
+        _d("shoal.replica.fetch.pipeline.depth", "int", 0,
+           "Shoal: Fetch requests a follower keeps in flight to one leader (pipelined replication: each answer "
+           "carries what came after the one before, so a write reaches a far follower in one round trip, not "
+           "up to two). 0: chosen per connection from its measured round trip (1 below "
+           "shoal.replica.fetch.pipeline.min.rtt.ms, up to 8 across a WAN link); 1: one at a time, as Kafka.",
+           between(0, 16)),
+        _d("shoal.replica.fetch.pipeline.min.rtt.ms", "int", 5,
+           "Shoal: with shoal.replica.fetch.pipeline.depth 0, a leader this close (round trip in ms) gets one "
+           "fetch at a time.", at_least(0)),
         _d("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF of the socket server sockets; -1: OS default."),
         _d("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF of the socket server sockets; -1: OS default."),
         _d("num.recovery.threads.per.data.dir", "int", 2, "Accepted for compatibility; informational.", at_least(1), True),

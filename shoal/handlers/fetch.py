@@ -241,14 +241,30 @@ async def handle_fetch(ctx, req):
     if preferred:
         skip = frozenset(skip) | preferred.keys()
     committed = not follower and getattr(req, "isolation_level", 0) == 1
-    while True:
-        results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
-        if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
-            break
-        notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
-        if not notified:
-            results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed)
-            break
+    # a follower may have several fetches in flight on its connection (pipelined replication,
+    # ``shoal.replica.fetch.pipeline.depth``): each reads past what an earlier one was sent
+    pipeline = (replica_id, ctx.client_address) if replica_ok else None
+    order = _ReplicaOrder.of(ctx) if replica_ok else None
+    seq = order.take() if order is not None else 0
+    try:
+        if order is not None and not await order.turn(seq, deadline - loop.time()):
+            skip = frozenset(targets)  # an earlier fetch of the connection still waits: no records
+        while True:
+            results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed,
+                                                    pipeline)
+            if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
+                break
+            notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
+            if not notified:
+                results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed, pipeline)
+                break
+        if pipeline is not None and total:
+            for r in results.values():
+                if r.records and r.part is not None:
+                    r.part.follower_sent(replica_id, pipeline[1], _end_offset(r.records))
+    finally:
+        if order is not None:
+            order.done(seq)
     if throttled:
         throttle.record("leader", sum(len(results[k].records or b"") for k in throttled if k in results))
 
@@ -342,6 +358,61 @@ def _replica_id(req) -> int:
     return replica if replica is not None else -1
 
 
+class _ReplicaOrder:
+    """The Fetch requests of one follower connection, oldest first (pipelined replication): only
+    the oldest unanswered one reads, the others wait for their turn. Otherwise a fetch arriving
+    between an append and the wake-up of the fetch parked before it would take the new records,
+    and its answer would wait behind the earlier one, which finds nothing left: the follower would
+    get them out of order (and the earlier answer only at its ``max_wait``)."""
+
+    __slots__ = ("issued", "open", "turns")
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.open: dict[int, None] = {}  # unanswered, in order
+        self.turns: dict[int, asyncio.Future[None]] = {}
+
+    @staticmethod
+    def of(ctx) -> "_ReplicaOrder | None":
+        conn = ctx.extra.get("connection")
+        if conn is None:
+            return None
+        order = getattr(conn, "replica_order", None)
+        if order is None:
+            order = conn.replica_order = _ReplicaOrder()
+        return order
+
+    def take(self) -> int:
+        self.issued += 1
+        self.open[self.issued] = None
+        return self.issued
+
+    def _head(self) -> int:
+        return next(iter(self.open), 0)
+
+    async def turn(self, seq: int, timeout: float) -> bool:
+        """Wait until ``seq`` is the oldest unanswered, at most ``timeout`` s; True if it is."""
+        if self._head() == seq:
+            return True
+        if timeout <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        fut = self.turns[seq] = loop.create_future()
+        timer = loop.call_later(timeout, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self.turns.pop(seq, None)
+        return self._head() == seq
+
+    def done(self, seq: int) -> None:
+        self.open.pop(seq, None)
+        fut = self.turns.get(self._head())
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
 @dataclass(slots=True)
 class _Read:
     code: ErrorCode
@@ -352,6 +423,7 @@ class _Read:
     aborted: list[tuple[int, int]] | None = None  # read_committed: aborted transactions in the records
     pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
+    part: Any = None  # a follower's fetch: the leader's Partition its records come from
 
 
 def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str, int], int]:
@@ -390,13 +462,16 @@ def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str
 
 
 def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
-              from_followers: bool = False, committed: bool = False) -> tuple[dict, int, bool]:
+              from_followers: bool = False, committed: bool = False,
+              pipeline: tuple[int, str] | None = None) -> tuple[dict, int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
     A consumer reads up to the high watermark (``committed``, READ_COMMITTED: the last stable
     offset, with the aborted transactions of what it returns), a follower up to the log end; ``skip``: partitions
     answered without records (a throttled reassignment, a preferred read replica elsewhere).
     ``from_followers`` (KIP-392, a v11+ consumer that sent its rack): a partition this broker
-    follows (or observes) is served too, up to the high watermark this follower knows."""
+    follows (or observes) is served too, up to the high watermark this follower knows.
+    ``pipeline``: a replica's fetch, ``(replica id, connection)``: read past what this leader
+    already sent that replica on that connection (``Partition.follower_read_offset``)."""
     image = svc.metadata.image
     results: dict[tuple[str, int], _Read] = {}
     total = 0
@@ -437,9 +512,13 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
                 must_answer = True
                 continue
         limit = min(sp.max_bytes, remaining)
-        if key not in skip and sp.fetch_offset < upto and (limit > 0 or total == 0):
+        start = sp.fetch_offset
+        if pipeline is not None:
+            start = part.follower_read_offset(pipeline[0], pipeline[1], start)
+            r.part = part
+        if key not in skip and start < upto and (limit > 0 or total == 0):
             try:
-                info = plog.read(sp.fetch_offset, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
+                info = plog.read(start, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
             except OffsetOutOfRange:
                 r.code = ErrorCode.offset_out_of_range
                 must_answer = True

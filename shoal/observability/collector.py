@@ -101,6 +101,7 @@ class BrokerCollector:
             self._topics(out, m, image)
             self._connections(out, m)
         self._logs(out, image)
+        self._fetchers(out)
         self._lag(out, image)
         probe = getattr(broker, "loop_lag", None)
         if probe is not None:
@@ -153,6 +154,29 @@ class BrokerCollector:
                     _keyed(m.authentications))
 
     # -- logs and lag (read from the replica manager and the group coordinator) -------------
+
+    def _fetchers(self, out: TextExposition) -> None:
+        """The replica fetchers of this broker (as a follower), per leader and fetcher index."""
+        replicas = getattr(self.broker, "replicas", None)
+        if replicas is None:
+            return
+        fetchers = sorted(replicas.fetchers.fetchers.items())
+        labels = ("leader", "fetcher")
+
+        def rows(value: Any) -> list[tuple[tuple[str, str], float]]:
+            return [((str(leader), str(index)), value(f)) for (leader, index), f in fetchers]
+
+        out.gauge("shoal_replica_fetcher_partitions", "partitions a replica fetcher fetches from its leader", labels,
+                  rows(lambda f: len(f.partitions)))
+        out.gauge("shoal_replica_fetcher_pipeline_depth", "Fetch requests a replica fetcher keeps in flight "
+                  "(shoal.replica.fetch.pipeline.depth, or chosen from the round trip)", labels, rows(lambda f: f.depth))
+        out.gauge("shoal_replica_fetcher_round_trip_seconds", "round trip to the leader measured at connect "
+                  "(-1: not connected yet)", labels,
+                  rows(lambda f: f.rtt_ms / 1000.0 if f.rtt_ms is not None else -1))
+        out.counter("shoal_replica_fetcher_fetches", "Fetch answers a replica fetcher received", labels,
+                    rows(lambda f: f.fetches))
+        out.counter("shoal_replica_fetcher_resyncs", "pipelines started again because an answer did not start at "
+                    "the log end (should stay 0)", labels, rows(lambda f: f.resyncs))
 
     def _logs(self, out: TextExposition, image: Any) -> None:
         replicas = getattr(self.broker, "replicas", None)

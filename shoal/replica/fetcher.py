@@ -21,6 +21,17 @@ and learns the high watermark from the leader.
   to ``replica.fetch.backoff.ms``; FENCED_LEADER_EPOCH (this broker's image lags): after the
   backoff, or at once when the next image moves the partition to another leader or epoch.
 
+**Pipelining** (``shoal.replica.fetch.pipeline.depth``; Kafka keeps one fetch in flight): a
+fetcher may keep several Fetch requests in flight on its connection. With one, a write that
+reaches the leader just after it answered the follower waits for the next fetch: acks=all takes up
+to two round trips, 60+ ms across a 30 ms WAN link. With several, a fetch is parked at the leader
+whenever the write comes, and acks=all takes one. The leader reads each pipelined fetch past
+what it already sent the follower on that connection (``Partition.follower_read_offset``); the
+follower checks that every answer's records start at its log end, and when one does not (it
+dropped an earlier answer) closes the connection, which makes the leader forget, and fetches again
+from its log end. Depth 0 (the default) picks it from the round trip measured at connect: one
+fetch at a time on a LAN, up to 8 across a WAN.
+
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
 leader's do). Deviation from Kafka: no fetch sessions between brokers (each fetch lists every
 partition; fine for the partition counts of a Python broker).
@@ -34,6 +45,7 @@ import functools
 import logging
 import sys
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -102,6 +114,9 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0  # requests answered (tests, metrics)
+        self.resyncs = 0  # pipelines started again: an answer did not start at the log end
+        self.depth = 1  # fetches in flight (``pipeline_depth``)
+        self.rtt_ms: float | None = None  # the round trip to the leader measured at connect
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index}, partitions={len(self.partitions)})"
@@ -139,49 +154,125 @@ class ReplicaFetcher:
         conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
                            inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
         await conn.open()
+        self.rtt_ms = await self._round_trip(conn)
         self._conn, self._endpoint = conn, endpoint
         return conn
 
-    async def _run(self) -> None:
+    @classmethod
+    async def _round_trip(cls, conn: Any) -> float:
+        """The round trip to the leader in ms: the fastest of three ApiVersions requests."""
+        from shoal.client import API_VERSIONS
+
         loop = asyncio.get_running_loop()
-        failures = 0
-        while True:
-            cfg = self.manager.config()
-            backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000.0
-            now = loop.time()
-            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
-            ready = self.manager.replicas.throttle.follower_ready(ready, self.manager._image(), now)
-            if not ready:
-                self._wake.clear()
-                delays = [f.delayed_until - now for f in self.partitions.values()]
+        version = conn.version_for(API_VERSIONS)
+        body = cls._api_versions_body(version)
+        rtt = float("inf")
+        for _ in range(3):
+            t0 = loop.time()
+            await conn.send(API_VERSIONS, version, body)
+            rtt = min(rtt, loop.time() - t0)
+        return rtt * 1000.0
+
+    def pipeline_depth(self, cfg: "BrokerConfig") -> int:
+        """``shoal.replica.fetch.pipeline.depth``, or with 0 one chosen from the round trip to
+        the leader measured at connect: 1 below ``...pipeline.min.rtt.ms``, else about one fetch
+        in flight per 4 ms of round trip (2 to 8), so that a steady stream of writes finds a fetch
+        waiting at the leader."""
+        depth = int(cfg.get("shoal.replica.fetch.pipeline.depth"))
+        if depth > 0:
+            return depth
+        rtt = self.rtt_ms
+        if rtt is None or rtt < int(cfg.get("shoal.replica.fetch.pipeline.min.rtt.ms")):
+            return 1
+        return max(2, min(8, int(rtt / 4) + 1))
+
+    @staticmethod
+    def _api_versions_body(version: int) -> Any:
+        from shoal.client import API_VERSIONS, build_entity
+        from shoal.protocol import codec
+
+        return build_entity(codec.request_type(API_VERSIONS, version),
+                            {"client_software_name": "shoal-replica", "client_software_version": "0.1.0"})
+
+    def _ready(self, now: float) -> dict[tuple[str, int], _Fetching]:
+        ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
+        return self.manager.replicas.throttle.follower_ready(ready, self.manager._image(), now)
+
+    async def _run(self) -> None:
+        """Keep up to ``depth`` Fetch requests in flight to the leader (one connection, answers
+        in order), each asking for every ready partition from this broker's log end; handle the
+        oldest answer, then send the next. With one (``depth`` 1, Kafka's way) a write that
+        reaches the leader just after it answered waits for the follower's next fetch: up to two
+        round trips to acks=all. An answer whose records do not start at this log's end (the
+        leader sent past something this broker dropped) closes the connection: the leader then
+        forgets what it sent and the next fetch starts from the log end."""
+        loop = asyncio.get_running_loop()
+        failures = resyncs = 0
+        inflight: deque[tuple["asyncio.Future[Any]", dict[tuple[str, int], _Fetching], asyncio.TimerHandle]] = deque()
+        try:
+            while True:
+                cfg = self.manager.config()
+                backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000.0
+                self.depth = self.pipeline_depth(cfg)
+                now = loop.time()
+                ready = self._ready(now)
+                if not ready and not inflight:
+                    self._wake.clear()
+                    delays = [f.delayed_until - now for f in self.partitions.values()]
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
                 try:
-                    await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
-                except asyncio.TimeoutError:
-                    pass
-                continue
-            try:
-                conn = await self._connection()
-                # awaited directly, timed here: resumed in the iteration after the answer is
-                # decoded (conn.send's wait_for(shield()) takes three more loop iterations)
-                answer = conn.request(FETCH, FETCH_VERSION, self._request(cfg, ready))
-                timer = loop.call_later(conn.timeout, _time_out, answer, conn.timeout)
-                try:
-                    response = await answer
-                finally:
-                    timer.cancel()
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                failures += 1
-                if failures == 1 or failures % 50 == 0:
-                    log.warning("broker %d: cannot fetch from leader %d (%d partitions): %s", self.manager.node_id,
-                                self.leader_id, len(ready), e)
+                    if ready and len(inflight) < self.depth:
+                        conn = await self._connection()
+                        while ready and len(inflight) < self.depth:
+                            # awaited directly, timed here: resumed in the iteration after the
+                            # answer is decoded (conn.send's wait_for(shield()) takes three more)
+                            answer = conn.request(FETCH, FETCH_VERSION, self._request(cfg, ready))
+                            inflight.append((answer, ready, loop.call_later(conn.timeout, _time_out, answer, conn.timeout)))
+                            ready = dict(ready)
+                    answer, sent, timer = inflight[0]
+                    try:
+                        response = await answer
+                    finally:
+                        timer.cancel()
+                    inflight.popleft()
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    failures += 1
+                    if failures == 1 or failures % 50 == 0:
+                        log.warning("broker %d: cannot fetch from leader %d (%d partitions): %s", self.manager.node_id,
+                                    self.leader_id, len(ready or (inflight[0][1] if inflight else ())), e)
+                    self._drop(inflight)
+                    await self._close()
+                    await asyncio.sleep(backoff)
+                    continue
+                self.fetches += 1
+                if self._handle(response, sent, loop.time() + backoff):
+                    resyncs = 0
+                    continue
+                self.resyncs += 1
+                resyncs += 1
+                self._drop(inflight)
                 await self._close()
-                await asyncio.sleep(backoff)
-                continue
-            self.fetches += 1
-            self._handle(response, ready, loop.time() + backoff)
+                if resyncs > 1:  # again at once: something else is wrong; do not spin on it
+                    await asyncio.sleep(backoff)
+        finally:
+            self._drop(inflight)
+
+    @staticmethod
+    def _drop(inflight: deque) -> None:
+        while inflight:
+            answer, _, timer = inflight.popleft()
+            timer.cancel()
+            if not answer.done():
+                answer.cancel()
+            elif not answer.cancelled():
+                answer.exception()  # retrieved: no "exception never retrieved" warning
 
     def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> Any:
         """The Fetch request for ``ready``, built from kio's entities directly: the generic
@@ -213,24 +304,30 @@ class ReplicaFetcher:
             rack_id="",
         )
 
-    def _handle(self, response: Any, ready: dict[tuple[str, int], _Fetching], retry_at: float) -> None:
+    def _handle(self, response: Any, ready: dict[tuple[str, int], _Fetching], retry_at: float) -> bool:
+        """Apply one answer; False when the fetch pipeline must start again (records that do not
+        start at the log end, or records for a partition dropped while they were on the way)."""
         if response.error_code != ErrorCode.none:
             for f in ready.values():
                 f.delayed_until = retry_at
             log.warning("leader %d answered a fetch with %s", self.leader_id, ErrorCode(response.error_code).name)
-            return
+            return True
         now_ms = self.manager.now_ms()
+        in_step = True
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
                 f = self.partitions.get(key)
                 if f is None or f is not ready.get(key):
-                    continue  # removed or replaced while the fetch was in flight
+                    in_step = in_step and not p.records  # removed or replaced while the fetch was in flight
+                    continue
                 try:
-                    self._handle_partition(f, p, now_ms, retry_at)
+                    in_step = self._handle_partition(f, p, now_ms, retry_at) and in_step
                 except Exception:
                     log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
                     f.delayed_until = retry_at
+                    in_step = in_step and not p.records
+        return in_step
 
     def _append(self, part: "Partition", records: Any, now_ms: int) -> None:
         """Append the leader's batches. An empty log (a new replica, started at the leader's log
@@ -252,7 +349,20 @@ class ReplicaFetcher:
             self.manager.truncate_fully(part, e.first_offset)
             plog.append_as_follower(records, now_ms=now_ms)
 
-    def _handle_partition(self, f: _Fetching, p: Any, now_ms: int, retry_at: float) -> None:
+    def _starts_at_end(self, part: "Partition", records: Any) -> bool:
+        """The leader's records start at this log's end (or, for an empty log, in a batch that
+        holds its start: ``_append``); a pipelined answer may not, when this broker dropped an
+        earlier one the leader counted as sent."""
+        plog = part.log
+        first = int.from_bytes(bytes(records[0:8]), "big", signed=True)
+        end = plog.log_end_offset
+        if first == end or (end == plog.log_start_offset and first < end):
+            return True
+        log.info("%s-%d: leader %d's answer starts at %d, this log ends at %d: fetching again from the log end",
+                 part.topic, part.index, self.leader_id, first, end)
+        return False
+
+    def _handle_partition(self, f: _Fetching, p: Any, now_ms: int, retry_at: float) -> bool:
         part = f.partition
         plog = part.log
         code = p.error_code
@@ -264,30 +374,35 @@ class ReplicaFetcher:
                          part.topic, part.index, self.leader_id, diverging.epoch, diverging.end_offset,
                          plog.log_end_offset, offset)
                 self.manager.truncate(part, offset)
-                return
+                self._renew(f)
+                return True
             f.lagging_retries = 0
             records = p.records
             if records:
+                if not self._starts_at_end(part, records):
+                    return False
                 self._append(part, records, now_ms)
                 if f.throttled:
                     self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
             if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:  # Kafka's LeaderOffsetIncremented
                 plog.delete_records_before(p.log_start_offset)  # the leader's DeleteRecords or retention
-            return
+            return True
         if code == ErrorCode.offset_out_of_range:
             leader_start = p.log_start_offset
             if leader_start >= 0 and plog.log_end_offset < leader_start:
                 log.info("%s-%d: behind leader %d's log start %d: starting again there", part.topic, part.index,
                          self.leader_id, leader_start)
                 self.manager.truncate_fully(part, leader_start)
+                self._renew(f)
             elif p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
                 log.info("%s-%d: ahead of leader %d: truncating to its high watermark %d", part.topic, part.index,
                          self.leader_id, p.high_watermark)
                 self.manager.truncate(part, max(p.high_watermark, part.high_watermark))
+                self._renew(f)
             else:
                 f.delayed_until = retry_at
-            return
+            return True
         if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
                     ErrorCode.unknown_topic_id, ErrorCode.unknown_leader_epoch):
             # most often the leader has not seen the image that made the topic or made it leader
@@ -296,10 +411,19 @@ class ReplicaFetcher:
             f.lagging_retries += 1
             now = asyncio.get_running_loop().time()
             f.delayed_until = min(retry_at, now + LAGGING_RETRY_S * 2 ** min(f.lagging_retries - 1, 6))
-            return
+            return True
         if code != ErrorCode.fenced_leader_epoch:
             log.warning("%s-%d: leader %d answered %s", part.topic, part.index, self.leader_id, ErrorCode(code).name)
         f.delayed_until = retry_at
+        return True
+
+    def _renew(self, f: _Fetching) -> None:
+        """After a truncation, answers still in flight for the partition are stale: a fresh
+        fetch state makes :meth:`_handle` pass them by (and start the pipeline again if one
+        carries records)."""
+        key = f.partition.key
+        if self.partitions.get(key) is f:
+            self.partitions[key] = _Fetching(f.partition, f.leader_epoch, f.delayed_until, f.lagging_retries, f.throttled)
 
 
 def fetcher_index(name: str, index: int, fetchers: int) -> int:

@@ -20,7 +20,7 @@ Single-threaded: called on the event loop only (the log's own lock covers its wo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from shoal.metadata import PartitionInfo
@@ -39,6 +39,16 @@ class FollowerState:
     last_fetch_ms: int = -1
     last_fetch_leader_log_end: int = -1  # the leader's log end offset at that fetch
     last_caught_up_ms: int = -1
+    # (leader log end, ms) of its recent fetches, oldest first: with several fetches in flight
+    # (a pipelining follower) the one whose log end the follower now has may be a few back
+    recent: list[tuple[int, int]] = field(default_factory=list)
+    # a pipelining follower: what this leader has already sent it on its connection ``sent_conn``
+    # and not yet seen acknowledged by a fetch offset (``follower_read_offset``)
+    sent_conn: str = ""
+    sent_end: int = -1
+
+
+RECENT_FETCHES = 16
 
 
 class Partition:
@@ -202,14 +212,43 @@ class Partition:
             return None
         leo = self.log.log_end_offset
         f.log_end_offset = min(fetch_offset, leo)
+        recent = f.recent
         if fetch_offset >= leo:
             f.last_caught_up_ms = now_ms
-        elif fetch_offset >= f.last_fetch_leader_log_end >= 0:
-            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+            recent.clear()
+        else:
+            # Kafka's rule (caught up as of the previous fetch when it has what the log end was
+            # then), over the last few fetches: a pipelining follower's fetch offset answers the
+            # fetch sent a round trip ago, not the one just before it
+            i = len(recent)
+            while i and recent[i - 1][0] > fetch_offset:
+                i -= 1
+            if i:
+                f.last_caught_up_ms = max(f.last_caught_up_ms, recent[i - 1][1])
+                del recent[:i]
+            elif len(recent) >= RECENT_FETCHES:
+                del recent[0]
+        recent.append((leo, now_ms))
         f.last_fetch_ms = now_ms
         f.last_fetch_leader_log_end = leo
         self.maybe_increment_high_watermark()
         return self._expansion(replica_id, f)
+
+    def follower_read_offset(self, replica_id: int, conn: str, fetch_offset: int) -> int:
+        """Where to read a follower's fetch from: its fetch offset, or, for a follower with
+        several fetches in flight on connection ``conn``, past what this leader already sent it
+        there (a pipelined fetch was sent before the earlier answer arrived; the follower checks
+        that every answer starts at its log end and reconnects when one does not)."""
+        f = self.followers.get(replica_id)
+        if f is not None and f.sent_conn == conn and fetch_offset < f.sent_end <= self.log.log_end_offset:
+            return f.sent_end
+        return fetch_offset
+
+    def follower_sent(self, replica_id: int, conn: str, end_offset: int) -> None:
+        """An answer to ``replica_id`` on ``conn`` carries the log up to ``end_offset``."""
+        f = self.followers.get(replica_id)
+        if f is not None:
+            f.sent_conn, f.sent_end = conn, end_offset
 
     def _expansion(self, replica_id: int, f: FollowerState) -> tuple[int, ...] | None:
         """Kafka's ``isFollowerInSync`` for a replica outside the ISR: it has everything up to

@@ -1,7 +1,9 @@
 """Purgatories: delayed operations keyed by partition (Kafka's DelayedFetch / DelayedProduce).
 
 A waiter registers interest in some keys and gets a future; ``notify(key)`` completes every
-waiter on that key. The waiter re-checks its condition itself: a wake-up is a hint, not a promise.
+waiter on that key, first come first woken (a pipelining follower's fetches on one connection must
+be answered in the order they came: the first woken reads the new data). The waiter re-checks its
+condition itself: a wake-up is a hint, not a promise.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ def _expire(fut: "asyncio.Future[Any]") -> None:
 
 class Purgatory:
     def __init__(self) -> None:
-        self._watchers: dict[Hashable, set[asyncio.Future[None]]] = {}
+        # key -> the waiters on it, as an ordered set (a dict of futures to None)
+        self._watchers: dict[Hashable, dict[asyncio.Future[None], None]] = {}
 
     def watch(self, keys: Iterable[Hashable]) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = tuple(keys)
         for k in keys:
-            self._watchers.setdefault(k, set()).add(fut)
+            self._watchers.setdefault(k, {})[fut] = None
 
         def _forget(_f: asyncio.Future[None]) -> None:
             for k in keys:
                 s = self._watchers.get(k)
                 if s is not None:
-                    s.discard(fut)
+                    s.pop(fut, None)
                     if not s:
                         del self._watchers[k]
 

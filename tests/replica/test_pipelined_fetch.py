@@ -1,0 +1,169 @@
+"""Pipelined replication, the policy parts: what a leader sends a follower that keeps several
+fetches in flight (``Partition.follower_read_offset`` / ``follower_sent``), when such a follower
+counts as caught up (the ISR clock), the order in which one connection's fetches may read
+(``_ReplicaOrder``), and how a fetcher picks its depth from the round trip. The wire and the
+brokers are in tests/cluster/test_pipelined_replication.py."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from shoal.config import BrokerConfig
+from shoal.handlers.fetch import _ReplicaOrder
+from shoal.replica.fetcher import ReplicaFetcher
+from test_replica_manager import WITH_FOLLOWER, batch, image, rm  # noqa: F401  (fixture)
+
+CONN_A, CONN_B = "127.0.0.1:40001", "127.0.0.1:40002"
+
+
+def leader_with_records(rm, n: int):  # noqa: F811
+    rm.publish(image([WITH_FOLLOWER]))
+    p = rm.leader("t", WITH_FOLLOWER)
+    for _ in range(n):
+        p.append_as_leader(batch(1), 0)
+    return p
+
+
+def test_a_pipelined_fetch_reads_past_what_the_connection_was_sent(rm) -> None:  # noqa: F811
+    p = leader_with_records(rm, 5)
+    assert p.follower_read_offset(2, CONN_A, 0) == 0  # nothing sent yet: its fetch offset
+    p.follower_sent(2, CONN_A, 3)  # fetch A (offset 0) was answered with 0..2
+    assert p.follower_read_offset(2, CONN_A, 0) == 3  # fetch B, sent before A's answer arrived
+    assert p.follower_read_offset(2, CONN_A, 3) == 3  # the fetch sent after A's answer
+    assert p.follower_read_offset(2, CONN_A, 4) == 4  # it has more than was sent here: its own offset
+    # another connection (the follower reconnected: it dropped what was in flight) starts afresh
+    assert p.follower_read_offset(2, CONN_B, 0) == 0
+    p.follower_sent(2, CONN_B, 2)
+    assert p.follower_read_offset(2, CONN_A, 0) == 0 and p.follower_read_offset(2, CONN_B, 1) == 2
+    # never past the log end (a leader's log does not shrink, but the state must not trust it)
+    p.follower_sent(2, CONN_A, 9)
+    assert p.follower_read_offset(2, CONN_A, 1) == 1
+    assert p.follower_read_offset(3, CONN_A, 0) == 0  # not a follower of this partition
+
+
+def test_a_new_leader_epoch_forgets_what_was_sent(rm) -> None:  # noqa: F811
+    p = leader_with_records(rm, 3)
+    p.follower_sent(2, CONN_A, 3)
+    rm.publish(image([dataclasses.replace(WITH_FOLLOWER, leader_epoch=1)], epoch=2))
+    p = rm.leader("t", WITH_FOLLOWER)
+    assert p.follower_read_offset(2, CONN_A, 0) == 0
+
+
+def test_a_pipelining_follower_is_caught_up_as_of_the_fetch_whose_log_end_it_has(rm) -> None:  # noqa: F811
+    """Kafka: caught up as of the previous fetch when the follower now has what the log end was
+    then. A follower with several fetches in flight answers (with its fetch offset) the state of
+    a fetch a round trip back, several fetches ago: the clock follows that one, not the last."""
+    p = leader_with_records(rm, 0)
+    f = p.followers[2]
+    t = f.last_caught_up_ms  # the leadership change (the manual clock's now)
+    p.append_as_leader(batch(1), 0)                          # log end 1
+    assert p.update_follower_fetch(2, 0, t + 100) is None    # fetch 1 (log end 1)
+    p.append_as_leader(batch(1), 0)                          # log end 2
+    p.update_follower_fetch(2, 0, t + 110)                   # fetch 2, pipelined (log end 2)
+    p.append_as_leader(batch(1), 0)                          # log end 3
+    p.update_follower_fetch(2, 1, t + 130)                   # has fetch 1's log end: caught up as of it
+    assert f.last_caught_up_ms == t + 100
+    p.append_as_leader(batch(1), 0)                          # log end 4
+    p.update_follower_fetch(2, 2, t + 150)                   # has fetch 2's
+    assert f.last_caught_up_ms == t + 110
+    p.update_follower_fetch(2, 2, t + 160)                   # nothing new
+    assert f.last_caught_up_ms == t + 110
+    p.update_follower_fetch(2, 4, t + 170)                   # the log end: as of now
+    assert f.last_caught_up_ms == t + 170 and f.log_end_offset == 4
+
+
+def test_a_follower_falling_further_behind_stops_being_caught_up(rm) -> None:  # noqa: F811
+    p = leader_with_records(rm, 10)
+    f = p.followers[2]
+    t0 = f.last_caught_up_ms
+    p.update_follower_fetch(2, 10, t0)  # caught up now
+    for t in range(1, 40):  # the log grows by 2 a fetch, the follower by 1
+        p.append_as_leader(batch(2), 0)
+        p.update_follower_fetch(2, 10 + t, t0 + t * 100)
+    # at fetch t it has what the log end was at fetch t/2 at best: its clock falls ever further
+    # behind, to the ISR shrink after replica.lag.time.max.ms
+    assert t0 + 100 <= f.last_caught_up_ms <= t0 + 2000
+    assert t0 + 3900 - f.last_caught_up_ms >= 1900
+    assert len(f.recent) <= 16  # bounded history
+
+
+async def test_only_the_oldest_unanswered_fetch_of_a_connection_reads() -> None:
+    order = _ReplicaOrder()
+    a, b, c = order.take(), order.take(), order.take()
+    assert await order.turn(a, 1.0) is True
+    turns: list[int] = []
+
+    async def wait(seq: int) -> None:
+        assert await order.turn(seq, 5.0)
+        turns.append(seq)
+
+    tb, tc = asyncio.ensure_future(wait(b)), asyncio.ensure_future(wait(c))
+    await asyncio.sleep(0.01)
+    assert turns == []  # a is still unanswered
+    order.done(a)
+    await asyncio.sleep(0.01)
+    assert turns == [b]  # b, not c
+    order.done(b)
+    await asyncio.wait_for(asyncio.gather(tb, tc), 1)
+    assert turns == [b, c]
+    order.done(c)
+    d = order.take()
+    assert await order.turn(d, 0) is True  # nothing before it
+
+
+async def test_a_fetch_whose_turn_does_not_come_in_time_answers_without_reading() -> None:
+    order = _ReplicaOrder()
+    a, b = order.take(), order.take()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await order.turn(b, 0.05) is False  # a is parked for longer than b may wait
+    assert loop.time() - t0 >= 0.04
+    order.done(b)  # b answered (empty): a is still the head, and c comes after a
+    c = order.take()
+    assert not await order.turn(c, 0)
+    order.done(a)
+    assert await order.turn(c, 0)
+
+
+async def test_a_cancelled_fetch_gives_its_turn_away() -> None:
+    order = _ReplicaOrder()
+    a, b = order.take(), order.take()
+    task = asyncio.ensure_future(order.turn(b, 10))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    order.done(b)  # the handler's finally
+    assert not order.turns
+    order.done(a)
+    c = order.take()
+    assert await order.turn(c, 0)
+
+
+@pytest.mark.parametrize("setting,rtt_ms,depth", [
+    ("0", None, 1),      # not connected yet
+    ("0", 0.3, 1),       # loopback / a LAN: one at a time, as Kafka
+    ("0", 4.9, 1),
+    ("0", 5.0, 2),
+    ("0", 12.0, 4),
+    ("0", 31.0, 8),      # the region harness' 30 ms WAN link
+    ("0", 400.0, 8),
+    ("1", 31.0, 1),      # set: as set
+    ("6", 0.3, 6),
+])
+def test_pipeline_depth_follows_the_setting_or_the_round_trip(setting, rtt_ms, depth) -> None:
+    cfg = BrokerConfig.load(None, {"shoal.replica.fetch.pipeline.depth": setting})
+    f = ReplicaFetcher(SimpleNamespace(), 2, 0)
+    f.rtt_ms = rtt_ms
+    assert f.pipeline_depth(cfg) == depth
+
+
+def test_the_depth_settings_are_validated() -> None:
+    with pytest.raises(Exception):
+        BrokerConfig.load(None, {"shoal.replica.fetch.pipeline.depth": "17"})
+    with pytest.raises(Exception):
+        BrokerConfig.load(None, {"shoal.replica.fetch.pipeline.depth": "-1"})
