@@ -1,29 +1,19 @@
-"""What the group and the transaction coordinator share (``shoal.groups.coordinator``,
-``shoal.txn.coordinator``): serving the partitions of an internal topic (``__consumer_offsets``,
-``__transaction_state``) that this broker leads. Kafka's ``CoordinatorRuntime`` with its
-``CoordinatorLoader``. It lives next to :mod:`shoal.groups.storage`, the log both write through.
+"""What the group and the transaction coordinator share: serving the partitions of their internal
+topic (``__consumer_offsets``, ``__transaction_state``) that this broker leads. Kafka's
+``CoordinatorRuntime`` with its ``CoordinatorLoader``; it sits next to :mod:`shoal.groups.storage`,
+the log both write through.
 
-:class:`InternalTopicCoordinator` creates its topic (:meth:`~InternalTopicCoordinator.request_topic`),
-follows the metadata image (the partitions this node leads are loaded, those it no longer leads
-unloaded, each in partition order; all of them when the topic is deleted or recreated) and keeps
-each owned partition's status: LOADING while its log is replayed in a worker thread, then ACTIVE.
-:meth:`~InternalTopicCoordinator.status` is the answer for a key (group id, transactional id):
-COORDINATOR_NOT_AVAILABLE without the topic, NOT_COORDINATOR for a partition not owned,
-COORDINATOR_LOAD_IN_PROGRESS while it loads. Every load gets a new load epoch, so the late end of
-an older incarnation (a load, a write) is ignored. Writes are appended before the first ``await``
-and wait for the high watermark (acks=all), with Kafka's coordinator error mapping.
-
-A subclass names its topic and supplies what differs: ``TOPIC``, ``RF_CONFIG`` (the replication
-factor setting: left at its default on an etcd cluster, the topic gets 3 replicas, as Kafka's
-default), ``KEYS`` (what a partition holds, for the log), ``NAME``, ``logger``,
-``RELOAD_ON_NEW_LEADER_EPOCH`` (a new leader epoch of a partition it keeps leading reloads it),
-``SHRINK_RF_TO_LIVE_BROKERS``; and the hooks :meth:`_topic_size` / :meth:`_topic_configs` (the
-topic's creation), :meth:`_read_partition` (the replay, in a worker thread),
-:meth:`_apply_loaded` (installing it, before the partition turns ACTIVE), :meth:`_on_loaded` (what
-follows), :meth:`_drop_partition` (what an unload forgets) and :attr:`write_timeout_s`.
-
-Not thread-safe: everything runs on the event loop that called the subclass's ``start``, but for
-:meth:`_read_partition`.
+:class:`InternalTopicCoordinator` creates the topic (``request_topic``), follows the metadata image
+(unloads the partitions this node no longer leads, then loads those it now leads, in partition
+order; all of them go when the topic is deleted or recreated) and keeps each owned partition's
+status: LOADING while its log is replayed in a worker thread, then ACTIVE. ``status(key)`` is the
+answer for a group or transactional id: COORDINATOR_NOT_AVAILABLE without the topic,
+NOT_COORDINATOR for a partition not owned, COORDINATOR_LOAD_IN_PROGRESS while it loads. Every load
+has a new load epoch: the late end of an older incarnation (a load, a write) is ignored. Writes are
+appended before the first ``await`` and wait for the high watermark, errors mapped as Kafka's.
+A subclass sets the class attributes and implements the hooks (the methods that raise
+NotImplementedError, and ``_on_loaded``). Not thread-safe: everything runs on the event loop that
+called the subclass's ``start``, but ``_read_partition``.
 """
 
 from __future__ import annotations
@@ -77,11 +67,11 @@ class OwnedPartition:
 
 class InternalTopicCoordinator(Generic[C, L]):
     TOPIC: ClassVar[str]
-    RF_CONFIG: ClassVar[str]
-    KEYS: ClassVar[str]  # what a partition holds: "groups", "transactional ids"
+    RF_CONFIG: ClassVar[str]  # its replication factor's setting: left at its default, 3 on a cluster
+    KEYS: ClassVar[str]  # what a partition holds, for the log: "groups", "transactional ids"
     NAME: ClassVar[str]  # "group coordinator", ...
     logger: ClassVar[logging.Logger]
-    RELOAD_ON_NEW_LEADER_EPOCH: ClassVar[bool] = False
+    RELOAD_ON_NEW_LEADER_EPOCH: ClassVar[bool] = False  # reload a partition still led whose epoch moved
     # Kafka (KIP-115) waits for enough brokers rather than shrink an internal topic's RF
     SHRINK_RF_TO_LIVE_BROKERS: ClassVar[bool] = False
 

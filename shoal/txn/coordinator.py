@@ -1,11 +1,11 @@
 """The transaction coordinator: transactional ids of the ``__transaction_state`` partitions this
 broker leads (Kafka's ``TransactionCoordinator`` + ``TransactionStateManager``).
 
-One ``TransactionCoordinator`` per broker (``services.txn``). Like the group coordinator
-(``shoal.groups.coordinator``) it owns a partition of ``__transaction_state`` while this node leads
-it: it replays the partition's log to rebuild each transactional id's last state (LOADING:
-requests get COORDINATOR_LOAD_IN_PROGRESS), then serves them; when leadership moves away it drops
-them (NOT_COORDINATOR). A transactional id lives in partition ``abs(hashCode(id)) % partitions``,
+One ``TransactionCoordinator`` per broker (``services.txn``). Like the group coordinator (both are
+``shoal.groups.runtime.InternalTopicCoordinator`` s) it owns a partition of ``__transaction_state``
+while this node leads it: it replays the partition's log to rebuild each transactional id's last
+state (LOADING: requests get COORDINATOR_LOAD_IN_PROGRESS), then serves them; when leadership
+moves away (or its leader epoch changes) it drops them (NOT_COORDINATOR). A transactional id lives in partition ``abs(hashCode(id)) % partitions``,
 Kafka's formula. The partition's leader epoch is the coordinator epoch stamped on markers.
 
 Every state change is prepared (``shoal.txn.metadata``), appended to the partition (before the
@@ -45,12 +45,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
-from shoal.asyncutil import cancel_and_wait
 from shoal.clock import Clock
-from shoal.config import ConfigSource
-from shoal.groups.coordinator import PartitionStatus, coordinator_error
 from shoal.groups.records import partition_for
-from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog
+from shoal.groups.runtime import InternalTopicCoordinator, OwnedPartition
+from shoal.groups.storage import CoordinatorLog
 from shoal.protocol.errors import ErrorCode
 from shoal.txn.markers import MarkerWriter
 from shoal.txn.metadata import (
@@ -61,7 +59,6 @@ from shoal.txn.records import (
 )
 
 if TYPE_CHECKING:
-    from shoal.metadata import MetadataImage
     from shoal.services import Services
 
 log = logging.getLogger("shoal.txn")
@@ -75,7 +72,6 @@ ADD_VERSION = 5  # AddPartitionsToTxn from a broker adding a Produce v12's parti
 # written), so it usually finds the id in Prepare*; librdkafka retries after retry.backoff.ms and
 # Kafka's Java client after 20 ms, much longer than the markers take on a healthy cluster.
 COMPLETION_WAIT_S = 0.5
-CLUSTER_REPLICATION_FACTOR = 3  # transaction.state.log.replication.factor left at its default, on etcd
 
 
 @dataclass(frozen=True)
@@ -127,13 +123,6 @@ def transaction_version(cfg) -> int:
     return MAX_TRANSACTION_VERSION if v is None else int(v)
 
 
-@dataclass
-class _Owned:
-    status: PartitionStatus
-    load_epoch: int  # bumps at every load: late completions of an old incarnation are ignored
-    coordinator_epoch: int  # the partition's leader epoch
-
-
 @dataclass(frozen=True)
 class InitResult:
     error: ErrorCode
@@ -141,7 +130,15 @@ class InitResult:
     producer_epoch: int = -1
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(InternalTopicCoordinator[TxnConfig, "dict[str, TxnLogValue | None]"]):
+    TOPIC = TXN_STATE_TOPIC
+    RF_CONFIG = "transaction.state.log.replication.factor"
+    KEYS = "transactional ids"
+    NAME = "transaction coordinator"
+    logger = log
+    RELOAD_ON_NEW_LEADER_EPOCH = True  # the leader epoch is the coordinator epoch stamped on markers
+    SHRINK_RF_TO_LIVE_BROKERS = True
+
     def __init__(
         self,
         *,
@@ -153,53 +150,26 @@ class TransactionCoordinator:
         num_partitions: int | None = None,
         node_id: int = 0,
     ) -> None:
-        self.clock = clock
-        self.log = log
-        self._config = config
+        super().__init__(clock=clock, log=log, config=config, num_partitions=num_partitions, node_id=node_id)
         self.next_producer_id = next_producer_id
         self.markers = markers
-        self.node_id = node_id
-        self.num_partitions = num_partitions or 0
         self.txns: dict[str, TransactionMetadata] = {}
-        self._owned: dict[int, _Owned] = {}
-        self._loads = 0
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._timers: list[asyncio.Task] = []
-        self._creating: asyncio.Task[None] | None = None
-        self._refused = ""
         # transactional id -> set once its Complete* is written (or the markers gave up): an
         # AddPartitionsToTxn / AddOffsetsToTxn of the next transaction waits on it
         self._completing: dict[str, asyncio.Event] = {}
         self.completion_wait_s = COMPLETION_WAIT_S
-        self._services: "Services | None" = None
-        self._topic_id = None
-        self.active = num_partitions is not None
 
     # -- construction for a broker ------------------------------------------------------------
 
     @classmethod
     def for_services(cls, services: "Services") -> "TransactionCoordinator":
-        cache: list = [None, None]
-
-        def config() -> TxnConfig:
-            cfg = services.config
-            if cache[0] is not cfg:
-                cache[0], cache[1] = cfg, TxnConfig.from_broker_config(cfg)
-            return cache[1]
-
-        log_ = BrokerCoordinatorLog(services.replicas, lambda: services.metadata.image, services.clock,
-                                    topic=TXN_STATE_TOPIC)
-        c = cls(clock=services.clock, log=log_, config=config, next_producer_id=services.producer_ids.next_id,
-                markers=MarkerWriter(services, timeout_s=lambda: config().request_timeout_ms / 1000.0),
-                node_id=services.node_id)
-        c._services = services
+        c = cls._for_services(services, TxnConfig.from_broker_config, next_producer_id=services.producer_ids.next_id)
+        c.markers = MarkerWriter(services, timeout_s=lambda: c.config.request_timeout_ms / 1000.0)
         return c
 
     @property
-    def config(self) -> TxnConfig:
-        cfg = self._config
-        return cfg() if callable(cfg) else cfg
+    def write_timeout_s(self) -> float:
+        return self.config.request_timeout_ms / 1000.0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -207,28 +177,16 @@ class TransactionCoordinator:
         """Follow metadata (load the partitions this node leads) and start the timers.
         ``__transaction_state`` is created at the first FindCoordinator for a transaction
         (:meth:`request_topic`), as Kafka does."""
-        broker = self._services
-        assert broker is not None, "start() is for a broker-bound coordinator (for_services)"
-        broker.metadata.subscribe(self._on_metadata)
-        self.active = True
-        self._reconcile(broker.metadata.image)
+        self._follow_metadata()
         self._timers = [
             asyncio.create_task(self._every(lambda: self.config.abort_interval_ms, self.abort_timed_out), name="txn-abort"),
             asyncio.create_task(self._every(lambda: self.config.expire_interval_ms, self.expire_ids), name="txn-expire"),
         ]
 
     async def stop(self) -> None:
-        self.active = False
-        for p in list(self._owned):
-            self.unload_partition(p)
-        await cancel_and_wait([*self._timers, self._creating, *self._tasks, *self._load_tasks.values()])
-        self._timers = []
+        await super().stop()
         if self.markers is not None:
             await self.markers.close()
-
-    async def wait_loaded(self) -> None:
-        while self._load_tasks:
-            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
 
     async def _every(self, interval_ms: Callable[[], int], fn: Callable[[], object]) -> None:
         while True:
@@ -240,106 +198,27 @@ class TransactionCoordinator:
 
     # -- the topic ------------------------------------------------------------------------------
 
-    def request_topic(self) -> None:
-        """Create ``__transaction_state`` in the background (once at a time)."""
-        if self._services is None or not self.active or self._creating is not None:
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._ensure_topic())
-
-        def done(_t: asyncio.Task[None]) -> None:
-            self._creating = None
-
-        self._creating.add_done_callback(done)
-
-    async def _ensure_topic(self) -> None:
-        from shoal.cluster import planner
-        from shoal.metadata import MetadataError
-
-        broker = self._services
-        assert broker is not None
-        image = broker.metadata.image
-        if image.topic(TXN_STATE_TOPIC) is not None:
-            return
+    def _topic_size(self) -> tuple[int, int]:
         cfg = self.config
-        rf = cfg.replication_factor
-        if broker.is_cluster and broker.config.source("transaction.state.log.replication.factor") == ConfigSource.DEFAULT_CONFIG:
-            rf = CLUSTER_REPLICATION_FACTOR
-        live = planner.live_brokers(image)
-        rf = max(1, min(rf, len(live))) if live else rf  # capped by the brokers up
-        defaults = planner.Defaults(cfg.num_partitions, rf)
-        try:
-            plan = planner.plan_topic(live, planner.TopicRequest(TXN_STATE_TOPIC), defaults, broker.random)
-        except planner.PlacementError as e:
-            if e.message != self._refused:
-                self._refused = e.message
-                log.error("cannot create %s: %s", TXN_STATE_TOPIC, e.message)
-            return
-        configs = {
+        return cfg.num_partitions, cfg.replication_factor
+
+    def _topic_configs(self, replication_factor: int) -> dict[str, str]:
+        cfg = self.config
+        return {
             "cleanup.policy": "compact",
             "compression.type": "uncompressed",
-            "min.insync.replicas": str(max(1, min(cfg.min_isr, rf))),
+            "min.insync.replicas": str(max(1, min(cfg.min_isr, replication_factor))),
             "segment.bytes": str(cfg.segment_bytes),
             "unclean.leader.election.enable": "false",
         }
-        try:
-            await broker.metadata.create_topic(TXN_STATE_TOPIC, list(plan.assignments), configs, internal=True)
-            log.info("created %s with %d partitions (replication factor %d)", TXN_STATE_TOPIC, cfg.num_partitions, rf)
-        except MetadataError as e:
-            if e.code != "TOPIC_ALREADY_EXISTS":
-                log.error("cannot create %s: %s", TXN_STATE_TOPIC, e)
-
-    # -- following metadata ---------------------------------------------------------------------
-
-    def _on_metadata(self, old: "MetadataImage", new: "MetadataImage") -> None:
-        if self.active:
-            self._reconcile(new)
-
-    def _reconcile(self, image: "MetadataImage") -> None:
-        topic = image.topic(TXN_STATE_TOPIC)
-        if topic is None or topic.topic_id != self._topic_id:
-            for p in list(self._owned):
-                self.unload_partition(p)
-            self._topic_id = topic.topic_id if topic is not None else None
-        self.num_partitions = len(topic.partitions) if topic is not None else 0
-        owned = {p.partition: p.leader_epoch for p in topic.partitions if p.leader == self.node_id} if topic else {}
-        for p in sorted(set(self._owned)):
-            if p not in owned or owned[p] != self._owned[p].coordinator_epoch:
-                self.unload_partition(p)
-        for p in sorted(set(owned) - set(self._owned)):
-            self.start_loading(p, owned[p])
 
     # -- partitions -----------------------------------------------------------------------------
 
-    def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions) if self.num_partitions else 0
-
     def status(self, transactional_id: str) -> ErrorCode:
-        if not self.active or not self.num_partitions:
-            if self.active:
-                self.request_topic()  # created at first use
-            return ErrorCode.coordinator_not_available
-        owned = self._owned.get(self.partition_for(transactional_id))
-        if owned is None:
-            return ErrorCode.not_coordinator
-        if owned.status is PartitionStatus.LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
-
-    def owned_partitions(self) -> dict[int, PartitionStatus]:
-        return {p: o.status for p, o in self._owned.items()}
-
-    def start_loading(self, partition: int, coordinator_epoch: int = 0) -> asyncio.Task[None]:
-        self._loads += 1
-        self._owned[partition] = _Owned(PartitionStatus.LOADING, self._loads, coordinator_epoch)
-        task = asyncio.ensure_future(self._load(partition, self._loads))
-        self._load_tasks[partition] = task
-
-        def forget(t: asyncio.Task[None], p: int = partition) -> None:
-            if self._load_tasks.get(p) is t:
-                del self._load_tasks[p]
-
-        task.add_done_callback(forget)
-        return task
+        code = super().status(transactional_id)
+        if code == ErrorCode.coordinator_not_available and self.active:
+            self.request_topic()  # created at first use
+        return code
 
     def _read_partition(self, partition: int) -> dict[str, TxnLogValue | None]:
         out: dict[str, TxnLogValue | None] = {}
@@ -353,24 +232,16 @@ class TransactionCoordinator:
                 log.warning("%s-%d offset %d: skipping a record: %s", TXN_STATE_TOPIC, partition, offset, e)
         return out
 
-    async def _load(self, partition: int, load_epoch: int) -> None:
-        try:
-            loaded = await asyncio.to_thread(self._read_partition, partition)
-        except Exception:
-            log.exception("cannot load %s-%d; its transactional ids stay unavailable", TXN_STATE_TOPIC, partition)
-            return
-        owned = self._owned.get(partition)
-        if owned is None or owned.load_epoch != load_epoch:
-            return
-        resend = []
+    def _apply_loaded(self, partition: int, loaded: dict[str, TxnLogValue | None]) -> None:
         for tid, value in loaded.items():
-            if value is None or value.state is TxnState.DEAD:
-                continue
-            md = TransactionMetadata.from_log(tid, value)
-            self.txns[tid] = md
-            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                resend.append(md)
-        owned.status = PartitionStatus.ACTIVE
+            if value is not None and value.state is not TxnState.DEAD:
+                self.txns[tid] = TransactionMetadata.from_log(tid, value)
+
+    def _on_loaded(self, partition: int, owned: OwnedPartition, loaded: dict[str, TxnLogValue | None],
+                   started: float) -> None:
+        """Transactions found in PrepareCommit / PrepareAbort get their markers (again)."""
+        resend = [self.txns[tid] for tid, v in loaded.items()
+                  if v is not None and v.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
         n = sum(1 for v in loaded.values() if v is not None)
         if n:
             log.info("loaded %s-%d (coordinator epoch %d): %d transactional ids, %d transactions to complete",
@@ -379,36 +250,17 @@ class TransactionCoordinator:
             commit = md.state is TxnState.PREPARE_COMMIT
             self._start_completion(md, md.prepare_complete(self.clock.now_ms()), commit, partition, owned)
 
-    def unload_partition(self, partition: int) -> None:
-        self._owned.pop(partition, None)
-        task = self._load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
+    def _drop_partition(self, partition: int) -> int:
         if not self.num_partitions:
             dropped = list(self.txns)
         else:
             dropped = [t for t in self.txns if self.partition_for(t) == partition]
         for t in dropped:
             del self.txns[t]
-        if dropped:
-            log.info("unloaded %s-%d: %d transactional ids", TXN_STATE_TOPIC, partition, len(dropped))
+        return len(dropped)
 
     def _still(self, partition: int, load_epoch: int, md: TransactionMetadata | None = None) -> bool:
-        owned = self._owned.get(partition)
-        if owned is None or owned.load_epoch != load_epoch:
-            return False
-        return md is None or self.txns.get(md.transactional_id) is md
-
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("transaction coordinator task failed", exc_info=t.exception())
-
-        task.add_done_callback(done)
+        return self._still_owned(partition, load_epoch) and (md is None or self.txns.get(md.transactional_id) is md)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -417,19 +269,14 @@ class TransactionCoordinator:
         its pending transition is dropped (a fencing abort keeps its bumped epoch)."""
         tid = md.transactional_id
         partition = self.partition_for(tid)
-        owned = self._owned.get(partition)
-        if owned is None or owned.status is not PartitionStatus.ACTIVE:
+        owned = self.serving(partition)
+        if owned is None:
             md.abort_pending()
             return ErrorCode.not_coordinator
-        load_epoch = owned.load_epoch
         value = transit.log_value()
-        record = (encode_key(tid), None if value is None else encode_value(value, transit.log_version))
-        res = self.log.append(partition, [record], self.clock.now_ms())
-        if isinstance(res, ErrorCode):
-            code = coordinator_error(res)
-        else:
-            code = coordinator_error(await self.log.wait_committed(partition, res, self.config.request_timeout_ms / 1000.0))
-        if not self._still(partition, load_epoch, md):
+        res = self._append(partition, [(encode_key(tid), None if value is None else encode_value(value, transit.log_version))])
+        code = res if isinstance(res, ErrorCode) else await self._committed(partition, *res)
+        if not self._still(partition, owned.load_epoch, md):
             return ErrorCode.not_coordinator
         if code != ErrorCode.none:
             log.info("transactional id %s: writing %s failed: %s", tid, transit.state.kafka_name, code.name)
@@ -700,7 +547,7 @@ class TransactionCoordinator:
         return ErrorCode.none
 
     def _start_completion(self, md: TransactionMetadata, complete: Transit, commit: bool, partition: int,
-                          owned: _Owned) -> None:
+                          owned: OwnedPartition) -> None:
         done = asyncio.Event()
         self._completing[md.transactional_id] = done
         self._spawn(self._complete(md, complete, commit, partition, owned.coordinator_epoch, owned.load_epoch, done))
@@ -813,9 +660,7 @@ class TransactionCoordinator:
         pids = set(producer_ids)
         if states and not wanted:
             return ErrorCode.none, [], unknown
-        code = ErrorCode.none
-        if any(o.status is PartitionStatus.LOADING for o in self._owned.values()):
-            code = ErrorCode.coordinator_load_in_progress
+        code = ErrorCode.coordinator_load_in_progress if self.any_loading() else ErrorCode.none
         now = self.clock.now_ms()
         out = []
         for md in self.txns.values():
