@@ -46,9 +46,16 @@ class FollowerState:
     # and not yet seen acknowledged by a fetch offset (``follower_read_offset``)
     sent_conn: str = ""
     sent_end: int = -1
+    # a sync replica outside the ISR that is a round trip behind under a steady write load: the
+    # high watermark waits for it until then (``update_follower_fetch``), and it may not be made
+    # to wait again before ``join_retry_ms``
+    joining_until_ms: int = -1
+    join_retry_ms: int = -1
 
 
 RECENT_FETCHES = 16
+JOIN_WAIT_MIN_MS = 1000  # how long at least the high watermark may wait for a joining replica
+JOIN_MAX_BEHIND_MS = 1000  # a replica further behind than this (in time) is not waited for
 
 
 class Partition:
@@ -179,8 +186,10 @@ class Partition:
         old = plog.high_watermark
         if self.is_leader:
             new = plog.log_end_offset
-            if not self._sole_member():
-                for r in self.maximal_isr():
+            members = self.maximal_isr()
+            joining = self._joining(members)
+            if joining or not self._sole_member():
+                for r in (*members, *joining):
                     if r == self.node_id:
                         continue
                     f = self.followers.get(r)
@@ -213,8 +222,9 @@ class Partition:
         leo = self.log.log_end_offset
         f.log_end_offset = min(fetch_offset, leo)
         recent = f.recent
+        had_at = -1  # the time of the latest fetch whose log end this follower now has
         if fetch_offset >= leo:
-            f.last_caught_up_ms = now_ms
+            f.last_caught_up_ms = had_at = now_ms
             recent.clear()
         else:
             # Kafka's rule (caught up as of the previous fetch when it has what the log end was
@@ -224,15 +234,50 @@ class Partition:
             while i and recent[i - 1][0] > fetch_offset:
                 i -= 1
             if i:
-                f.last_caught_up_ms = max(f.last_caught_up_ms, recent[i - 1][1])
+                had_at = recent[i - 1][1]
+                f.last_caught_up_ms = max(f.last_caught_up_ms, had_at)
                 del recent[:i]
             elif len(recent) >= RECENT_FETCHES:
                 del recent[0]
         recent.append((leo, now_ms))
         f.last_fetch_ms = now_ms
         f.last_fetch_leader_log_end = leo
+        if had_at >= 0 and f.log_end_offset < self.log.high_watermark:
+            self._hold_for(replica_id, f, now_ms, had_at)
         self.maybe_increment_high_watermark()
         return self._expansion(replica_id, f)
+
+    def _hold_for(self, replica_id: int, f: FollowerState, now_ms: int, had_at: int) -> None:
+        """A sync replica outside the ISR has everything this log held a moment ago (at
+        ``had_at``: at least the high watermark of then), but not the high watermark of now: it
+        is one round trip behind, and under a steady write load (the high watermark moving with
+        the replicas close by) it would stay behind for ever, never in sync by Kafka's rule (its
+        log end at the high watermark). So the high watermark waits for it (acks=all waits one
+        round trip more) until it is, for a few of those round trips, at least
+        ``JOIN_WAIT_MIN_MS``; if it does not get there (cut off again), not again for ten times
+        that. Only for a replica at most ``JOIN_MAX_BEHIND_MS`` behind: one catching up from
+        further back joins by Kafka's rule, or once it is this close. Kafka's rule still holds
+        when the replica joins; only the time it takes under load changes."""
+        if (replica_id in self.info.isr or replica_id in self.info.observers or now_ms < f.join_retry_ms
+                or f.joining_until_ms > now_ms or now_ms - had_at > JOIN_MAX_BEHIND_MS):
+            return
+        wait = max(JOIN_WAIT_MIN_MS, 4 * (now_ms - had_at))
+        f.joining_until_ms = now_ms + wait
+        f.join_retry_ms = now_ms + 10 * wait
+
+    def _joining(self, members: tuple[int, ...]) -> list[int]:
+        """The replicas the high watermark waits for besides ``members`` (:meth:`_hold_for`)."""
+        now = -1
+        out = []
+        for r, f in self.followers.items():
+            if f.joining_until_ms >= 0 and r not in members:
+                if now < 0:
+                    now = self._now_ms()
+                if f.joining_until_ms > now:
+                    out.append(r)
+                else:
+                    f.joining_until_ms = -1  # expired (or joined)
+        return out
 
     def follower_read_offset(self, replica_id: int, conn: str, fetch_offset: int) -> int:
         """Where to read a follower's fetch from: its fetch offset, or, for a follower with
@@ -281,6 +326,8 @@ class Partition:
     def shrink(self, now_ms: int, lag_ms: int) -> tuple[int, ...] | None:
         """The ISR without the followers not caught up for ``lag_ms`` (Kafka's
         ``getOutOfSyncReplicas``), or None when all are in sync or a change is in flight."""
+        if self.is_leader and any(f.joining_until_ms >= 0 for f in self.followers.values()):
+            self.maybe_increment_high_watermark()  # a joining replica's wait may be over
         if not self.is_leader or self.pending_isr is not None or self._sole_member():
             return None
         out = [

@@ -14,7 +14,9 @@ import pytest
 
 from shoal.config import BrokerConfig
 from shoal.handlers.fetch import _ReplicaOrder
+from shoal.metadata import PartitionInfo
 from shoal.replica.fetcher import ReplicaFetcher
+from shoal.replica.partition import JOIN_WAIT_MIN_MS
 from test_replica_manager import WITH_FOLLOWER, batch, image, rm  # noqa: F401  (fixture)
 
 CONN_A, CONN_B = "127.0.0.1:40001", "127.0.0.1:40002"
@@ -167,3 +169,82 @@ def test_the_depth_settings_are_validated() -> None:
         BrokerConfig.load(None, {"shoal.replica.fetch.pipeline.depth": "17"})
     with pytest.raises(Exception):
         BrokerConfig.load(None, {"shoal.replica.fetch.pipeline.depth": "-1"})
+
+
+OUT_OF_ISR = PartitionInfo(1, (1, 2, 3), (1, 3), leader=1, leader_epoch=0)
+
+
+def steady_load(rm, p, clock, steps: int, *, behind: int, follower_2: bool = True) -> list:  # noqa: F811
+    """``steps`` milliseconds of a write a millisecond; replica 3 (in the ISR, close by) fetches
+    the log end each time; replica 2 (outside it, a round trip away, 8 fetches in flight: one
+    every 4 ms) has what the log end was ``behind`` ms ago. Returns the ISRs proposed for it."""
+    proposed = []
+    ends: list[int] = []
+    for _ in range(steps):
+        clock.sleep(0.001)
+        p.append_as_leader(batch(1), 0)
+        now = clock.now_ms()
+        ends.append(p.log_end_offset)
+        p.update_follower_fetch(3, p.log_end_offset, now)
+        if follower_2 and len(ends) > behind and len(ends) % 4 == 0:
+            got = p.update_follower_fetch(2, ends[-1 - behind], now)
+            if got is not None:
+                proposed.append(got)
+    return proposed
+
+
+def test_a_replica_a_round_trip_behind_a_steady_load_rejoins_the_isr(rm) -> None:  # noqa: F811
+    """Kafka's rule alone (in sync when its log end reaches the high watermark) never lets a far
+    replica back while the near ones keep the high watermark a millisecond behind the log end:
+    the leader holds the high watermark for it, so acks=all waits one round trip more, and it
+    joins."""
+    rm.publish(image([OUT_OF_ISR]))
+    p = rm.leader("t", OUT_OF_ISR)
+    clock = rm.clock
+    proposed = steady_load(rm, p, clock, 200, behind=30)
+    assert proposed and proposed[0] == (1, 3, 2)
+    f = p.followers[2]
+    assert f.log_end_offset >= p.high_watermark  # Kafka's rule holds when it joins
+    # meanwhile the high watermark waited for it: it never passed replica 2's log end by more
+    # than what replica 2 had, once held
+    assert f.joining_until_ms > clock.now_ms() - 5000
+
+
+def test_without_the_hold_the_far_replica_would_not_rejoin(rm, monkeypatch) -> None:  # noqa: F811
+    """The control: with holding disabled, the same load keeps replica 2 out."""
+    rm.publish(image([OUT_OF_ISR]))
+    p = rm.leader("t", OUT_OF_ISR)
+    monkeypatch.setattr(type(p), "_hold_for", lambda *a, **k: None)
+    assert steady_load(rm, p, rm.clock, 200, behind=30) == []
+
+
+def test_a_joining_replica_that_stops_fetching_holds_the_high_watermark_only_a_while(rm) -> None:  # noqa: F811
+    rm.publish(image([OUT_OF_ISR]))
+    p = rm.leader("t", OUT_OF_ISR)
+    clock = rm.clock
+    steady_load(rm, p, clock, 68, behind=30)  # held, not yet caught up
+    f = p.followers[2]
+    assert f.joining_until_ms > clock.now_ms()
+    held = p.high_watermark
+    assert f.log_end_offset < held < p.log_end_offset  # it stopped when replica 2 was held for
+    steady_load(rm, p, clock, 100, behind=30, follower_2=False)  # replica 2 is cut off
+    assert p.high_watermark == held  # acks=all waits for it...
+    clock.sleep(JOIN_WAIT_MIN_MS / 1000)
+    steady_load(rm, p, clock, 1, behind=30, follower_2=False)
+    assert p.high_watermark == p.log_end_offset  # ...only until the wait is over
+    # and it is not held for again at once
+    steady_load(rm, p, clock, 200, behind=30)
+    assert p.high_watermark >= p.log_end_offset - 1
+
+
+def test_a_replica_far_behind_is_not_held_for(rm) -> None:  # noqa: F811
+    rm.publish(image([OUT_OF_ISR]))
+    p = rm.leader("t", OUT_OF_ISR)
+    clock = rm.clock
+    for _ in range(5):
+        clock.sleep(0.5)  # a write every 500 ms; replica 2 has what the log end was 3 fetches back
+        p.append_as_leader(batch(1), 0)
+        p.update_follower_fetch(3, p.log_end_offset, clock.now_ms())
+        p.update_follower_fetch(2, max(0, p.log_end_offset - 3), clock.now_ms())
+    assert p.followers[2].joining_until_ms < 0
+    assert p.high_watermark == p.log_end_offset
