@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -124,6 +125,11 @@ def cmd_serve(args) -> int:
             # an unreadable certificate, a bad listener, a node.id held by a live broker (cluster):
             # one line that says what to do (shoal.startup_errors), no traceback but at DEBUG.
             raise _StartFailed(f"shoal serve: cannot start: {describe(e, config)}") from e
+        # The ~50,000 objects of a started broker (modules, protocol schemas, the metadata image)
+        # live as long as it: out of the collector's reach, a full collection takes ~1 ms
+        # instead of 15-19 ms, a stall every request on the loop would wait out.
+        gc.collect()
+        gc.freeze()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
