@@ -20,7 +20,7 @@ starts; each gets its own topic and group). ``--rf 3`` asks RF=3 topics; after t
 the run checks that followers hold the leader's bytes up to the high watermark, and says so when
 they do not (replication not there: a failover then loses what only the leader had).
 
-Run:  python bench/bench_faults.py [--schedules 20] [--seed 1] [--duration 30] [--rf 1]
+Run:  python bench/bench_faults.py [--schedules 20] [--seed 1] [--duration 30] [--rf 1] [--override K=V]
           [--kinds kill,pause,partition,cut-client,etcd-leader,slow] [--partitions 6]
           [--producers 2] [--consumers 2] [--rate 150] [--max-hold 4] [--replay FILE] [--json out.json]
 """
@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=150.0, help="records/s per producer")
     ap.add_argument("--max-hold", type=float, default=4.0)
     ap.add_argument("--replay", help="a file with a printed schedule's lines: run just that one")
+    ap.add_argument("--override", action="append", default=[], metavar="K=V",
+                    help="a broker config for every broker (repeatable), e.g. shoal.replica.fetch.pipeline.depth=4")
     ap.add_argument("--json")
     args = ap.parse_args()
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -81,7 +83,8 @@ def main() -> int:
     etcd = EtcdCluster(work / "etcd")
     etcd.start()
     cluster = ProxiedCluster(work / "cluster", etcd.url(f"/faults-{uuid.uuid4().hex[:8]}"),
-                             clients=["producer", "consumer"], seed=args.seed, etcd=etcd)
+                             clients=["producer", "consumer"], seed=args.seed, etcd=etcd,
+                             overrides=dict(o.split("=", 1) for o in args.override) or None)
     results, per_schedule, kinds_done, liveness = [], [], Counter(), []
     t_start = time.monotonic()
     try:
