@@ -49,6 +49,7 @@ from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.replica.purgatory import expire
 from shoal.storage import OffsetOutOfRange
 from shoal.tenancy.acl import Operation, ResourceType
 
@@ -398,7 +399,7 @@ class _ReplicaOrder:
             return False
         loop = asyncio.get_running_loop()
         fut = self.turns[seq] = loop.create_future()
-        timer = loop.call_later(timeout, lambda: fut.done() or fut.set_result(None))
+        timer = loop.call_later(timeout, expire, fut)
         try:
             await fut
         finally:

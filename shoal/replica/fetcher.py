@@ -158,14 +158,16 @@ class ReplicaFetcher:
         self._conn, self._endpoint = conn, endpoint
         return conn
 
-    @classmethod
-    async def _round_trip(cls, conn: Any) -> float:
+    @staticmethod
+    async def _round_trip(conn: Any) -> float:
         """The round trip to the leader in ms: the fastest of three ApiVersions requests."""
-        from shoal.client import API_VERSIONS
+        from shoal.client import API_VERSIONS, build_entity
+        from shoal.protocol import codec
 
         loop = asyncio.get_running_loop()
         version = conn.version_for(API_VERSIONS)
-        body = cls._api_versions_body(version)
+        body = build_entity(codec.request_type(API_VERSIONS, version),
+                            {"client_software_name": "shoal-replica", "client_software_version": "0.1.0"})
         rtt = float("inf")
         for _ in range(3):
             t0 = loop.time()
@@ -185,14 +187,6 @@ class ReplicaFetcher:
         if rtt is None or rtt < int(cfg.get("shoal.replica.fetch.pipeline.min.rtt.ms")):
             return 1
         return max(2, min(8, int(rtt / 4) + 1))
-
-    @staticmethod
-    def _api_versions_body(version: int) -> Any:
-        from shoal.client import API_VERSIONS, build_entity
-        from shoal.protocol import codec
-
-        return build_entity(codec.request_type(API_VERSIONS, version),
-                            {"client_software_name": "shoal-replica", "client_software_version": "0.1.0"})
 
     def _ready(self, now: float) -> dict[tuple[str, int], _Fetching]:
         ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}

@@ -37,7 +37,6 @@ class FollowerState:
 
     log_end_offset: int = -1  # unknown until it fetches in this leader epoch
     last_fetch_ms: int = -1
-    last_fetch_leader_log_end: int = -1  # the leader's log end offset at that fetch
     last_caught_up_ms: int = -1
     # (leader log end, ms) of its recent fetches, oldest first: with several fetches in flight
     # (a pipelining follower) the one whose log end the follower now has may be a few back
@@ -241,7 +240,6 @@ class Partition:
                 del recent[0]
         recent.append((leo, now_ms))
         f.last_fetch_ms = now_ms
-        f.last_fetch_leader_log_end = leo
         if had_at >= 0 and f.log_end_offset < self.log.high_watermark:
             self._hold_for(replica_id, f, now_ms, had_at)
         self.maybe_increment_high_watermark()

@@ -15,7 +15,8 @@ from typing import Any, Hashable, Iterable
 _TIMED_OUT = object()
 
 
-def _expire(fut: "asyncio.Future[Any]") -> None:
+def expire(fut: "asyncio.Future[Any]") -> None:
+    """A timer's callback: end ``fut``'s wait (a timed-out waiter re-checks what it waits for)."""
     if not fut.done():
         fut.set_result(_TIMED_OUT)
 
@@ -60,7 +61,7 @@ class Purgatory:
         if timeout <= 0:
             return False
         fut = self.watch(keys)
-        timer = asyncio.get_running_loop().call_later(timeout, _expire, fut)
+        timer = asyncio.get_running_loop().call_later(timeout, expire, fut)
         try:
             await fut
         finally:
