@@ -44,6 +44,7 @@ import datetime
 import functools
 import logging
 import sys
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -160,19 +161,20 @@ class ReplicaFetcher:
 
     @staticmethod
     async def _round_trip(conn: Any) -> float:
-        """The round trip to the leader in ms: the fastest of three ApiVersions requests."""
+        """The round trip to the leader in ms: the fastest of three ApiVersions requests, timed
+        with ``time.perf_counter`` (uvloop's ``loop.time()`` counts whole milliseconds: a 4.6 ms
+        link measured 4 or 5 ms, either side of ``...pipeline.min.rtt.ms``' 5)."""
         from shoal.client import API_VERSIONS, build_entity
         from shoal.protocol import codec
 
-        loop = asyncio.get_running_loop()
         version = conn.version_for(API_VERSIONS)
         body = build_entity(codec.request_type(API_VERSIONS, version),
                             {"client_software_name": "shoal-replica", "client_software_version": "0.1.0"})
         rtt = float("inf")
         for _ in range(3):
-            t0 = loop.time()
+            t0 = time.perf_counter()
             await conn.send(API_VERSIONS, version, body)
-            rtt = min(rtt, loop.time() - t0)
+            rtt = min(rtt, time.perf_counter() - t0)
         return rtt * 1000.0
 
     def pipeline_depth(self, cfg: "BrokerConfig") -> int:
