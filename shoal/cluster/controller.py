@@ -1,9 +1,10 @@
 """The controller: one broker of an etcd cluster, elected through etcd, that moves leadership.
 
 **Election.** The key ``<prefix>/controller`` holds the controller's node id, under the broker's
-registration lease (``shoal.cluster.registration``). Every broker tries, every ``POLL_S``, the
-transaction ``If(create_revision(key) == 0) Then(put key = node id, lease = my lease)
-Else(get key)``: while the key exists nothing changes and the broker learns who holds it; when it
+registration lease (``shoal.cluster.registration``). Every broker reads it every ``POLL_S`` and,
+when it is absent, tries the transaction ``If(create_revision(key) == 0) Then(put key = node id,
+lease = my lease) Else(get key)`` (the read first: the transaction is an etcd write whichever
+branch it takes): while the key exists nothing changes and the broker learns who holds it; when it
 goes (the controller stopped, and its lease was revoked; or it died and its lease expired, one
 ``broker.session.timeout.ms`` later) the first broker to try takes it. The key's creation revision
 is the **controller epoch**: it changes with every election, and only the holder knows it as its
@@ -366,18 +367,24 @@ class Controller:
         lease = registration.lease_id if registration is not None else None
         if lease is None:
             return
-        rpc = self.backend.client.rpc
-        resp = await self.backend.client.txn(
-            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=0)],
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=self.key, value=str(self.node_id).encode(), lease=lease))],
-            [rpc.RequestOp(request_range=rpc.RangeRequest(key=self.key))],
-        )
-        if resp.succeeded:
+        client = self.backend.client
+        rpc = client.rpc
+        # While the key is held (nearly always) a read says by whom: the transaction, which writes
+        # (a raft proposal and an fsync on every etcd member, whichever branch it takes), only
+        # when it is free. Every broker asks twice a second: 6 etcd writes a second on 3 brokers.
+        kvs = (await client.range(self.key, timeout=client.timeout, require_leader=True)).kvs
+        if not kvs:
+            resp = await client.txn(
+                [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=0)],
+                [rpc.RequestOp(request_put=rpc.PutRequest(key=self.key, value=str(self.node_id).encode(), lease=lease))],
+                [rpc.RequestOp(request_range=rpc.RangeRequest(key=self.key))],
+            )
+            kvs = None if resp.succeeded else resp.responses[0].response_range.kvs
+            if kvs is not None and not kvs:
+                return  # it went between the compare and the read: next round
+        if kvs is None:
             o = Observation(True, revision=int(resp.header.revision))
         else:
-            kvs = resp.responses[0].response_range.kvs
-            if not kvs:
-                return  # it went between the compare and the read: next round
             kv = kvs[0]
             o = Observation(False, revision=int(kv.create_revision), holder=int(kv.value), holder_lease=int(kv.lease))
         was, before = self.epoch, self.controller_id

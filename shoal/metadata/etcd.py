@@ -213,10 +213,14 @@ class EtcdClient:
         # hasleader: a member without a leader answers at once instead of holding the request
         return await self.kv.Txn(req, timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
 
-    async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0) -> Any:
+    async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0, timeout: float | None = None,
+                    require_leader: bool = False) -> Any:
+        """A linearizable read (etcd's ReadIndex: no raft proposal, nothing written); with
+        ``require_leader`` a member without a leader answers at once instead of holding it."""
         self.connect()
         req = self.rpc.RangeRequest(key=key, range_end=range_end, revision=revision)
-        return await self.kv.Range(req, timeout=max(self.timeout, 30.0))
+        return await self.kv.Range(req, timeout=timeout or max(self.timeout, 30.0),
+                                   metadata=(("hasleader", "true"),) if require_leader else None)
 
     async def lease_grant(self, ttl_s: int) -> int:
         self.connect()
