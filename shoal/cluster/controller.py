@@ -292,8 +292,10 @@ class Controller:
         self.refused: set[int] = set()
         self._holder_lease = 0  # the controller key's lease, as the last campaign saw it
         # when each broker last registered anew: a starting broker registers before its listeners
-        # accept (its port refuses meanwhile), so it is not probed for PROBE_GRACE_S after that
+        # accept (its port refuses meanwhile), so a refusal does not count for PROBE_GRACE_S after
+        # that, unless its port has accepted a probe since (it is up: a refusal now is a death)
         self._registered_at: dict[int, float] = {}
+        self._accepted: set[int] = set()
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -406,20 +408,26 @@ class Controller:
         partitioned broker does not refuse (its listener still accepts, or the probe times out):
         it goes with its lease. Moving leadership away from a live broker is never unsafe (clean
         election, leader epochs fence it), only churn; a broker whose probe connects again, or
-        that registers anew, counts as alive again."""
+        that registers anew, counts as alive again. A broker that registered less than
+        ``PROBE_GRACE_S`` ago and has not accepted a probe since may still be starting (it
+        registers before its listeners accept): its refusals count once it has accepted one, so
+        a broker killed just after it (re)started goes as fast as any other."""
         image = self.store.image
         others = {n: b for n, b in image.brokers.items() if n != self.node_id}
         for n in list(self._strikes):
             if n not in others:
                 self._strikes.pop(n, None)
                 self.refused.discard(n)
+        self._accepted &= others.keys()
 
         async def one(node: int, host: str, port: int) -> None:
-            if self._monotonic() - self._registered_at.get(node, float("-inf")) < PROBE_GRACE_S:
-                return
+            starting = (node not in self._accepted
+                        and self._monotonic() - self._registered_at.get(node, float("-inf")) < PROBE_GRACE_S)
             try:
                 _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
             except ConnectionRefusedError:
+                if starting:
+                    return
                 self._strikes[node] = self._strikes.get(node, 0) + 1
                 if self._strikes[node] >= PROBE_STRIKES and node not in self.refused:
                     self.refused.add(node)
@@ -429,6 +437,7 @@ class Controller:
             except (OSError, asyncio.TimeoutError):
                 return  # unreachable or slow: not proof of death; its lease decides
             w.close()
+            self._accepted.add(node)
             self._strikes.pop(node, None)
             if node in self.refused:
                 self.refused.discard(node)
@@ -504,6 +513,7 @@ class Controller:
         for n, b in new.brokers.items():
             if old.brokers.get(n) is not b:  # registered anew
                 self._registered_at[n] = self._monotonic()
+                self._accepted.discard(n)
                 self.refused.discard(n)
                 self._strikes.pop(n, None)
 
