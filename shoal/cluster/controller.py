@@ -343,6 +343,9 @@ class Controller:
 
     async def _run(self) -> None:
         while True:
+            # cleared before the round, not after: a wake-up during it (a registration change, a
+            # dead controller's lease revoked by probe_controller) starts the next round at once
+            self._wake.clear()
             try:
                 await self.campaign()
                 if self.is_controller:
@@ -359,7 +362,6 @@ class Controller:
                 if now - self._last_error > 5.0:
                     self._last_error = now
                     log.warning("controller election/maintenance failed (retrying): %s", e)
-            self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), POLL_S)
 

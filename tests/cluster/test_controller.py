@@ -133,3 +133,35 @@ def test_auto_rebalance_picks_brokers_above_the_imbalance_threshold():
     img = _image({1, 2}, [t])
     assert preferred_rebalance(img, 10) == [("t", 0), ("t", 1)]  # not 5: 1 is out of its ISR
     assert preferred_rebalance(img, 50) == []  # 2 of 5 = 40% is under 50%
+
+
+async def test_a_wake_up_during_a_round_starts_the_next_round_at_once():
+    """The election loop runs a round every POLL_S (0.5 s) or when woken: a broker that revokes a
+    dead controller's lease (probe_controller) wakes it to campaign at once. The wake-up comes
+    during the round; clearing it after the round lost it, and the new controller came half a
+    second later (kill -9 of the controller: its partitions moved 1.26 s after the kill)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from shoal.cluster.controller import POLL_S, Controller
+
+    store = SimpleNamespace(backend=SimpleNamespace(key=lambda k: k.encode()), image=_image([1, 2], []))
+    c = Controller(store, 2, 3000)
+    rounds: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def campaign() -> None:
+        rounds.append(loop.time())
+
+    async def probe_controller() -> None:
+        if len(rounds) == 1:
+            c._wake.set()  # the controller's port refused twice: its lease was revoked
+
+    c.campaign, c.probe_controller = campaign, probe_controller
+    task = loop.create_task(c._run())
+    try:
+        await asyncio.sleep(POLL_S * 0.6)
+    finally:
+        task.cancel()
+    assert len(rounds) == 2  # the woken round, and then none until the next poll
+    assert rounds[1] - rounds[0] < POLL_S / 2
