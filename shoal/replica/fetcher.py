@@ -154,8 +154,15 @@ class ReplicaFetcher:
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
         conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
                            inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
-        await conn.open()
-        self.rtt_ms = await self._round_trip(conn)
+        try:
+            await conn.open()
+            self.rtt_ms = await self._round_trip(conn)
+        except BaseException:  # failed or cancelled (the fetcher stopped): not left open, unowned
+            try:
+                await conn.close()
+            except Exception:
+                pass
+            raise
         self._conn, self._endpoint = conn, endpoint
         return conn
 

@@ -272,3 +272,31 @@ def test_a_replica_far_behind_is_not_held_for(rm) -> None:  # noqa: F811
         p.update_follower_fetch(2, max(0, p.log_end_offset - 3), clock.now_ms())
     assert p.followers[2].joining_until_ms < 0
     assert p.high_watermark == p.log_end_offset
+
+
+async def test_a_fetcher_stopped_while_it_connects_leaves_no_connection_open() -> None:
+    """A fetcher cancelled (its leader changed) while it opens its connection or times the round
+    trip closes that connection; it was left open, owned by nobody, until the garbage collector
+    destroyed its pending read task ("Task was destroyed but it is pending!" in the log)."""
+    accepted: asyncio.Queue = asyncio.Queue()
+
+    async def accept(reader, writer) -> None:  # a leader that never answers
+        await accepted.put(reader)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    cfg = BrokerConfig.load(None, {})
+    manager = SimpleNamespace(node_id=2, config=lambda: cfg, endpoint=lambda _n: ("127.0.0.1", port))
+    f = ReplicaFetcher(manager, 1, 0)
+    task = asyncio.ensure_future(f._connection())
+    try:
+        reader = await asyncio.wait_for(accepted.get(), 10)
+        await asyncio.sleep(0.05)  # in its first request
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # the leader's side sees the connection end: read what was sent, then EOF
+        assert await asyncio.wait_for(reader.read(), 5) is not None
+        assert reader.at_eof()
+    finally:
+        server.close()
