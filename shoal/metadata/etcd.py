@@ -47,8 +47,10 @@ A commit's transaction that fails in transit (a member gone, no leader: requests
 ``COMMIT_DEADLINE_S``; an attempt that landed after all is recognised by its token in
 ``/meta/epoch``, so a change is made once.
 
-etcd unreachable: reads keep the last image; ``writable`` refuses changes with the retriable
-REQUEST_TIMED_OUT; the watch reconnects with backoff (at most 2 s apart), logging one line every
+etcd unreachable: reads keep the last image; once it has been unreachable for
+``UNREACHABLE_GRACE_S``, ``writable`` refuses changes with the retriable REQUEST_TIMED_OUT (and a
+commit retrying meanwhile gives up with it). Before that, changes are tried: an etcd leader lost is
+an election of 1.5-3 s (the watch fails meanwhile) that a commit's own retries ride out. The watch reconnects with backoff (at most 2 s apart), logging one line every
 5 s, and on its return catches up from its revision (or reloads after a compaction). ``start``
 waits the same way: a broker starts once etcd answers.
 
@@ -100,6 +102,9 @@ OWN_WATCH_WAIT_S = 1.0
 # gone, no leader, election) are made again, with the same compare, until COMMIT_DEADLINE_S.
 TXN_ATTEMPT_S = 2.5
 COMMIT_DEADLINE_S = 8.0
+# How long etcd is unreachable (the watch failing) before changes are refused at once rather than
+# tried: longer than an etcd election (election timeout 1.5 s, randomised up to twice that).
+UNREACHABLE_GRACE_S = 5.0
 MAX_BACKOFF_S = 2.0
 
 
@@ -275,6 +280,7 @@ class EtcdBackend(MetadataBackend):
         self._turn = asyncio.Lock()
         self._closed = False
         self._reachable = False
+        self._unreachable_since: float | None = None  # monotonic; None before the first connection
         self._why = "not connected yet"
         self._progress = asyncio.Event()  # set (and replaced) whenever the image moves
         self._ready: asyncio.Event | None = None
@@ -315,11 +321,19 @@ class EtcdBackend(MetadataBackend):
     def writable(self) -> MetadataImage:
         if self._closed:
             raise MetadataError("KAFKA_STORAGE_ERROR", "metadata store is closed")
-        if not self._reachable:
-            raise MetadataError(
-                "REQUEST_TIMED_OUT", f"the metadata quorum (etcd at {self.client.where}) is unreachable: "
-                f"{self._why}; retry")
+        if self._refusing():
+            raise self._unreachable_error()
         return self.image
+
+    def _refusing(self) -> bool:
+        """etcd unreachable for longer than an election takes (or never reached)."""
+        since = self._unreachable_since
+        return not self._reachable and (since is None or time.monotonic() - since >= UNREACHABLE_GRACE_S)
+
+    def _unreachable_error(self) -> MetadataError:
+        return MetadataError(
+            "REQUEST_TIMED_OUT", f"the metadata quorum (etcd at {self.client.where}) is unreachable: "
+            f"{self._why}; retry")
 
     def turn(self) -> asyncio.Lock:
         """This process's writers take turns (an optimization: other brokers are fenced by the
@@ -425,6 +439,8 @@ class EtcdBackend(MetadataBackend):
         was = self._reachable
         self._reachable = False
         now = time.monotonic()
+        if was:
+            self._unreachable_since = now
         if was or now - self._last_log >= LOG_EVERY_S:
             self._last_log = now
             log.warning("cannot reach etcd at %s: %s; retrying", self.client.where, self._why)
@@ -489,6 +505,7 @@ class EtcdBackend(MetadataBackend):
                             log.info("etcd at %s reachable again (image at epoch %d)",
                                      self.client.where, self.image.epoch)
                         self._reachable = True
+                        self._unreachable_since = None
                         self._why = ""
                     if self._ready is not None:
                         self._ready.set()
@@ -642,7 +659,7 @@ class EtcdBackend(MetadataBackend):
                 break
             except BaseException as e:
                 if (isinstance(e, asyncio.CancelledError) or not _transient(e) or self._closed
-                        or deadline - time.monotonic() < 0.5):
+                        or deadline - time.monotonic() < 0.5 or self._refusing()):
                     self._own.pop(token, None)
                     if isinstance(e, asyncio.CancelledError):
                         raise

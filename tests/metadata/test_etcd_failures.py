@@ -130,6 +130,31 @@ async def test_a_broker_waits_for_etcd_at_start(cluster, url, caplog):
         await s.close()
 
 
+async def test_a_change_made_while_etcd_elects_gets_through(cluster, url):
+    """etcd without a leader for a moment (here: two members down, one back a second later) is
+    what losing its leader looks like to a broker: the watch fails, the store is unreachable. A
+    change made then is tried, its commit retrying until etcd answers, not refused at once (a
+    whole-suite run saw CreateTopics refused right after the etcd leader was killed)."""
+    a = EtcdMetadataStore(url, node_id=1)
+    await a.start()
+    try:
+        await asyncio.to_thread(cluster.kill_member, 0)
+        await asyncio.to_thread(cluster.kill_member, 1)
+        await until(lambda: not a.backend.reachable)
+        t0 = time.monotonic()
+        change = asyncio.ensure_future(a.create_topic("while-electing", [(1,)], {}))
+        await asyncio.sleep(1.0)
+        assert not change.done()  # waiting for etcd, not refused
+        await asyncio.to_thread(cluster.start_member, 1, False)
+        await change
+        took = time.monotonic() - t0
+        assert "while-electing" in a.image.topics
+        print(f"made {took:.2f} s after etcd lost its quorum")
+    finally:
+        await asyncio.to_thread(cluster.start_all)
+        await a.close()
+
+
 async def test_one_member_down_changes_go_on(cluster, url):
     """A quorum of two takes every change; the store moves its channel and its watch to another
     member (a change in flight when its member dies may get the retriable error, as a client
