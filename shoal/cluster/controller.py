@@ -291,11 +291,17 @@ class Controller:
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
         self._holder_lease = 0  # the controller key's lease, as the last campaign saw it
+        self._holder_revision = 0  # and its creation revision (the holder's controller epoch)
         # when each broker last registered anew: a starting broker registers before its listeners
         # accept (its port refuses meanwhile), so a refusal does not count for PROBE_GRACE_S after
         # that, unless its port has accepted a probe since (it is up: a refusal now is a death)
         self._registered_at: dict[int, float] = {}
         self._accepted: set[int] = set()
+        # an idle connection held open to each broker probed: a process that dies (kill -9, a
+        # crash) has its sockets closed by the kernel, so the connection ends at once; the round
+        # it wakes then probes the port, and a refusal right after the drop counts as both strikes
+        self._watches: dict[int, tuple[tuple[str, int], asyncio.Task[None]]] = {}
+        self._dropped: set[int] = set()
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -318,7 +324,43 @@ class Controller:
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
+        self._unwatch(set(self._watches))
         self.epoch = None
+
+    # -- liveness: a connection held open to each probed broker -----------------------------
+
+    def _watch(self, node: int, host: str, port: int) -> None:
+        """Hold an idle connection to ``node``'s port (once it accepted a probe): when it ends
+        (the process died and the kernel closed its sockets) the election loop is woken and
+        the next probe of that port decides."""
+        held = self._watches.get(node)
+        if held is not None and held[0] == (host, port) and not held[1].done():
+            return
+        if held is not None:
+            held[1].cancel()
+        self._watches[node] = ((host, port), asyncio.get_running_loop().create_task(self._hold(node, host, port)))
+
+    async def _hold(self, node: int, host: str, port: int) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError):
+            return  # the probes decide
+        try:
+            while await reader.read(4096):  # a broker sends nothing unasked; EOF is the news
+                pass
+        except OSError:
+            pass
+        finally:
+            writer.close()
+        self._dropped.add(node)
+        self._wake.set()
+
+    def _unwatch(self, nodes: set[int]) -> None:
+        for node in nodes:
+            held = self._watches.pop(node, None)
+            if held is not None:
+                held[1].cancel()
+            self._dropped.discard(node)
 
     def _on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
         if old.brokers is not new.brokers:
@@ -392,7 +434,7 @@ class Controller:
             kv = kvs[0]
             o = Observation(False, revision=int(kv.create_revision), holder=int(kv.value), holder_lease=int(kv.lease))
         was, before = self.epoch, self.controller_id
-        self._holder_lease = o.holder_lease
+        self._holder_lease, self._holder_revision = o.holder_lease, o.revision
         self.controller_id, self.epoch = observe(o, self.node_id, lease)
         if self.epoch is not None and was != self.epoch:
             self._grace_until = self._monotonic() + registration.ttl_s
@@ -421,16 +463,20 @@ class Controller:
                 self._strikes.pop(n, None)
                 self.refused.discard(n)
         self._accepted &= others.keys()
+        self._unwatch({n for n in self._watches if n not in others})
 
         async def one(node: int, host: str, port: int) -> None:
             starting = (node not in self._accepted
                         and self._monotonic() - self._registered_at.get(node, float("-inf")) < PROBE_GRACE_S)
+            dropped = node in self._dropped
+            self._dropped.discard(node)
             try:
                 _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
             except ConnectionRefusedError:
                 if starting:
                     return
-                self._strikes[node] = self._strikes.get(node, 0) + 1
+                # its held connection just ended and its port refuses: both strikes at once
+                self._strikes[node] = max(self._strikes.get(node, 0) + 1, PROBE_STRIKES if dropped else 0)
                 if self._strikes[node] >= PROBE_STRIKES and node not in self.refused:
                     self.refused.add(node)
                     log.warning("controller: broker %d refuses connections on %s:%d: treating it as gone "
@@ -440,6 +486,7 @@ class Controller:
                 return  # unreachable or slow: not proof of death; its lease decides
             w.close()
             self._accepted.add(node)
+            self._watch(node, host, port)
             self._strikes.pop(node, None)
             if node in self.refused:
                 self.refused.discard(node)
@@ -485,30 +532,45 @@ class Controller:
     async def probe_controller(self) -> None:
         """A dead controller (its port refuses, ``probe``'s rule) holds the key until its lease
         expires, and with it every failover it should run. Any broker that sees its port refuse
-        twice revokes that lease (etcd lets any client revoke a lease by id): its registration
-        and the key go at once, and the next campaign elects a live controller. A controller
-        that was alive after all only re-registers (``shoal.cluster.registration``)."""
+        twice (or once, right after the connection it holds to it ended) deletes the key, if it is
+        still that holder's (same creation revision), and the next campaign elects a live
+        controller, which treats the dead one as gone as its own probes would (its registration
+        stays until its lease expires, as any dead broker's: clients then move its partitions
+        to their new leaders directly; with the broker gone from Metadata too, librdkafka parked
+        them for a second). A controller that was alive after all finds the key gone or another's
+        at its next campaign; its fenced writes fail meanwhile."""
         holder, lease = self.controller_id, self._holder_lease
+        self._unwatch({n for n in self._watches if n != holder})
         if holder < 0 or holder == self.node_id or not lease:
             return
         info = self.store.image.brokers.get(holder)
         if info is None:
             return
+        dropped = holder in self._dropped
+        self._dropped.discard(holder)
         try:
             _r, w = await asyncio.wait_for(asyncio.open_connection(info.host, info.port), PROBE_TIMEOUT_S)
         except ConnectionRefusedError:
-            self._strikes[holder] = self._strikes.get(holder, 0) + 1
+            # its held connection just ended and its port refuses: both strikes at once
+            self._strikes[holder] = max(self._strikes.get(holder, 0) + 1, PROBE_STRIKES if dropped else 0)
             if self._strikes[holder] >= PROBE_STRIKES:
                 self._strikes.pop(holder, None)
-                log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d: revoking its "
-                            "lease so that a live broker takes over now", self.node_id, holder, info.host, info.port)
-                with contextlib.suppress(Exception):
-                    await self.backend.client.lease_revoke(lease)
+                log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d: deleting its "
+                            "key so that a live broker takes over now", self.node_id, holder, info.host, info.port)
+                client = self.backend.client
+                rpc = client.rpc
+                with contextlib.suppress(Exception):  # only that holder's key: not a successor's
+                    await client.txn(
+                        [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key,
+                                     create_revision=self._holder_revision)],
+                        [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=self.key))])
+                self.refused.add(holder)  # gone already if this broker is elected next
                 self._wake.set()
             return
         except (OSError, asyncio.TimeoutError):
             return
         w.close()
+        self._watch(holder, info.host, info.port)
         self._strikes.pop(holder, None)
 
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:

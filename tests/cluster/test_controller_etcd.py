@@ -121,3 +121,112 @@ async def test_a_broker_that_accepted_a_probe_goes_at_its_first_refusals_even_ju
         server.close()
         for s in (s1, s2, s3):
             await s.close()
+
+
+class Port:
+    """A broker's port as the probes see it: accepting, then gone with its connections (the
+    kernel closes a killed process's listener and sockets at once)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.AbstractServer | None = None
+        self.accepted: list[asyncio.StreamWriter] = []
+
+    async def open(self) -> int:
+        async def accept(_r, w) -> None:
+            self.accepted.append(w)
+
+        self.server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def kill(self) -> None:
+        self.server.close()
+        for w in self.accepted:
+            w.transport.abort()
+        await self.server.wait_closed()
+
+
+async def held(port: Port) -> None:
+    """Until the probe's connection and the held one have both been accepted."""
+    for _ in range(200):
+        if len(port.accepted) >= 2:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no connection held to the port")
+
+
+async def until_woken(c: Controller) -> None:
+    await asyncio.wait_for(c._wake.wait(), 5)
+    c._wake.clear()
+
+
+async def test_a_held_connection_that_ends_and_a_refusal_make_a_broker_gone_at_once(etcd_cluster, etcd_prefix):
+    """The controller holds a connection to each broker it probed: when that broker dies the
+    connection ends, the election loop is woken, and one refused probe is enough (two, half a
+    second apart, before: failover after kill -9 went from 1.4 s to 0.3-0.4 s in the bench)."""
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    port = Port()
+    c1 = Controller(s1, 1, 3000)
+    try:
+        for s in (s1, s2):
+            await s.start()
+        await s2.register_broker(BrokerInfo(2, "127.0.0.1", await port.open()))
+        for _ in range(100):
+            if 2 in s1.image.brokers:
+                break
+            await asyncio.sleep(0.05)
+        await c1.probe()  # accepted: a connection is held to it from now on
+        await held(port)
+        await port.kill()
+        await until_woken(c1)
+        await c1.probe()
+        assert c1.refused == {2}
+    finally:
+        await c1.stop()
+        for s in (s1, s2):
+            await s.close()
+
+
+async def test_a_dead_controllers_key_goes_and_its_registration_stays(etcd_cluster, etcd_prefix):
+    """A broker that finds the controller dead (its held connection ended, its port refuses)
+    deletes the controller key, only if it is still that holder's, and treats the holder as gone;
+    the holder's registration stays until its lease expires, as any dead broker's (clients then
+    move its partitions to the new leaders directly)."""
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    port = Port()
+    c1, c2 = Controller(s1, 1, 3000), Controller(s2, 2, 3000)
+    try:
+        for s in (s1, s2):
+            await s.start()
+        await s1.register_broker(BrokerInfo(1, "127.0.0.1", await port.open()))
+        await s2.register_broker(BrokerInfo(2, "127.0.0.1", 9))
+        for _ in range(100):
+            if 1 in s2.image.brokers:
+                break
+            await asyncio.sleep(0.05)
+        await c1.campaign()
+        await c2.campaign()
+        assert (c1.is_controller, c2.controller_id) == (True, 1)
+        stale = c2._holder_revision
+        await c2.probe_controller()  # accepted: held from now on
+        await held(port)
+        await port.kill()
+        await until_woken(c2)
+        await c2.probe_controller()
+        assert c2.refused == {1}
+        assert not (await s2.backend.client.range(c2.key)).kvs  # the key went
+        assert 1 in s2.image.brokers  # the registration stays
+        await c2.campaign()
+        assert c2.is_controller
+
+        # a late deletion meant for the dead holder cannot take a successor's key
+        c1._holder_revision, c1.controller_id, c1._holder_lease = stale, 2, 1
+        c1._dropped.add(2)
+        await c1.probe_controller()  # broker 2's "port" (9, discard) refuses
+        assert (await s2.backend.client.range(c2.key)).kvs
+    finally:
+        for c in (c1, c2):
+            await c.stop()
+        for s in (s1, s2):
+            await s.close()
