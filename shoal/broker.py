@@ -256,7 +256,8 @@ class Broker:
             from shoal.cluster.controller import Controller  # cluster: the controller election
 
             self.controller = Controller(self.metadata, self.node_id, int(self.config.get("broker.session.timeout.ms")),
-                                         unclean=self._unclean_election, rebalance=self._rebalance_settings)
+                                         unclean=self._unclean_election, rebalance=self._rebalance_settings,
+                                         inter_broker=self._inter_broker_endpoint)
             self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         await self.txn.start()  # txn: loads the __transaction_state partitions led here
@@ -327,6 +328,14 @@ class Broker:
             rack=self.static_config.rack,
             endpoints=tuple(endpoints),
         )
+
+    def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int] | None, Any]:
+        """Where another broker takes inter-broker connections and how to log in there (the
+        controller's held connections, as a follower's fetches)."""
+        from shoal.auth.interbroker import inter_broker_security
+
+        listener = self.config.get("inter.broker.listener.name") or (info.endpoints[0][0] if info.endpoints else "")
+        return info.endpoint(str(listener)), inter_broker_security(self.config)
 
     def _rebalance_settings(self) -> tuple[bool, float, int]:
         cfg = self.config

@@ -39,12 +39,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from shoal.metadata import MetadataError, MetadataImage, PartitionInfo
+from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import topics as topic_rules
 from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
+    from shoal.client import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5
 PROBE_STRIKES = 2  # refused connections in a row before a registered broker counts as dead
 PROBE_TIMEOUT_S = 1.0
+# A held connection (``Controller._hold``) sends ApiVersions this often, well inside Kafka's
+# ``connections.max.idle.ms`` (10 min), so the broker at the other end does not close it as idle.
+HOLD_KEEPALIVE_S = 30.0
 PROBE_GRACE_S = 5.0  # after a broker (re)registers: it may not accept connections yet
 _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controller_fencing", default=False)
 
@@ -272,7 +276,9 @@ class Controller:
     def __init__(self, store: "EtcdMetadataStore", node_id: int, session_timeout_ms: int,
                  monotonic: Callable[[], float] = time.monotonic,
                  unclean: Callable[[MetadataImage, str], bool] = lambda _image, _topic: False,
-                 rebalance: Callable[[], tuple[bool, float, int]] = lambda: (False, 300.0, 10)) -> None:
+                 rebalance: Callable[[], tuple[bool, float, int]] = lambda: (False, 300.0, 10),
+                 inter_broker: "Callable[[BrokerInfo], tuple[tuple[str, int] | None, ClientSecurity]] | None" = None,
+                 ) -> None:
         self.store = store
         self.backend = store.backend
         self.node_id = node_id
@@ -302,6 +308,11 @@ class Controller:
         # it wakes then probes the port, and a refusal right after the drop counts as both strikes
         self._watches: dict[int, tuple[tuple[str, int], asyncio.Task[None]]] = {}
         self._dropped: set[int] = set()
+        # a broker's inter-broker endpoint and how to log in there (SASL, TLS), for the held
+        # connection: it authenticates as a follower's does, or a SASL listener closes it after
+        # its authentication timeout. None: the probed port, plaintext (tests)
+        self._inter_broker = inter_broker
+        self._hold_failed: dict[int, float] = {}  # when a held connection could not open (not retried for a while)
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -329,29 +340,64 @@ class Controller:
 
     # -- liveness: a connection held open to each probed broker -----------------------------
 
-    def _watch(self, node: int, host: str, port: int) -> None:
-        """Hold an idle connection to ``node``'s port (once it accepted a probe): when it ends
-        (the process died and the kernel closed its sockets) the election loop is woken and
-        the next probe of that port decides."""
+    def _watch(self, node: int, info: "BrokerInfo") -> None:
+        """Hold a connection to ``node``'s inter-broker endpoint (once its port accepted a probe):
+        when it ends (the process died and the kernel closed its sockets) the election loop is
+        woken and the next probe of its port decides."""
+        endpoint, security = (info.host, info.port), None
+        if self._inter_broker is not None:
+            try:
+                where, security = self._inter_broker(info)
+            except Exception:  # a setting that start-up checked: the probes decide
+                return
+            endpoint = where or endpoint
         held = self._watches.get(node)
-        if held is not None and held[0] == (host, port) and not held[1].done():
+        if held is not None and held[0] == endpoint and not held[1].done():
             return
+        if self._monotonic() - self._hold_failed.get(node, float("-inf")) < HOLD_KEEPALIVE_S:
+            return  # refused its login (or its listener): not every half second
         if held is not None:
             held[1].cancel()
-        self._watches[node] = ((host, port), asyncio.get_running_loop().create_task(self._hold(node, host, port)))
+        task = asyncio.get_running_loop().create_task(self._hold(node, *endpoint, security))
+        self._watches[node] = (endpoint, task)
 
-    async def _hold(self, node: int, host: str, port: int) -> None:
+    async def _hold(self, node: int, host: str, port: int, security: "ClientSecurity | None") -> None:
+        """An authenticated connection that sends nothing but an ApiVersions every
+        ``HOLD_KEEPALIVE_S``; its end (EOF, a reset) is the news. A keepalive that times out (a
+        paused broker) is not: its lease decides that."""
+        from shoal.client import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
+        from shoal.protocol import codec
+
+        conn = _Connection(host, port, f"shoal-controller-{self.node_id}", PROBE_TIMEOUT_S * 5, security)
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError):
-            return  # the probes decide
-        try:
-            while await reader.read(4096):  # a broker sends nothing unasked; EOF is the news
-                pass
-        except OSError:
+            try:
+                await conn.open()
+            except (KafkaError, OSError, asyncio.TimeoutError) as e:
+                self._hold_failed[node] = self._monotonic()  # not again for a while (a broker alive)
+                if isinstance(e, ConnectionLost) and conn._read_task is not None:
+                    raise  # connected, then the connection ended before the login was done: news too
+                log.info("broker %d: cannot hold a connection to broker %d at %s:%d (%s): its death is seen by "
+                         "probes alone, trying again in %.0f s", self.node_id, node, host, port, e, HOLD_KEEPALIVE_S)
+                return  # the probes decide
+            read = conn._read_task
+            assert read is not None
+            version = conn.version_for(API_VERSIONS)
+            body = build_entity(codec.request_type(API_VERSIONS, version),
+                                {"client_software_name": "shoal-controller", "client_software_version": "0.1.0"})
+            while True:
+                done, _ = await asyncio.wait({read}, timeout=HOLD_KEEPALIVE_S)
+                if done:
+                    break
+                try:
+                    await conn.send(API_VERSIONS, version, body)
+                except ConnectionLost:
+                    break
+                except KafkaError:  # no answer in time: paused or slow, not dead
+                    continue
+        except ConnectionLost:
             pass
         finally:
-            writer.close()
+            await conn.close()
         self._dropped.add(node)
         self._wake.set()
 
@@ -361,6 +407,7 @@ class Controller:
             if held is not None:
                 held[1].cancel()
             self._dropped.discard(node)
+            self._hold_failed.pop(node, None)
 
     def _on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
         if old.brokers is not new.brokers:
@@ -465,7 +512,8 @@ class Controller:
         self._accepted &= others.keys()
         self._unwatch({n for n in self._watches if n not in others})
 
-        async def one(node: int, host: str, port: int) -> None:
+        async def one(node: int, info: "BrokerInfo") -> None:
+            host, port = info.host, info.port
             starting = (node not in self._accepted
                         and self._monotonic() - self._registered_at.get(node, float("-inf")) < PROBE_GRACE_S)
             dropped = node in self._dropped
@@ -479,20 +527,21 @@ class Controller:
                 self._strikes[node] = max(self._strikes.get(node, 0) + 1, PROBE_STRIKES if dropped else 0)
                 if self._strikes[node] >= PROBE_STRIKES and node not in self.refused:
                     self.refused.add(node)
-                    log.warning("controller: broker %d refuses connections on %s:%d: treating it as gone "
-                                "before its session expires", node, host, port)
+                    log.warning("controller: broker %d refuses connections on %s:%d%s: treating it as gone "
+                                "before its session expires", node, host, port,
+                                " (the connection held to it ended)" if dropped else "")
                 return
             except (OSError, asyncio.TimeoutError):
                 return  # unreachable or slow: not proof of death; its lease decides
             w.close()
             self._accepted.add(node)
-            self._watch(node, host, port)
+            self._watch(node, info)
             self._strikes.pop(node, None)
             if node in self.refused:
                 self.refused.discard(node)
                 log.info("controller: broker %d accepts connections again", node)
 
-        await asyncio.gather(*(one(n, b.host, b.port) for n, b in others.items()))
+        await asyncio.gather(*(one(n, b) for n, b in others.items()))
 
     async def rebalance_leaders(self) -> None:
         """``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds``,
@@ -555,8 +604,9 @@ class Controller:
             self._strikes[holder] = max(self._strikes.get(holder, 0) + 1, PROBE_STRIKES if dropped else 0)
             if self._strikes[holder] >= PROBE_STRIKES:
                 self._strikes.pop(holder, None)
-                log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d: deleting its "
-                            "key so that a live broker takes over now", self.node_id, holder, info.host, info.port)
+                log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d%s: deleting its "
+                            "key so that a live broker takes over now", self.node_id, holder, info.host, info.port,
+                            " (the connection held to it ended)" if dropped else "")
                 client = self.backend.client
                 rpc = client.rpc
                 with contextlib.suppress(Exception):  # only that holder's key: not a successor's
@@ -570,7 +620,7 @@ class Controller:
         except (OSError, asyncio.TimeoutError):
             return
         w.close()
-        self._watch(holder, info.host, info.port)
+        self._watch(holder, info)
         self._strikes.pop(holder, None)
 
     def _on_registration(self, old: MetadataImage, new: MetadataImage) -> None:

@@ -230,3 +230,38 @@ async def test_a_dead_controllers_key_goes_and_its_registration_stays(etcd_clust
             await c.stop()
         for s in (s1, s2):
             await s.close()
+
+
+async def test_a_held_connection_the_broker_ends_at_once_is_not_reopened_every_round(etcd_cluster, etcd_prefix):
+    """A port that takes the connection and ends it before the login (another listener's security,
+    a connection limit): the broker is alive (the next probe is accepted), so the controller does
+    not open a held connection again on every half-second round (one per HOLD_KEEPALIVE_S)."""
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    connections = []
+
+    async def hang_up(_r, w) -> None:
+        connections.append(w)
+        w.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    c1 = Controller(s1, 1, 3000)
+    try:
+        for s in (s1, s2):
+            await s.start()
+        await s2.register_broker(BrokerInfo(2, "127.0.0.1", server.sockets[0].getsockname()[1]))
+        for _ in range(100):
+            if 2 in s1.image.brokers:
+                break
+            await asyncio.sleep(0.05)
+        for _ in range(6):
+            await c1.probe()
+            await asyncio.sleep(0.05)
+        assert c1.refused == set()
+        # six probes and one held connection (ended at once), not one held per round
+        assert len(connections) == 7, len(connections)
+    finally:
+        await c1.stop()
+        server.close()
+        for s in (s1, s2):
+            await s.close()

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.timeout(300)
 
 PASSWORD = "brokers-s3cret"
 LAG_MS = 3000
+AUTH_TIMEOUT_MS = 1500
 
 
 def jaas(password: str) -> str:
@@ -44,7 +45,9 @@ def jaas(password: str) -> str:
 
 
 class InternalBroker(ClusterBroker):
-    """A cluster broker with a third listener, INTERNAL (SASL_SSL), for the brokers only."""
+    """A cluster broker with a third listener, INTERNAL (SASL_SSL), for the brokers only. It is
+    the first listener, so the one a broker registers as its host and port (the controller's
+    probes go there), as in a cluster whose only listener is SASL_SSL."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -53,7 +56,7 @@ class InternalBroker(ClusterBroker):
     def serve_args(self) -> list[str]:
         args = super().serve_args()
         i = args.index("--listeners") + 1
-        args[i] += f",INTERNAL://{self.host}:{self.internal_port}"
+        args[i] = f"INTERNAL://{self.host}:{self.internal_port}," + args[i]
         return args
 
 
@@ -71,6 +74,8 @@ def tls_overrides(pki, password: str = PASSWORD) -> dict[str, str]:
         "super.users": "User:ANONYMOUS;User:broker",
         "replica.lag.time.max.ms": str(LAG_MS),
         "replica.fetch.backoff.ms": "200",
+        # short, so that a connection that never logs in on INTERNAL is closed within the tests
+        "listener.name.internal.shoal.sasl.authentication.timeout.ms": str(AUTH_TIMEOUT_MS),
     }
 
 
@@ -136,6 +141,28 @@ def test_replication_over_sasl_ssl(secured):
     until(lambda: all(r == (1, 2, 3) for _l, r in isr(b, topic).values()), 30, "every replica in the ISR")
     assert produce(b, topic, 300) == []  # min.insync.replicas=3: each ack needed both followers
     assert count(b, topic) == 300
+
+
+def test_the_controllers_held_connections_log_in_and_see_a_death(secured):
+    """The controller holds a connection to each broker on its inter-broker listener (SASL_SSL
+    here) and logs in there as a follower does: the listener's authentication timeout does not
+    close it, and when the broker is killed it is that connection's end that tells the
+    controller (its log says so)."""
+    ctrl = secured.wait_controller()
+    victim = next(n for n in (1, 2, 3) if n != ctrl)
+    marks = {n: len(secured[n].log_text()) for n in (1, 2, 3)}
+    time.sleep(AUTH_TIMEOUT_MS / 1000 * 2 + 1)  # any connection not logged in is closed by now
+    for n in (1, 2, 3):
+        assert "not authenticated within" not in secured[n].log_text()[marks[n]:], n
+    secured.kill(victim)
+    try:
+        line = f"broker {victim} refuses connections"
+        until(lambda: line in secured[ctrl].log_text()[marks[ctrl]:], 10, "the controller sees the death")
+        said = next(ln for ln in secured[ctrl].log_text()[marks[ctrl]:].splitlines() if line in ln)
+        assert "(the connection held to it ended)" in said, said
+    finally:
+        secured.start_one(victim)
+        secured.wait_brokers({1, 2, 3}, timeout=60)
 
 
 def test_wrong_password_keeps_a_broker_out_of_the_isr(secured):
