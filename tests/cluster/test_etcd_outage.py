@@ -180,7 +180,9 @@ def test_quorum_down_for_10s_clients_go_on_admin_refused_retriably_then_converge
         err = e.value.args[0]
         # Kafka's RetriableException (librdkafka flags retriable() only for its own retries)
         assert err.code() == KafkaError.REQUEST_TIMED_OUT, err
-        assert refused_in < 8, refused_in
+        # refused once etcd has been unreachable for UNREACHABLE_GRACE_S (5 s; an etcd election is
+        # ridden out), at most the commit's own 8 s: not a hang
+        assert refused_in < 10, refused_in
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t_down)))
         t_up = time.monotonic()
         etcd.start_all()
