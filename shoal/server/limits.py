@@ -444,6 +444,10 @@ class ListenerServer:
                                       "listener %s speaks TLS but a client at %s sent plaintext (%s): the "
                                       "client needs security.protocol=SSL, or SASL_SSL with SASL",
                                       self.name, ip, e.reason)
+            elif isinstance(e, ConnectionError):
+                # closed by the peer before (or during) the TLS handshake: a port check (a load
+                # balancer's, the controller's liveness probe) or a client that gave up; not news
+                log.debug("listener %s: connection from %s closed before the TLS handshake: %r", self.name, ip, e)
             else:
                 log.info("listener %s: connection from %s failed before it started: %s", self.name, ip, e)
             release()

@@ -133,3 +133,28 @@ def test_tenant_times_are_iso_8601(tb):
     # no admin API there: where it is expected to be and how to point the CLI elsewhere
     one_line(shoal("tenants", "list", "--admin-url", f"http://127.0.0.1:{free_port()}"), 3,
              "cannot reach the admin API", "shoal.admin.listener", "--quickstart", "SHOAL_ADMIN_URL")
+
+
+def test_a_port_check_on_the_tls_listener_is_not_logged(tb):
+    """A TCP connection opened and closed before the TLS handshake (a load balancer's health
+    check, the controller's liveness probe every half second) is no news: no log line for it, or
+    a broker probed over TLS logs two lines a second. A real handshake failure is still logged."""
+    import socket
+    import time
+
+    mark = len(tb.log_text())
+    for _ in range(5):
+        socket.create_connection(("127.0.0.1", tb.ssl_port), timeout=5).close()
+    with socket.create_connection(("127.0.0.1", tb.ssl_port), timeout=5) as s:  # not a ClientHello
+        s.sendall(b"\x16\x03\x01\x00\x05hello")
+        s.settimeout(5)
+        try:
+            s.recv(100)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 10
+    while "failed before it started" not in tb.log_text()[mark:] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = [l for l in tb.log_text()[mark:].splitlines() if "listener SSL" in l]
+    assert len(lines) == 1 and "failed before it started" in lines[0], lines
+
