@@ -56,6 +56,7 @@ PROBE_TIMEOUT_S = 1.0
 # A held connection (``Controller._hold``) sends ApiVersions this often, well inside Kafka's
 # ``connections.max.idle.ms`` (10 min), so the broker at the other end does not close it as idle.
 HOLD_KEEPALIVE_S = 30.0
+HOLD_TIMEOUT_S = 5.0  # for the held connection's login and each keepalive's answer
 PROBE_GRACE_S = 5.0  # after a broker (re)registers: it may not accept connections yet
 _fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_controller_fencing", default=False)
 
@@ -368,11 +369,16 @@ class Controller:
         from shoal.client import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
         from shoal.protocol import codec
 
-        conn = _Connection(host, port, f"shoal-controller-{self.node_id}", PROBE_TIMEOUT_S * 5, security)
+        conn = _Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)
         try:
             try:
                 await conn.open()
             except (KafkaError, OSError, asyncio.TimeoutError) as e:
+                if isinstance(e, KafkaError) and e.code_name == "REQUEST_TIMED_OUT":
+                    # no answer yet: a restarted broker accepts before it serves (it waits for its
+                    # old lease to expire); the next round tries again
+                    log.debug("broker %d: broker %d at %s:%d did not answer yet: %s", self.node_id, node, host, port, e)
+                    return
                 self._hold_failed[node] = self._monotonic()  # not again for a while (a broker alive)
                 if isinstance(e, ConnectionLost) and conn._read_task is not None:
                     raise  # connected, then the connection ended before the login was done: news too

@@ -265,3 +265,41 @@ async def test_a_held_connection_the_broker_ends_at_once_is_not_reopened_every_r
         server.close()
         for s in (s1, s2):
             await s.close()
+
+
+async def test_a_broker_that_does_not_answer_yet_is_held_again_next_round(etcd_cluster, etcd_prefix, monkeypatch):
+    """A restarted broker's port accepts before it serves (it waits for its old lease to expire):
+    the held connection's login times out. That is not a refusal to log in: the next round opens
+    it again (a bench run that killed a broker restarted a few seconds before fell back to the
+    two probes, 0.5 s slower)."""
+    from shoal.cluster import controller as controller_module
+
+    monkeypatch.setattr(controller_module, "HOLD_TIMEOUT_S", 0.3)
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    port = Port()  # accepts, never answers
+    c1 = Controller(s1, 1, 3000)
+    try:
+        for s in (s1, s2):
+            await s.start()
+        await s2.register_broker(BrokerInfo(2, "127.0.0.1", await port.open()))
+        for _ in range(100):
+            if 2 in s1.image.brokers:
+                break
+            await asyncio.sleep(0.05)
+        await c1.probe()
+        await held(port)  # the probe's connection and the held one
+        await asyncio.sleep(0.6)  # its login timed out
+        assert c1._watches[2][1].done()
+        await c1.probe()
+        for _ in range(200):
+            if len(port.accepted) >= 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(port.accepted) == 4  # probed, and held again
+        assert c1.refused == set()
+    finally:
+        await c1.stop()
+        await port.kill()
+        for s in (s1, s2):
+            await s.close()
