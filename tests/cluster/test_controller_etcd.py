@@ -154,6 +154,18 @@ async def held(port: Port) -> None:
     raise AssertionError("no connection held to the port")
 
 
+async def broker_2_at(s1: EtcdMetadataStore, s2: EtcdMetadataStore, port: int) -> None:
+    """Start both stores, register broker 2 (through s2) at ``port``, wait until s1 sees it."""
+    for s in (s1, s2):
+        await s.start()
+    await s2.register_broker(BrokerInfo(2, "127.0.0.1", port))
+    for _ in range(100):
+        if 2 in s1.image.brokers:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("broker 2 not registered")
+
+
 async def until_woken(c: Controller) -> None:
     await asyncio.wait_for(c._wake.wait(), 5)
     c._wake.clear()
@@ -168,13 +180,7 @@ async def test_a_held_connection_that_ends_and_a_refusal_make_a_broker_gone_at_o
     port = Port()
     c1 = Controller(s1, 1, 3000)
     try:
-        for s in (s1, s2):
-            await s.start()
-        await s2.register_broker(BrokerInfo(2, "127.0.0.1", await port.open()))
-        for _ in range(100):
-            if 2 in s1.image.brokers:
-                break
-            await asyncio.sleep(0.05)
+        await broker_2_at(s1, s2, await port.open())
         await c1.probe()  # accepted: a connection is held to it from now on
         await held(port)
         await port.kill()
@@ -247,13 +253,7 @@ async def test_a_held_connection_the_broker_ends_at_once_is_not_reopened_every_r
     server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     c1 = Controller(s1, 1, 3000)
     try:
-        for s in (s1, s2):
-            await s.start()
-        await s2.register_broker(BrokerInfo(2, "127.0.0.1", server.sockets[0].getsockname()[1]))
-        for _ in range(100):
-            if 2 in s1.image.brokers:
-                break
-            await asyncio.sleep(0.05)
+        await broker_2_at(s1, s2, server.sockets[0].getsockname()[1])
         for _ in range(6):
             await c1.probe()
             await asyncio.sleep(0.05)
@@ -280,13 +280,7 @@ async def test_a_broker_that_does_not_answer_yet_is_held_again_next_round(etcd_c
     port = Port()  # accepts, never answers
     c1 = Controller(s1, 1, 3000)
     try:
-        for s in (s1, s2):
-            await s.start()
-        await s2.register_broker(BrokerInfo(2, "127.0.0.1", await port.open()))
-        for _ in range(100):
-            if 2 in s1.image.brokers:
-                break
-            await asyncio.sleep(0.05)
+        await broker_2_at(s1, s2, await port.open())
         await c1.probe()
         await held(port)  # the probe's connection and the held one
         await asyncio.sleep(0.6)  # its login timed out
