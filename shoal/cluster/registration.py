@@ -12,10 +12,14 @@ goes, while a live broker keeps its lease alive and the newcomer is refused.
 
 If the lease is lost (this broker could not reach etcd for longer than the session, or the lease
 was revoked behind its back: the key is gone), the keep-alive notices it at its next round (etcd
-answers TTL 0), grants a new lease and creates the key again, retrying every round until etcd
-answers, and logs one line when it is registered again; if another live broker took the id
+answers TTL 0), grants a new lease and creates the key again, retrying every ``RETRY_S`` until
+etcd answers, and logs one line when it is registered again; if another live broker took the id
 meanwhile, this one logs that and stays unregistered. An outage of the whole quorum loses no
-lease: etcd's new leader extends every lease by its TTL.
+lease: etcd's new leader extends every lease by its TTL. A refresh waits one keep-alive interval
+at most and carries ``hasleader``, and a failed one is sent again ``RETRY_S`` later: a refresh held
+by a member while etcd elects (its leader paused or cut off, not killed) had waited the whole
+request timeout (5 s), longer than a 3 s session, and brokers in the surviving datacenter lost their
+registrations in a datacenter-loss drill.
 
 Registrations are ephemeral and outside the metadata epoch: creating or losing one does not bump
 ``/meta/epoch`` (as in ZooKeeper mode, and as the embedded store, which never persists them).
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     from shoal.metadata.etcd import EtcdClient
 
 log = logging.getLogger(__name__)
+
+RETRY_S = 0.2  # a failed keep-alive or re-registration is tried again this soon
 
 
 def broker_to_json(b: BrokerInfo) -> dict[str, Any]:
@@ -149,12 +155,18 @@ class Registration:
         until etcd answers, and say so in one line."""
         interval = max(0.3, self.ttl_s / 3)
         lost: BrokerInfo | None = None  # a registration whose lease went, to make again
+        wait = interval
         while not self._closed:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+            wait = interval
             try:
                 if lost is None:
                     lease, info = self.lease_id, self.info
-                    if lease is None or await self.client.lease_keepalive(lease) > 0:
+                    # each refresh waits one interval at most: one held by a member while etcd
+                    # elects (its leader paused or cut off) is given up and sent again soon, or
+                    # the lease could expire behind it (the new leader extends every lease by
+                    # its TTL, no more)
+                    if lease is None or await self.client.lease_keepalive(lease, timeout=interval) > 0:
                         continue
                     lost, self.lease_id, self.info = info, None, None
                     if lost is None:  # not registered (refused): a new lease when it tries again
@@ -169,8 +181,9 @@ class Registration:
                 log.error("node id %d cannot register again, it stays unregistered: %s",
                           lost.node_id if lost else -1, e.message)
                 lost = None
-            except Exception as e:  # etcd unreachable: the watch logs it; try again next round
+            except Exception as e:  # etcd unreachable or electing: the watch logs it; try again soon
                 log.debug("lease keep-alive or registration failed: %s", e)
+                wait = min(interval, RETRY_S)
                 if lost is not None:
                     self.lease_id = None  # a lease granted meanwhile may expire before the next try
 

@@ -232,10 +232,12 @@ class EtcdClient:
         resp = await self.lease.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout)
         return int(resp.ID)
 
-    async def lease_keepalive(self, lease_id: int) -> int:
-        """Refresh a lease; its TTL after, 0 when it has expired."""
+    async def lease_keepalive(self, lease_id: int, timeout: float | None = None) -> int:
+        """Refresh a lease; its TTL after, 0 when it has expired. ``hasleader``: a member without
+        a leader (etcd electing) answers at once instead of holding the refresh past ``timeout``."""
         self.connect()
-        call = self.lease.LeaseKeepAlive(iter([self.rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout)
+        call = self.lease.LeaseKeepAlive(iter([self.rpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                                         timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
         async for reply in call:
             return int(reply.TTL)
         return 0

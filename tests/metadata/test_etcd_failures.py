@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from etcd_cluster import EtcdCluster, TcpProxy, until
-from shoal.metadata import MetadataError, MetadataImage, changed_topics
+from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, changed_topics
 from shoal.metadata.etcd import EtcdMetadataStore
 
 
@@ -183,3 +183,37 @@ async def test_one_member_down_changes_go_on(cluster, url):
     finally:
         await asyncio.to_thread(cluster.start_all)
         await a.close()
+
+
+async def test_registrations_outlive_a_paused_etcd_leader(cluster):
+    """etcd's leader paused (SIGSTOP: a hung process or a black-holed link, not a closed one):
+    the members elect another, which extends every lease by its TTL. A broker whose member is a
+    follower keeps its registration: a refresh that the member holds while etcd elects is given up
+    after one keep-alive interval and sent again (the whole 5 s request timeout before, longer than
+    the 3 s session: brokers lost their registrations in a datacenter-loss drill)."""
+    import os
+    import signal
+
+    cluster.start_all()
+    prefix = f"/pause-{uuid.uuid4().hex[:8]}"
+    leader = cluster.leader()
+    follower = next(i for i in range(3) if i != leader)
+    a = EtcdMetadataStore(cluster.url(prefix, members=[follower]), node_id=1, session_timeout_ms=3000)
+    watcher = EtcdMetadataStore(cluster.url(prefix, members=[follower]), node_id=2, session_timeout_ms=3000)
+    await a.start()
+    await watcher.start()
+    paused = cluster.members[leader].proc
+    try:
+        await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
+        await until(lambda: 1 in watcher.image.brokers)
+        lease = a.backend.registration.lease_id
+        os.kill(paused.pid, signal.SIGSTOP)
+        await asyncio.sleep(8)  # an election (1.5-3 s) and more than two sessions
+        os.kill(paused.pid, signal.SIGCONT)
+        await asyncio.sleep(2)
+        assert a.backend.registration.lease_id == lease  # never lost, so never registered again
+        assert 1 in watcher.image.brokers
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+        await a.close()
+        await watcher.close()
