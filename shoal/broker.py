@@ -329,13 +329,12 @@ class Broker:
             endpoints=tuple(endpoints),
         )
 
-    def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int] | None, Any]:
+    def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int], Any]:
         """Where another broker takes inter-broker connections and how to log in there (the
         controller's held connections, as a follower's fetches)."""
-        from shoal.auth.interbroker import inter_broker_security
+        from shoal.auth.interbroker import inter_broker_endpoint, inter_broker_security
 
-        listener = self.config.get("inter.broker.listener.name") or (info.endpoints[0][0] if info.endpoints else "")
-        return info.endpoint(str(listener)), inter_broker_security(self.config)
+        return inter_broker_endpoint(self.config, info), inter_broker_security(self.config)
 
     def _rebalance_settings(self) -> tuple[bool, float, int]:
         cfg = self.config

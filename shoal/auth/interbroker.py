@@ -30,6 +30,7 @@ from shoal.client import ClientSecurity
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
+    from shoal.metadata import BrokerInfo
 
 
 class InterBrokerSecurityError(ValueError):
@@ -54,6 +55,13 @@ def _jaas(config: "BrokerConfig", listener: str, mechanism: str) -> tuple[str, s
         return prefixed, str(value)
     value = config.for_listener(listener, "sasl.jaas.config")
     return "sasl.jaas.config", None if value is None else str(value)
+
+
+def inter_broker_endpoint(config: "BrokerConfig", broker: "BrokerInfo") -> tuple[str, int]:
+    """Where ``broker`` takes inter-broker connections: its ``inter.broker.listener.name``
+    endpoint, else its first (a follower's fetches, the controller's held connection)."""
+    listener = config.get("inter.broker.listener.name") or (broker.endpoints[0][0] if broker.endpoints else "")
+    return broker.endpoint(str(listener))
 
 
 def inter_broker_security(config: "BrokerConfig") -> ClientSecurity:

@@ -278,7 +278,7 @@ class Controller:
                  monotonic: Callable[[], float] = time.monotonic,
                  unclean: Callable[[MetadataImage, str], bool] = lambda _image, _topic: False,
                  rebalance: Callable[[], tuple[bool, float, int]] = lambda: (False, 300.0, 10),
-                 inter_broker: "Callable[[BrokerInfo], tuple[tuple[str, int] | None, ClientSecurity]] | None" = None,
+                 inter_broker: "Callable[[BrokerInfo], tuple[tuple[str, int], ClientSecurity]] | None" = None,
                  ) -> None:
         self.store = store
         self.backend = store.backend
@@ -348,10 +348,9 @@ class Controller:
         endpoint, security = (info.host, info.port), None
         if self._inter_broker is not None:
             try:
-                where, security = self._inter_broker(info)
+                endpoint, security = self._inter_broker(info)
             except Exception:  # a setting that start-up checked: the probes decide
                 return
-            endpoint = where or endpoint
         held = self._watches.get(node)
         if held is not None and held[0] == endpoint and not held[1].done():
             return

@@ -453,8 +453,9 @@ class FetcherManager:
         b = self._image().brokers.get(node)
         if b is None:
             return None
-        listener = self.config().get("inter.broker.listener.name") or (b.endpoints[0][0] if b.endpoints else "")
-        return b.endpoint(str(listener))
+        from shoal.auth.interbroker import inter_broker_endpoint
+
+        return inter_broker_endpoint(self.config(), b)
 
     def truncate(self, part: "Partition", offset: int) -> None:
         if offset < part.log.log_end_offset:
