@@ -13,7 +13,10 @@ and learns the high watermark from the leader.
 - **Divergence** (KIP-320, the fetch-based form of KIP-101/279): when the leader answers with a
   ``diverging_epoch`` (the follower's last epoch ends earlier on the leader, or is unknown to it),
   the follower truncates to the end of the largest epoch both logs share, bounded by the
-  leader's end offset for it (``_truncation_offset``), and fetches again from there.
+  leader's end offset for it (``_truncation_offset``), and fetches again from there. Truncating
+  to the log end still drops an epoch entry taken there and never written in (a leader elected
+  and replaced before any write), as Kafka's ``truncateTo`` does; the same answer again with no
+  progress backs off and is logged once (``ReplicaFetcher._diverged``), never a spin.
 - Out of range: a follower behind the leader's log start starts again at it (its log emptied);
   one ahead of the leader's log truncates to the leader's high watermark and fetches on.
 - NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_LEADER_EPOCH (the leader's image
@@ -80,6 +83,10 @@ class _Fetching:
     delayed_until: float = 0.0  # loop time: after an error, skip until then
     lagging_retries: int = 0  # answers that the leader's image lags ours, in a row
     throttled: bool = False  # reassignment: its bytes count against follower.replication.throttled.rate
+    # the last divergence answer and this log's (end, latest epoch) after acting on it: the same
+    # answer again with the log unchanged is no progress (``_diverged``)
+    diverged: tuple[int, int, int, int] | None = None
+    stuck: bool = False  # said so once; cleared by progress
 
 
 def _time_out(answer: "asyncio.Future[Any]", timeout: float) -> None:
@@ -372,14 +379,10 @@ class ReplicaFetcher:
         if code == ErrorCode.none:
             diverging = p.diverging_epoch
             if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
-                offset = _truncation_offset(part, diverging.epoch, diverging.end_offset)
-                log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
-                         part.topic, part.index, self.leader_id, diverging.epoch, diverging.end_offset,
-                         plog.log_end_offset, offset)
-                self.manager.truncate(part, offset)
-                self._renew(f)
+                self._diverged(f, diverging.epoch, diverging.end_offset, retry_at)
                 return True
             f.lagging_retries = 0
+            f.diverged, f.stuck = None, False
             records = p.records
             if records:
                 if not self._starts_at_end(part, records):
@@ -420,13 +423,38 @@ class ReplicaFetcher:
         f.delayed_until = retry_at
         return True
 
+    def _diverged(self, f: _Fetching, epoch: int, end_offset: int, retry_at: float) -> None:
+        """The leader says this log diverges from its own after ``epoch``, which ends at
+        ``end_offset`` on the leader: truncate (``_truncation_offset``) and fetch again. The same
+        answer again while this log is where the last one left it (same end, same latest epoch)
+        would be answered the same way forever: the follower backs off ``replica.fetch.backoff.ms``
+        and says so once, instead of asking thousands of times a second."""
+        part = f.partition
+        plog = part.log
+        if f.diverged == (epoch, end_offset, plog.log_end_offset, plog.latest_epoch):
+            if not f.stuck:
+                f.stuck = True
+                log.warning("%s-%d: leader %d answers again that this log diverges after its epoch %d (ends at %d), "
+                            "but truncating made no progress (log end %d, latest epoch %d): retrying every "
+                            "replica.fetch.backoff.ms", part.topic, part.index, self.leader_id, epoch, end_offset,
+                            plog.log_end_offset, plog.latest_epoch)
+            f.delayed_until = retry_at
+            return
+        offset = _truncation_offset(part, epoch, end_offset)
+        log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
+                 part.topic, part.index, self.leader_id, epoch, end_offset, plog.log_end_offset, offset)
+        self.manager.truncate(part, offset)
+        f.diverged = (epoch, end_offset, plog.log_end_offset, plog.latest_epoch)
+        self._renew(f)
+
     def _renew(self, f: _Fetching) -> None:
         """After a truncation, answers still in flight for the partition are stale: a fresh
         fetch state makes :meth:`_handle` pass them by (and start the pipeline again if one
         carries records)."""
         key = f.partition.key
         if self.partitions.get(key) is f:
-            self.partitions[key] = _Fetching(f.partition, f.leader_epoch, f.delayed_until, f.lagging_retries, f.throttled)
+            self.partitions[key] = _Fetching(f.partition, f.leader_epoch, f.delayed_until, f.lagging_retries, f.throttled,
+                                             f.diverged, f.stuck)
 
 
 def fetcher_index(name: str, index: int, fetchers: int) -> int:
@@ -458,8 +486,7 @@ class FetcherManager:
         return inter_broker_endpoint(self.config(), b)
 
     def truncate(self, part: "Partition", offset: int) -> None:
-        if offset < part.log.log_end_offset:
-            part.log.truncate_to(offset)
+        part.log.truncate_to(offset)  # at or past the end too: it drops an empty epoch taken there
 
     def truncate_fully(self, part: "Partition", offset: int) -> None:
         part.log.truncate_fully_and_start_at(offset)

@@ -80,7 +80,8 @@ Leader epochs (``shoal.storage.epochs``, KIP-101/279): the log keeps a ``LeaderE
 to a scan of its batch headers (an entry where a batch's partitionLeaderEpoch exceeds every
 earlier one). ``append`` compares its ``leader_epoch`` with the latest epoch (one comparison) and
 assigns a new entry when it is larger; ``append_as_follower`` does so per batch; ``truncate_to``
-drops the entries from the new end, retention and DeleteRecords move the first to the log start,
+drops the entries from the new end (even when it cuts nothing: an epoch taken at the log end and
+never written in), retention and DeleteRecords move the first to the log start,
 ``truncate_fully_and_start_at`` clears it. The cache is written to ``leader-epoch-checkpoint``
 (Kafka's format) by ``flush`` (temp file, fsync, rename, directory fsync) before the recovery
 point moves, never on the append path: an unclean open takes the checkpoint, forgets its entries
@@ -1765,6 +1766,13 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if offset >= self._leo:
+                # Nothing to cut, but an epoch entry may start at the log end: a leader that
+                # took an epoch (``assign_epoch_start_offset``) and wrote nothing in it before
+                # another was elected. Kafka's ``truncateTo`` trims the cache here too; without
+                # it the follower keeps sending that empty epoch as ``last_fetched_epoch``, the
+                # leader keeps answering it diverges, and the follower never fetches again.
+                if self._epochs.truncate_from_end(self._leo):
+                    self._epoch_seq += 1
                 return
             if offset < self._segments[0].base or offset < self._log_start:
                 self._truncate_fully(offset)

@@ -155,6 +155,43 @@ def test_the_leaders_kill_loses_no_acknowledged_write_and_the_broker_catches_up(
     assert epoch_end(cluster[leader].bootstrap, topic, 1)[0] == "NOT_LEADER_OR_FOLLOWER"
 
 
+def test_an_idle_partition_led_back_by_its_preferred_leader_keeps_every_follower(cluster):
+    """kill -9 the leader A of an idle partition; B leads an epoch and writes nothing in it; A
+    returns and the preferred election makes it leader again. B's empty epoch is unknown to A:
+    A answers that B diverges at B's log end, and B must drop that epoch (truncating to its log
+    end) and fetch on. It used to truncate nothing, keep its empty epoch, and ask again thousands
+    of times a second, out of the ISR for good."""
+    from kafka import KafkaAdminClient
+
+    topic = f"idle-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 1, configs={"min.insync.replicas": "2"})
+    a, _, _ = until(lambda: (p := partitions(cluster[1].bootstrap, topic)[0]) and len(p[2]) == 3 and p, 15)
+    produce(cluster[1].bootstrap, topic, [b"i%03d" % i for i in range(20)])
+    until(lambda: replicas_identical(cluster, topic, 0, (1, 2, 3)), 20, "replicated before the kill")
+    cluster.kill(a)
+    others = [n for n in (1, 2, 3) if n != a]
+    b = until(lambda: (p := partitions(cluster[others[0]].bootstrap, topic)[0]) and p[0] in others and p[0], 30,
+              "a new leader")
+    cluster.start_one(a)
+    until(lambda: sorted(partitions(cluster[b].bootstrap, topic)[0][2]) == [1, 2, 3], 60, "A back in the ISR")
+    marks = {n: len(cluster[n].log_text()) for n in others}
+    admin = KafkaAdminClient(bootstrap_servers=cluster[b].bootstrap, request_timeout_ms=30000)
+    try:
+        r = admin.elect_leaders(0, {topic: [0]})  # preferred: A again
+        assert r.replica_election_results[0].partition_result[0].error_code == 0
+    finally:
+        admin.close()
+    until(lambda: partitions(cluster[b].bootstrap, topic)[0][0] == a, 15, "A leading again")
+    more = produce(cluster[b].bootstrap, topic, [b"j%03d" % i for i in range(20)])
+    assert len(more) == 20
+    time.sleep(LAG_MS / 1000 * 1.5)  # a follower that stopped fetching would have left the ISR by now
+    assert sorted(partitions(cluster[a].bootstrap, topic)[0][2]) == [1, 2, 3]
+    until(lambda: replicas_identical(cluster, topic, 0, (1, 2, 3)), 20, "every replica holds the new records")
+    for n in others:
+        diverged = cluster[n].log_text()[marks[n]:].count(f"{topic}-0: log diverges")
+        assert diverged <= 2, f"broker {n} logged {diverged} divergences"
+
+
 def epoch_end(bootstrap: str, topic: str, epoch: int, current: int = -1) -> tuple[str, int, int]:
     async def ask():
         async with AdminClient(bootstrap, timeout=10) as c:

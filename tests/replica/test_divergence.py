@@ -12,6 +12,7 @@ from shoal.handlers.fetch import _divergence
 from shoal.protocol.records import build_batch
 from shoal.replica.fetcher import _truncation_offset
 from shoal.storage import LogManager
+from test_replica_manager import FOLLOWING, image, rm  # noqa: F401  (fixture)
 
 
 def batch(i: int) -> bytearray:
@@ -63,3 +64,50 @@ def test_a_follower_behind_in_the_same_epoch_does_not_diverge(tmp_path) -> None:
     assert _divergence(leader, 3, 7) == (3, 6)  # more of epoch 3 than the leader: cut to 6
     assert _divergence(leader, 4, 7) == (3, 6)  # an epoch the leader never had: agree up to its end
     logs.close()
+
+
+def test_an_empty_epoch_at_the_log_end_is_dropped_and_the_logs_agree(tmp_path) -> None:
+    """The follower led epoch 1 at its log end (5) and wrote nothing; the old leader came back
+    with epoch 2. The leader answers that the follower's epoch 1 diverges at 5, its log end:
+    truncating there cuts nothing but must drop the empty epoch, after which the logs agree."""
+    clock = ManualClock()
+    leader_logs, follower_logs = LogManager(tmp_path / "l", clock=clock), LogManager(tmp_path / "f", clock=clock)
+    leader, follower = leader_logs.get_or_create("t", 0), follower_logs.get_or_create("t", 0)
+    write(leader, [0] * 5)
+    write(follower, [0] * 5)
+    follower.assign_epoch_start_offset(1)
+    leader.assign_epoch_start_offset(2)
+    diverging = _divergence(leader, follower.latest_epoch, follower.log_end_offset)
+    assert diverging == (0, 5)
+    cut = _truncation_offset(SimpleNamespace(log=follower), *diverging)
+    assert cut == 5 == follower.log_end_offset
+    follower.truncate_to(cut)
+    assert follower.latest_epoch == 0
+    assert _divergence(leader, follower.latest_epoch, follower.log_end_offset) is None
+    leader_logs.close()
+    follower_logs.close()
+
+
+def test_the_same_divergence_without_progress_backs_off_and_is_said_once(rm, caplog) -> None:  # noqa: F811
+    """A leader that keeps answering a divergence the follower has already acted on (its log
+    where the last answer left it) is not asked again at once: the partition waits
+    ``replica.fetch.backoff.ms`` and one warning says why, however often it repeats."""
+    import logging
+
+    from shoal.replica.fetcher import ReplicaFetcher, _Fetching
+
+    rm.publish(image([FOLLOWING]))
+    part = rm.partition("t", FOLLOWING.partition)
+    write(part.log, [0] * 5)
+    fetcher = ReplicaFetcher(rm.fetchers, FOLLOWING.leader, 0)
+    f = fetcher.partitions[part.key] = _Fetching(part, 0)
+    with caplog.at_level(logging.INFO, logger="shoal.replica.fetcher"):
+        fetcher._diverged(f, 0, 5, retry_at=10.0)  # acted on: truncate to 5 (nothing to cut)
+        f = fetcher.partitions[part.key]
+        assert f.delayed_until == 0.0 and not f.stuck
+        for _ in range(5):
+            fetcher._diverged(f, 0, 5, retry_at=20.0)
+    assert f.stuck and f.delayed_until == 20.0
+    said = [r for r in caplog.records if "truncating made no progress" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert sum("log diverges from leader" in r.getMessage() for r in caplog.records) == 1

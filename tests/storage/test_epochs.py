@@ -277,6 +277,27 @@ def test_truncation_retention_and_delete_records(tmp_path) -> None:
     log.close()
 
 
+def test_truncating_to_the_log_end_drops_an_empty_epoch_taken_there(tmp_path) -> None:
+    """A broker led epoch 4 (``assign_epoch_start_offset`` at its log end, 4) and wrote nothing
+    before the old leader came back with epoch 5; its follower asks where epoch 4 ends, learns 4,
+    and truncates to 4, its log end: nothing is cut, but the entry (4, 4) must go, or it keeps
+    sending 4 as ``last_fetched_epoch`` and is told it diverges forever (Kafka's ``truncateTo``)."""
+    log = open_log(tmp_path / "t-0", retention_ms=-1)
+    log.append(batch(2), now_ms=T0, leader_epoch=1)
+    log.append(batch(2), now_ms=T0, leader_epoch=3)
+    log.assign_epoch_start_offset(4)
+    assert log.epoch_entries() == [(1, 0), (3, 2), (4, 4)] and log.latest_epoch == 4
+    log.truncate_to(4)
+    assert log.log_end_offset == 4
+    assert log.epoch_entries() == [(1, 0), (3, 2)] == header_epochs(log)
+    assert log.latest_epoch == 3
+    log.flush()
+    assert file_entries(log) == [(1, 0), (3, 2)]  # the change reaches the checkpoint
+    log.truncate_to(9)  # beyond the end: nothing to cut, nothing to drop
+    assert log.epoch_entries() == [(1, 0), (3, 2)]
+    log.close()
+
+
 def test_retention_moves_the_first_entry(tmp_path) -> None:
     log = open_log(tmp_path / "t-0", segment_bytes=len(batch(2)) * 2, retention_ms=1000)
     for i, epoch in enumerate([1, 1, 2, 2, 3]):
