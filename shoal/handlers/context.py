@@ -48,3 +48,21 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    def is_replica(self, replica_id: int) -> bool:
+        """Whether a request that names ``replica_id`` (Fetch, OffsetsForLeaderEpoch) is a
+        replica's: decided once per request from who asks, never from the field alone. A
+        replica is a broker of the physical cluster, a principal holding CLUSTER_ACTION there
+        (Kafka's ``isFromFollower`` plus its CLUSTER_ACTION check); a tenant's principal, or
+        one without the right, that sets ``replica_id`` >= 0 is a consumer and is served,
+        metered and throttled as one. A fetch session's incremental fetches name no topics,
+        so no per-topic check can stand in for this one."""
+        if replica_id < 0:
+            return False
+        known = self.extra.get("replica")
+        if known is None:
+            from shoal.tenancy.acl import Operation
+
+            scope = self.scope
+            known = self.extra["replica"] = bool(scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION))
+        return known

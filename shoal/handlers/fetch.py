@@ -19,7 +19,10 @@ Scoped: topic names and ids are the tenant's (``ctx.scope``): another tenant's t
 UNKNOWN_TOPIC_ID, its name resolves to this tenant's own (missing) topic. Reading needs READ on the
 topic (TOPIC_AUTHORIZATION_FAILED, left out of the session, as Kafka does); a replica's fetch
 (replica_id >= 0, exempt from quotas) needs CLUSTER_ACTION on the cluster instead, and only the
-physical view has replicas: a tenant's is TOPIC_AUTHORIZATION_FAILED. A fetch session belongs
+physical view has replicas: a tenant's is TOPIC_AUTHORIZATION_FAILED. Who is a replica is decided
+once per request from the principal (``RequestContext.is_replica``), not from ``replica_id``: a
+fetch that claims it without the right (a session's incremental fetch names no topic to refuse)
+is a consumer's, with its quota, metering and high watermark. A fetch session belongs
 to the scope and principal that created it: any other caller gets FETCH_SESSION_ID_NOT_FOUND.
 
 ``isolation_level`` READ_COMMITTED (1) reads up to the last stable offset instead of the high
@@ -149,10 +152,13 @@ async def handle_fetch(ctx, req):
     scope = ctx.scope
     owner = (scope.tenant_id, ctx.principal)
     # A replica's fetch needs CLUSTER_ACTION on the cluster instead of READ on each topic
-    # (Kafka's isFromFollower); replicas are brokers, never a tenant's principals.
+    # (Kafka's isFromFollower); replicas are brokers, never a tenant's principals. Decided once
+    # for the whole request, from the principal (``RequestContext.is_replica``): everything
+    # below (log end or high watermark, quotas, metering, the ISR) follows ``follower``, so a
+    # session's incremental fetch, which names no topic, cannot read as a replica either.
     replica_id = _replica_id(req)
-    follower = replica_id >= 0
-    replica_ok = follower and scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)
+    follower = ctx.is_replica(replica_id)
+    claims_replica = replica_id >= 0
     wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
     unknown_ids: list[tuple[uuid.UUID, int]] = []
     denied: list[tuple[str | None, uuid.UUID | None, int]] = []
@@ -168,7 +174,7 @@ async def handle_fetch(ctx, req):
             visible = t.topic
             name = scope.physical(visible)
         tid = t.topic_id if use_ids else None
-        if not (replica_ok if follower else scope.allowed(Operation.READ, ResourceType.TOPIC, visible)):
+        if not (follower if claims_replica else scope.allowed(Operation.READ, ResourceType.TOPIC, visible)):
             denied.extend((visible, tid, p.partition) for p in t.partitions)
             continue
         for p in t.partitions:
@@ -228,11 +234,11 @@ async def handle_fetch(ctx, req):
     if cap is not None:
         max_bytes = min(max_bytes, cap)
         min_bytes = min(min_bytes, max_bytes)
-    if replica_ok:  # replica: what the follower has (its fetch offset) may move the HW / ISR
+    if follower:  # replica: what the follower has (its fetch offset) may move the HW / ISR
         svc.replicas.follower_fetched(replica_id, image, targets.items(), svc.clock.now_ms())
     # reassignment (KIP-73): throttled replicas get no records while over the leader's rate
     throttle = svc.replicas.throttle
-    throttled = throttle.leader_keys(image, replica_id, targets) if replica_ok else set()
+    throttled = throttle.leader_keys(image, replica_id, targets) if follower else set()
     skip = throttled if throttled and throttle.exceeded("leader") else frozenset()
     # follower fetching (KIP-392): a v11+ consumer that gives its rack may be sent, by the leader,
     # to a replica in that rack (answered at once, no records), and may read from a follower
@@ -244,8 +250,8 @@ async def handle_fetch(ctx, req):
     committed = not follower and getattr(req, "isolation_level", 0) == 1
     # a follower may have several fetches in flight on its connection (pipelined replication,
     # ``shoal.replica.fetch.pipeline.depth``): each reads past what an earlier one was sent
-    pipeline = (replica_id, ctx.client_address) if replica_ok else None
-    order = _ReplicaOrder.of(ctx) if replica_ok else None
+    pipeline = (replica_id, ctx.client_address) if follower else None
+    order = _ReplicaOrder.of(ctx) if follower else None
     seq = order.take() if order is not None else 0
     try:
         if order is not None and not await order.turn(seq, deadline - loop.time()):

@@ -33,7 +33,7 @@ async def handle_offsets_for_leader_epoch(ctx, req):
     scope = ctx.scope
     image = svc.metadata.image
     replica = getattr(req, "replica_id", -1)
-    replica_ok = replica >= 0 and scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION)
+    replica_ok = ctx.is_replica(replica)
     topics = []
     for t in req.topics:
         allowed = replica_ok if replica >= 0 else scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.topic)

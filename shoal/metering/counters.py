@@ -97,7 +97,7 @@ class UsageCounters:
         key = ctx.header.api_key
         if key == PRODUCE:
             self._produce(ctx, request, response)
-        elif key == FETCH and response is not None and not is_follower_fetch(request):
+        elif key == FETCH and response is not None and not is_follower_fetch(ctx, request):
             self._fetch(ctx, response)
 
     def sent(self, rec: list) -> None:

@@ -201,8 +201,10 @@ def fetched_topic(image: Any, scope: Any, tr: Any) -> tuple[str, bool]:
     return (info.name, True) if info is not None else ("", False)
 
 
-def is_follower_fetch(request: Any) -> bool:
-    return _fetch_replica_id(request) >= 0
+def is_follower_fetch(ctx: Any, request: Any) -> bool:
+    """A Fetch from a replica: ``replica_id`` >= 0 from a principal that may be one
+    (``RequestContext.is_replica``); anything else is a consumer's."""
+    return ctx.is_replica(_fetch_replica_id(request))
 
 
 def record_count(records: bytes) -> int:
@@ -250,7 +252,7 @@ class BrokerMetrics:
         if name is None:
             name = self._names[key] = api_name(key)
         if key == FETCH:  # Kafka's request names split Fetch by who asks
-            name = "FetchFollower" if is_follower_fetch(request) else "FetchConsumer"
+            name = "FetchFollower" if is_follower_fetch(ctx, request) else "FetchConsumer"
         stats = self.apis.get(name)
         if stats is None:
             stats = self.apis[name] = ApiStats()

@@ -970,6 +970,39 @@ def test_replica_fetch_needs_cluster_action(env):
     ], "mallory's replica fetch"))
 
 
+def test_a_sessions_incremental_fetch_that_claims_a_replica_is_a_consumers(env):
+    """Who is a replica is decided from the principal, not from ``replica_id``: ada (the tenant's
+    administrator, READ on her topics) opens a fetch session as a consumer, then sends its
+    incremental fetches (which name no topic, so no per-topic check runs) with replica id 1.
+    They are a consumer's: her consumer quota throttles them and they return nothing while
+    throttled. (They were a follower's: no quota, metered as replication, the log end.)"""
+    async def go() -> tuple[dict, list[dict]]:
+        async with env.ada.client() as cl:
+            first = plain(await send(cl, 1, fetch_fields(topic_id=env.ids[T], epoch=0)))
+            assert has_records(first) and first["session_id"] > 0, first
+            async with env.ada.client() as a:  # her own quota, 1 byte/s, set by herself
+                ok(await send(a, 49, quota_fields("ada", 1.0)))
+            try:
+                await asyncio.sleep(0.5)  # the quota reaches the broker's quota manager
+                fields = {**fetch_fields(session=first["session_id"], epoch=1),
+                          "replica_id": 1, "replica_state": {"replica_id": 1, "replica_epoch": 0}}
+                later = await send(cl, 1, fields, version=12)  # a throttled answer mutes cl
+            finally:
+                async with env.ada.client() as a:
+                    ok(await send(a, 49, quota_fields("ada", None)))
+        return first, later
+
+    first, later = asyncio.run(go())
+    assert later.error_code == 0, later
+    assert later.throttle_time.total_seconds() > 0 and not has_records(plain(later)), later
+
+
+def quota_fields(user: str, rate: float | None) -> dict[str, Any]:
+    op = {"key": "consumer_byte_rate", "value": rate or 0.0, "remove": rate is None}
+    return {"entries": [{"entity": [{"entity_type": "user", "entity_name": user}], "ops": [op]}],
+            "validate_only": False}
+
+
 PLACEMENT_ROWS = {  # what an operator's ALTER gets, where a tenant's gets CLUSTER_AUTHORIZATION_FAILED
     "43-preferred": Expect(ErrorCode.election_not_needed,
                            holds=lambda r: r["replica_election_results"][0]["topic"].endswith("_" + T)),
