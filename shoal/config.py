@@ -377,6 +377,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("queued.max.request.bytes", "long", 268435456,
            "The number of queued bytes (requests read and not yet answered, broker-wide) allowed before no "
            "more requests are read. Shoal's default is 256 MiB (Kafka's, -1, is unbounded); -1: no limit."),
+        _d("shoal.queued.max.request.bytes.per.principal", "long", -1,
+           "Shoal: the most of queued.max.request.bytes one owner may hold (a tenant, all its principals "
+           "together; else one principal of the physical cluster), counting each frame being read at the "
+           "size its length announces. An owner at its share reads no further request until its own are "
+           "answered; everyone else reads on. One frame may take an owner past it. -1: a quarter of "
+           "queued.max.request.bytes (no limit when that has none)."),
         _d("sasl.server.max.receive.size", "int", 524288,
            "The maximum receive size allowed before and during initial SASL authentication; a larger "
            "frame closes the connection.", at_least(1)),

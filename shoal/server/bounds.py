@@ -4,18 +4,25 @@ One ``ConnectionGuard`` per broker (``ConnectionGuard.for_broker``), shared by i
 (``shoal.server.connection``):
 
 - **Request memory** (``queued.max.request.bytes``, Kafka's request ``MemoryPool``): the bytes
-  of requests read but not yet answered, broker-wide. A connection reserves a frame's size when
-  it reads the frame's length, and gives it back when the response is handed to the socket (or
-  the connection closes). While the pool is used up, a connection that needs memory for its next
-  frame stops reading (as Kafka mutes the channel) until another connection gives memory back.
-  The pool is not strict (Kafka's ``SimpleMemoryPool`` neither): a reservation is granted while
-  anything is left, so one frame may take it over the limit by at most
-  ``socket.request.max.bytes``. Frames of a SASL connection before it has authenticated are
-  counted once read but never wait for memory nor reserve it while partial (Kafka's
-  authenticator reads them outside the pool too): they are bounded by
-  ``sasl.server.max.receive.size`` and the authentication timeout, and unauthenticated clients
-  cannot use the pool up to stall the authenticated ones. Authenticated clients can (holding
-  partial frames), as in Kafka; ``shoal.request.read.timeout.ms`` bounds how long.
+  of requests read but not yet answered, broker-wide. A connection takes memory for a frame as
+  its bytes arrive (not the size its 4-byte length announces: Kafka's pool reserves that at once,
+  so a client that sent only the lengths of three 100 MB frames held the whole pool and stalled
+  every connection of the broker, replication included), and gives it back when the response is
+  handed to the socket (or the connection closes). While the pool is used up, a connection
+  about to start a frame stops reading (as Kafka mutes the channel) until memory is given back;
+  one in the middle of a frame reads on to its end, so that every frame that started can finish.
+  The pool is not strict (Kafka's ``SimpleMemoryPool`` neither): one frame may take it over the
+  limit by at most ``socket.request.max.bytes``.
+  **Shares**: each owner (a tenant, all its principals together; a principal of the physical
+  cluster on its own) may hold at most ``shoal.queued.max.request.bytes.per.principal`` (a
+  quarter of the pool by default), counting a frame being read at its announced size. An owner
+  at its share reads no further frame until its own requests are answered; everyone else reads
+  on. So one tenant's partial frames, announced or sent, hold at most its share (plus one
+  frame) and never the pool: other tenants and the brokers' replication keep being read.
+  Frames of a SASL connection before it has authenticated are counted once read but never wait
+  for memory nor reserve it while partial (Kafka's authenticator reads them outside the pool
+  too): they are bounded by ``sasl.server.max.receive.size`` and the authentication timeout.
+  ``shoal.request.read.timeout.ms`` bounds how long any frame may stay partial.
 - **Timeouts**, checked by one sweep over the connections every ``Timeouts.interval_s`` (no timer
   per connection or per request; a connection only raises flags the sweep reads and clears):
 
@@ -142,38 +149,65 @@ class Liveness:
 
 
 class RequestMemory:
-    """``queued.max.request.bytes``: bytes of requests read and not yet answered, broker-wide.
+    """``queued.max.request.bytes``: bytes of requests read and not yet answered, broker-wide,
+    and each owner's share of it.
 
-    Connections add to ``used`` themselves (``used >= limit`` means: wait) and give back with
-    ``release``; a connection that waits registers with ``wait`` and has ``memory_available()``
-    called once something was given back (all waiters are woken; each one checks again)."""
+    ``used`` counts the bytes held (frames read and unanswered, and what has arrived of the
+    frame being read); ``owned`` counts per owner the frames it holds and the announced size of
+    those it is reading. Connections add to both themselves (``charge``) and give back with
+    ``release``; a connection that must wait (``must_wait``: the pool is used up, or its owner
+    is at its ``share``) registers with ``wait`` and has ``memory_available()`` called once it
+    need not any more (each one checks again when woken)."""
 
-    __slots__ = ("limit", "used", "waiters")
+    __slots__ = ("limit", "share", "used", "owned", "waiters")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, share: int = -1) -> None:
         self.limit = limit if limit > 0 else sys.maxsize  # Kafka: -1 = unbounded
+        if share <= 0:
+            share = max(1, self.limit // 4) if self.bounded else sys.maxsize
+        self.share = share
         self.used = 0
-        self.waiters: dict[Any, None] = {}  # an ordered set: the first to wait is woken first
+        self.owned: dict[Any, int] = {}
+        self.waiters: dict[Any, Any] = {}  # conn -> its owner; ordered: the first to wait is woken first
 
     @property
     def bounded(self) -> bool:
         return self.limit != sys.maxsize
 
-    def wait(self, conn: Any) -> None:
-        self.waiters[conn] = None
+    def must_wait(self, owner: Any) -> bool:
+        """May a connection of ``owner`` not start reading another frame now?"""
+        return self.used >= self.limit or self.owned.get(owner, 0) >= self.share
+
+    def charge(self, owner: Any, n: int) -> None:
+        """``owner`` holds ``n`` more bytes (fewer, when negative)."""
+        owned = self.owned
+        left = owned.get(owner, 0) + n
+        if left:
+            owned[owner] = left
+        else:
+            owned.pop(owner, None)
+
+    def wait(self, conn: Any, owner: Any) -> None:
+        self.waiters[conn] = owner
 
     def forget(self, conn: Any) -> None:
         self.waiters.pop(conn, None)
 
-    def release(self, n: int) -> None:
-        """Give ``n`` bytes back (the connections inline this on their hot path)."""
+    def release(self, n: int, owner: Any) -> None:
+        """Give back ``n`` bytes ``owner`` held."""
         self.used -= n
-        if self.waiters and self.used < self.limit:
+        self.charge(owner, -n)
+        if self.waiters:
             self.wake()
 
     def wake(self) -> None:
-        waiters, self.waiters = self.waiters, {}
-        for conn in waiters:
+        """Tell the waiting connections that need not wait any more (an owner at its share keeps
+        waiting however much others give back)."""
+        if self.used >= self.limit:
+            return
+        ready = [conn for conn, owner in self.waiters.items() if not self.must_wait(owner)]
+        for conn in ready:
+            del self.waiters[conn]
             conn.memory_available()
 
 
@@ -183,7 +217,8 @@ class ConnectionGuard:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         config = broker.config
-        self.memory = RequestMemory(int(config.get("queued.max.request.bytes")))
+        self.memory = RequestMemory(int(config.get("queued.max.request.bytes")),
+                                    int(config.get("shoal.queued.max.request.bytes.per.principal")))
         self.queued_response_max = int(config.get("shoal.connection.queued.response.max.bytes"))
         self._sasl_max_receive: dict[str, int] = {}
         self.closed: dict[str, int] = dict.fromkeys(REASONS, 0)

@@ -154,8 +154,10 @@ class KafkaConnection(asyncio.Protocol):
         self._queued = 0  # bytes of finished responses waiting behind an earlier one
         self._write_paused = False  # the transport's write buffer is over _queue_max
         self._memory_wait = False  # waiting for request memory (queued.max.request.bytes)
-        self._reserved = 0  # request memory taken for the frame being read
+        self._reserved = 0  # request memory taken for the frame being read: what has arrived of it
+        self._announced = 0  # its size as its length says, charged to the owner's share
         self._held = 0  # request memory held by frames read and not answered
+        self._owner: Any = (None, "User:ANONYMOUS")  # whose share of the request memory (bind_principal)
         self._framing = False  # inside _frames
         self._preauth = False  # a SASL connection before authentication: sasl.server.max.receive.size
         self._active = False  # read something since the last sweep
@@ -207,9 +209,12 @@ class KafkaConnection(asyncio.Protocol):
             t.cancel()
         # -- bounds: give back the request memory, drop what was read or waits to be written
         self._memory.forget(self)
-        held, self._held, self._reserved = self._held + self._reserved, 0, 0
-        if held:
-            self._memory.release(held)
+        held, reserved, announced = self._held, self._reserved, self._announced
+        self._held = self._reserved = self._announced = 0
+        if held or reserved or announced:
+            self._memory.used -= reserved  # what had arrived of a partial frame
+            self._memory.charge(self._owner, -announced)  # and its announced size
+            self._memory.release(held, self._owner)
         self._pending.clear()
         self._queued = 0
         self._buf = bytearray()
@@ -228,9 +233,10 @@ class KafkaConnection(asyncio.Protocol):
         pos = 0
         n = len(buf)
         memory = self._memory
-        # bounds: request memory is checked once per read, and taken for what was cut at the end
-        # (the pool is not strict); a SASL connection before authentication never waits for it.
-        if memory.used >= memory.limit and not self._reserved and not self._preauth:
+        # bounds: request memory is checked once per read, before a frame starts (one that has
+        # started reads on to its end: the pool is not strict), and taken as bytes arrive; a SASL
+        # connection before authentication never waits for it.
+        if not self._reserved and not self._preauth and memory.must_wait(self._owner):
             self._wait_for_memory()
             return
         taken = 0
@@ -252,16 +258,22 @@ class KafkaConnection(asyncio.Protocol):
             self._framing = False
             if taken:  # the first frame cut was the one reserved while partial, if any
                 memory.used += taken - self._reserved
+                memory.charge(self._owner, taken - self._announced)
                 self._held += taken
-                self._reserved = 0
+                self._reserved = self._announced = 0
         if pos:
             self._framed = True
             del buf[:pos]
-        if n - pos >= 4 and not self._reserved and not self._preauth:  # a frame partly read
-            (size,) = _I32.unpack_from(buf, 0)
-            if 0 < size <= self._max_request:
-                memory.used += size
-                self._reserved = size
+        if n - pos >= 4 and not self._preauth:  # a frame partly read: what has arrived of it
+            if not self._announced:
+                (size,) = _I32.unpack_from(buf, 0)
+                if not 0 < size <= self._max_request:
+                    return
+                memory.charge(self._owner, size)  # its owner's share counts it whole
+                self._announced = size
+            arrived = n - pos
+            memory.used += arrived - self._reserved
+            self._reserved = arrived
 
     def _frame_too_large(self, size: int) -> bool:
         """A frame's size is over this connection's limit: close it (True), unless it has
@@ -294,6 +306,12 @@ class KafkaConnection(asyncio.Protocol):
         self.principal = principal
         self.tenant = tenant_of(self.broker.metadata.image, principal)
         self._scope = None
+        owner = (self.tenant, None) if self.tenant is not None else (None, principal)  # bounds: its share
+        if owner != self._owner:
+            mine = self._held + self._announced  # (the SASL exchange's frames, still unanswered)
+            self._memory.charge(self._owner, -mine)
+            self._memory.charge(owner, mine)
+            self._owner = owner
         if self._preauth:
             self._lift_preauth_limit()
 
@@ -631,10 +649,7 @@ class KafkaConnection(asyncio.Protocol):
             if s.close_after:
                 self.close()
         self._held -= answered
-        memory = self._memory  # (RequestMemory.release, inline)
-        memory.used -= answered
-        if memory.waiters and memory.used < memory.limit:
-            memory.wake()
+        self._memory.release(answered, self._owner)
         if queued:
             self._queued -= queued
         if self._paused:
@@ -671,7 +686,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _wait_for_memory(self) -> None:
         self._memory_wait = True
-        self._memory.wait(self)
+        self._memory.wait(self, self._owner)
         self._update_reading()
 
     def memory_available(self) -> None:

@@ -254,6 +254,47 @@ def test_unauthenticated_frames_are_capped_and_memory_is_returned(guarded):
     print(f"\npre-auth 100 MB frames x10: RSS {rss_before:.0f} -> {rss_after:.0f} MiB")
 
 
+def scram_login(address: str, user: str, password: str) -> RawClient:
+    """A raw connection that has authenticated with SCRAM-SHA-256 (SaslHandshake v1 and two
+    SaslAuthenticate v2 rounds), ready for requests of its own making."""
+    import scramp
+
+    c = RawClient(address, client_id=user, timeout=10)
+    assert c.call(17, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == 0
+    client = scramp.ScramClient(["SCRAM-SHA-256"], user, password)
+    r = c.call(36, 2, {"auth_bytes": client.get_client_first().encode()})
+    client.set_server_first(bytes(r.auth_bytes).decode())
+    r = c.call(36, 2, {"auth_bytes": client.get_client_final().encode()})
+    assert r.error_code == 0, r
+    client.set_server_final(bytes(r.auth_bytes).decode())
+    return c
+
+
+def test_an_authenticated_clients_announced_frames_do_not_hold_the_request_memory(guarded):
+    """alice logs in on three connections and sends on each only the length of a 100 MB frame:
+    300 MB announced, over the broker's 256 MiB ``queued.max.request.bytes``. Memory is taken as
+    bytes arrive, and an owner's share counts its frames at their announced size: alice's first
+    frame takes her past her share (a quarter of the pool), so her other two connections wait,
+    and everyone else is read at once (they waited for the read timeout, 30 s, while the pool
+    was reserved from the lengths)."""
+    b = guarded
+    sasl = f"{b.host}:{b.sasl_port}"
+    hogs = [scram_login(sasl, USER, PASSWORD) for _ in range(3)]
+    try:
+        for h in hogs:
+            h.sock.sendall(struct.pack(">i", 100 * MIB))
+        time.sleep(0.5)  # read by the broker
+        started = time.monotonic()
+        round_trip(b, n=20)  # PLAINTEXT: another owner
+        took = time.monotonic() - started
+        assert took < 15, f"another client waited {took:.1f} s"
+        assert b.metrics()['shoal_connections_paused{reason="memory"}'] == 2  # alice's 2nd and 3rd
+        assert b.metrics()["shoal_queued_request_bytes"] < MIB  # what arrived, not what was announced
+    finally:
+        for h in hogs:
+            h.close()
+
+
 def test_connection_that_does_not_authenticate_in_time_is_closed(guarded):
     b = guarded
     silent = [socket.create_connection((b.host, b.sasl_port), timeout=10) for _ in range(20)]

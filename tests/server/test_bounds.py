@@ -122,29 +122,58 @@ class _Waiter:
 
 
 def test_request_memory_wakes_waiters_once_memory_is_given_back_below_the_limit():
-    m = RequestMemory(100)
+    m = RequestMemory(100, 1000)
     m.used = 150  # not strict: one frame may take it over
+    m.charge("x", 150)
     a, b = _Waiter(), _Waiter()
-    m.wait(a)
-    m.wait(b)
-    m.release(40)  # 110: still over
+    m.wait(a, "a")
+    m.wait(b, "b")
+    m.release(40, "x")  # 110: still over
     assert (a.woken, b.woken) == (0, 0) and len(m.waiters) == 2
-    m.release(20)  # 90: both woken, once, and forgotten
+    m.release(20, "x")  # 90: both woken, once, and forgotten
     assert (a.woken, b.woken) == (1, 1) and not m.waiters
-    m.release(10)
+    m.release(10, "x")
     assert (a.woken, b.woken) == (1, 1)
+    assert m.owned == {"x": 80}
 
 
 def test_request_memory_forgets_a_closed_waiter_and_minus_one_is_unbounded():
     m = RequestMemory(10)
     m.used = 10
     a = _Waiter()
-    m.wait(a)
+    m.wait(a, "a")
     m.forget(a)
-    m.release(10)
+    m.release(10, "a")
     assert a.woken == 0
     unbounded = RequestMemory(-1)
-    assert not unbounded.bounded and unbounded.used < unbounded.limit
+    assert not unbounded.bounded and unbounded.used < unbounded.limit and not unbounded.must_wait("a")
+
+
+def test_an_owner_at_its_share_waits_while_everyone_else_reads_on():
+    """A tenant that announced frames up to its share (a quarter of the pool by default) waits
+    for its own requests to be answered; others do not wait for it, and what others give back
+    does not wake it."""
+    m = RequestMemory(400)
+    assert m.share == 100
+    assert not m.must_wait("t1")  # the first frame of an owner is always read (not strict)
+    m.charge("t1", 150)  # one 150-byte frame announced: over its share by one frame at most
+    assert m.must_wait("t1") and not m.must_wait("t2") and m.used == 0
+    t1, t2 = _Waiter(), _Waiter()
+    m.wait(t1, "t1")
+    m.used += 50
+    m.charge("t2", 50)
+    m.release(50, "t2")  # t2's answered: t1 still at its share
+    assert t1.woken == 0 and m.waiters == {t1: "t1"}
+    m.used += 150
+    m.release(150, "t1")  # t1's frame answered: it may read again
+    assert t1.woken == 1 and not m.waiters and m.owned == {}
+    m.used = 400  # the pool used up: everyone waits
+    assert m.must_wait("t2")
+    m.wait(t2, "t2")
+    m.charge("t3", 400)
+    m.release(1, "t3")
+    assert t2.woken == 1
+    assert RequestMemory(400, 300).share == 300
 
 
 # -- closes: counters and summary log lines ---------------------------------------------------------

@@ -113,12 +113,16 @@ def test_requests_wait_while_the_client_does_not_take_its_responses(make_broker)
 
 def test_a_connection_waits_for_request_memory_another_gives_back(make_broker):
     async def run():
-        broker = await make_broker(**{"queued.max.request.bytes": "1000"})
+        broker = await make_broker(**{"queued.max.request.bytes": "1000",
+                                      "shoal.queued.max.request.bytes.per.principal": "100000"})
         try:
             memory = ConnectionGuard.for_broker(broker).memory
             hog, _ = connect(broker)
-            hog.data_received(struct.pack(">i", 5000) + b"\0" * 100)  # a frame of 5,000 bytes, partly read
-            assert memory.used == 5000  # reserved when its size was read (over the limit: not strict)
+            hog.data_received(struct.pack(">i", 5000) + b"\0" * 1200)  # a frame of 5,000 bytes, partly read
+            assert memory.used == 1204  # what has arrived of it (over the limit: not strict)
+            assert memory.owned == {(None, "User:ANONYMOUS"): 5000}  # its owner's share: the announced size
+            hog.data_received(b"\0" * 100)
+            assert memory.used == 1304
             conn, t = connect(broker)
             conn.data_received(api_versions(1))
             await settle()
@@ -128,6 +132,38 @@ def test_a_connection_waits_for_request_memory_another_gives_back(make_broker):
             assert t.correlation_ids() == [1] and t.reading and conn.paused_because is None
             assert memory.used == 0
             conn.connection_lost(None)
+            assert memory.owned == {}
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_an_owner_past_its_share_waits_alone(make_broker):
+    """Lengths of large frames announced by one principal take no pool memory and stall only
+    that principal's next frames, never another's."""
+    async def run():
+        broker = await make_broker(**{"queued.max.request.bytes": "4000"})  # shares of 1,000
+        try:
+            memory = ConnectionGuard.for_broker(broker).memory
+            hogs = [connect(broker) for _ in range(3)]
+            for hog, _ in hogs:
+                hog.bind_principal("User:mallory")
+                hog.data_received(struct.pack(">i", 3000))  # only the length of a 3,000-byte frame
+            await settle()
+            assert memory.used == 4  # the first hog's 4 bytes; the others wait before their frames
+            assert [h.paused_because for h, _ in hogs] == [None, "memory", "memory"]
+            conn, t = connect(broker)  # anonymous: another owner
+            conn.data_received(api_versions(1))
+            await settle()
+            assert t.correlation_ids() == [1] and conn.paused_because is None
+            hogs[0][0].connection_lost(None)  # mallory's announced frame is gone: her next may start
+            await settle()
+            assert hogs[1][0].paused_because is None and memory.owned[(None, "User:mallory")] == 3000
+            for hog, _ in hogs[1:]:
+                hog.connection_lost(None)
+            conn.connection_lost(None)
+            assert memory.used == 0 and memory.owned == {}
         finally:
             await broker.stop()
 
