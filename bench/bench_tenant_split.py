@@ -190,10 +190,12 @@ def start_cluster(workdir: Path, etcd_url: str, split: str):
     return c
 
 
-def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_rate", user: str = "splitter"):
+def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_rate", user: str = "splitter",
+                leaders: tuple[int, ...] = (1, 2, 3)):
     """A tenant with a SCRAM user (``user``: user names are the cluster's, one per tenant) and a
     tenant-wide producer quota (or ``key``), and topics t1, t2, t3 (one partition each) whose
-    preferred leaders are brokers 1, 2, 3; the Tenant and the topics."""
+    preferred leaders are brokers 1, 2, 3 (``leaders``: only those of these brokers); the Tenant
+    and the topics."""
     import asyncio
 
     from shoal.client import AdminClient as ShoalAdmin
@@ -203,7 +205,7 @@ def make_tenant(cluster, quota: float, rf: int = 1, key: str = "producer_byte_ra
     assert status == 201, body
     tenant = Tenant(cluster[1], body["tenant_id"])
     tenant.add_user(user)
-    topics = {n: f"t{n}" for n in (1, 2, 3)}
+    topics = {n: f"t{n}" for n in leaders}
 
     async def setup() -> None:
         async with ShoalAdmin(cluster[1].bootstrap, client_id="bench-split") as admin:

@@ -119,6 +119,10 @@ class Broker:
         from shoal.quotas.manager import QuotaManagers
 
         self.quotas = QuotaManagers(config, self.node_id)
+        # a tenant's consumer quota is split over the followers that may serve its consumers too
+        from shoal.replica.selector import selector_kind
+
+        self.quotas.fetch.follower_reads = selector_kind(config.get("replica.selector.class")) == "rack-aware"
         # scheduler: fair request processing across tenants (shoal.server.scheduler)
         from shoal.server.scheduler import RequestScheduler
 

@@ -804,7 +804,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            between(0, 1), True),
         # -- tenant-wide quotas split over brokers (shoal.quotas.demand; issue 15)
         _d("shoal.quota.tenant.split", "string", "demand",
-           "Shoal: how a tenant-wide byte-rate quota is split over the brokers leading the tenant's partitions: "
+           "Shoal: how a tenant-wide byte-rate quota is split over the brokers leading the tenant's partitions "
+           "(a consumer quota also over the followers that serve its consumers, KIP-392): "
            "equal (the multi-tenancy document's: quota / leaders) or demand (in proportion to each broker's "
            "recent demand from the tenant, exchanged through etcd, max-min fair when it exceeds the quota). "
            "On one node the slice is the whole quota either way.", one_of("equal", "demand"), True),

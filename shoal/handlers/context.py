@@ -41,6 +41,14 @@ class RequestContext:
                 self.client_address.rpartition(":")[0], self.tenant,
             )
 
+    def thread_ns(self, now_ns: int) -> int:
+        """The request's time on the broker's thread so far (KIP-124's request time): the steps
+        its handler has run (``handling_ns``) and the one running now, since ``step_start_ns``.
+        Not the time it waited between them (in a purgatory, a long poll, for a rebalance): that
+        is Kafka's remote time, which its request quota does not charge either. Valid while the
+        request is timed (a request quota is active, or the broker's metrics or metering count)."""
+        return self.handling_ns + now_ns - self.step_start_ns
+
     @property
     def api_version(self) -> int:
         return self.header.api_version

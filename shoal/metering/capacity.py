@@ -12,7 +12,10 @@ Capacity, per broker (the multi-tenancy document's "Capacity planning" model):
 * consumer: the read capacity less what replication reads (``bytes_in x (RF - 1)`` of the window:
   followers fetch what the leader took in);
 * requests: request time per second of window, against the request-handling time the broker has
-  (``request_threads``: 1 for Shoal's one event loop).
+  (``request_threads``: 1 for Shoal's one event loop). Request time is the requests' time on the
+  broker's thread (what the KIP-124 request quota charges; ``shoal.metering.counters``), not the
+  time they were outstanding: a long-polling Fetch waits most of its life, and counted whole, an
+  idle cluster's followers made every broker look twice over capacity.
 
 A window's utilization is the largest of the three ratios; a broker's peak and p95 are taken over
 its windows. Headroom is ``1 - p95``. A broker is *hot* when its p95 is above ``1 - target

@@ -22,7 +22,14 @@ for Produce and Fetch; a test feeds both the same requests and compares):
 * Requests per tenant: ``BrokerMetrics.requests`` (per API and tenant).
 * Request time and throttle time per tenant: :class:`UsageMetrics` adds them where
   ``BrokerMetrics.sent`` finishes a request (two dict additions; the metrics keep them per API
-  only).
+  only). Request time is what Kafka's request quota (KIP-124) charges and what the broker's
+  capacity is spent on: the request's time on the broker's thread, its ``local`` time in the
+  metrics (decoding, the handler's steps, encoding; ``RequestContext.thread_ns``). Not the time it
+  waited in the scheduler's queue, in a purgatory or a long poll (``queue`` and ``remote``), nor
+  for its turn on the socket: a long-polling consumer, or a follower, has a Fetch outstanding all
+  the time, and counting frame read to response sent made an idle broker look 100% busy per
+  consumer (an idle three-broker cluster 200% each, from its followers' fetches; the capacity
+  report then asked for 9 brokers).
 * Gauges, sampled: partitions this broker leads, the bytes of their logs (what the tenant stores;
   ``replica_storage_bytes``: every replica this broker hosts), open connections.
 """
@@ -33,21 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.metadata import owner_tenant
 from shoal.metering.record import Sample
-from shoal.observability import requests as _requests
-from shoal.observability.requests import (BYTES_IN, BYTES_OUT, FETCH, MESSAGES_IN, PRODUCE, TOPIC_FIELDS,
-                                         BrokerMetrics, RequestRecord, batch_messages, fetched_topic,
-                                         is_follower_fetch, produce_failures)
-
-# Positions in the metrics' request record, when it is a list (tenant: the key's second item).
-_R_KEY, _R_ARRIVED, _R_THROTTLE = (getattr(_requests, n, i) for n, i in (("R_KEY", 1), ("R_ARRIVED", 2),
-                                                                          ("R_THROTTLE", 6)))
+from shoal.observability.requests import (BYTES_IN, BYTES_OUT, FETCH, MESSAGES_IN, PRODUCE, R_KEY, R_LOCAL,
+                                         R_THROTTLE, TOPIC_FIELDS, BrokerMetrics, RequestRecord, batch_messages,
+                                         fetched_topic, is_follower_fetch, produce_failures)
 
 if TYPE_CHECKING:
     from shoal.broker import Broker
 
 
 class UsageMetrics(BrokerMetrics):
-    """The broker metrics plus request and throttle time per tenant (ns and ms, cumulative)."""
+    """The broker metrics plus request time (the requests' local time) and throttle time per
+    tenant (ns and ms, cumulative)."""
 
     def __init__(self, clock: Any, client_throttles: Any = None) -> None:
         super().__init__(clock, client_throttles)
@@ -56,11 +59,8 @@ class UsageMetrics(BrokerMetrics):
 
     def sent(self, rec: RequestRecord) -> None:
         super().sent(rec)
-        if isinstance(rec, list):  # the metrics' flat request record
-            t, arrived, throttle_ns = rec[_R_KEY][1], rec[_R_ARRIVED], rec[_R_THROTTLE]
-        else:
-            t, arrived, throttle_ns = rec.tenant, rec.arrived, rec.throttle_ns
-        self.tenant_time_ns[t] = self.tenant_time_ns.get(t, 0) + (self.nanos() - arrived)
+        t, throttle_ns = rec[R_KEY][1], rec[R_THROTTLE]
+        self.tenant_time_ns[t] = self.tenant_time_ns.get(t, 0) + rec[R_LOCAL]
         if throttle_ns:
             self.tenant_throttle_ms[t] = self.tenant_throttle_ms.get(t, 0) + throttle_ns // 1_000_000
 
@@ -69,7 +69,8 @@ class UsageCounters:
     """Metering's own per-request hook, for a broker without the metrics endpoint (see the module
     doc): per physical topic bytes and messages in and bytes out (lists of ``TOPIC_FIELDS``, as
     :attr:`BrokerMetrics.topics`, only those three used); per tenant responses sent, request time
-    (frame read -> response handed to the socket, ns), throttle time (ms) and throttled responses.
+    (the time on the broker's thread, ns: the metrics' local time), throttle time (ms) and
+    throttled responses.
     The connection's interface of :class:`BrokerMetrics`. Not thread-safe: the event loop owns it."""
 
     def __init__(self, clock: Any) -> None:
@@ -84,10 +85,11 @@ class UsageCounters:
         pass  # connections are a gauge, sampled
 
     def begin(self, ctx: Any, request: Any, arrived: int, started: int) -> list:
-        return [ctx.tenant or "", arrived, 0]  # tenant, arrived (ns), throttle (ms)
+        return [ctx.tenant or "", 0, 0]  # tenant, time on the thread (ns), throttle (ms)
 
     def answered(self, rec: list, ctx: Any, request: Any, response: Any, data: bytes | None, throttle_ms: int,
                  failed: bool) -> None:
+        rec[1] = ctx.thread_ns(self.nanos())  # (as BrokerMetrics.answered takes its local time)
         if throttle_ms:  # (counted here, as BrokerMetrics does; its time when sent)
             rec[2] = throttle_ms
             tenant = rec[0]
@@ -103,7 +105,7 @@ class UsageCounters:
     def sent(self, rec: list) -> None:
         tenant = rec[0]
         self.tenant_requests[tenant] = self.tenant_requests.get(tenant, 0) + 1
-        self.tenant_time_ns[tenant] = self.tenant_time_ns.get(tenant, 0) + (self.nanos() - rec[1])
+        self.tenant_time_ns[tenant] = self.tenant_time_ns.get(tenant, 0) + rec[1]
         if rec[2]:
             self.tenant_throttle_ms[tenant] = self.tenant_throttle_ms.get(tenant, 0) + rec[2]
 

@@ -267,7 +267,7 @@ class BrokerMetrics:
                  data: bytes | None, throttle_ms: int, failed: bool) -> None:
         """The response is encoded (``data``; None when none is sent) or the handler failed."""
         now = self.nanos()
-        local = ctx.handling_ns + now - ctx.step_start_ns
+        local = ctx.thread_ns(now)
         remote = now - rec[R_STARTED] - local
         rec[R_LOCAL] = local
         rec[R_REMOTE] = remote if remote > 0 else 0

@@ -37,6 +37,15 @@ started, or died and still leads until the controller moves its partitions) the 
 split equally: every broker computes its slice alone, and only a split of the same table by all
 of them sums to the quota.
 
+Followers (the consumer quota, issue 24): with KIP-392 follower fetching a follower serves the
+tenant's consumers in its rack, and before it enforced the equal share of the tenant's leaders
+(the whole quota for a one-partition tenant: three consumers in three racks read at 2.6-3x the
+quota). Every broker whose fresh report names the tenant's fetch traffic now takes part in the
+split with its demand, a leader or not; one that serves the tenant but is in no report yet gets
+the floor of one more participant, and the equal fallback is over the leaders and the replicas a
+leader may send the tenant's consumers to (:func:`demand_slice` ``followers``). A producer quota
+is split over the leaders only: nothing else takes the tenant's writes.
+
 Exchange (:class:`DemandExchange`). Every ``shoal.quota.tenant.demand.interval.ms`` (1 s) each
 broker of an etcd cluster puts one key, ``<prefix>.quota-demand/<node id>``, under its registration
 lease (it goes when the broker does), holding its reports for the tenants that have a tenant-wide
@@ -147,33 +156,56 @@ class DemandTable:
     reports: Mapping[str, Mapping[str, Mapping[int, Report]]] = field(default_factory=dict)
 
     def demands(self, kind: str, tenant: str, leaders: Collection[int], quota: float, *,
-                headroom: float = DEFAULT_HEADROOM) -> dict[int, float] | None:
+                headroom: float = DEFAULT_HEADROOM, reporters: bool = False) -> dict[int, float] | None:
         """Each leader's demand: estimated from its report, 0 when its fresh report does not
-        name the tenant; None when some leader has no fresh report (split equally)."""
+        name the tenant; None when some leader has no fresh report (split equally). With
+        ``reporters``, also every other broker whose fresh report names the tenant (a follower
+        serving its consumers, KIP-392)."""
         if any(b not in self.nodes for b in leaders):
             return None
         seen = self.reports.get(kind, {}).get(tenant, {})
-        return {b: demand_estimate(seen[b], quota, headroom=headroom) if b in seen else 0.0 for b in leaders}
+        out = {b: demand_estimate(seen[b], quota, headroom=headroom) if b in seen else 0.0 for b in leaders}
+        if reporters:
+            for b, report in seen.items():
+                if b not in out:
+                    out[b] = demand_estimate(report, quota, headroom=headroom)
+        return out
 
 
 def demand_slice(quota: float, leaders: Collection[int], broker: int, table: DemandTable | None, kind: str,
-                 tenant: str, *, headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1) -> float:
+                 tenant: str, *, headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1,
+                 followers: Collection[int] | None = None) -> float:
     """This broker's slice under ``split=demand``. As :func:`~shoal.quotas.fairshare.
     tenant_quota_slice`: no known leaders -> the whole quota; a broker leading none of the
     tenant's partitions -> the equal share (no zero bound while metadata catches up); no table
-    (nothing read yet, or stale) or a leader without a fresh report -> the equal split."""
+    (nothing read yet, or stale) or a leader without a fresh report -> the equal split.
+
+    ``followers`` (the consumer quota, where followers may serve the tenant's consumers: KIP-392):
+    the brokers besides the leaders that may serve them (replicas the leaders may send a consumer
+    to). Then every broker whose fresh report names the tenant takes part in the split with its
+    demand, a leader or not: a follower serving the tenant's consumers enforced the equal share
+    of the leaders before, the whole quota for a one-partition tenant, and with two followers the
+    tenant read at 2.58x its quota. A broker that serves the tenant but is in no report yet (it
+    just began) gets the floor of one more participant (it reports two intervals later, held if
+    it wants more; so does any other broker in no report, the fetches that find no leader there
+    bring nothing); the equal split is over the leaders and ``followers``."""
     leaders = sorted(set(leaders))
     if not leaders:
         return quota
-    demands = table.demands(kind, tenant, leaders, quota, headroom=headroom) if table is not None else None
-    if broker not in leaders or demands is None:
-        return quota / len(leaders)
+    servers = len(set(leaders).union(followers or ()))
+    demands = table.demands(kind, tenant, leaders, quota, headroom=headroom,
+                            reporters=followers is not None) if table is not None else None
+    if demands is None:
+        return quota / servers
+    if broker not in demands:
+        return quota / servers if followers is None else min_fraction * quota / (len(demands) + 1)
     return split_by_demand(quota, demands, min_fraction=min_fraction)[broker]
 
 
 def confirmed_demand_slice(quota: float, leaders: Collection[int], broker: int,
                            tables: tuple[DemandTable | None, DemandTable | None], kind: str, tenant: str, *,
-                           headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1) -> float:
+                           headroom: float = DEFAULT_HEADROOM, min_fraction: float = 0.1,
+                           followers: Collection[int] | None = None) -> float:
     """This broker's slice from the last two tables it read (``(previous, latest)``): the smaller
     of :func:`demand_slice` of each, so a slice falls at once and rises only when two tables in a
     row grant it. Why: the brokers read the table at different moments of an interval, so when
@@ -182,8 +214,8 @@ def confirmed_demand_slice(quota: float, leaders: Collection[int], broker: int,
     floor; it takes nearly the whole quota, the next one half of it, and the slices sum to well
     over the quota for an interval (measured: 7.5, 7.1, 6.7 MB/s in the first seconds of a 6 MB/s
     tenant, 105% of the first 10 s). One interval later every broker's report shows its traffic."""
-    return min(demand_slice(quota, leaders, broker, t, kind, tenant, headroom=headroom, min_fraction=min_fraction)
-               for t in tables)
+    return min(demand_slice(quota, leaders, broker, t, kind, tenant, headroom=headroom, min_fraction=min_fraction,
+                            followers=followers) for t in tables)
 
 
 # -- the exchange codec ---------------------------------------------------------------------------

@@ -258,3 +258,22 @@ def tenant_leaders(image: MetadataImage, tenant: str) -> set[int]:
         p.leader for name, t in image.topics.items() if name.startswith(prefix)
         for p in t.partitions if p.leader >= 0
     }
+
+
+def tenant_read_replicas(image: MetadataImage, tenant: str) -> set[int]:
+    """The brokers that may serve the tenant's consumers without leading the partition: its
+    partitions' other replicas (followers and observers) on brokers with a rack, where a leader
+    with the rack-aware replica selector sends a consumer of that rack (KIP-392). Its tenant-wide
+    consumer quota is split over them and its leaders."""
+    prefix = tenant_prefix(tenant)
+    brokers = image.brokers
+    out: set[int] = set()
+    for name, t in image.topics.items():
+        if name.startswith(prefix):
+            for p in t.partitions:
+                for r in p.replicas:
+                    if r != p.leader and r not in out:
+                        b = brokers.get(r)
+                        if b is not None and b.rack:
+                            out.add(r)
+    return out

@@ -11,8 +11,9 @@ request.
   the tenant-wide quota over the brokers leading the tenant's partitions (``split`` "equal":
   :func:`~shoal.quotas.fairshare.tenant_quota_slice`, a pure function of metadata; "demand":
   :func:`~shoal.quotas.demand.confirmed_demand_slice` of the demand tables the brokers exchange,
-  :meth:`ClientQuotaManager.set_demand`; on one node the whole quota), lowered to the
-  auto-tuner's dynamic quota when one is set. Bounds are cached per tenant and recomputed when
+  :meth:`ClientQuotaManager.set_demand`; on one node the whole quota; a consumer quota also over
+  the followers that may serve the tenant's consumers, :attr:`ClientQuotaManager.follower_reads`),
+  lowered to the auto-tuner's dynamic quota when one is set. Bounds are cached per tenant and recomputed when
   quotas, leaders, the split or the demand table change. The throttle is the larger of the
   client's and the tenant's (:func:`~shoal.quotas.precedence.combine_throttles`).
 * Sensors are the hot-path :class:`~shoal.quotas.sensor.Sensor` (Kafka-exact, O(1) while
@@ -51,6 +52,7 @@ from shoal.quotas.entities import (
     quota_index,
     quota_user,
     tenant_leaders,
+    tenant_read_replicas,
 )
 from shoal.quotas.demand import DemandTable, confirmed_demand_slice
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, tenant_quota_slice
@@ -128,6 +130,10 @@ class ClientQuotaManager:
         self._demand: DemandTable | None = None
         self._demand_prev: DemandTable | None = None  # the table before it: a slice rises when both grant it
         self._leaders: dict[str, set[int]] = {}  # tenant -> leaders, for the current image
+        # fetch: followers may serve consumers (KIP-392's rack-aware replica selector; the broker
+        # sets it): the tenant-wide consumer quota is split over every broker that serves them
+        self.follower_reads = False
+        self._servers: dict[str, set[int]] = {}  # tenant -> leaders and read replicas
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class ClientQuotaManager:
         self._image = image
         if leaders_may_move:
             self._leaders.clear()
+            self._servers.clear()
         if quotas_changed or (leaders_may_move and self._index.tenants):
             self._invalidate()
 
@@ -195,6 +202,17 @@ class ClientQuotaManager:
         if leaders is None and self._image is not None:
             leaders = self._leaders[tenant] = tenant_leaders(self._image, tenant)
         return leaders or set()
+
+    def _tenant_servers(self, tenant: str) -> set[int]:
+        """The brokers that serve the tenant's traffic of this quota type: its leaders, and for
+        the consumer quota with :attr:`follower_reads` its partitions' replicas that may serve
+        its consumers (:func:`~shoal.quotas.entities.tenant_read_replicas`)."""
+        if not self.follower_reads:
+            return self._tenant_leaders(tenant)
+        servers = self._servers.get(tenant)
+        if servers is None and self._image is not None:
+            servers = self._servers[tenant] = self._tenant_leaders(tenant) | tenant_read_replicas(self._image, tenant)
+        return servers or set()
 
     def tenant_slices(self) -> dict[str, float]:
         """tenant -> this broker's slice of its tenant-wide quota, for every tenant of the image
@@ -233,8 +251,9 @@ class ClientQuotaManager:
         if self.split == "demand" and self._demand is not None:
             return confirmed_demand_slice(value, leaders, self.node_id, (self._demand_prev, self._demand),
                                           self.qtype.group, tenant, headroom=self.split_headroom,
-                                          min_fraction=self.split_min_fraction)
-        return tenant_quota_slice(value, leaders, self.node_id)
+                                          min_fraction=self.split_min_fraction,
+                                          followers=self._tenant_servers(tenant) if self.follower_reads else None)
+        return tenant_quota_slice(value, self._tenant_servers(tenant), self.node_id)
 
     def _tenant_bound(self, tenant: str) -> tuple[float | None, float | None]:
         """(bound, cap) of the tenant's sensor: for byte rates the configured slice, checked the
@@ -268,8 +287,8 @@ class ClientQuotaManager:
         whole, _key = select_tenant_quota(self._index.tenants, tenant)
         if whole is None:
             return None
-        leaders = self._tenant_leaders(tenant) if self._image is not None else set()
-        share = whole / len(leaders) if leaders else whole
+        servers = self._tenant_servers(tenant) if self._image is not None else set()
+        share = whole / len(servers) if servers else whole
         if pace is not None and pace > share:
             share = pace
         return share * TENANT_PACER_DEPTH * self.config.window_ms / 1000.0

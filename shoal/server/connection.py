@@ -539,7 +539,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             response = await handler(ctx, request)
             if measure or ctx.throttle_ms:  # quotas: request time and byte-rate throttles
-                nanos = ctx.handling_ns + self.broker.clock.nanos() - ctx.step_start_ns if measure else None
+                nanos = ctx.thread_ns(self.broker.clock.nanos()) if measure else None
                 throttle_ms = self.broker.quotas.response_throttle(ctx, nanos, self.broker.clock.now_ms())
                 if throttle_ms and response is not None:
                     response = with_throttle_time(response, throttle_ms)

@@ -104,3 +104,40 @@ def test_sampler_reads_metering_own_counters_and_keeps_a_deleted_topics_bytes(tm
         after = tb.call(sampler.sample)[""].counters
         assert after["bytes_in"] == first["bytes_in"] and after["messages_in"] == 50
         assert "gone" not in tb.call(lambda: dict(tb.broker.metrics.topics))  # dropped once read
+
+
+def test_request_time_is_time_on_the_thread_not_a_long_polls_wait(tmp_path):
+    """Issue 24 (9): request time is what Kafka's request quota charges, the time on the broker's
+    thread, not the time a request is outstanding. An idle consumer has a long-polling Fetch
+    outstanding all the time (500 ms each): counted from frame read to response sent, it made the
+    broker look 100% busy. Both hooks, one consumer idle for 3 s; the request quota charges the
+    same time, so a consumer with a request quota of 10% of a thread is not throttled either."""
+    with ThreadBroker(tmp_path, HOUR) as tb:
+        own, full = tb.broker.metrics, UsageMetrics(tb.broker.clock)
+        tb.broker.metrics = Both(own, full)
+        tb.run(tb.broker.metadata.alter_client_quotas([((("client-id", "poller"),), {"request_percentage": 10.0})]))
+        p = Producer({"bootstrap.servers": tb.bootstrap})
+        p.produce("idle", b"one")
+        assert p.flush(15) == 0
+        c = Consumer({"bootstrap.servers": tb.bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 500, "client.id": "poller"})
+        c.subscribe(["idle"])
+        deadline = time.monotonic() + 30
+        while not [m for m in c.consume(10, 0.5) if not m.error()]:
+            assert time.monotonic() < deadline
+
+        def read():
+            return (dict(own.tenant_time_ns), dict(full.tenant_time_ns), dict(own.tenant_requests),
+                    sum(own.tenant_throttled.values()))
+
+        before, t0 = tb.call(read), time.monotonic()
+        while time.monotonic() - t0 < 3:
+            assert not [m for m in c.consume(10, 0.5) if not m.error()]
+        after, elapsed_ns = tb.call(read), (time.monotonic() - t0) * 1e9
+        c.close()
+    answered = after[2][""] - before[2][""]
+    assert answered >= 4  # the long polls (and heartbeats) went on
+    assert after[3] == before[3] == 0  # within 10% of a thread: no throttle
+    for i in (0, 1):  # metering's own hook, the full metrics
+        busy = (after[i][""] - before[i][""]) / elapsed_ns
+        assert 0 < busy < 0.25, (i, busy, answered)  # was >= 0.8: a Fetch outstanding all along

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from shoal.clock import ManualClock
+from shoal.handlers.context import RequestContext
 from shoal.observability.collector import split_name
 from shoal.observability.requests import (
     LATENCY_BUCKETS_S, R_KEY, ApiStats, BrokerMetrics, Histogram, api_name, record_count,
@@ -46,9 +47,9 @@ def test_split_name_strips_only_an_existing_tenants_prefix():
     assert split_name("orders", tenants) == ("", "orders")
 
 
-def _ctx(clock: ManualClock, api_key: int, *, tenant=None, version: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(header=SimpleNamespace(api_key=api_key, api_version=version), tenant=tenant, extra={},
-                           handling_ns=0, step_start_ns=0, request_size=0, listener="PLAINTEXT")
+def _ctx(clock: ManualClock, api_key: int, *, tenant=None, version: int = 0) -> RequestContext:
+    return RequestContext(services=None, header=SimpleNamespace(api_key=api_key, api_version=version),
+                          client_address="", tenant=tenant, scope=SimpleNamespace())
 
 
 def _observed(stats: ApiStats, part: str) -> list[tuple[str, float]]:

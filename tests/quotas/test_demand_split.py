@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import uuid
 from types import MappingProxyType
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shoal.config import BrokerConfig
-from shoal.metadata import TenantInfo
+from shoal.metadata import BrokerInfo, PartitionInfo, TenantInfo, TopicInfo
 from shoal.quotas.demand import (
     DemandExchange,
     confirmed_demand_slice,
@@ -153,6 +154,54 @@ def test_demand_slice_edges() -> None:
     assert demand_slice(300.0, [1, 2, 3], 1, None, "produce", T) == 100.0  # no table: equal
     assert demand_slice(300.0, [1, 2, 3], 1, table, "produce", T) == pytest.approx(278.0)
     assert demand_slice(300.0, [1, 2, 3], 2, table, "produce", T) == pytest.approx(11.0)
+
+
+def test_followers_serving_the_tenants_consumers_take_part_in_the_split() -> None:
+    """Issue 24 (6): a one-partition tenant led by broker 1, its consumers also read from the
+    followers 2 and 3 (KIP-392). A follower leads none of its partitions: it took the equal share
+    of the leaders, the whole 900, three times the quota over the three. Every broker that reports
+    the tenant's fetch traffic now takes part: held everywhere, 300 each."""
+    everywhere = DemandTable(frozenset({1, 2, 3}), {"fetch": {T: {n: (300.0, True) for n in (1, 2, 3)}}})
+    args = (900.0, [1])
+    for b in (1, 2, 3):
+        assert demand_slice(*args, b, everywhere, "fetch", T, followers={1, 2, 3}) == pytest.approx(300)
+    assert demand_slice(*args, 2, everywhere, "fetch", T) == 900  # followers not counted: the old bound
+    # a follower that serves and is in no report yet: the floor of one more participant (the
+    # leader, alone in the split, has all of it until the next table)
+    leader_only = DemandTable(frozenset({1, 2, 3}), {"fetch": {T: {1: (300.0, True)}}})
+    assert demand_slice(*args, 1, leader_only, "fetch", T, followers={2, 3}) == 900
+    assert demand_slice(*args, 2, leader_only, "fetch", T, followers={2, 3}) == pytest.approx(0.1 * 900 / 2)
+    # a follower that serves twice the other: water-filled over the three, max-min fair
+    skew = DemandTable(frozenset({1, 2, 3}), {"fetch": {T: {1: (100.0, False), 2: (0.0, True), 3: (200.0, False)}}})
+    assert {b: demand_slice(*args, b, skew, "fetch", T, followers={2, 3}) for b in (1, 2, 3)} == {
+        1: pytest.approx(110), 2: pytest.approx(900 - 110 - 220), 3: pytest.approx(220)}
+    # no table, or the leader without a fresh report: equal over the leaders and the followers
+    assert demand_slice(*args, 2, None, "fetch", T, followers={2, 3}) == 300
+    stale = DemandTable(frozenset({2, 3}), {"fetch": {T: {2: (300.0, True)}}})
+    assert confirmed_demand_slice(*args, 3, (stale, stale), "fetch", T, followers={2, 3}) == 300
+
+
+def test_equal_split_of_a_consumer_quota_counts_the_followers_in_racks() -> None:
+    """Issue 24 (6), the equal split: a consumer quota is split over the leaders and the replicas
+    a rack-aware leader may send the tenant's consumers to (brokers with a rack), 300 each of a
+    one-partition tenant's 900 at RF 3; without racks, or without follower reads (the leader
+    selector), only over the leader, as before. A producer quota stays over the leaders."""
+    def bound(node: int, racks: bool, follower_reads: bool = True, qtype: QuotaType = QuotaType.FETCH):
+        m = ClientQuotaManager(qtype, node_id=node)
+        m.follower_reads = follower_reads and qtype is QuotaType.FETCH
+        key = "consumer_byte_rate" if qtype is QuotaType.FETCH else "producer_byte_rate"
+        img = image({(("tenant", T),): {key: 900}}, brokers=(1, 2, 3))
+        t = TopicInfo(f"{T}_t", uuid.uuid4(), (PartitionInfo(0, (1, 2, 3), (1, 2, 3), 1),))
+        brokers = {b: BrokerInfo(b, "127.0.0.1", 9000 + b, f"dc{b}" if racks else None) for b in (1, 2, 3)}
+        m.update(dataclasses.replace(img, topics=MappingProxyType({t.name: t}),
+                                     topics_by_id=MappingProxyType({t.topic_id: t}),
+                                     brokers=MappingProxyType(brokers)))
+        return m.quota(T, "u", "c")[1]
+
+    assert [bound(n, racks=True) for n in (1, 2, 3)] == [300, 300, 300]
+    assert [bound(n, racks=False) for n in (1, 2, 3)] == [900, 900, 900]  # no follower serves
+    assert bound(1, racks=True, follower_reads=False) == 900
+    assert bound(1, racks=True, qtype=QuotaType.PRODUCE) == 900
 
 
 def test_a_slice_rises_only_when_two_tables_in_a_row_grant_it() -> None:
