@@ -5,9 +5,11 @@
 For each schedule i (seed ``--seed + i``): a fresh topic (``--partitions``, RF ``--rf``),
 idempotent acks=all producers and a committing consumer group (tests/faults/workload.py), the
 schedule played by the nemesis (kill -9 + restart, SIGSTOP/SIGCONT, broker partitions, client
-link cuts, etcd leader kill, slow links, a broker isolated from its peers and etcd; one fault at
-a time), liveness after healing, a final
-read, the checkers (tests/faults/checker.py). Each schedule's lines are printed (replay one with
+link cuts, etcd leader kill, slow links, a broker isolated from its peers and etcd, preferred
+leader elections; one fault at a time; kill and pause also hit the leaders of an idle topic's
+partitions), liveness after healing, a final read, the checkers (tests/faults/checker.py), and
+that every replica of both topics is back in the ISR within 60 s. ``--auto-rebalance S`` turns on
+the controller's auto leader rebalance every S seconds (``leader.imbalance.check.interval.seconds``). Each schedule's lines are printed (replay one with
 ``--replay FILE`` holding those lines), its result line, and at the end the table:
 
     | schedules | faults | acked | lost | duplicated | misordered |
@@ -65,8 +67,14 @@ def main() -> int:
     ap.add_argument("--replay", help="a file with a printed schedule's lines: run just that one")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="a broker config for every broker (repeatable), e.g. shoal.replica.fetch.pipeline.depth=4")
+    ap.add_argument("--auto-rebalance", type=float, default=0, metavar="S",
+                    help="leader.imbalance.check.interval.seconds (auto rebalance every S s; 0: the default, 300)")
+    ap.add_argument("--idle-partitions", type=int, default=3, help="partitions of the idle topic beside each run's")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.auto_rebalance:
+        args.override += ["auto.leader.rebalance.enable=true",
+                          f"leader.imbalance.check.interval.seconds={args.auto_rebalance:g}"]
     kinds = tuple(k for k in args.kinds.split(",") if k)
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -94,7 +102,8 @@ def main() -> int:
               f"{args.producers}x{args.rate:.0f}/s producers, {args.consumers} consumers", flush=True)
         for i, schedule in enumerate(schedules):
             run = FaultRun(cluster, etcd, rf=args.rf, partitions=args.partitions, producers=args.producers,
-                           consumers=args.consumers, rate=args.rate, log=lambda s: print(s, flush=True))
+                           consumers=args.consumers, rate=args.rate, log=lambda s: print(s, flush=True),
+                           idle_partitions=args.idle_partitions)
             print(f"## schedule {i + 1}/{len(schedules)} seed={schedule.seed} topic={run.topic}", flush=True)
             t0 = time.monotonic()
             try:
@@ -128,7 +137,9 @@ def main() -> int:
     print(f"inconsistent={sum(len(r.inconsistent) for r in results)} vanished={sum(len(r.vanished) for r in results)} "
           f"poll-skips={sum(len(r.skipped) for r in results)} "
           f"commits-backwards={sum(len(r.commits_backwards) for r in results)} "
-          f"divergent={sum(len(r.divergent) for r in results)} liveness-failures={len(liveness)} "
+          f"divergent={sum(len(r.divergent) for r in results)} "
+          f"out-of-isr={sum(len(r.out_of_isr) for r in results)} spinning={sum(len(r.spinning) for r in results)} "
+          f"liveness-failures={len(liveness)} "
           f"wall={time.monotonic() - t_start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "schedules": per_schedule,

@@ -272,6 +272,12 @@ class Result:
     divergent: dict[int, dict[int, int]]
     errors: int = 0
     reads: int = 0
+    # (topic, partition) -> (replicas, isr) of the partitions some sync replica had not rejoined
+    # after the faults healed (``faults.run.out_of_isr``; filled by the run, not the history)
+    out_of_isr: dict = field(default_factory=dict)
+    # (broker, partition) -> how often a follower was told its log diverges, where it kept being
+    # told (``faults.run.spinning``: a follower that makes no progress, from the brokers' logs)
+    spinning: dict = field(default_factory=dict)
 
     @property
     def n_misordered(self) -> int:
@@ -280,14 +286,16 @@ class Result:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.inconsistent or self.n_misordered or self.vanished
-                    or self.skipped or self.commits_backwards or self.divergent)
+                    or self.skipped or self.commits_backwards or self.divergent or self.out_of_isr
+                    or self.spinning)
 
     def summary(self) -> str:
         """One line, and the first few examples of every problem."""
         line = (f"acked={self.acked} send-errors={self.errors} reads={self.reads} lost={len(self.lost)} "
                 f"duplicated={len(self.duplicated)} inconsistent={len(self.inconsistent)} "
                 f"misordered={self.n_misordered} vanished={len(self.vanished)} poll-skips={len(self.skipped)} "
-                f"commits-backwards={len(self.commits_backwards)} divergent={len(self.divergent)}")
+                f"commits-backwards={len(self.commits_backwards)} divergent={len(self.divergent)} "
+                f"out-of-isr={len(self.out_of_isr)} spinning={len(self.spinning)}")
         details = []
         for name in ("lost", "inconsistent", "misordered", "nonmonotonic", "vanished", "skipped", "commits_backwards"):
             items = getattr(self, name)
@@ -297,6 +305,10 @@ class Result:
             details.append(f"  duplicated: {list(self.duplicated.items())[:3]!r}")
         if self.divergent:
             details.append(f"  divergent: {self.divergent!r}")
+        if self.out_of_isr:
+            details.append(f"  out of the ISR (replicas, isr): {dict(list(self.out_of_isr.items())[:5])!r}")
+        if self.spinning:
+            details.append(f"  followers told again and again that they diverge: {self.spinning!r}")
         return "\n".join([line, *details])
 
 

@@ -27,7 +27,9 @@ def proxied3(fault_etcd, tmp_path_factory):
     from cluster_harness import ProxiedCluster
 
     c = ProxiedCluster(tmp_path_factory.mktemp("proxied3"), fault_etcd.url(f"/faults-{uuid.uuid4().hex[:8]}"),
-                       clients=["producer", "consumer"], etcd=fault_etcd)
+                       clients=["producer", "consumer"], etcd=fault_etcd,
+                       overrides={"leader.imbalance.check.interval.seconds": "5",  # auto rebalance: often
+                                  "replica.lag.time.max.ms": "4000"})  # the ISR checker waits this long
     try:
         c.start()
         yield c

@@ -20,12 +20,17 @@ Kinds (``KINDS``) and targets:
 - ``etcd-leader``: SIGKILL the etcd raft leader member, restart it after ``hold``;
 - ``slow``: 50-200 ms delay (+ jitter) on a broker's links to the others, for ``hold``;
 - ``isolate``: ``partition`` and the broker cut off from every etcd member too (its lease expires
-  after ``broker.session.timeout.ms``; needs ``ProxiedCluster(..., etcd=...)``).
+  after ``broker.session.timeout.ms``; needs ``ProxiedCluster(..., etcd=...)``);
+- ``elect-preferred``: a PREFERRED ElectLeaders of every partition of the run's topics (the
+  workload's and the idle one), as an operator's ``shoal cluster elect-leaders`` or the
+  controller's auto rebalance does: leadership moves back to brokers that came back, onto logs
+  whose last epochs may be empty (issue 24's follower livelock hid here). Nothing to heal.
 
 Broker targets are roles resolved when the op runs (the event log says which broker it was):
 ``leader`` (of a partition drawn by the schedule, ``leader:<p>``), ``follower`` (a replica of that
 partition that is not its leader; with RF=1, any other broker), ``controller``, ``other`` (not the
-controller), or ``b<n>``. So a replay draws the same faults on the same roles; which node holds a
+controller), ``idle-leader`` (of a partition of the idle topic, which nobody writes:
+``idle-leader:<p>``), or ``b<n>``. So a replay draws the same faults on the same roles; which node holds a
 role depends on the run. Every op logs wall time at apply and at heal (``Event``).
 """
 
@@ -38,8 +43,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-KINDS = ("kill", "pause", "partition", "cut-client", "etcd-leader", "slow", "isolate")
-ROLES = ("leader", "follower", "controller", "other")
+KINDS = ("kill", "pause", "partition", "cut-client", "etcd-leader", "slow", "isolate", "elect-preferred")
+ROLES = ("leader", "follower", "controller", "other", "idle-leader")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +81,7 @@ class Schedule:
             mode = "-"
             if kind in ("kill", "pause"):
                 role = rng.choice(ROLES + ("broker",))
-                target = (f"{role}:{rng.randrange(partitions)}" if role in ("leader", "follower")
+                target = (f"{role}:{rng.randrange(partitions)}" if role in ("leader", "follower", "idle-leader")
                           else f"b{rng.choice(brokers)}" if role == "broker" else role)
             elif kind in ("partition", "slow", "isolate"):
                 target = f"b{rng.choice(brokers)}"
@@ -85,6 +90,8 @@ class Schedule:
                 c = rng.choice(clients)
                 target = c if rng.random() < 0.5 else f"{c}->b{rng.choice(brokers)}"
                 mode = rng.choice(("stall", "reset"))
+            elif kind == "elect-preferred":
+                target, hold = "all", 0.5
             else:
                 target = "etcd"
             ops.append(Op(at, kind, target, hold, mode))
@@ -134,6 +141,7 @@ class Nemesis:
     cluster: Any
     etcd: Any = None
     topic: str = ""
+    idle_topic: str = ""  # a topic of the run that nobody writes (``idle-leader``, ``elect-preferred``)
     log: Callable[[str], None] = print
     events: list[Event] = field(default_factory=list)
 
@@ -149,6 +157,10 @@ class Nemesis:
             ctrl = self.cluster.controller()
             return next(n for n in live if n != ctrl)
         role, _, p = target.partition(":")
+        if role == "idle-leader":
+            if not self.idle_topic:
+                raise RuntimeError(f"{target}: the run has no idle topic")
+            return self.cluster.leader_of(self.idle_topic, int(p or 0))
         leader = self.cluster.leader_of(self.topic, int(p or 0))
         if role == "leader":
             if leader < 0:
@@ -213,6 +225,9 @@ class Nemesis:
             for x in names:
                 c.links.cut(x, mode=op.mode)
             return ",".join(names), lambda: [c.links.heal(x) for x in names]
+        if op.kind == "elect-preferred":
+            moved = self._elect_preferred()
+            return f"preferred leaders of {moved} partition(s)", lambda: None
         if op.kind == "etcd-leader":
             if self.etcd is None:
                 return "skipped (no etcd handle)", lambda: None
@@ -220,6 +235,24 @@ class Nemesis:
             self.etcd.kill_member(i)
             return f"etcd m{i}", lambda: self.etcd.start_member(i)
         raise ValueError(f"unknown op kind {op.kind}")
+
+    def _elect_preferred(self) -> int:
+        """PREFERRED ElectLeaders for every partition of the run's topics; how many moved
+        (ELECTION_NOT_NEEDED and a preferred replica not in the ISR are not errors of the op)."""
+        import asyncio
+
+        from shoal.client import AdminClient
+
+        topics = [t for t in (self.topic, self.idle_topic) if t]
+
+        async def go() -> int:
+            async with AdminClient(self.cluster.live[0].bootstrap, timeout=30) as c:
+                described = await c.describe_topics(topics)
+                parts = [(t, p.partition) for t in topics for p in described[t].partitions]
+                results = await c.elect_leaders(0, parts)
+                return sum(1 for err in results.values() if err is None)
+
+        return asyncio.run(go())
 
     def run(self, schedule: Schedule, stop: Callable[[], bool] = lambda: False) -> list[Event]:
         """Play ``schedule`` (blocking); every fault healed at the end, whatever happened."""

@@ -1,6 +1,8 @@
 """One fault run, shared by tests/faults/test_smoke.py and bench/bench_faults.py: a fresh topic,
-the workload, a schedule played by the nemesis, liveness after healing, the final read, replica
-bytes, the checkers::
+an idle topic beside it (same RF, never written: leadership moves on partitions whose epochs
+stay empty), the workload, a schedule played by the nemesis, liveness after healing, the final
+read, replica bytes, the checkers, and that every replica is back in the ISR of every partition
+of both topics within ``isr_timeout`` (``Result.out_of_isr``)::
 
     run = FaultRun(cluster, etcd, rf=1)
     result = run.play(schedule)          # a checker.Result; run.nemesis.events, run.workload
@@ -9,6 +11,7 @@ bytes, the checkers::
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from typing import Callable
@@ -58,6 +61,67 @@ def isr(cluster, topic: str) -> dict[int, tuple[int, ...]]:
     return asyncio.run(go())
 
 
+def seed_records(bootstrap: str, topic: str, partitions: int, per_partition: int = 5) -> None:
+    """A few acks=all records in every partition, then nothing more: the idle topic's logs are not
+    empty (a follower's divergence check needs a fetch offset above the log start)."""
+    from confluent_kafka import Producer
+
+    errors: list = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 2})
+    for i in range(partitions * per_partition):
+        p.produce(topic, b"idle-%d" % i, partition=i % partitions, on_delivery=lambda err, _m: err and errors.append(err))
+    if p.flush(30) or errors:
+        raise AssertionError(f"{topic}: records not acknowledged: {errors[:3]}")
+
+
+DIVERGES = re.compile(r"INFO shoal\.replica\.fetcher: (\S+): log diverges from leader")
+
+
+def spinning(logs: dict[int, str], most: int = 20) -> dict[tuple[int, str], int]:
+    """``(broker, partition) -> times`` a follower was told its log diverges, where more than
+    ``most`` in one run: a follower truncates once or twice per leadership change; one that is
+    told again and again is not making progress (issue 24's livelock logged it 2,800 times a
+    second while still listed in the ISR)."""
+    out: dict[tuple[int, str], int] = {}
+    for n, text in logs.items():
+        counts: dict[str, int] = {}
+        for m in DIVERGES.finditer(text):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        out.update(((n, p), k) for p, k in counts.items() if k > most)
+    return out
+
+
+def out_of_isr(cluster, topics: list[str], timeout: float,
+               settle: float = 0.0) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The partitions whose ISR lacks a sync replica: ``(topic, partition) -> (replicas, isr)``;
+    empty when every replica rejoined within ``timeout`` (polled) and, ``settle`` seconds later
+    (longer than ``replica.lag.time.max.ms``), is still there: a follower that stopped fetching
+    stays in the ISR until the leader's lag clock runs out, so one look proves nothing."""
+    first = _out_of_isr(cluster, topics, timeout)
+    if first or settle <= 0:
+        return first
+    time.sleep(settle)
+    return _out_of_isr(cluster, topics, 5.0)
+
+
+def _out_of_isr(cluster, topics: list[str], timeout: float) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    async def go() -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+        async with AdminClient(cluster.live[0].bootstrap, timeout=10) as c:
+            described = await c.describe_topics(topics)
+        return {(t, p.partition): (tuple(p.replicas), tuple(p.isr)) for t in topics for p in described[t].partitions
+                if set(p.replicas) - set(getattr(p, "observers", ()) or ()) - set(p.isr)}
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            missing = asyncio.run(go())
+        except Exception as e:  # a broker mid-restart answered: ask again
+            missing = {("?", -1): ((), (repr(e)[:80],))}  # type: ignore[dict-item]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.5)
+
+
 def replica_bytes(cluster, topic: str, hws: dict[int, int]) -> dict[int, dict[int, bytes]]:
     """partition -> broker -> its log bytes up to the HW, for every in-sync replica (read from the
     files, not through Fetch: ``checker.log_bytes_upto``)."""
@@ -67,21 +131,28 @@ def replica_bytes(cluster, topic: str, hws: dict[int, int]) -> dict[int, dict[in
 
 class FaultRun:
     def __init__(self, cluster, etcd, rf: int = 1, partitions: int = 6, producers: int = 2, consumers: int = 2,
-                 rate: float = 150.0, log: Callable[[str], None] = print) -> None:
+                 rate: float = 150.0, log: Callable[[str], None] = print, idle_partitions: int = 3,
+                 isr_timeout: float = 60.0) -> None:
         self.cluster, self.etcd, self.rf, self.partitions = cluster, etcd, rf, partitions
         self.topic = f"faults-rf{rf}-{uuid.uuid4().hex[:6]}"
+        self.idle_topic = f"{self.topic}-idle" if idle_partitions else ""
+        self.isr_timeout = isr_timeout
         self.log = log
         create_topic(cluster, self.topic, rf, partitions)
+        if idle_partitions:
+            create_topic(cluster, self.idle_topic, rf, idle_partitions)
+            seed_records(cluster.bootstrap(), self.idle_topic, idle_partitions)
         self.workload = Workload(self.topic, partitions, cluster.client_bootstrap("producer"),
                                  cluster.client_bootstrap("consumer"), observer_bootstrap=cluster.bootstrap(),
                                  producers=producers, consumers=consumers, rate=rate)
-        self.nemesis = Nemesis(cluster, etcd, self.topic, log=log)
+        self.nemesis = Nemesis(cluster, etcd, self.topic, idle_topic=self.idle_topic, log=log)
         self.hws: dict[int, int] = {}
 
     def play(self, schedule: Schedule, warmup_acks: int = 100, after_acks: int = 300) -> Result:
         """Workload; ``warmup_acks``; the schedule; every broker back; ``after_acks`` more (the
         cluster is live again); stop; final read; checks. A liveness failure raises."""
         c, w = self.cluster, self.workload
+        marks = {n: len(b.log_text()) for n, b in c.brokers.items()}
         w.start()
         try:
             if not w.wait_acked(warmup_acks, timeout=60):
@@ -94,7 +165,12 @@ class FaultRun:
         finally:
             w.stop()
         self.hws = w.final_read(c.bootstrap())
-        return check(w.history, replica_bytes(c, self.topic, self.hws))
+        result = check(w.history, replica_bytes(c, self.topic, self.hws))
+        lag_s = int(c[min(c.brokers)].overrides.get("replica.lag.time.max.ms", 30000)) / 1000
+        result.out_of_isr = out_of_isr(c, [t for t in (self.topic, self.idle_topic) if t], self.isr_timeout,
+                                       settle=lag_s + 2)
+        result.spinning = spinning({n: b.log_text()[marks[n]:] for n, b in c.brokers.items()})
+        return result
 
 
 def high_watermarks(cluster, topic: str, partitions: int) -> dict[int, int]:

@@ -187,3 +187,12 @@ def test_property_swapping_two_of_a_producers_records_is_misordered(acks, data):
                for a in acks]
     assert misordered_final(acks, _final_of(swapped))
     assert lost(acks, _final_of(swapped)) == []
+
+
+def test_a_follower_told_again_and_again_that_it_diverges_is_spinning():
+    from faults.run import spinning
+
+    line = "2026-11-28 22:38:52,526 INFO shoal.replica.fetcher: {p}: log diverges from leader 3 (its epoch 0 ends at 5): truncating 5 -> 5\n"
+    logs = {1: line.format(p="t-0") * 21 + line.format(p="t-1") * 2, 2: line.format(p="t-0") * 20}
+    assert spinning(logs) == {(1, "t-0"): 21}  # once or twice per leadership change is normal
+    assert spinning(logs, most=1) == {(1, "t-0"): 21, (1, "t-1"): 2, (2, "t-0"): 20}
