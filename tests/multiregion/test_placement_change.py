@@ -145,3 +145,12 @@ def test_a_change_of_roles_only_hands_over_and_takes_the_new_observer_out_of_the
     img = image_with(PartitionInfo(0, (1, 2, 3), (1, 2), 1, observers=(3,)))
     p = topics.change_placement(img, "t", {}, [((1, 3, 2), (2,))]).response.partitions[0]
     assert (p.replicas, p.observers, p.isr, p.leader, p.leader_epoch) == ((1, 3, 2), (2,), (1,), 1, 0)
+
+
+def test_a_new_target_of_the_current_replicas_ends_a_running_reassignment():
+    # (1, 2) -> (1, 3) runs; a target naming all of (1, 3, 2) moves nothing: adding and removing clear
+    img = image_with(PartitionInfo(0, (1, 2), (1, 2), 1))
+    p = topics.start_reassignment(img, "t", 0, (1, 3)).response
+    assert (p.replicas, p.adding, p.removing) == ((1, 3, 2), (3,), (2,))
+    q = topics.start_reassignment(with_partition(img, p), "t", 0, (1, 3, 2)).response
+    assert (q.replicas, q.adding, q.removing, q.isr, q.leader, q.reassigning) == ((1, 3, 2), (), (), (1, 2), 1, False)

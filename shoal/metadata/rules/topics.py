@@ -286,7 +286,7 @@ def _roles_changed(p: PartitionInfo, replicas: tuple[int, ...], observers: tuple
     leader = p.leader
     if leader in observers:
         leader = next(r for r in replicas if r in isr and r not in observers)
-    return dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, observers=observers,
+    return dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, observers=observers, adding=(), removing=(),
                                leader_epoch=p.leader_epoch + (leader != p.leader),
                                partition_epoch=p.partition_epoch + 1)
 
