@@ -605,6 +605,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("log.cleaner.enable", "boolean", True, "Enable the log cleaner for compacted topics."),
         _d("log.cleaner.threads", "int", 1, "Number of log cleaner threads.", at_least(0), True),
         _d("log.cleaner.backoff.ms", "long", 15000, "Sleep when there are no logs to clean.", at_least(0), True),
+        # Kafka's cleaner buffers and thread pool sizes, dynamic there (LogCleaner's and
+        # DynamicThreadPool's reconfigurable configs): accepted, stored and described so admin
+        # tools that set them (librdkafka's 0081 sets background.threads) succeed; Shoal's
+        # cleaner and event loop have no such buffers or pool
+        _d("log.cleaner.dedupe.buffer.size", "long", 134217728, "Accepted for compatibility; informational.",
+           at_least(0), True),
+        _d("log.cleaner.io.buffer.size", "int", 524288, "Accepted for compatibility; informational.", at_least(0), True),
+        _d("log.cleaner.io.buffer.load.factor", "double", 0.9, "Accepted for compatibility; informational.",
+           between(0, 1), True),
+        _d("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308,
+           "Accepted for compatibility; informational.", at_least(0), True),
+        _d("background.threads", "int", 10, "Accepted for compatibility; informational.", at_least(1), True),
         _d("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
         _d("leader.imbalance.check.interval.seconds", "long", 300,
            "How often the controller checks for leaderships away from their preferred replica.", at_least(1)),

@@ -55,6 +55,10 @@ KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.ten
   tenant never sees nor alters the physical broker's configs.
 - The tenant's create-topic policy: CreateTopics (validate_only too) and CreatePartitions answer
   POLICY_VIOLATION with the limit's message.
+- Placement is the operator's (``shoal.tenancy.scope.OPERATOR_TOPIC_CONFIGS``): a tenant's manual
+  replica assignment (CreateTopics, CreatePartitions) and its setting, changing or removing
+  ``replica.placement`` or a throttled-replicas list (at creation, on a topic, a namespace or its
+  defaults) answer POLICY_VIOLATION; a tenant's AlterConfigs keeps the operator's values of them.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import NAMESPACE_SEP, Operation, ResourceType
 from shoal.tenancy import namespaces
 from shoal.tenancy import policy as tenancy_policy
+from shoal.tenancy.scope import ASSIGNMENT_IS_OPERATORS, OPERATOR_TOPIC_CONFIGS, operator_config_refused
 from shoal.quotas import mutation
 
 CREATE_TOPICS = 19
@@ -190,6 +195,10 @@ def _plan_topic(
         validate_topic_configs(configs)
     except ConfigError as e:
         raise AdminError(e.code, e.message) from None
+    if not scope.physical_view:  # where replicas go is the operator's
+        if t.assignments:
+            raise AdminError("POLICY_VIOLATION", ASSIGNMENT_IS_OPERATORS)
+        _refuse_operator_configs(scope, {}, configs)
 
     placement = _placement(configs, cfg)
     if placement is not None:  # recorded with the topic: how it was placed, whatever the default later
@@ -434,6 +443,8 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> tuple[list[tup
         # Group and transaction coordinators map ids to partitions by count: it must not change.
         raise AdminError("INVALID_REQUEST", f"Cannot add partitions to internal topic {t.name}.")
     manual = None if t.assignments is None else [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
+    if manual is not None and not scope.physical_view:
+        raise AdminError("POLICY_VIOLATION", ASSIGNMENT_IS_OPERATORS)
     from shoal.placement_constraints import parse_placement
 
     placement = topic.configs.get("replica.placement")
@@ -580,6 +591,17 @@ def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placem
         raise AdminError(e.code, f"replica.placement: {e.message}") from None
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
+
+
+def _refuse_operator_configs(scope: Any, current: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """A tenant's topic configs (a topic's, a namespace's or its defaults) may not set, change
+    or remove the ones that say where replicas go (``OPERATOR_TOPIC_CONFIGS``): POLICY_VIOLATION.
+    The physical view may."""
+    if scope.physical_view:
+        return
+    for name in sorted(OPERATOR_TOPIC_CONFIGS):
+        if (new.get(name) or None) != (current.get(name) or None):
+            raise AdminError("POLICY_VIOLATION", operator_config_refused(name))
 
 
 def _topic_configs_decision(current: Mapping[str, str], new: dict[str, str], validate_only: bool,
@@ -746,6 +768,19 @@ def _apply_incremental(
     return out
 
 
+def _without_operator_configs(scope: Any, compute: Callable[..., dict[str, str]]) -> Callable[..., dict[str, str]]:
+    """``compute`` for a tenant: topic configs it computes may not change the operator's
+    (``_refuse_operator_configs``)."""
+
+    def checked(current: Mapping[str, str], topic: bool, *args: Any) -> dict[str, str]:
+        new = compute(current, topic, *args)
+        if topic:
+            _refuse_operator_configs(scope, current, new)
+        return new
+
+    return checked
+
+
 def _alter_decision(
     ctx,
     resource_type: int,
@@ -758,6 +793,8 @@ def _alter_decision(
     IncrementalAlterConfigs editing some keys, never undoes a change committed meanwhile)."""
     svc = ctx.services
     scope = ctx.scope
+    if not scope.physical_view:
+        compute = _without_operator_configs(scope, compute)
     if _is_namespace(resource_type, resource_name):  # KIP-37 namespace configs
 
         def namespace(image: MetadataImage) -> Result[Any]:
@@ -880,7 +917,9 @@ async def handle_alter_configs(ctx, req):
 
     def compute_for(res):
         def compute(current, topic, effective, key=_same_key):
-            out: dict[str, str] = {}
+            # a tenant's replacement keeps what it may not change (the operator's placement)
+            kept = () if ctx.scope.physical_view or not topic else OPERATOR_TOPIC_CONFIGS
+            out: dict[str, str] = {k: v for k, v in current.items() if k in kept}
             for c in res.configs:
                 if c.value is None:
                     raise AdminError("INVALID_REQUEST", f"Null value not supported for : {c.name}")

@@ -75,6 +75,24 @@ def acls_of(acls: tuple["AclEntry", ...], tenant_id: str | None) -> tuple["AclEn
 PLACEMENT_IS_OPERATORS = ("Reassigning partitions and electing leaders are operator actions: a tenant's principals "
                           "cannot move its replicas (ask the platform operator)")
 
+# For the same reason a tenant does not choose where its replicas go when it creates them: a
+# manual replica assignment in CreateTopics or CreatePartitions, and the topic configs that name
+# brokers or racks (these), set, changed or removed by a tenant through CreateTopics, AlterConfigs
+# or IncrementalAlterConfigs (on a topic, a namespace or its topic defaults), are refused with
+# POLICY_VIOLATION and these messages; the cluster's placement (the broker's
+# ``replica.placement``, else rack-aware round robin) places the tenant's topics. The physical
+# view (the operator) keeps them.
+OPERATOR_TOPIC_CONFIGS = frozenset({
+    "replica.placement", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
+ASSIGNMENT_IS_OPERATORS = ("Replica placement is the platform operator's: a tenant's principals cannot assign "
+                           "replicas to brokers (leave the assignment out: the cluster places the partitions)")
+
+
+def operator_config_refused(name: str) -> str:
+    """The POLICY_VIOLATION message for a tenant setting one of ``OPERATOR_TOPIC_CONFIGS``."""
+    return (f"Replica placement is the platform operator's: a tenant's principals cannot set or change {name} "
+            "(the cluster places the tenant's topics)")
+
 
 class Scope:
     """One principal's view of the cluster at one metadata image."""

@@ -3,7 +3,7 @@ the real etcd, with confluent-kafka: IncrementalAlterConfigs with a new placemen
 reassignment of every partition to a placement-valid assignment, the controller completes it
 when the target's sync replicas are in sync, and every acknowledged record is read back from the
 new replicas. Observers move too (version 2: an observer becomes a sync replica and a sync replica
-an observer)."""
+an observer; a change of roles only hands the leadership over at once)."""
 
 from __future__ import annotations
 
@@ -133,3 +133,34 @@ def test_observers_move_with_the_placement(cluster):
         assert replicas[2] in before[i][1]  # a former sync replica observes now: nothing to copy
     assert sorted(read_all(b, topic, len(values))) == sorted(values)
     produce(b, topic, [b"p%04d" % i for i in range(50)])
+
+
+def test_a_change_of_roles_only_hands_the_leadership_over(cluster):
+    # dc1 + dc2 sync and a dc2 observer, led from dc1 -> two dc2 sync replicas and a dc1 observer:
+    # the same three replicas, so there is nothing to copy; the dc1 leader, an observer now, hands
+    # over to a dc2 sync replica and leaves the ISR at once (the old code kept it leading, in the
+    # ISR, until an election)
+    b = cluster.bootstrap()
+    a = KafkaAdmin({"bootstrap.servers": b, "log_level": 2})
+    topic = f"pcr-{uuid.uuid4().hex[:6]}"
+    a.create_topics([NewTopic(topic, 2, -1, config={
+        "replica.placement": placement(2, [("dc1", 1), ("dc2", 1)], [("dc2", 1)])})])[topic].result(30)
+    before = until(lambda: (lay := layout(a, topic)) and len(lay) == 2 and all(len(isr) == 2 for *_x, isr in lay.values())
+                   and lay, 20, "the topic, its sync replicas in sync")
+    assert all(RACK[leader] == "dc1" and racks(r) == ["dc1", "dc2", "dc2"] for leader, r, _isr in before.values())
+    values = [b"r%04d" % i for i in range(200)]
+    produce(b, topic, values)
+
+    change(a, topic, placement(2, [("dc2", 2)], [("dc1", 1)]))
+
+    def swapped():
+        lay = layout(a, topic)
+        ok = all(racks(r) == ["dc2", "dc2", "dc1"] and RACK[leader] == "dc2" and "dc1" not in racks(isr)
+                 for leader, r, isr in lay.values())
+        return ok and lay
+    after = until(swapped, 10, "a dc2 leader, the dc1 observer out of the ISR")
+    for i, (_l, replicas, _isr) in after.items():
+        assert set(replicas) == set(before[i][1])  # no replica moved
+    until(lambda: all(len(isr) == 2 for *_x, isr in layout(a, topic).values()), 30, "the former observer in sync")
+    assert sorted(read_all(b, topic, len(values))) == sorted(values)
+    produce(b, topic, [b"s%04d" % i for i in range(50)])

@@ -119,3 +119,56 @@ def test_shoal_configs_describes_and_alters_broker_configs(fresh_broker):
     ok("alter", "--broker", "1", "--delete-config", "log.cleaner.threads,num.io.threads")
     ok("alter", "--broker-defaults", "--delete-config", "log.cleaner.threads")
     assert ok("describe", "--broker", "1").splitlines() == ["Dynamic configs for broker 1 are:"]
+
+
+def test_librdkafkas_admin_test_alters_a_broker_as_kafka_answers(fresh_broker, topic_name):
+    """What librdkafka's own test 0081_admin sends, on one broker as on three: AlterConfigs of a
+    topic, of this broker (``sasl.kerberos.min.time.before.relogin``) and of a topic that does
+    not exist, in one request; then IncrementalAlterConfigs of this broker setting
+    ``background.threads`` and appending to ``log.cleanup.policy``, and undoing both. Kafka
+    accepts every config named here as dynamic (``background.threads`` was answered
+    INVALID_REQUEST, which librdkafka reports as a malformed request). kafka-python's
+    DescribeConfigs without ``include_synonyms`` gets no synonyms, with it the chain."""
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    for f in admin.create_topics([NewTopic(topic_name, 1, 1)]).values():
+        f.result(timeout=15)
+    resources = [
+        ConfigResource(ResourceType.TOPIC, topic_name, set_config={"compression.type": "gzip", "flush.ms": "12345678"}),
+        ConfigResource(ResourceType.BROKER, "1", set_config={"sasl.kerberos.min.time.before.relogin": "58000"}),
+        ConfigResource(ResourceType.TOPIC, topic_name + "-none", set_config={"compression.type": "lz4"}),
+    ]
+    with pytest.warns(DeprecationWarning):
+        futures = admin.alter_configs(resources, request_timeout=15)
+    outcome = []
+    for res in resources:
+        try:
+            outcome.append(futures[res].result(timeout=15))
+        except KafkaException as e:
+            outcome.append(e.args[0].name())
+    assert outcome == [None, None, "UNKNOWN_TOPIC_OR_PART"]
+
+    incremental(admin, "1", ("background.threads", AlterConfigOpType.SET, "9"),
+                ("log.cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+    own = describe(admin, "1")
+    assert (own["background.threads"].value, own["background.threads"].source) == (
+        "9", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert own["log.cleanup.policy"].value == "delete,compact"
+    incremental(admin, "1", ("background.threads", AlterConfigOpType.DELETE, None),
+                ("log.cleanup.policy", AlterConfigOpType.SUBTRACT, "compact"))
+    own = describe(admin, "1")
+    assert own["background.threads"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert own["log.cleanup.policy"].value == "delete"
+
+    from kafka.admin import ConfigResource as KpResource, ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=fresh_broker.bootstrap)
+    try:
+        for include in (False, True):
+            got = kp.describe_configs([KpResource(ConfigResourceType.BROKER, "1"),
+                                       KpResource(ConfigResourceType.TOPIC, topic_name)],
+                                      include_synonyms=include, config_filter="all")
+            entries = [*got["broker"]["1"].values(), *got["topic"][topic_name].values()]
+            assert any(e["synonyms"] for e in entries) is include
+    finally:
+        kp.close()
+    shoal_configs(fresh_broker, "alter", "--broker", "1", "--delete-config", "sasl.kerberos.min.time.before.relogin")

@@ -14,6 +14,7 @@ test modules of one basename cannot be collected together without packages.)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -532,6 +533,60 @@ def test_create_topic_policy(cluster, ns):
     md = admin.list_topics(timeout=10)
     assert set(md.topics) == {"team-ok"} and len(md.topics["team-ok"].partitions) == 3
     cluster.delete_tenant(t)
+
+
+def test_placement_is_the_operators(cluster, ns):
+    """A tenant chooses neither the brokers nor the placement of its replicas: a manual assignment
+    (CreateTopics, CreatePartitions, validate_only too), ``replica.placement`` (or its Confluent
+    name) or a throttled-replicas list at creation, and these set on its topic, namespace or topic
+    defaults are POLICY_VIOLATION, with a message that says why. A tenant's AlterConfigs (which
+    replaces every override) keeps the operator's; the operator (the physical view) assigns."""
+    a = cluster.a
+    admin = admin_of(a)
+    node = next(iter(admin.list_topics(timeout=10).brokers))
+    placed = json.dumps({"version": 1, "replicas": [{"count": 1, "constraints": {"rack": "r1"}}]})
+    topic = f"{ns}:eu:placed"
+
+    def refused(futures: dict, what: str) -> None:
+        for f in futures.values():
+            with pytest.raises(KafkaException) as e:
+                f.result(timeout=OP_TIMEOUT)
+            err = kafka_error(e)
+            assert err.code() == KafkaError.POLICY_VIOLATION and "platform operator's" in err.str(), (what, err)
+
+    for validate_only in (False, True):
+        opts = {"validate_only": validate_only, "request_timeout": OP_TIMEOUT}
+        refused(admin.create_topics([NewTopic(topic, 2, replica_assignment=[[node], [node]])], **opts), "assignment")
+        for config in ({"replica.placement": placed}, {"confluent.placement.constraints": placed},
+                       {"leader.replication.throttled.replicas": "*"}):
+            refused(admin.create_topics([NewTopic(topic, 1, 1, config=config)], **opts), str(config))
+    assert topic not in admin.list_topics(timeout=10).topics
+    create(a, topic)
+    refused(admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[node]])],
+                                    request_timeout=OP_TIMEOUT), "CreatePartitions")
+    for rtype, name in ((ConfigResource.Type.TOPIC, topic), (ConfigResource.Type.TOPIC, f"{ns}:eu:"),
+                        (ConfigResource.Type.BROKER, str(node))):  # its topic defaults (librdkafka sends no "")
+        for key, value in (("replica.placement", placed), ("follower.replication.throttled.replicas", "*")):
+            res = ConfigResource(rtype, name, incremental_configs=[ConfigEntry(key, value, incremental_operation=SET)])
+            refused(admin.incremental_alter_configs([res]), f"{key} on {name}")
+
+    operator = AdminClient(cluster.operator_conf())
+    physical = a.prefix + topic
+    _alter(operator, ConfigResource(ConfigResource.Type.TOPIC, physical, incremental_configs=[
+        ConfigEntry("follower.replication.throttled.replicas", "*", incremental_operation=SET)]))
+    with pytest.warns(DeprecationWarning):  # AlterConfigs: the tenant's whole set of overrides
+        fs = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "600000"})])
+    for f in fs.values():
+        f.result(timeout=OP_TIMEOUT)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("follower.replication.throttled.replicas", None, incremental_operation=DELETE)])
+    refused(admin.incremental_alter_configs([res]), "a DELETE")
+    desc = operator.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, physical)])
+    entries = next(iter(desc.values())).result(timeout=OP_TIMEOUT)
+    assert (entries["follower.replication.throttled.replicas"].value, entries["retention.ms"].value) == ("*", "600000")
+    mine = f"op-{uuid.uuid4().hex[:6]}"
+    operator.create_topics([NewTopic(mine, 2, replica_assignment=[[node], [node]])])[mine].result(timeout=OP_TIMEOUT)
+    operator.delete_topics([mine])[mine].result(timeout=OP_TIMEOUT)
 
 
 def test_auto_creation_needs_the_namespace(cluster, ns):

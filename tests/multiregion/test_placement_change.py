@@ -129,3 +129,28 @@ def test_the_admin_decision_refuses_tenants_and_placements_the_brokers_cannot_ho
     with pytest.raises(AdminError) as e:
         _placement_change(Scope(True), img, topic, '{"version": 7}')
     assert e.value.code == "INVALID_CONFIG"
+
+
+def test_a_change_of_roles_only_hands_over_and_takes_the_new_observer_out_of_the_isr():
+    # dc1 + dc2 sync, a dc2 observer, led by 1 -> two dc2 sync replicas and a dc1 observer: the same
+    # replicas, nothing to copy, so nothing would ever complete: the change itself elects a sync
+    # replica (a new leader epoch) and the leader it demotes leaves the ISR
+    img = image_with(PartitionInfo(0, (1, 3, 4), (1, 3), 1, observers=(4,)))
+    targets = reassign_with_constraints(spec([("dc2", 2)], [("dc1", 1)], version=2), BROKERS, [(1, 3, 4)])
+    assert targets == [((3, 4, 1), (1,))]
+    p = topics.change_placement(img, "t", {}, targets).response.partitions[0]
+    assert (p.replicas, p.observers, p.isr, p.leader, p.leader_epoch, p.reassigning) == \
+        ((3, 4, 1), (1,), (3,), 3, 1, False)  # 4 joins the ISR as a sync replica once caught up
+    # a swap that keeps the leader a sync replica keeps it leading, in the same epoch
+    img = image_with(PartitionInfo(0, (1, 2, 3), (1, 2), 1, observers=(3,)))
+    p = topics.change_placement(img, "t", {}, [((1, 3, 2), (2,))]).response.partitions[0]
+    assert (p.replicas, p.observers, p.isr, p.leader, p.leader_epoch) == ((1, 3, 2), (2,), (1,), 1, 0)
+
+
+def test_a_new_target_of_the_current_replicas_ends_a_running_reassignment():
+    # (1, 2) -> (1, 3) runs; a target naming all of (1, 3, 2) moves nothing: adding and removing clear
+    img = image_with(PartitionInfo(0, (1, 2), (1, 2), 1))
+    p = topics.start_reassignment(img, "t", 0, (1, 3)).response
+    assert (p.replicas, p.adding, p.removing) == ((1, 3, 2), (3,), (2,))
+    q = topics.start_reassignment(with_partition(img, p), "t", 0, (1, 3, 2)).response
+    assert (q.replicas, q.adding, q.removing, q.isr, q.leader, q.reassigning) == ((1, 3, 2), (), (), (1, 2), 1, False)

@@ -225,7 +225,9 @@ def start_reassignment(
     ``target_observers`` (a ``replica.placement`` change): the observers among ``target``. While
     the reassignment runs, the observers are the target's plus the current observers leaving;
     a current observer that the target makes a sync replica may join the ISR at once, and a sync
-    replica the target makes an observer stays in the ISR until the reassignment completes.
+    replica the target makes an observer stays in the ISR until the reassignment completes. A
+    target with the current replicas (roles swapped only) has nothing to complete: its roles apply
+    at once (:func:`_roles_changed`).
     Without it (a manual reassignment), a partition with observers is refused: the request
     cannot say which replicas observe."""
     p = _existing_partition(image, name, partition)
@@ -261,9 +263,32 @@ def start_reassignment(
     if not any(r in p.isr and r not in observers for r in replicas):
         raise MetadataError("INVALID_REPLICA_ASSIGNMENT",
                             f"{name}-{partition}: no in-sync replica would stay a sync replica (ISR {list(p.isr)})")
-    np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing, observers=observers,
-                             partition_epoch=p.partition_epoch + 1)
+    if not adding and not removing:
+        np = _roles_changed(p, replicas, observers)
+    else:
+        np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing, observers=observers,
+                                 partition_epoch=p.partition_epoch + 1)
     return Result(_with_partition(image, name, np), np)
+
+
+def _roles_changed(p: PartitionInfo, replicas: tuple[int, ...], observers: tuple[int, ...]) -> PartitionInfo:
+    """A target with the partition's own replicas and other roles (a ``replica.placement`` change
+    that swaps a sync replica and an observer): nothing is copied, so no reassignment would ever
+    complete; the roles change at once, as KRaft's PartitionChangeBuilder does when the leader is
+    no longer eligible. The replicas the target makes observers leave the ISR, and a leader among
+    them hands over to the target's first sync replica in the ISR (a new leader epoch; the caller
+    checked one is there, and every ISR member has every acknowledged record). A former observer
+    that becomes a sync replica joins the ISR when the leader finds it caught up; until then the
+    ISR may be smaller than before. Observers already in the ISR (promoted) stay: their leader
+    demotes them by the topic's policy."""
+    demoted = tuple(r for r in observers if r not in p.observers)
+    isr = tuple(r for r in p.isr if r not in demoted)
+    leader = p.leader
+    if leader in observers:
+        leader = next(r for r in replicas if r in isr and r not in observers)
+    return dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, observers=observers, adding=(), removing=(),
+                               leader_epoch=p.leader_epoch + (leader != p.leader),
+                               partition_epoch=p.partition_epoch + 1)
 
 
 def change_placement(
