@@ -133,6 +133,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
         if cmd == "create":
             t = _call(args, "POST", "/v1/tenants", {"display_name": args.name})
             print(t["tenant_id"])
+            if t.get("warning"):
+                print(f"shoal tenants create: warning: {t['warning']}", file=sys.stderr)
         elif cmd == "list":
             tenants = _call(args, "GET", "/v1/tenants")["tenants"]
             if args.output == "json":

@@ -48,7 +48,7 @@ def test_banner_commands_create_a_tenant_and_user_and_produce_and_consume(qb, tm
     r = run_script(quickstart.script(banner), tmp_path, tool_path(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     out, both = r.stdout.splitlines(), r.stdout + r.stderr
-    tenant = re.search(r"user alice created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
+    tenant = re.search(r"user dana created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
     assert "Created topic orders." in out, both
     assert out.count("k1:hello from kcat") == 2, both  # kcat, then confluent-kafka
     assert "k2:hello from confluent-kafka" in out, both

@@ -14,6 +14,7 @@ import pytest
 
 from broker_process import REPO
 from quickstart_broker import QuickstartBroker, tool_path
+from shoal import quickstart
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,13 +44,19 @@ def qb(tmp_path_factory):
 
 
 def test_recipe_two_isolated_tenants(qb, tmp_path):
+    """As a user meets it: the banner's commands first, then the recipe, in one directory (issue 24:
+    both made tenant acme and user alice, and the recipe stopped at "User 'alice' already exists")."""
     env = tool_path(tmp_path)
     sasl = f"127.0.0.1:{qb.sasl_port}"
+    first = subprocess.run(["bash", "-euo", "pipefail", "-c", quickstart.script(qb.banner())], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=200)
+    assert first.returncode == 0, first.stdout + first.stderr
     env.update(SHOAL_SASL_BOOTSTRAP=sasl, SHOAL_BOOTSTRAP=qb.bootstrap, SHOAL_DATA=str(qb.data_dir),
                SHOAL_ADMIN_URL=f"http://127.0.0.1:{qb.admin_port}")
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe()], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=200)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" not in r.stderr, r.stderr
     out = r.stdout.splitlines()
     acme = re.search(r"user alice created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
     globex = re.search(r"user bob created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
@@ -60,6 +67,13 @@ def test_recipe_two_isolated_tenants(qb, tmp_path):
     assert f"alice sees cluster {acme} topics ['orders', 'payments']" in out
     assert f"bob sees cluster {globex} topics ['orders']" in out
     assert {f"{acme}_orders", f"{acme}_payments", f"{globex}_orders"} <= set(out)  # the operator's view
+
+    # a second tenant named acme (the recipe run again) is created, with a warning naming the first
+    again = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe().split("\nGLOBEX=", 1)[0]], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stderr.splitlines() == [
+        f"shoal tenants create: warning: tenant {acme} is also named 'acme': display names need not be unique, "
+        "tell these tenants apart by id"], again.stderr
 
     # tenant B, on its own, through two client libraries: alice's topics are nowhere
     from confluent_kafka import Consumer, KafkaError, TopicPartition

@@ -4,7 +4,8 @@ Started by the broker when ``shoal.admin.listener`` (``http://HOST:PORT``) is se
 only (asyncio streams + json). One request per connection (``Connection: close``). Endpoints:
 
     GET    /v1/tenants                      list tenants
-    POST   /v1/tenants                      {"display_name": ...} -> 201 tenant
+    POST   /v1/tenants                      {"display_name": ...} -> 201 tenant ("warning" when
+                                            another tenant has that display name: not refused)
     GET    /v1/tenants/{id}                 one tenant with its users
     DELETE /v1/tenants/{id}                 delete it, its users and their credentials
     POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?, "admin"?} -> 201
@@ -227,8 +228,13 @@ class AdminHttpServer:
                 return 200, {"tenants": [tenant_json(t, image.user_tenants, image.tenant_admins)
                                          for t in sorted(image.tenants.values(), key=lambda t: t.created_ms)]}
             name = _name(self._json(raw), "display_name")
+            namesakes = sorted(t.tenant_id for t in self.store.image.tenants.values() if t.display_name == name)
             t = await self._store_call(self.store.create_tenant(name))
-            return 201, tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
+            created = tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
+            if namesakes:  # allowed (a display name is a label), but most likely a script run twice
+                created["warning"] = (f"tenant {', '.join(namesakes)} is also named {name!r}: display names need "
+                                      f"not be unique, tell these tenants apart by id")
+            return 201, created
         tenant_id = segs[2]
         if len(segs) == 3:
             if self._allow(method, "GET", "DELETE") == "GET":
@@ -379,7 +385,9 @@ def openapi() -> dict[str, Any]:
                            "properties": {"tenant_id": string, "display_name": string,
                                           "created_ms": {"type": "integer", "format": "int64"},
                                           "users": {"type": "array", "items": string},
-                                          "admins": {"type": "array", "items": string}}},
+                                          "admins": {"type": "array", "items": string},
+                                          "warning": {"type": "string", "description": "on creation: other "
+                                                      "tenants have this display name"}}},
                 "TenantList": {"type": "object", "required": ["tenants"],
                                "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}},
                 "TenantCreate": {"type": "object", "required": ["display_name"],
