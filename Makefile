@@ -11,11 +11,26 @@ DEBIAN_PACKAGES := kcat etcd-server etcd-client chromium
 # admin API on :9644, metrics on :9645 and a generated admin (./data/admin.properties, mode 0600);
 # it prints the commands to try tenants (shoal serve --quickstart, shoal/quickstart.py).
 serve: install
-	$(PIP) install -q --disable-pip-version-check 'confluent-kafka>=2.5'  # for the banner's Python example
+	@$(PYTHON) -c 'import sys, confluent_kafka; sys.exit(confluent_kafka.version()[1] < 0x2050000)' 2>/dev/null || \
+	  $(PIP) install -q --disable-pip-version-check 'confluent-kafka>=2.5'  # for the banner's Python example
 	$(PYTHON) -m shoal serve --quickstart --log-dirs ./data
 
+# The editable install of this checkout, only when needed: pip (half a minute, most of it building
+# the editable wheel; a restart's broker needs under a second) runs when Python's `shoal` is not the
+# editable install of this directory (a fresh machine, or another checkout installed since) or when
+# what the install builds from (pyproject.toml, setup.py, the C speed-ups) changed after the last
+# install from here, which $(INSTALL_STAMP) records. `make deps` (so `make test`) always installs.
+INSTALL_STAMP := .install.stamp
+INSTALL_INPUTS := pyproject.toml setup.py shoal/_native/speedups.c
+# (The first `shoal` with a direct_url.json: `python -c` also finds the checkout's own shoal.egg-info.)
+INSTALLED_HERE := $(PYTHON) -c 'import json, os, sys, importlib.metadata as m, urllib.parse as u; \
+	d = next((json.loads(t) for t in (x.read_text("direct_url.json") for x in m.distributions(name="shoal")) if t), {}); \
+	p = u.unquote(u.urlsplit(d.get("url", "")).path); \
+	sys.exit(not (d.get("dir_info", {}).get("editable") and os.path.isdir(p) and os.path.samefile(p, ".")))'
 install:
-	$(PIP) install -q --disable-pip-version-check -e .
+	@if [ -z "$$(find $(INSTALL_INPUTS) -newer $(INSTALL_STAMP) 2>&1)" ] && $(INSTALLED_HERE) 2>/dev/null; then \
+	  echo "shoal is installed from here, unchanged since (rm $(INSTALL_STAMP) to install again)"; \
+	else $(PIP) install -q --disable-pip-version-check -e . && touch $(INSTALL_STAMP); fi
 
 # Everything the tests need: Debian packages (kcat; etcd for the cluster tests, which start a
 # three-member etcd on loopback; chromium for the capacity report test; a Java runtime for Spark
@@ -25,7 +40,7 @@ deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; fi
-	$(PIP) install -q --disable-pip-version-check -e '.[test,spark]'
+	$(PIP) install -q --disable-pip-version-check -e '.[test,spark]' && touch $(INSTALL_STAMP)
 
 # Install what the tests need, then run the whole suite: most of it on $(TEST_WORKERS) pytest-xdist
 # workers (it mostly waits on brokers, etcd and Spark), one group per module (tests/conftest.py);

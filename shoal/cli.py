@@ -162,6 +162,13 @@ def cmd_serve(args) -> int:
     except _StartFailed as e:
         _explain_failure(args, e.__cause__, str(e))
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C before the broker's own handler is in place (it waits for etcd, for its old
+        # lease, for a directory): asyncio.run has cancelled the start and re-raised; what was
+        # started is closed with the process. One line, as an interrupted command says it, no
+        # traceback; 130, the shell's status for a SIGINT.
+        print("shoal serve: stopped (interrupted while starting)", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     return 0
 
 

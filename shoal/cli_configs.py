@@ -3,6 +3,14 @@ wire protocol (DescribeConfigs, IncrementalAlterConfigs) through :mod:`shoal.cli
 
 - ``--broker N``: broker N's own dynamic configs (send it to broker N: a broker answers only for
   itself, as Kafka's); ``--broker-defaults``: the cluster-wide dynamic defaults.
+- ``--tenant-defaults``: a tenant user's connection (its Metadata names the tenant's ``lkc-`` id as
+  the cluster id) sees its tenant's topic config defaults where the broker configs would be
+  (``shoal.handlers.admin``): the defaults of every topic of the tenant that does not set a config.
+  On such a connection ``--broker``/``--broker-defaults`` are refused (exit 2) and point here: a
+  tenant administrator who meant a broker setting would otherwise change every topic of the tenant
+  (``retention.ms=1000`` deletes its data) under a message about brokers. ``--tenant-defaults`` on
+  the physical cluster's view is refused too; the operator sets a tenant's defaults through the
+  admin API (``PUT /v1/tenants/{id}/configs``).
 - ``describe``: kafka-configs' output, the dynamic configs of the resource with their synonyms
   (``Dynamic configs for broker 1 are:`` / ``Default configs for brokers in the cluster are:``),
   or with ``--all`` every config of broker N (``All configs for broker 1 are:``).
@@ -33,6 +41,9 @@ def add_parser(subparsers: Any) -> None:
         which.add_argument("--broker", metavar="ID", help="this broker's own dynamic configs (send to broker ID)")
         which.add_argument("--broker-defaults", action="store_true",
                            help="the cluster-wide dynamic default configs of every broker")
+        which.add_argument("--tenant-defaults", action="store_true",
+                           help="as a tenant's user: the topic config defaults of its tenant (every topic of it "
+                                "that does not set the config)")
         add_connection_args(p)
         p.set_defaults(func=cmd_configs)
 
@@ -85,6 +96,8 @@ def changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
 
 def resource(args: argparse.Namespace) -> tuple[str, str]:
     """(resource name, how kafka-configs names it)."""
+    if args.tenant_defaults:
+        return "", "the tenant's topics"
     if args.broker_defaults:
         return "", "brokers in the cluster"
     try:
@@ -120,17 +133,30 @@ def cmd_configs(args: argparse.Namespace) -> int:
     key = (RESOURCE_BROKER, rname)
 
     async def job(client) -> int:
+        nonlocal label
+        tenant = await _tenant_of(client)
+        if tenant is not None and not args.tenant_defaults:
+            raise UsageError(f"this connection is a user's of tenant {tenant}, which has no broker configs: here "
+                             f"{'--broker-defaults' if args.broker_defaults else '--broker'} would set the topic "
+                             f"config defaults of every topic of the tenant (retention.ms=1000 would delete their "
+                             f"data); say --tenant-defaults if that is what you mean")
+        if tenant is None and args.tenant_defaults:
+            raise UsageError("--tenant-defaults wants a tenant user's connection (--command-config with its "
+                             "credentials); the operator sets a tenant's topic defaults with the admin API "
+                             "(PUT /v1/tenants/ID/configs), and --broker-defaults are the physical cluster's")
+        if tenant is not None:
+            label = f"the topics of tenant {tenant}"
         if command == "describe":
             found = (await client.describe_configs([key], include_synonyms=True, raise_errors=False))[key]
             if not isinstance(found, dict):
                 print(f"{name}: {label}: {_with_hint(found, [])}", file=sys.stderr)
                 return EXIT_ERROR
-            own = "DYNAMIC_DEFAULT_BROKER_CONFIG" if args.broker_defaults else "DYNAMIC_BROKER_CONFIG"
-            if args.all and not args.broker_defaults:
+            own = "DYNAMIC_BROKER_CONFIG" if args.broker is not None else "DYNAMIC_DEFAULT_BROKER_CONFIG"
+            if args.all and args.broker is not None:
                 print(f"All configs for {label} are:")
                 shown = list(found.values())
             else:
-                print(f"{'Default' if args.broker_defaults else 'Dynamic'} configs for {label} are:")
+                print(f"{'Dynamic' if args.broker is not None else 'Default'} configs for {label} are:")
                 shown = [e for e in found.values() if e.source == own]
             for e in sorted(shown, key=lambda e: e.name):
                 print(format_entry(e))
@@ -139,7 +165,21 @@ def cmd_configs(args: argparse.Namespace) -> int:
         if err is not None:
             print(f"{name}: {label}: {_with_hint(err, [k for k, _op, _v in ops])}", file=sys.stderr)
             return EXIT_ERROR
-        print(f"Completed updating {'default config' if args.broker_defaults else 'config'} for {label}.")
+        if tenant is not None:
+            what = ", ".join(k if v is None else f"{k}={v}" for k, _op, v in ops)
+            print(f"Completed updating the default config for {label} ({what}): every topic of the tenant that "
+                  f"does not set a config itself now has these.")
+        else:
+            print(f"Completed updating {'config' if args.broker is not None else 'default config'} for {label}.")
         return 0
 
     return run_admin(args, name, "shoal-configs", job)
+
+
+async def _tenant_of(client: Any) -> str | None:
+    """The tenant whose user this connection is (its Metadata's cluster id is the tenant's
+    ``lkc-`` id, ``shoal.tenancy``), None for the physical cluster's view."""
+    import re
+
+    cluster_id = (await client.describe_cluster())["cluster_id"] or ""
+    return cluster_id if re.fullmatch(r"lkc-[0-9a-z]{6}", cluster_id) else None

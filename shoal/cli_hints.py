@@ -56,7 +56,8 @@ def hint(code_name: str, props: Mapping[str, str], command_config: str | None) -
     if code_name == "SASL_AUTHENTICATION_FAILED":
         return (f"the broker refused the credentials of user {props.get('sasl.username', '?')!r} "
                 f"({props.get('sasl.mechanism', 'PLAIN').upper()}): check sasl.username and sasl.password in {where} "
-                f"(a user's SCRAM credential is set with `shoal scram set` or `shoal users create`)")
+                f"(a user's SCRAM credentials are set with `shoal scram set` or `shoal users create`, both "
+                f"mechanisms unless --mechanism named one; `shoal scram describe USER` lists those it has)")
     if code_name == "UNSUPPORTED_SASL_MECHANISM":
         return (f"this listener does not offer sasl.mechanism={props.get('sasl.mechanism', 'PLAIN').upper()}: "
                 f"set one of its sasl.enabled.mechanisms in {where}")

@@ -2,7 +2,8 @@
 clusters) and their SCRAM users, through the broker's HTTP admin API (``shoal.admin.listener``).
 
 The password is read from stdin (``--password-stdin``, first line) and sent to the admin API, which
-hashes it and stores only the salted keys.
+hashes it and stores only the salted keys: a SCRAM-SHA-256 and a SCRAM-SHA-512 credential, so a
+client logs in with either mechanism the listener offers, unless ``--mechanism`` names one.
 
 With ``shoal.admin.authentication=basic`` the credentials come from the environment:
 ``SHOAL_ADMIN_USER`` and ``SHOAL_ADMIN_PASSWORD``; ``SHOAL_ADMIN_URL`` is the default of ``--admin-url``.
@@ -69,7 +70,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("user", metavar="USER")
     p.add_argument("--tenant", required=True, metavar="ID")
     p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
-    p.add_argument("--mechanism", choices=MECHS, default="SCRAM-SHA-512")
+    p.add_argument("--mechanism", choices=MECHS,
+                   help="store only this mechanism's credential (default: SCRAM-SHA-256 and SCRAM-SHA-512, so "
+                        "clients log in with either)")
     p.add_argument("--admin", action="store_true", help="the user administers its tenant (may do anything in it)")
     common(p, cmd_users)
     p = sub.add_parser("delete", help="delete a user (and its credentials)")
@@ -130,6 +133,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
         if cmd == "create":
             t = _call(args, "POST", "/v1/tenants", {"display_name": args.name})
             print(t["tenant_id"])
+            if t.get("warning"):
+                print(f"shoal tenants create: warning: {t['warning']}", file=sys.stderr)
         elif cmd == "list":
             tenants = _call(args, "GET", "/v1/tenants")["tenants"]
             if args.output == "json":
@@ -162,10 +167,12 @@ def cmd_users(args: argparse.Namespace) -> int:
             if not password:
                 print("shoal users create: empty password on stdin", file=sys.stderr)
                 return EXIT_USAGE
-            _call(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users",
-                  {"user": args.user, "password": password, "mechanism": args.mechanism, "admin": args.admin})
+            body = {"user": args.user, "password": password, "admin": args.admin}
+            if args.mechanism:
+                body["mechanism"] = args.mechanism
+            u = _call(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users", body)
             role = ", tenant administrator" if args.admin else ""
-            print(f"user {args.user} created in tenant {args.tenant} ({args.mechanism}{role})")
+            print(f"user {args.user} created in tenant {args.tenant} ({', '.join(u['mechanisms'])}{role})")
         else:
             tenant = args.tenant
             if tenant is None:

@@ -3,7 +3,9 @@ DescribeUserScramCredentials), like ``kafka-configs.sh --alter --add-config SCRA
 
 The password is read from stdin (``--password-stdin``, first line) and salted and hashed here
 (PBKDF2 with a random salt); only the salted password crosses the wire and the broker keeps only
-StoredKey/ServerKey. ``--command-config`` is a Kafka client properties file for brokers whose
+StoredKey/ServerKey. Without ``--mechanism``, ``set`` stores a SCRAM-SHA-256 and a SCRAM-SHA-512
+credential (a listener offers both, and a client using the one a user lacks fails exactly as with a
+wrong password), and ``delete`` deletes whichever the user has. ``--command-config`` is a Kafka client properties file for brokers whose
 listener needs SASL or TLS (``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
 ``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``; see
 ``shoal.client.ClientSecurity``). The first user of a
@@ -40,15 +42,16 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("--timeout", type=float, default=30.0)
         p.set_defaults(func=cmd_scram)
 
-    p = sub.add_parser("set", help="create or replace a user's SCRAM credential")
+    p = sub.add_parser("set", help="create or replace a user's SCRAM credentials")
     p.add_argument("user", metavar="USER")
-    p.add_argument("--mechanism", choices=MECHS, default="SCRAM-SHA-512")
+    p.add_argument("--mechanism", choices=MECHS,
+                   help="set only this mechanism's credential (default: SCRAM-SHA-256 and SCRAM-SHA-512)")
     p.add_argument("--iterations", type=int, default=4096)
     p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
     common(p)
-    p = sub.add_parser("delete", help="delete a user's SCRAM credential")
+    p = sub.add_parser("delete", help="delete a user's SCRAM credentials")
     p.add_argument("user", metavar="USER")
-    p.add_argument("--mechanism", choices=MECHS, default="SCRAM-SHA-512")
+    p.add_argument("--mechanism", choices=MECHS, help="delete only this mechanism's credential (default: all it has)")
     common(p)
     p = sub.add_parser("describe", help="list users with SCRAM credentials (mechanism, iterations)")
     p.add_argument("user", metavar="USER", nargs="?")
@@ -98,41 +101,47 @@ async def _run(args: argparse.Namespace) -> int:
         password = line[:-1] if line.endswith("\n") else line
         if not password:
             raise _UsageError("empty password on stdin")
-        salt = os.urandom(32)
-        body = {
-            "deletions": [],
-            "upsertions": [
-                {
-                    "name": args.user,
-                    "mechanism": MECHANISMS[args.mechanism],
-                    "iterations": args.iterations,
-                    "salt": salt,
-                    "salted_password": salted_password(args.mechanism, password, salt, args.iterations),
-                }
-            ],
-        }
-    elif args.scram_command == "delete":
-        body = {"deletions": [{"name": args.user, "mechanism": MECHANISMS[args.mechanism]}], "upsertions": []}
+        mechs = (args.mechanism,) if args.mechanism else MECHS
+        upsertions = []
+        for mech in mechs:
+            salt = os.urandom(32)
+            upsertions.append({"name": args.user, "mechanism": MECHANISMS[mech], "iterations": args.iterations,
+                               "salt": salt, "salted_password": salted_password(mech, password, salt, args.iterations)})
+        body = {"deletions": [], "upsertions": upsertions}
     client = AdminClient(args.bootstrap_server, client_id="shoal-scram", timeout=args.timeout, security=security)
     await client.connect()
     try:
+        if args.scram_command == "delete":
+            mechs = (args.mechanism,) if args.mechanism else [m for m, _n in (await _credentials(client, args.user))[args.user]]
+            body = {"deletions": [{"name": args.user, "mechanism": MECHANISMS[m]} for m in mechs], "upsertions": []}
         if body is not None:
             resp = await client.request(51, body)
             for r in resp.results:
                 if r.error_code != 0:
                     raise KafkaError.from_code(int(r.error_code), r.error_message, r.user)
             verb = "set" if args.scram_command == "set" else "deleted"
-            print(f"{args.mechanism} credential of user {args.user} {verb}")
+            print(f"{', '.join(mechs)} credential{'s' if len(mechs) > 1 else ''} of user {args.user} {verb}")
             return 0
-        resp = await client.request(50, {"users": [{"name": args.user}] if args.user else None})
-        if resp.error_code != 0:
-            raise KafkaError.from_code(int(resp.error_code), resp.error_message)
-        names = {v: k for k, v in MECHANISMS.items()}
-        for r in resp.results:
-            if r.error_code != 0:
-                raise KafkaError.from_code(int(r.error_code), r.error_message, r.user)
-            infos = ", ".join(f"{names.get(int(i.mechanism), i.mechanism)}(iterations={i.iterations})" for i in r.credential_infos)
-            print(f"{r.user}: {infos}")
+        for user, infos in (await _credentials(client, args.user)).items():
+            print(f"{user}: {', '.join(f'{m}(iterations={n})' for m, n in infos)}")
         return 0
     finally:
         await client.close()
+
+
+async def _credentials(client: Any, user: str | None) -> dict[str, list[tuple[str, int]]]:
+    """DescribeUserScramCredentials of ``user`` (None: every user): ``{user: [(mechanism,
+    iterations), ...]}``; a KafkaError for a user with no credential (RESOURCE_NOT_FOUND)."""
+    from shoal.auth.scram import MECHANISMS
+    from shoal.client import KafkaError
+
+    resp = await client.request(50, {"users": [{"name": user}] if user else None})
+    if resp.error_code != 0:
+        raise KafkaError.from_code(int(resp.error_code), resp.error_message)
+    names = {v: k for k, v in MECHANISMS.items()}
+    found: dict[str, list[tuple[str, int]]] = {}
+    for r in resp.results:
+        if r.error_code != 0:
+            raise KafkaError.from_code(int(r.error_code), r.error_message, r.user)
+        found[r.user] = [(names.get(int(i.mechanism), str(i.mechanism)), int(i.iterations)) for i in r.credential_infos]
+    return found

@@ -6,12 +6,16 @@ acks=all means on a single node. Pure functions of the config (and the metadata 
   on an address other hosts can reach sends every password in clear text.
 - The HTTP admin API (``shoal.admin.listener``) with ``shoal.admin.authentication=none`` on such
   an address lets anyone who can reach it create tenants, users and admins.
+- In a cluster (etcd), an inter-broker listener that authenticates no one (PLAINTEXT, SSL without
+  ``ssl.client.auth=required``) with no authorizer, or with ``User:ANONYMOUS`` a super user, lets
+  any client that reaches it act as a broker (follower fetches). This one warns on loopback too:
+  every process on the host reaches a loopback listener.
 - acks=all is not fsync (Kafka's default too: ``log.flush.interval.messages`` is Long.MAX and
   replication is the durability story). On a single node with replication factor 1, a power
   loss or kernel crash can lose acknowledged records; a killed process cannot (the data is in
   the page cache). ``log.flush.interval.messages=1`` fsyncs before acknowledging.
 
-A loopback address (127.0.0.0/8, ::1, ``localhost``) gets no warning; a wildcard (``0.0.0.0``,
+A loopback address (127.0.0.0/8, ::1, ``localhost``) gets no warning of the first two; a wildcard (``0.0.0.0``,
 ``::``, empty) or any other address does. Host names are resolved (the listener was just bound to
 them, so this costs nothing new); one that resolves only to loopback addresses counts as loopback.
 """
@@ -64,7 +68,40 @@ def exposure_warnings(config: Any) -> list[str]:
                 f"on a non-loopback address: anyone who can reach it can create tenants, users and "
                 f"admins. Set shoal.admin.authentication=basic, or bind it to 127.0.0.1"
             )
+    found = inter_broker_exposure(config)
+    if found:
+        out.append(found)
     return out
+
+
+def inter_broker_exposure(config: Any) -> str | None:
+    """The warning when any client that reaches the inter-broker listener may act as a broker.
+
+    A leader takes a follower's fetches (and the controller's and brokers' other requests) from
+    whoever holds CLUSTER_ACTION on the cluster. On a listener that authenticates nobody (PLAINTEXT,
+    or SSL without ``ssl.client.auth=required``) every client is ``User:ANONYMOUS``, which holds it
+    when there is no authorizer (everything is allowed) or when it is a super user: the cluster
+    quick start's settings. Only a cluster (``shoal.metadata.store=etcd://``) has followers; a
+    single node's listeners are described by the other warnings. None when nothing is exposed."""
+    from shoal.auth.interbroker import inter_broker_listener
+    from shoal.tenancy.scope import super_users
+
+    if not str(config.get("shoal.metadata.store") or "").startswith("etcd://"):
+        return None
+    listener = inter_broker_listener(config)
+    protocol = config.listener_security_protocols.get(listener, listener)
+    client_auth = str(config.for_listener(listener, "ssl.client.auth") or "none").lower()
+    if not (protocol == "PLAINTEXT" or (protocol == "SSL" and client_auth != "required")):
+        return None
+    authorizer = config.get("authorizer.class.name")
+    if authorizer and "User:ANONYMOUS" not in super_users(config):
+        return None
+    why = "User:ANONYMOUS is in super.users" if authorizer else "there is no authorizer (authorizer.class.name)"
+    where = next((f"{h or '*'}:{p}" for n, h, p in config.listeners if n == listener), "?")
+    return (f"inter-broker listener {listener} ({where}, {protocol}) authenticates no one and {why}: any client "
+            f"that reaches it may act as a broker (follower fetches, CLUSTER_ACTION). Give the brokers their own "
+            f"listener (inter.broker.listener.name) with SASL or ssl.client.auth=required and an authorizer, "
+            f"reachable by the brokers only (docs/cluster.md)")
 
 
 def durability_note(config: Any, image: Any) -> str | None:

@@ -12,6 +12,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,45 @@ def test_make_serve_runs_the_quickstart():
     assert "-m shoal serve --quickstart" in recipe and "--log-dirs ./data" in recipe
 
 
+def test_make_install_runs_pip_only_when_needed(tmp_path):
+    """Issue 24: `make serve` ran `pip install -e .` on every start (28.6 s before a broker that
+    starts in under one). Now pip runs when `shoal` is not the editable install of this checkout or
+    pyproject.toml, setup.py or the C speed-ups changed since the last install. The checkout is a
+    copy of the files the Makefile reads; pip is a stand-in that records its arguments and writes
+    the dist-info an editable install leaves (on PYTHONPATH, so it is the `shoal` Python finds)."""
+    import json
+
+    for name in ("Makefile", "pyproject.toml", "setup.py", "shoal/_native/speedups.c"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((REPO / name).read_bytes())
+    site = tmp_path / "site" / "shoal-0.1.0.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: shoal\nVersion: 0.1.0\n")
+    (tmp_path / "shoal.egg-info").mkdir()  # what an editable install leaves in the checkout (`python -c` sees it first)
+    (tmp_path / "shoal.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: shoal\nVersion: 0.1.0\n")
+    pip = tmp_path / "pip"
+    pip.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/pip.log\n"
+                   f"printf '{{\"dir_info\": {{\"editable\": true}}, \"url\": \"file://%s\"}}' \"$PWD\" "
+                   f"> {site}/direct_url.json\n")
+    pip.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(site.parent))
+
+    def make_install() -> list[str]:
+        r = subprocess.run(["make", "-s", "install", f"PYTHON={sys.executable}", f"PIP={pip}"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return (tmp_path / "pip.log").read_text().splitlines()
+
+    assert make_install() == ["install -q --disable-pip-version-check -e ."]  # a fresh machine
+    assert len(make_install()) == 1  # installed from here, nothing changed: no pip
+    earlier = time.time() - 60
+    os.utime(tmp_path / ".install.stamp", (earlier, earlier))  # pyproject.toml changed after the install
+    assert len(make_install()) == 2
+    assert len(make_install()) == 2
+    (site / "direct_url.json").write_text(json.dumps({"dir_info": {"editable": True}, "url": "file:///elsewhere"}))
+    assert len(make_install()) == 3  # another checkout installed since
+
+
 def test_banner_commands_create_a_tenant_and_user_and_produce_and_consume(qb, tmp_path):
     banner = qb.banner()
     assert f"SASL_PLAINTEXT://127.0.0.1:{qb.sasl_port}" in banner and f"http://127.0.0.1:{qb.admin_port}" in banner
@@ -48,7 +88,7 @@ def test_banner_commands_create_a_tenant_and_user_and_produce_and_consume(qb, tm
     r = run_script(quickstart.script(banner), tmp_path, tool_path(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     out, both = r.stdout.splitlines(), r.stdout + r.stderr
-    tenant = re.search(r"user alice created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
+    tenant = re.search(r"user dana created in tenant (lkc-[0-9a-z]{6})", r.stdout).group(1)
     assert "Created topic orders." in out, both
     assert out.count("k1:hello from kcat") == 2, both  # kcat, then confluent-kafka
     assert "k2:hello from confluent-kafka" in out, both

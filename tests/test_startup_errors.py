@@ -196,3 +196,31 @@ def test_log_dir_of_another_node_id(tmp_path) -> None:
     # refused before the metadata store was read: nothing changed but the lock file's pid
     after = {p: p.read_bytes() for p in b.data_dir.rglob("*") if p.is_file()}
     assert {p: v for p, v in after.items() if p.name != ".lock"} == {p: v for p, v in before.items() if p.name != ".lock"}
+
+
+def test_ctrl_c_while_waiting_for_etcd_stops_in_one_line(tmp_path) -> None:
+    """Issue 24: SIGINT while the broker waits for an etcd nobody listens on printed a 30-line
+    traceback (asyncio.run's KeyboardInterrupt over the cancelled start); now one line, exit 130."""
+    import signal
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "shoal", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0",
+                          "--log-dirs", str(tmp_path / "data"), "--override",
+                          f"shoal.metadata.store=etcd://127.0.0.1:{nobody}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        before = []
+        while not any("cannot reach etcd" in line for line in before):  # it waits for etcd now
+            line = p.stderr.readline()
+            assert line, "".join(before)
+            before.append(line)
+        p.send_signal(signal.SIGINT)
+        out, after = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, after
+    assert after.splitlines() == ["shoal serve: stopped (interrupted while starting)"], after

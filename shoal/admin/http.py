@@ -4,10 +4,12 @@ Started by the broker when ``shoal.admin.listener`` (``http://HOST:PORT``) is se
 only (asyncio streams + json). One request per connection (``Connection: close``). Endpoints:
 
     GET    /v1/tenants                      list tenants
-    POST   /v1/tenants                      {"display_name": ...} -> 201 tenant
+    POST   /v1/tenants                      {"display_name": ...} -> 201 tenant ("warning" when
+                                            another tenant has that display name: not refused)
     GET    /v1/tenants/{id}                 one tenant with its users
     DELETE /v1/tenants/{id}                 delete it, its users and their credentials
     POST   /v1/tenants/{id}/users           {"user", "password", "mechanism"?, "admin"?} -> 201
+                                            (no "mechanism": SCRAM-SHA-256 and -512 both)
     DELETE /v1/tenants/{id}/users/{user}    delete a user of that tenant
     .../v1/tenants/{id}/namespaces|topics|configs|policy   KIP-37 namespaces, topic moves, the
                                             tenant's config defaults and create-topic policy
@@ -46,7 +48,10 @@ MAX_HEADER_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024
 READ_TIMEOUT_S = 10.0
 MAX_NAME_CHARS = 255
-DEFAULT_MECHANISM = "SCRAM-SHA-512"
+# A user gets a credential for each SCRAM mechanism unless the request names one: a listener offers
+# both (``sasl.enabled.mechanisms``), and a client configured for the one the user lacks fails as a
+# wrong password would (SCRAM never says which part was wrong), as ``kafka-configs.sh`` users learn.
+DEFAULT_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             404: "Not Found", 405: "Method Not Allowed",
@@ -223,8 +228,13 @@ class AdminHttpServer:
                 return 200, {"tenants": [tenant_json(t, image.user_tenants, image.tenant_admins)
                                          for t in sorted(image.tenants.values(), key=lambda t: t.created_ms)]}
             name = _name(self._json(raw), "display_name")
+            namesakes = sorted(t.tenant_id for t in self.store.image.tenants.values() if t.display_name == name)
             t = await self._store_call(self.store.create_tenant(name))
-            return 201, tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
+            created = tenant_json(t, self.store.image.user_tenants, self.store.image.tenant_admins)
+            if namesakes:  # allowed (a display name is a label), but most likely a script run twice
+                created["warning"] = (f"tenant {', '.join(namesakes)} is also named {name!r}: display names need "
+                                      f"not be unique, tell these tenants apart by id")
+            return 201, created
         tenant_id = segs[2]
         if len(segs) == 3:
             if self._allow(method, "GET", "DELETE") == "GET":
@@ -258,8 +268,8 @@ class AdminHttpServer:
         password = body.get("password")
         if not isinstance(password, str) or not password:
             raise HttpError(400, "bad_request", "'password' must be a non-empty string")
-        mechanism = body.get("mechanism", DEFAULT_MECHANISM)
-        if mechanism not in MECHANISMS:
+        mechanism = body.get("mechanism")
+        if mechanism is not None and mechanism not in MECHANISMS:
             raise HttpError(400, "bad_request", f"'mechanism' must be one of {', '.join(MECHANISMS)}")
         admin = body.get("admin", False)
         if not isinstance(admin, bool):
@@ -273,11 +283,12 @@ class AdminHttpServer:
         else:
             user = tenant_user(tenant_id, user)
         self._tenant(tenant_id)
-        cred = await asyncio.to_thread(make_credential, mechanism, password)
-        await self._store_call(self.store.assign_user(user, tenant_id, cred, new_user=True))
+        mechanisms = (mechanism,) if mechanism is not None else DEFAULT_MECHANISMS
+        creds = tuple([await asyncio.to_thread(make_credential, m, password) for m in mechanisms])
+        await self._store_call(self.store.assign_user(user, tenant_id, creds, new_user=True))
         if admin:  # a tenant administrator may do anything within its tenant
             await self._store_call(self.store.set_tenant_admin(user, True))
-        return {"user": user, "tenant_id": tenant_id, "mechanism": mechanism, "admin": admin}
+        return {"user": user, "tenant_id": tenant_id, "mechanisms": list(mechanisms), "admin": admin}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -374,18 +385,23 @@ def openapi() -> dict[str, Any]:
                            "properties": {"tenant_id": string, "display_name": string,
                                           "created_ms": {"type": "integer", "format": "int64"},
                                           "users": {"type": "array", "items": string},
-                                          "admins": {"type": "array", "items": string}}},
+                                          "admins": {"type": "array", "items": string},
+                                          "warning": {"type": "string", "description": "on creation: other "
+                                                      "tenants have this display name"}}},
                 "TenantList": {"type": "object", "required": ["tenants"],
                                "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}},
                 "TenantCreate": {"type": "object", "required": ["display_name"],
                                  "properties": {"display_name": string}},
                 "UserCreate": {"type": "object", "required": ["user", "password"],
                                "properties": {"user": string, "password": {"type": "string", "format": "password"},
-                                              "mechanism": {"type": "string", "default": DEFAULT_MECHANISM,
-                                                            "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
+                                              "mechanism": {"type": "string",
+                                                            "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                                                            "description": "only this mechanism's credential "
+                                                                           "(default: one for each)"},
                                               "admin": {"type": "boolean", "default": False}}},
                 "User": {"type": "object", "required": ["user", "tenant_id"],
-                         "properties": {"user": string, "tenant_id": string, "mechanism": string,
+                         "properties": {"user": string, "tenant_id": string,
+                                        "mechanisms": {"type": "array", "items": string},
                                         "admin": {"type": "boolean"}}},
                 "Error": {"type": "object", "required": ["error", "message"],
                           "properties": {"error": string, "message": string}},

@@ -403,11 +403,12 @@ class MetadataStore(abc.ABC):
         self,
         user: str,
         tenant_id: str,
-        credential: ScramCredential | None = None,
+        credential: ScramCredential | tuple[ScramCredential, ...] | None = None,
         *,
         new_user: bool = False,
     ) -> None:
-        """Make ``user`` a member of ``tenant_id``; with ``credential``, also store it, atomically.
+        """Make ``user`` a member of ``tenant_id``; with ``credential`` (one, or a tuple of one per
+        mechanism), also store it, atomically.
 
         Raises MetadataError("RESOURCE_NOT_FOUND", ...) for an unknown tenant and
         MetadataError("DUPLICATE_RESOURCE", ...) when the user belongs to another tenant, or (with

@@ -300,7 +300,7 @@ class DecidingStore(MetadataStore):
         self,
         user: str,
         tenant_id: str,
-        credential: ScramCredential | None = None,
+        credential: ScramCredential | tuple[ScramCredential, ...] | None = None,
         *,
         new_user: bool = False,
     ) -> None:

@@ -296,42 +296,64 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _line_plot(lines: Mapping[str, Sequence[tuple[Any, float]]], title: str, ylabel: str, *, marker: str | None = "o",
-               target: float | None = None) -> str:
+def _line_figure(lines: Mapping[str, Sequence[tuple[Any, float]]], title: str, ylabel: str, *,
+                 marker: str | None = "o", target: float | None = None, pad: Any = None,
+                 empty: str = "no data") -> Any:
+    """A matplotlib figure of ``lines`` (label -> [(datetime, value)]). The time axis runs from the
+    first point to the last, ``pad`` (a timedelta) either side: matplotlib widens a date axis whose
+    points are all one instant to four years (one hour of hourly data was drawn over 2025-2029).
+    With no point at all the axes say ``empty`` instead of being blank."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 3.2))
-    for label, pts in lines.items():
+    ax.set_title(title)
+    drawn = {label: pts for label, pts in lines.items() if pts}
+    if not drawn:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center", fontsize=14, color="#777")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return fig
+    for label, pts in drawn.items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label, linewidth=1)
     if target is not None:
         ax.axhline(target, color="red", linestyle="--", linewidth=1, label="target")
-    ax.set_title(title)
+    xs = [p[0] for pts in drawn.values() for p in pts]
+    if pad is not None:
+        ax.set_xlim(min(xs) - pad, max(xs) + pad)
     ax.set_ylabel(ylabel)
-    if lines:
-        ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
-    return _png(fig)
+    return fig
 
 
-def plots(r: Report) -> dict[str, str]:
-    """Three PNGs (base64): usage per tenant over time, broker utilization, throttle time."""
+def figures(r: Report) -> dict[str, Any]:
+    """The report's three plots as matplotlib figures: usage per tenant over time (a point per
+    hour, half an hour of margin), broker utilization (a point per usage window), throttle time."""
     import datetime as dt
 
     def utc(ms: int) -> Any:
         return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
+    half_hour, minute = dt.timedelta(minutes=30), dt.timedelta(minutes=1)
+    no_tenants = "no data: no tenant usage yet"
     return {
-        "usage": _line_plot({t: [(h, n / MB) for h, n in pts] for t, pts in sorted(r.tenant_hours.items())},
-                            "Usage per tenant (MB in + out per hour)", "MB"),
-        "utilization": _line_plot({f"broker {b}": [(utc(t), u * 100) for t, u in pts] for b, pts in sorted(r.series.items())},
-                                  "Broker utilization (% of capacity, per usage window)", "%", marker=None,
-                                  target=(1 - r.headroom) * 100),
-        "throttle": _line_plot({t: [(h, ms / 1000) for h, ms in pts] for t, pts in sorted(r.throttle_hours.items())},
-                               "Throttle time per tenant (s per hour)", "s"),
+        "usage": _line_figure({t: [(h, n / MB) for h, n in pts] for t, pts in sorted(r.tenant_hours.items())},
+                              "Usage per tenant (MB in + out per hour)", "MB", pad=half_hour, empty=no_tenants),
+        "utilization": _line_figure({f"broker {b}": [(utc(t), u * 100) for t, u in pts]
+                                     for b, pts in sorted(r.series.items())},
+                                    "Broker utilization (% of capacity, per usage window)", "%", marker=None,
+                                    target=(1 - r.headroom) * 100, pad=minute, empty="no data: no broker usage yet"),
+        "throttle": _line_figure({t: [(h, ms / 1000) for h, ms in pts] for t, pts in sorted(r.throttle_hours.items())},
+                                 "Throttle time per tenant (s per hour)", "s", pad=half_hour, empty=no_tenants),
     }
+
+
+def plots(r: Report) -> dict[str, str]:
+    """The three plots of ``figures`` as PNGs (base64)."""
+    return {name: _png(fig) for name, fig in figures(r).items()}
 
 
 def render_html(r: Report) -> str:

@@ -85,7 +85,7 @@ def test_tenant_endpoints_and_errors(admin_broker):
     _error(http(b, "POST", users, {"user": "u1", "password": "p", "mechanism": "MD5"}), 400, "bad_request")
     _error(http(b, "POST", "/v1/tenants/lkc-zzzzzz/users", {"user": "u1", "password": "p"}), 404, "not_found")
     assert http(b, "POST", users, {"user": "u1", "password": "p"}) == (
-        201, {"user": "u1", "tenant_id": tid, "mechanism": "SCRAM-SHA-512", "admin": False})
+        201, {"user": "u1", "tenant_id": tid, "mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"], "admin": False})
     _error(http(b, "POST", users, {"user": "u9", "password": "p", "admin": "yes"}), 400, "bad_request")
     _error(http(b, "POST", users, {"user": "lkc-abcdef_x", "password": "p"}), 400, "bad_request")
     _error(http(b, "POST", users, {"user": "u1", "password": "p"}), 409, "conflict")
@@ -161,11 +161,11 @@ def test_garbage_does_not_crash_the_server(admin_broker):
     assert http(b, "GET", "/v1/tenants")[0] == 200
 
 
-def _confluent_metadata(b: AdminBroker, user: str, password: str) -> None:
+def _confluent_metadata(b: AdminBroker, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{b.kafka_port}", "security.protocol": "SASL_PLAINTEXT",
-                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password})
+                         "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
     admin.list_topics(timeout=10)
 
 
@@ -200,7 +200,13 @@ def test_cli(admin_broker):
     tid = r.stdout.strip()
     assert re.fullmatch(r"lkc-[0-9a-z]{6}", tid)
     r = shoal("users", "create", "carl", "--tenant", tid, "--password-stdin", stdin="carl-pw\n")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0 and "(SCRAM-SHA-256, SCRAM-SHA-512)" in r.stdout, r.stderr
+    _confluent_metadata(b, "carl", "carl-pw", "SCRAM-SHA-256")  # either mechanism the listener offers
+    r = shoal("users", "create", "cleo", "--tenant", tid, "--mechanism", "SCRAM-SHA-256", "--password-stdin",
+              stdin="cleo-pw\n")
+    assert r.returncode == 0 and "(SCRAM-SHA-256)" in r.stdout, r.stderr
+    _confluent_metadata(b, "cleo", "cleo-pw", "SCRAM-SHA-256")
+    assert shoal("users", "delete", "cleo").returncode == 0
     r = shoal("users", "create", "carl", "--tenant", tid, "--password-stdin", stdin="x\n")
     assert r.returncode == 1 and "already" in r.stderr
     r = shoal("tenants", "list")

@@ -329,6 +329,22 @@ def test_cli_scram_set_then_login(auth_broker, tmp_path):
         assert raw.plain("carol", "carol-pw").error_code == 0
     stored = b"".join(p.read_bytes() for p in (b.workdir / "data" / "__metadata").iterdir())
     assert b"carol" in stored and b"carol-pw" not in stored  # in the snapshot or its journal
+    # without --mechanism: a credential for each mechanism the listener offers, and delete removes both
+    def scram(*args: str, stdin: str = ""):
+        return subprocess.run([sys.executable, "-m", "shoal", "scram", *args, "--bootstrap-server",
+                               b.addr("SASL_PLAINTEXT"), "--command-config", str(props)],
+                              input=stdin, capture_output=True, text=True, env=env, timeout=30)
+
+    r = scram("set", "dave", "--password-stdin", stdin="dave-pw\n")
+    assert r.returncode == 0 and "SCRAM-SHA-256, SCRAM-SHA-512 credentials of user dave set" in r.stdout, r.stderr
+    assert scram("describe", "dave").stdout.strip() == "dave: SCRAM-SHA-256(iterations=4096), SCRAM-SHA-512(iterations=4096)"
+    from confluent_kafka.admin import AdminClient
+
+    AdminClient(sasl_conf(b, "SASL_PLAINTEXT", "SCRAM-SHA-256", "dave", "dave-pw")).list_topics(timeout=10)
+    r = scram("delete", "dave")
+    assert r.returncode == 0 and "SCRAM-SHA-256, SCRAM-SHA-512 credentials of user dave deleted" in r.stdout, r.stderr
+    r = scram("delete", "dave")
+    assert r.returncode == 1 and "RESOURCE_NOT_FOUND" in r.stderr, r.stderr
 
 
 def test_cli_topics_over_sasl_ssl_and_mtls(auth_broker, tmp_path):

@@ -27,7 +27,7 @@ A, B = "lkc-aaaaaa", "lkc-bbbbbb"
 T0 = 1_795_000_000_000
 
 
-def write_tables(usage: Path) -> None:
+def write_tables(usage: Path, hours: int = 3) -> None:
     """An hour of 10 s windows: broker 1 takes 60 MB/s in from tenant A (producer capacity
     100 MB/s at 300 MB/s write and RF 3: 60%, 90% in the last quarter); 2 and 3 take 10 MB/s from B."""
     broker_rows, tenant_rows, hourly = [], [], []
@@ -43,7 +43,7 @@ def write_tables(usage: Path) -> None:
             tenant_rows.append(dict(broker=broker, window_end=end, tenant=tenant, bytes_in=b_in, bytes_out=b_in,
                                     throttle_time_ms=0, request_time_us=1_000_000))
     hour = dt.datetime.fromtimestamp(T0 // 3_600_000 * 3600, dt.timezone.utc)
-    for k in range(3):
+    for k in range(hours):
         for tenant, n, throttle in ((A, 200 * 10**9, 40_000 * (k + 1)), (B, 70 * 10**9, 0)):
             hourly.append(dict(tenant=tenant, hour_start=hour + dt.timedelta(hours=k),
                                hour_end=hour + dt.timedelta(hours=k + 1), bytes_in=n, messages_in=n // 1000,
@@ -109,3 +109,32 @@ def test_report_renders_with_plots_and_a_plan(tmp_path):
     subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,2600", out.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 20_000
+
+
+def test_plots_of_one_hour_span_that_hour_and_no_tenant_data_says_so(tmp_path):
+    """Issue 24: one hour of data drew the tenant plots over 2025-2029 (matplotlib widens a date axis
+    whose points are one instant to four years); with no tenant data they were empty axes."""
+    import shutil as sh
+
+    import matplotlib.dates as mdates
+
+    from shoal.metering.capacity import Capacity, analyse, figures
+
+    def span(fig) -> dt.timedelta:
+        lo, hi = mdates.num2date(fig.axes[0].get_xlim())
+        return hi - lo
+
+    def texts(fig) -> list[str]:
+        return [t.get_text() for t in fig.axes[0].texts]
+
+    write_tables(tmp_path / "usage", hours=1)
+    cap = Capacity(disk_write_bps=300 * MB, read_bps=900 * MB, replication_factor=3, request_threads=1)
+    figs = figures(analyse(tmp_path / "usage", cap, 0.3))
+    assert span(figs["usage"]) == span(figs["throttle"]) == dt.timedelta(hours=1)  # the hour, half an hour each side
+    assert span(figs["utilization"]) == dt.timedelta(seconds=3590 + 120)  # the windows, a minute each side
+    assert not any(texts(f) for f in figs.values())
+
+    sh.rmtree(tmp_path / "usage" / "hourly_usage")
+    figs = figures(analyse(tmp_path / "usage", cap, 0.3))
+    assert texts(figs["usage"]) == texts(figs["throttle"]) == ["no data: no tenant usage yet"]
+    assert not figs["usage"].axes[0].lines and figs["utilization"].axes[0].lines

@@ -34,7 +34,7 @@ def assign_user(
     image: MetadataImage,
     user: str,
     tenant_id: str,
-    credential: ScramCredential | None = None,
+    credential: ScramCredential | tuple[ScramCredential, ...] | None = None,
     *,
     new_user: bool = False,
 ) -> Result[None]:
@@ -45,9 +45,11 @@ def assign_user(
     if current is not None and current != tenant_id:
         raise MetadataError("DUPLICATE_RESOURCE", f"User '{user}' already belongs to tenant {current}.")
     change = Change(user_tenants={user: tenant_id})
-    if credential is not None:
+    credentials = (credential,) if isinstance(credential, ScramCredential) else credential or ()
+    if credentials:
         by_mech = dict(image.scram_credentials.get(user, {}))
-        by_mech[credential.mechanism] = credential
+        for cred in credentials:
+            by_mech[cred.mechanism] = cred
         change.scram_credentials[user] = MappingProxyType(by_mech)
     elif current == tenant_id:
         return unchanged(None)
