@@ -574,7 +574,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "max.incremental.fetch.session.cache.slots",
             "int",
             1000,
-            "The maximum number of incremental fetch sessions that we will maintain.",
+            "The maximum number of incremental fetch sessions that we will maintain. Shoal: shared max-min "
+            "fairly between tenants (and the physical view): when full, a new session evicts the least recently "
+            "used one of the scope holding the most.",
             at_least(0),
         ),
         _d("replica.fetch.wait.max.ms", "int", 500, "Maximum wait time for each fetcher request issued by followers."),
