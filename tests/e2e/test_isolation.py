@@ -959,9 +959,18 @@ async def describe_log_dirs(w: World, how: str) -> None:
 
 @row(35, "all topics")
 async def describe_log_dirs_all(w: World, _: str) -> None:
+    """Issue 24: a tenant saw the broker's absolute log directory and its disk's sizes; now its own
+    partitions' sizes only, in a directory named by its cluster id (the operator sees the disk)."""
     async with w.b.client() as c:
         r = plain(await send(c, 35, {"topics": None}))
     assert_no_leak(w, r, "DescribeLogDirs of every topic")
+    (res,) = r["results"]
+    assert (res["log_dir"], res["total_bytes"], res["usable_bytes"]) == (f"/{w.b_tid}", -1, -1), res
+    sizes = {t["name"]: [p["partition_size"] for p in t["partitions"]] for t in res["topics"]}
+    assert USERS in sizes and all(n >= 0 for ps in sizes.values() for n in ps), sizes
+    async with w.operator.client() as c:
+        (op,) = plain(await send(c, 35, {"topics": None}))["results"]
+    assert os.path.isdir(op["log_dir"]) and op["total_bytes"] > 0, op
 
 
 @row(43, "name", "physical")
