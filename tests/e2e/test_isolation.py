@@ -1126,6 +1126,33 @@ async def describe_client_quotas_all(w: World, _: str) -> None:
         assert "alice" not in names, names
 
 
+@row(48, "own tenant")
+async def describe_own_tenant_quota(w: World, _: str) -> None:
+    """Issue 24: a tenant asking for its own tenant quota got UNSUPPORTED_VERSION; now it sees the
+    tenant-wide quota the operator set for it, and nothing of another tenant's."""
+    def alter(tid: str, remove: bool) -> dict[str, Any]:
+        return {"entries": [{"entity": [{"entity_type": "tenant", "entity_name": tid}], "ops": [
+            {"key": "producer_byte_rate", "value": 1e9, "remove": remove}]}], "validate_only": False}
+
+    def tenant_filter(match_type: int, match: str | None) -> dict[str, Any]:
+        return {"components": [{"entity_type": "tenant", "match_type": match_type, "match": match}], "strict": False}
+
+    for tid in (w.a_tid, w.b_tid):
+        assert plain(await call(w.operator, 49, alter(tid, False)))["entries"][0]["error_code"] == 0
+    try:
+        own = [{"entity": [{"entity_type": "tenant", "entity_name": w.b_tid}],
+                "values": [{"key": "producer_byte_rate", "value": 1e9}]}]
+        for fields in (tenant_filter(0, w.b_tid), tenant_filter(2, None)):
+            r = plain(await call(w.b, 48, fields))
+            assert (r["error_code"], r["entries"]) == (0, own), r
+            assert_no_leak(w, r, "DescribeClientQuotas of its own tenant")
+        r = plain(await call(w.b, 48, tenant_filter(0, w.a_tid)))
+        assert (r["error_code"], r["entries"]) == (0, []), r
+    finally:
+        for tid in (w.a_tid, w.b_tid):
+            await call(w.operator, 49, alter(tid, True))
+
+
 @row(49, "user", "tenant")
 async def alter_client_quotas(w: World, how: str) -> None:
     attack, missing = {"user": ("alice", "nobody"), "tenant": (w.a_tid, NO_TENANT)}[how]
