@@ -580,7 +580,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "max.incremental.fetch.session.cache.slots",
             "int",
             1000,
-            "The maximum number of incremental fetch sessions that we will maintain.",
+            "The maximum number of incremental fetch sessions that we will maintain. Shoal: shared max-min "
+            "fairly between tenants (and the physical view): when full, a new session evicts the least recently "
+            "used one of the scope holding the most.",
             at_least(0),
         ),
         _d("replica.fetch.wait.max.ms", "int", 500, "Maximum wait time for each fetcher request issued by followers."),
@@ -752,14 +754,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: a client's quota sensors (and its metrics series) are dropped after this long without a "
            "request (Kafka: one hour).", at_least(1000)),
         _d("super.users", "string", None, "Principals with every permission, separated by ';' (User:alice;User:bob)."),
-        # -- auth: failed-login backoff per user (shoal.auth.backoff)
+        # -- auth: failed-login backoff per client address and user (shoal.auth.backoff)
         _d("connection.failed.authentication.delay.ms", "int", 100,
            "Delay before the answer to a failed authentication (and the connection's close). Shoal doubles it "
-           "with each further failure for the same user, up to shoal.login.failure.delay.max.ms, and spaces "
-           "that user's next attempts as far apart (SASL PLAIN, SCRAM, HTTP Basic).", at_least(0)),
+           "with each further failure for the same user from the same address, up to "
+           "shoal.login.failure.delay.max.ms, and spaces that address's next attempts on the user as far apart "
+           "(SASL PLAIN, SCRAM, HTTP Basic); the account is never locked.", at_least(0)),
         _d("shoal.login.failure.delay.max.ms", "int", 2000,
            "Shoal: the cap of the growing failed-login delay: a user's password is checked at most once per "
-           "this long while its logins keep failing.", at_least(0)),
+           "this long for one client address while that address's logins keep failing.", at_least(0)),
         _d("authorizer.class.name", "string", "",
            "Non-empty: enforce ACLs (Shoal's built-in authorizer answers to any class name, e.g. "
            "org.apache.kafka.metadata.authorizer.StandardAuthorizer). Empty: no authorization, as in Kafka."),

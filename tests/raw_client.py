@@ -30,9 +30,13 @@ def recv_frame(s: socket.socket) -> bytes:
 
 
 class RawClient:
-    def __init__(self, address: str, client_id: str = "raw-client", timeout: float = 5.0) -> None:
+    def __init__(self, address: str, client_id: str = "raw-client", timeout: float = 5.0,
+                 source: str | None = None) -> None:
+        """``source``: the local address to connect from (another loopback address, 127.0.0.2,
+        makes a second client host)."""
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.client_id = client_id
         self.cid = 0
 

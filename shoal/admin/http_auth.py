@@ -15,7 +15,7 @@
 A missing or wrong credential gets 401 with no detail that helps guessing, in the same time
 whether the user exists or not (an unknown user's password is checked against a dummy credential,
 as SASL PLAIN does); a rate-limited log line names the client address and the user. Failed logins
-are backed off per user like SASL logins (``shoal.auth.backoff``, shared with the listeners when
+are backed off per client address and user like SASL logins (``shoal.auth.backoff``, shared with the listeners when
 the broker passes its ``LoginBackoff``).
 """
 
@@ -29,6 +29,8 @@ import logging
 import os
 import time
 from typing import Any, Callable, NoReturn
+
+from shoal.auth.backoff import login_key
 
 log = logging.getLogger("shoal.admin.http")
 
@@ -117,7 +119,7 @@ class HttpAuth:
     async def _authenticate(self, header: str | None, peer: str) -> str:
         """The user whose correct password ``header`` carries. Constant work whether the user
         exists or not (an unknown user's password is checked against a dummy credential, as
-        SASL PLAIN does); failed-login backoff per user, as for SASL (``shoal.auth.backoff``)."""
+        SASL PLAIN does); failed-login backoff per address and user, as for SASL (``shoal.auth.backoff``)."""
         from shoal.auth.scram import make_credential, verify_password
 
         if not header or not header.lower().startswith("basic "):
@@ -136,10 +138,11 @@ class HttpAuth:
         if hit is not None and hit[0] > now and hit[1] in creds.values():
             return user
         backoff = self.backoff
-        wait = backoff.admit(user, int(now * 1000))
-        if wait is None:  # this user's queue of attempts is full: refused unchecked
-            await asyncio.sleep(backoff.delay_ms(backoff.failures(user, int(now * 1000))) / 1000)
-            self._failed(user, peer, refused=True)
+        key = login_key(peer, user)
+        wait = backoff.admit(key, int(now * 1000))
+        if wait is None:  # this address's line of attempts on the user is full: refused unchecked
+            await asyncio.sleep(backoff.delay_ms(backoff.failures(key, int(now * 1000))) / 1000)
+            self._failed(user, peer, key, refused=True)
         if wait:
             await asyncio.sleep(wait / 1000)
         # The same PBKDF2 work for an unknown user: its password is checked against a dummy.
@@ -148,17 +151,17 @@ class HttpAuth:
             self._dummy = await asyncio.to_thread(make_credential, "SCRAM-SHA-512", os.urandom(16).hex())
         ok = await asyncio.to_thread(verify_password, cred or self._dummy, password) and cred is not None
         if ok:
-            backoff.succeeded(user)
+            backoff.succeeded(key)
             if len(self._verified) > 10_000:
                 self._verified.clear()
             self._verified[key] = (now + _REMEMBER_S, cred)
             return user
-        delay = backoff.failed(user, int(self.clock() * 1000))
+        delay = backoff.failed(key, int(self.clock() * 1000))
         await asyncio.sleep(delay / 1000)
-        self._failed(user, peer, refused=False)
+        self._failed(user, peer, key, refused=False)
 
-    def _failed(self, user: str, peer: str, *, refused: bool) -> NoReturn:
-        n = self.backoff.failures(user, int(self.clock() * 1000))
+    def _failed(self, user: str, peer: str, key: str, *, refused: bool) -> NoReturn:
+        n = self.backoff.failures(key, int(self.clock() * 1000))
         self._log.warning(("http", user), "HTTP admin API: failed authentication from %s as %r (%d failures in a "
-                          "row%s)", peer, user, n, ", refused unchecked" if refused else "")
+                          "row from there%s)", peer, user, n, ", refused unchecked" if refused else "")
         raise AuthError(401, "unauthorized", "authentication failed")

@@ -26,7 +26,7 @@ name                                        labels                      value
 ``shoal_connections_closed_total``          reason                      closed by the broker (counter)
 ``shoal_login_failures``                    (none)                      failed logins since start
 ``shoal_login_backoff_delayed`` / _refused  (none)                      attempts spaced / refused (backoff)
-``shoal_login_backoff_users``               (none)                      users with recent failed logins
+``shoal_login_backoff_users``               (none)                      addresses x users with recent failed logins
 ==========================================  ==========================  =================================
 
 ``shoal_tenant_quota_slice_bytes_per_second{tenant, quota_type}`` is this broker's slice of every
@@ -132,11 +132,11 @@ def login_metric_values(backoff: Any) -> Iterator[tuple[str, str, Mapping[str, s
         return
     yield "shoal_login_failures", "failed logins (SASL PLAIN, SCRAM, HTTP Basic) since start", {}, \
         float(backoff.failures_total)
-    yield "shoal_login_backoff_delayed", "login attempts that waited for their user's backoff slot", {}, \
+    yield "shoal_login_backoff_delayed", "login attempts that waited for their backoff slot (address and user)", {}, \
         float(backoff.delayed_total)
-    yield "shoal_login_backoff_refused", "login attempts refused unchecked (their user's queue was full)", {}, \
+    yield "shoal_login_backoff_refused", "login attempts refused unchecked (their address's line for the user was full)", {}, \
         float(backoff.refused_total)
-    yield "shoal_login_backoff_users", "users with recent failed logins (bounded)", {}, float(backoff.tracked)
+    yield "shoal_login_backoff_users", "addresses x users with recent failed logins (bounded)", {}, float(backoff.tracked)
 
 
 class QuotaCollector:

@@ -6,7 +6,7 @@
 - ``principal``: ``User:<name>``; certificate subjects in RFC 2253 form and
   ``ssl.principal.mapping.rules``.
 - ``tls``: ``SSLContext`` per SSL/SASL_SSL listener from the ``ssl.*`` configs.
-- ``backoff``: failed-login backoff per user (one ``LoginBackoff`` per broker, shared by every
+- ``backoff``: failed-login backoff per client address and user (one ``LoginBackoff`` per broker, shared by every
   listener's ``ListenerSecurity.backoff`` and the HTTP endpoints).
 
 ``ListenerSecurity`` is what the network layer needs to know about one listener; the broker builds
@@ -60,7 +60,7 @@ class ListenerSecurity:
     # PLAIN checks an unknown user's password against this credential (the same PBKDF2 work as a
     # known user's): made once per listener, not per handshake on the event loop.
     plain_dummy: "ScramCredential | None" = None
-    # Failed-login backoff per user, one for the whole broker (shoal.auth.backoff).
+    # Failed-login backoff per address and user, one for the whole broker (shoal.auth.backoff).
     backoff: LoginBackoff = field(default_factory=LoginBackoff)
     # Failed logins, one line per user per 10 s at most (shared like ``backoff``).
     failure_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))

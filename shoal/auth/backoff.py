@@ -1,41 +1,71 @@
-"""Failed-login backoff per principal: guessing one user's password runs at a few tries a second.
+"""Failed-login backoff per source address and user: a guesser is slowed, the account never locked.
 
 One ``LoginBackoff`` per broker, shared by every SASL listener (PLAIN, SCRAM-SHA-256/512) and the
-HTTP admin and metrics endpoints (HTTP Basic), keyed by the user name a login attempt claims.
-Pure policy: no I/O and no clock reads (callers pass ``now_ms`` from the broker's clock) and no
-sleeping (callers wait with ``asyncio.sleep``, which never blocks the event loop).
+HTTP admin and metrics endpoints (HTTP Basic), keyed by :func:`login_key`: the address a login
+attempt comes from (an IPv6 address by its /64, what one host is usually given) and the user name
+it claims. Pure policy: no I/O and no clock reads (callers pass ``now_ms`` from the broker's clock)
+and no sleeping (callers wait with ``asyncio.sleep``, which never blocks the event loop).
 
-Schedule. A user with ``n`` failures (within ``forget_ms`` of each other) has the delay
+Schedule. A key with ``n`` failures (within ``forget_ms`` of each other) has the delay
 ``delay_ms(n) = min(max_ms, base_ms * 2**(n-1))`` (0 for ``n = 0``): with Kafka's
 ``connection.failed.authentication.delay.ms`` = 100 and ``max_ms`` = 2000: 100, 200, 400, 800,
 1600, 2000, 2000 ... ms. Two things use it:
 
 - ``failed`` records a failure and returns the delay before its answer is sent (and the
-  connection closed), as Kafka's ``connection.failed.authentication.delay.ms`` does, but growing;
-- ``admit`` is asked before an attempt's password is checked: attempts on a user that has failures
-  are *spaced*, each one ``delay_ms(n)`` after the previous one, whatever their outcome. Without
-  the spacing a client holding many connections would learn each guess's outcome at once (a
-  correct password answers in milliseconds, so "no answer yet" means "wrong"); with it, guesses
-  on one user are checked at most once per ``delay_ms(n)`` however many connections try, and at
-  most about ``max_ms`` ahead are queued: an attempt that would wait longer is refused without
-  being checked (``admit`` returns None; it is answered as a failure).
+  connection closed), as Kafka's ``connection.failed.authentication.delay.ms`` does per
+  connection, but growing;
+- ``admit`` is asked before an attempt's password is checked: attempts with a key that has
+  failures are *spaced*, each one ``delay_ms(n)`` after the previous one, whatever their outcome.
+  Without the spacing a client holding many connections would learn each guess's outcome at once
+  (a correct password answers in milliseconds, so "no answer yet" means "wrong"); with it, one
+  address's guesses on one user are checked at most once per ``delay_ms(n)`` however many
+  connections it opens. Attempts wait their turn in line (first come, first checked) up to
+  ``queue_ms`` ahead; only an attempt that would wait longer is refused without being checked
+  (``admit`` returns None; it is answered as a failure).
 
-So other users are never slowed, from the same address too (NAT, a shared client host): the
-state is per claimed user, not per address. A user nobody fails against is never delayed; the
-owner of an attacked user waits at most ``max_ms`` (or is refused) while the attack goes on, and a
-success clears the user's state.
+Whom it slows (issue 24: keyed per user, an 8-connection attack refused the owner's correct
+password 5 times in 6):
 
-Memory is bounded for an attacker who tries millions of distinct names: at most ``max_entries``
-users are tracked (least recently failed forgotten first; states idle for ``forget_ms`` are
-dropped as new ones come). Forgetting a user's state early costs the attacker ``max_entries``
-failed attempts on other names, each a full login.
+- the guessing address, on the user it guesses: at most one check per ``max_ms`` at the cap;
+- never the account: its owner logging in from another address is checked at once, and gets in;
+- the owner on the attacker's own address (one NAT, one host) cannot be told from the attacker:
+  her attempt waits in the same line and is checked in turn when the line is shorter than
+  ``queue_ms`` (8 s, under the listeners' ``shoal.sasl.authentication.timeout.ms`` of 10 s, which
+  closes a connection still waiting then), else refused like the attacker's; a correct login
+  clears the key's state;
+- never other users, from the same address too (a shared client host): the key has the user.
+
+A guesser spread over many addresses gets one line per address: that is the cost of never
+locking an account out, the trade Kafka makes too (it delays each failed connection only).
+
+Memory is bounded for an attacker who tries millions of distinct names or addresses: at most
+``max_entries`` keys are tracked (least recently failed forgotten first; states idle for
+``forget_ms`` are dropped as new ones come). Forgetting a key's state early costs the attacker
+``max_entries`` failed attempts on other keys, each a full login.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["LoginBackoff"]
+import ipaddress
+
+__all__ = ["LoginBackoff", "login_key"]
+
+
+def login_key(peer: str, user: str) -> str:
+    """The backoff's key for a login attempt claiming ``user`` from ``peer``, the ``host:port``
+    the listeners name a connection by (``::1:51234`` for IPv6, unbracketed): IPv4 by address,
+    IPv6 by its /64 prefix (one host's usual allocation, so a guesser cannot rotate through it)."""
+    host = peer.rpartition(":")[0] or peer
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return f"{host}|{user}"
+    if isinstance(ip, ipaddress.IPv6Address):
+        mapped = ip.ipv4_mapped
+        host = str(mapped) if mapped is not None else str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return f"{host}|{user}"
 
 
 class _State:
@@ -48,25 +78,30 @@ class _State:
 
 
 class LoginBackoff:
-    def __init__(self, *, base_ms: int = 100, max_ms: int = 2000, forget_ms: int = 60_000,
-                 max_entries: int = 10_000) -> None:
-        if base_ms < 0 or max_ms < base_ms or forget_ms < 0 or max_entries < 1:
-            raise ValueError("need 0 <= base_ms <= max_ms, forget_ms >= 0, max_entries >= 1")
+    def __init__(self, *, base_ms: int = 100, max_ms: int = 2000, queue_ms: int = 8_000,
+                 forget_ms: int = 60_000, max_entries: int = 10_000) -> None:
+        if base_ms < 0 or max_ms < base_ms or queue_ms < max_ms or forget_ms < 0 or max_entries < 1:
+            raise ValueError("need 0 <= base_ms <= max_ms <= queue_ms, forget_ms >= 0, max_entries >= 1")
         self.base_ms = base_ms
         self.max_ms = max_ms
+        # How far ahead attempts queue for their key's slot: under the listeners' authentication
+        # timeout (shoal.sasl.authentication.timeout.ms, 10 s), which would close a connection
+        # still waiting; longer lines are refused unchecked.
+        self.queue_ms = queue_ms
         self.forget_ms = forget_ms
         self.max_entries = max_entries
         self._users: OrderedDict[str, _State] = OrderedDict()
         # counters (the /metrics endpoint shows them)
         self.failures_total = 0
-        self.delayed_total = 0  # attempts that waited for their user's slot
-        self.refused_total = 0  # attempts refused unchecked (their user's queue was full)
+        self.delayed_total = 0  # attempts that waited for their key's slot
+        self.refused_total = 0  # attempts refused unchecked (their key's queue was full)
 
     @classmethod
     def from_config(cls, config: object) -> "LoginBackoff":
         get = config.get  # type: ignore[attr-defined]
-        return cls(base_ms=int(get("connection.failed.authentication.delay.ms")),
-                   max_ms=int(get("shoal.login.failure.delay.max.ms")))
+        max_ms = int(get("shoal.login.failure.delay.max.ms"))
+        return cls(base_ms=int(get("connection.failed.authentication.delay.ms")), max_ms=max_ms,
+                   queue_ms=max(8_000, max_ms))
 
     def delay_ms(self, failures: int) -> int:
         if failures <= 0:
@@ -75,11 +110,11 @@ class LoginBackoff:
 
     @property
     def tracked(self) -> int:
-        """Users with state now (bounded by ``max_entries``)."""
+        """Keys (address and user) with state now (bounded by ``max_entries``)."""
         return len(self._users)
 
     def failures(self, user: str, now_ms: int) -> int:
-        """The failures that count for ``user`` now."""
+        """The failures that count for ``user`` (a :func:`login_key`) now."""
         s = self._live(user, now_ms)
         return s.failures if s is not None else 0
 
@@ -91,13 +126,14 @@ class LoginBackoff:
         return s
 
     def admit(self, user: str, now_ms: int) -> int | None:
-        """Before checking an attempt on ``user``: how long it must wait first (ms; 0: check it
-        now), or None: refuse it unchecked. Reserves the attempt's slot."""
+        """Before checking an attempt with key ``user`` (a :func:`login_key`): how long it must
+        wait first (ms; 0: check it now), or None: refuse it unchecked (its line is ``queue_ms``
+        long). Reserves the attempt's slot."""
         s = self._live(user, now_ms)
         if s is None or s.failures == 0:
             return 0
         wait = max(0, s.next_ms - now_ms)
-        if wait > self.max_ms:
+        if wait > self.queue_ms:
             self.refused_total += 1
             return None
         s.next_ms = max(now_ms, s.next_ms) + self.delay_ms(s.failures)
@@ -106,7 +142,7 @@ class LoginBackoff:
         return wait
 
     def failed(self, user: str, now_ms: int) -> int:
-        """Record a failed attempt on ``user``; the delay (ms) before its answer is sent."""
+        """Record a failed attempt with key ``user``; the delay (ms) before its answer is sent."""
         self.failures_total += 1
         s = self._live(user, now_ms)
         if s is None:
@@ -121,7 +157,7 @@ class LoginBackoff:
         return d
 
     def succeeded(self, user: str) -> None:
-        """A correct password for ``user``: its failures no longer count."""
+        """A correct password with key ``user``: its failures no longer count."""
         self._users.pop(user, None)
 
     def _evict(self, now_ms: int) -> None:

@@ -36,12 +36,14 @@ takes over that assignment at once (no rebalance); while the old one has not lef
 UNRELEASED_INSTANCE_ID.
 
 Subscriptions by regular expression (``subscribed_topic_regex``, heartbeat v1): Kafka evaluates
-RE2/J expressions as full matches over the cluster's topic names. Shoal evaluates them with
-Python's ``re.fullmatch`` after a check that rejects what RE2 rejects (backreferences and
-lookaround); the common subset (classes, alternation, repetition, anchors, ``\\z``) means the same.
-Unicode classes such as ``\\pL`` are not supported (INVALID_REGULAR_EXPRESSION). Internal topics
-never match. A regex is resolved against the current metadata at every heartbeat (cached per
-metadata version), so new matching topics join the assignment at the next heartbeat.
+RE2/J expressions as full matches over the cluster's topic names. Shoal evaluates them with RE2
+itself (``shoal.protocol.regex``: the same syntax, linear time, at most 1000 characters); what RE2
+refuses (backreferences, lookaround, possessive quantifiers) gets INVALID_REGULAR_EXPRESSION.
+Internal topics never match. A regex is resolved against the current metadata at every heartbeat
+(cached per metadata version), so new matching topics join the assignment at the next heartbeat.
+The matching itself runs in a worker thread before the heartbeat's decision (``prepare_regexes``),
+so a tenant's expression never holds the coordinator's event loop; only a metadata change in
+that moment makes the decision match on the loop, and then still in linear time.
 
 Tenancy: the manager sees physical names only (the handlers qualify a tenant's group id and
 subscribed topic names). A regex of a tenant's group matches the names the tenant sees (its own
@@ -69,8 +71,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import asyncio
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
@@ -80,6 +82,7 @@ from shoal.groups.assignors import ASSIGNORS, MemberSpec
 from shoal.groups.group import Group, OffsetAndMetadata, tenant_of_group
 from shoal.groups.records import RecordFormatError, group_metadata_key
 from shoal.protocol.errors import ErrorCode
+from shoal.protocol.regex import compile_client_regex, match_names
 
 if TYPE_CHECKING:
     from shoal.groups.coordinator import GroupCoordinator
@@ -580,21 +583,10 @@ def preferred_assignor(members: Iterable[ConsumerMember], default: str) -> str:
 
 # -- regular expressions ------------------------------------------------------------------------
 
-_RE2_UNSUPPORTED = re.compile(r"\(\?(?:=|!|<=|<!|P=)|\\[1-9]|\\[pP]")
-
-
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a subscription regex; raises ValueError for what RE2/J would not accept (or what
-    Python cannot evaluate the same way)."""
-    # Strip escaped backslashes before looking for unsupported constructs ("\\1" is a literal).
-    probe = pattern.replace("\\\\", "")
-    bad = _RE2_UNSUPPORTED.search(probe)
-    if bad:
-        raise ValueError(f"unsupported construct {bad.group(0)!r}")
-    try:
-        return re.compile(pattern.replace("\\z", "\\Z"))
-    except re.error as e:
-        raise ValueError(str(e)) from e
+def compile_regex(pattern: str):
+    """Compile a subscription regex with RE2; raises ValueError (``InvalidRegex``) for what RE2/J
+    would not accept or a pattern longer than ``MAX_PATTERN_CHARS``."""
+    return compile_client_regex(pattern)
 
 
 # -- requests and results -----------------------------------------------------------------------
@@ -700,7 +692,11 @@ class ConsumerGroupManager:
         # Where topic metadata comes from: the broker's image, or (tests) whatever is set here.
         self.image_source: Callable[[], "MetadataImage"] | None = None
         self._staging: dict[int, dict[str, ConsumerGroup]] = {}
-        self._regex_cache: dict[tuple[str, int], frozenset[str]] = {}
+        # Per metadata version: (pattern, prefix, filter key) -> the names a group resolves to,
+        # and (pattern, prefix) -> the names the pattern alone matches (computed in a worker thread
+        # by prepare_regexes; None for a pattern RE2 refuses).
+        self._regex_cache: dict[tuple, frozenset[str]] = {}
+        self._regex_matches: dict[tuple[str, str], frozenset[str] | None] = {}
         self._regex_cache_epoch = -1
         for version in cr.KEY_VERSIONS:
             coordinator.register_record_type(version, self._replay)
@@ -768,35 +764,70 @@ class ConsumerGroupManager:
 
     # -- topics and regular expressions --------------------------------------------------------
 
+    def _regex_image(self) -> "MetadataImage | None":
+        """The current image, with the regex caches emptied when its version moved."""
+        image = self.image()
+        if image is not None and image.epoch != self._regex_cache_epoch:
+            self._regex_cache.clear()
+            self._regex_matches.clear()
+            self._regex_cache_epoch = image.epoch
+        return image
+
+    @staticmethod
+    def _regex_candidates(image: "MetadataImage", prefix: str) -> list[str]:
+        return [name for name, t in image.topics.items() if not t.internal and name.startswith(prefix)]
+
+    @staticmethod
+    def _match(pattern: str, names: list[str], skip: int) -> frozenset[str] | None:
+        try:
+            rx = compile_regex(pattern)
+        except ValueError:
+            return None
+        return match_names(rx, names, skip)
+
+    async def prepare_regexes(self, group_id: str, pattern: str | None) -> None:
+        """Match the regexes a heartbeat of ``group_id`` will resolve (its own ``pattern`` and its
+        group's members') in a worker thread, so the decision that follows finds them cached: a
+        long expression against many long names never runs on the coordinator's loop."""
+        group = self.c.groups.get(group_id)
+        patterns = {pattern} if pattern else set()
+        if isinstance(group, ConsumerGroup):
+            patterns.update(m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex)
+        if not patterns:
+            return
+        tenant = tenant_of_group(group_id)
+        prefix = tenant + "_" if tenant else ""
+        for p in patterns:
+            image = self._regex_image()
+            if image is None or (p, prefix) in self._regex_matches:
+                continue
+            names = self._regex_candidates(image, prefix)
+            hit = await asyncio.to_thread(self._match, p, names, len(prefix))
+            if self._regex_image() is image:  # else the metadata moved on: resolve again later
+                self._regex_matches[(p, prefix)] = hit
+
     def resolve_regex(self, pattern: str, group: ConsumerGroup | None = None) -> frozenset[str]:
         """Physical names of the non-internal topics ``pattern`` fully matches.
 
         tenancy: a tenant's group (its id carries the tenant's prefix) matches the names its
         members see: the tenant's own topics, unqualified; and with a topic filter (the last
         heartbeat's), only the topics that filter allows."""
-        image = self.image()
+        image = self._regex_image()
         if image is None:
             return frozenset()
-        if image.epoch != self._regex_cache_epoch:
-            self._regex_cache.clear()
-            self._regex_cache_epoch = image.epoch
         tenant = tenant_of_group(group.group_id) if group is not None else None
         prefix = tenant + "_" if tenant else ""
         flt = group.regex_filter if group is not None else None
         key = (pattern, prefix, flt[0] if flt is not None else None)
         hit = self._regex_cache.get(key)
         if hit is None:
-            try:
-                rx = compile_regex(pattern)
-            except ValueError:
-                hit = frozenset()
-            else:
-                n = len(prefix)
-                hit = frozenset(
-                    name for name, t in image.topics.items()
-                    if not t.internal and name.startswith(prefix) and rx.fullmatch(name[n:])
-                    and (flt is None or flt[1](name[n:]))
-                )
+            if (pattern, prefix) in self._regex_matches:
+                matched = self._regex_matches[(pattern, prefix)]
+            else:  # not prepared (the metadata changed meanwhile): match here, still linear time
+                matched = self._match(pattern, self._regex_candidates(image, prefix), len(prefix))
+                self._regex_matches[(pattern, prefix)] = matched
+            n = len(prefix)
+            hit = frozenset(name for name in matched or () if flt is None or flt[1](name[n:]))
             self._regex_cache[key] = hit
         return hit
 
@@ -844,6 +875,8 @@ class ConsumerGroupManager:
         code = self.c.status(req.group_id)
         if code != ErrorCode.none:
             return HeartbeatResult(code)
+        if req.member_epoch not in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            await self.prepare_regexes(req.group_id, req.subscribed_topic_regex)
         try:
             self._validate(req, api_version)
             if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):

@@ -22,8 +22,10 @@ As Kafka (KRaft's ``ClientQuotasImage.describe`` and ``ClientQuotaControlManager
   brokers' quota managers follow the image.
 
 Scoped (``shoal.quotas.entities`` says how entities are stored): a tenant describes and alters
-only the user/client-id entities of its own logical cluster, named as it sees them; the
-physical view sees everything, including Shoal's ``tenant`` entity type — ``(tenant=T)`` is T's
+only the user/client-id entities of its own logical cluster, named as it sees them, and
+describes (never alters) its own tenant-wide quota, ``(tenant=<its cluster id>)`` with the values
+that bound it (its own, else the tenant default's; a filter on the ``tenant`` type matches only
+that); the physical view sees everything, including Shoal's ``tenant`` entity type — ``(tenant=T)`` is T's
 tenant-wide quota, ``(tenant=<default>)`` every tenant's default, ``(tenant=T, user=U)`` a quota
 T set inside its cluster.
 

@@ -5,7 +5,11 @@ follower) with its size in bytes and ``offset_lag`` = max(0, high watermark - lo
 (0 on a leader; what a follower still lacks of what is committed); a null topic list means every
 partition. DESCRIBE on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED otherwise, v3+ in the
 top-level error code, earlier as an empty answer). v4 adds the directory's total and usable bytes.
-Scoped: a tenant sees its own topics only, under their names.
+
+Scoped: a tenant sees its own partitions only, under their names, with their sizes; the directory
+is named ``/<its cluster id>`` and its total and usable bytes are -1 (Kafka's unknown volume): the
+broker's path and its disk, shared by every tenant, are the operator's (the physical view sees
+them).
 
 Deviation: one log directory per broker (``log.dirs`` holds one directory); no future replicas
 (``is_future_key`` is always false: AlterReplicaLogDirs is not served).
@@ -44,13 +48,16 @@ async def handle_describe_log_dirs(ctx, req):
         by_topic.setdefault(visible, []).append(build(
             mod.DescribeLogDirsPartition, partition_index=part.index, partition_size=plog.size_bytes,
             offset_lag=max(0, plog.high_watermark - plog.log_end_offset), is_future_key=False))
-    log_dir = os.path.abspath(svc.replicas.logs.data_dir)
-    total = usable = -1
-    try:
-        st = os.statvfs(log_dir)
-        total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    except OSError:
-        pass
+    total = usable = -1  # Kafka's UNKNOWN_VOLUME_BYTES
+    if scope.tenant_id is not None:  # the tenant's view: no broker path, no shared disk
+        log_dir = f"/{scope.tenant_id}"
+    else:
+        log_dir = os.path.abspath(svc.replicas.logs.data_dir)
+        try:
+            st = os.statvfs(log_dir)
+            total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError:
+            pass
     result = build(mod.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=log_dir,
                    topics=tuple(build(mod.DescribeLogDirsTopic, name=n, partitions=tuple(ps))
                                 for n, ps in by_topic.items()),

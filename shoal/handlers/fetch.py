@@ -83,30 +83,75 @@ class FetchSession:
 
 
 class FetchSessionCache:
-    """Incremental fetch sessions of one broker (KIP-227), evicting the least recently used."""
+    """Incremental fetch sessions of one broker (KIP-227), shared fairly between tenants.
+
+    ``max_sessions`` (``max.incremental.fetch.session.cache.slots``) still bounds the whole cache,
+    as in Kafka. Each scope that creates sessions (a tenant, or the physical view, whose sessions
+    include the followers') has its own share of it, max-min fair: when the cache is full, a new
+    session evicts the least recently used session of the scope holding the *most* sessions (its
+    own when it is among the largest). So a scope under ``max_sessions / (scopes holding
+    sessions)`` never loses a session to another scope's new ones; a scope alone may use the whole
+    cache; and a tenant opening sessions without end (issue 24: 1,100 of one tenant evicted
+    another's) recycles its own. Kafka has one least-recently-used pool (it prefers evicting
+    small, idle sessions); a shared platform must not let one tenant empty it for the others.
+
+    Single-threaded (the event loop); ``new`` and ``get`` are O(1), an eviction O(scopes)."""
 
     def __init__(self, max_sessions: int = 1000) -> None:
         self.max_sessions = max_sessions
-        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._sessions: dict[int, FetchSession] = {}
+        # per scope (the owner's tenant id; None for the physical view), least recently used first
+        self._scopes: dict[Any, OrderedDict[int, FetchSession]] = {}
+
+    @staticmethod
+    def _scope(owner: tuple) -> Any:
+        return owner[0] if owner else None
 
     def new(self, owner: tuple = ()) -> FetchSession:
         sid = 0
         while sid == 0 or sid in self._sessions:
             sid = secrets.randbits(31)
         session = FetchSession(sid, 1, owner)
-        self._sessions[sid] = session
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
+        scope = self._scope(owner)
+        mine = self._scopes.setdefault(scope, OrderedDict())
+        while len(self._sessions) >= self.max_sessions and self._sessions:
+            self._evict_one(scope)
+        if self.max_sessions > 0:
+            self._sessions[sid] = session
+            mine[sid] = session
+        elif not mine:
+            del self._scopes[scope]
         return session
+
+    def _evict_one(self, scope: Any) -> None:
+        """Evict the least recently used session of the largest scope (``scope``'s own when it is
+        as large as any)."""
+        largest = max(len(q) for q in self._scopes.values())
+        victim = scope if len(self._scopes.get(scope, ())) >= largest else max(
+            self._scopes, key=lambda s: len(self._scopes[s]))
+        sid, _ = self._scopes[victim].popitem(last=False)
+        del self._sessions[sid]
+        if not self._scopes[victim] and victim != scope:
+            del self._scopes[victim]
 
     def get(self, sid: int) -> FetchSession | None:
         s = self._sessions.get(sid)
         if s is not None:
-            self._sessions.move_to_end(sid)
+            self._scopes[self._scope(s.owner)].move_to_end(sid)
         return s
 
     def remove(self, sid: int) -> None:
-        self._sessions.pop(sid, None)
+        s = self._sessions.pop(sid, None)
+        if s is not None:
+            scope = self._scope(s.owner)
+            q = self._scopes[scope]
+            q.pop(sid, None)
+            if not q:
+                del self._scopes[scope]
+
+    def count(self, owner: tuple = ()) -> int:
+        """Sessions of ``owner``'s scope now."""
+        return len(self._scopes.get(self._scope(owner), ()))
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -7,6 +7,10 @@ a named topic without DESCRIBE is TOPIC_AUTHORIZATION_FAILED; auto-creation need
 cluster or the topic. authorized_operations bit sets are computed when asked for (the cluster's
 is 0 without DESCRIBE on it). DescribeCluster needs no ACL, as in Kafka.
 
+v10/v11 may send a null topic name (nullable from v10) but topic ids only from v12: a null name or
+a topic id there is answered as Kafka's InvalidRequestException, every requested topic
+INVALID_REQUEST (a null name as "", which the response's name must be before v12).
+
 Deviations from Kafka:
 - Brokers are listed with the endpoint of the listener the request arrived on.
 """
@@ -113,6 +117,18 @@ def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode)
     )
 
 
+def _invalid_request(mod, requested) -> object:
+    """Kafka's answer to v10/v11 naming a topic by null name or by id (only v12+ may): its
+    InvalidRequestException's error response, every requested topic INVALID_REQUEST, a null name
+    as "" (the response's name is not nullable before v12), no brokers."""
+    return build(
+        mod.MetadataResponse, error_code=ErrorCode.none, throttle_time=datetime.timedelta(0), brokers=(),
+        cluster_id=None, controller_id=-1, cluster_authorized_operations=NOT_PROVIDED,
+        topics=tuple(_missing(mod, t.name or "", getattr(t, "topic_id", None), ErrorCode.invalid_request)
+                     for t in requested),
+    )
+
+
 @api(METADATA, 0, 13)
 async def handle_metadata(ctx, req):
     svc = ctx.services
@@ -125,6 +141,10 @@ async def handle_metadata(ctx, req):
     allow_auto = v < 4 or bool(getattr(req, "allow_auto_topic_creation", True))
     allow_auto = allow_auto and bool(svc.config.get("auto.create.topics.enable"))
     scope = ctx.scope
+    if not all_topics and v < 12 and any(
+            getattr(t, "name", "") is None or getattr(t, "topic_id", ZERO_UUID) not in (None, ZERO_UUID)
+            for t in req.topics):
+        return _invalid_request(mod, req.topics)
     topics = []
     if all_topics:
         image = svc.metadata.image

@@ -6,11 +6,12 @@
   from ``connections.max.reauth.ms`` (KIP-368). A failure answers SASL_AUTHENTICATION_FAILED with
   the same message for an unknown user, a wrong password or a malformed token, logs one
   rate-limited line (client address, listener, mechanism, user), and closes the connection after
-  the response. Failed-login backoff (``shoal.auth.backoff``): an attempt on a user with recent
-  failures waits for that user's next slot before its password is checked (refused unchecked when
-  the queue is full), and a failure is answered after the user's current delay
-  (``connection.failed.authentication.delay.ms`` doubling up to
-  ``shoal.login.failure.delay.max.ms``); both are asyncio sleeps, other connections go on.
+  the response. Failed-login backoff (``shoal.auth.backoff``), per client address and user: an
+  attempt on a user with recent failures from that address waits for the next slot before its
+  password is checked (refused unchecked when the line is full), and a failure is answered after
+  the current delay (``connection.failed.authentication.delay.ms`` doubling up to
+  ``shoal.login.failure.delay.max.ms``); both are asyncio sleeps, other connections go on. The
+  account is never locked: its owner on another address is checked at once.
 - DescribeUserScramCredentials (key 50) v0 and AlterUserScramCredentials (key 51) v0: the
   metadata store's SCRAM credentials. Upsertions carry the client's salted password; only
   StoredKey/ServerKey are kept.
@@ -43,6 +44,7 @@ import datetime
 import logging
 from typing import Any
 
+from shoal.auth.backoff import login_key
 from shoal.auth.sasl import AuthenticationFailed
 from shoal.auth.scram import MECHANISM_NAMES, MECHANISMS, check_iterations, keys_from_salted_password
 from shoal.handlers.registry import api
@@ -119,8 +121,9 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
         token = bytes(request.auth_bytes)
         try:
             claimed = server.claimed(token) if backoff is not None else None
-            if claimed is not None:  # failed-login backoff: this user's attempts are spaced
-                wait = backoff.admit(claimed, mono())
+            if claimed is not None:  # failed-login backoff: this address's attempts on the user are spaced
+                key = login_key(ctx.client_address, claimed)
+                wait = backoff.admit(key, mono())
                 if wait is None:
                     refused = True
                     raise AuthenticationFailed(server.mechanism)
@@ -137,14 +140,15 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
     except AuthenticationFailed as e:
         delay = 0
         if claimed is not None:
+            key = login_key(ctx.client_address, claimed)
             if refused:
-                delay = backoff.delay_ms(backoff.failures(claimed, mono()))
+                delay = backoff.delay_ms(backoff.failures(key, mono()))
             else:
-                delay = backoff.failed(claimed, mono())
+                delay = backoff.failed(key, mono())
             security.failure_log.warning(
                 ("sasl", claimed), "failed authentication from %s on %s with SASL mechanism %s as %r "
-                "(%d failures in a row%s; answered after %d ms)", ctx.client_address, ctx.listener,
-                e.mechanism, claimed, backoff.failures(claimed, mono()),
+                "(%d failures in a row from there%s; answered after %d ms)", ctx.client_address, ctx.listener,
+                e.mechanism, claimed, backoff.failures(key, mono()),
                 ", refused unchecked" if refused else "", delay)
         elif security is not None:
             security.failure_log.warning(
@@ -155,7 +159,7 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
             await asyncio.sleep(delay / 1000)
         return reply(ErrorCode.sasl_authentication_failed, str(e))
     if claimed is not None and session.authenticated:
-        backoff.succeeded(claimed)
+        backoff.succeeded(login_key(ctx.client_address, claimed))
     if session.authenticated and conn is not None and conn.principal != session.principal:
         conn.bind_principal(session.principal)
     return reply(ErrorCode.none, None, out, lifetime)

@@ -23,6 +23,10 @@ INVALID_PRODUCER_EPOCH before (KIP-588). AddOffsetsToTxn maps the group to its
 Tenancy (``ctx.scope``): transactional ids, topics and groups are qualified on the way in and
 unqualified on the way out; ListTransactions lists the scope's ids only.
 
+ListTransactions v2's ``TransactionalIdPattern`` is a full match by RE2, as Kafka's RE2/J
+(``shoal.protocol.regex``: linear time, at most 1000 characters, matched in a worker thread); a
+pattern RE2 refuses gets INVALID_REGULAR_EXPRESSION.
+
 KIP-890 part 2 (transaction version 2, when ``shoal.transaction.version`` is 2): EndTxn v5 bumps
 the producer epoch at every commit and abort and answers the producer id and epoch the client goes
 on with; AddPartitionsToTxn v4+ without ``verify_only`` (a broker adding the partitions of a
@@ -32,14 +36,15 @@ is served as v4 (its answer echoes the request's producer id and epoch).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
-import re
 
 from shoal.groups import OFFSETS_TOPIC, partition_for
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
+from shoal.protocol.regex import InvalidRegex, compile_client_regex, match_names
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.txn.coordinator import transaction_version
 
@@ -276,20 +281,23 @@ async def handle_list_transactions(ctx, req):
     regex = None
     if pattern:
         try:
-            regex = re.compile(pattern)
-        except re.error:
-            return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=ErrorCode.invalid_request,
+            regex = compile_client_regex(pattern)
+        except InvalidRegex:
+            return build(mod.ListTransactionsResponse, throttle_time=ZERO,
+                         error_code=ErrorCode.invalid_regular_expression,
                          unknown_state_filters=(), transaction_states=())
     code, mds, unknown = coordinator.list(req.state_filters, req.producer_id_filters,
                                           int(getattr(req, "duration_filter", -1)))
-    states = []
+    visible = []
     for md in mds:
         name = scope.visible(md.transactional_id)
         if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, name):
             continue
-        if regex is not None and not regex.fullmatch(name):
-            continue
-        states.append(build(mod.TransactionState, transactional_id=name, producer_id=md.producer_id,
-                            transaction_state=md.state.kafka_name))
+        visible.append((name, md))
+    if regex is not None:  # RE2, in a worker thread: many ids never hold the event loop
+        matched = await asyncio.to_thread(match_names, regex, [name for name, _ in visible])
+        visible = [(name, md) for name, md in visible if name in matched]
+    states = [build(mod.TransactionState, transactional_id=name, producer_id=md.producer_id,
+                    transaction_state=md.state.kafka_name) for name, md in visible]
     return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=code,
                  unknown_state_filters=tuple(unknown), transaction_states=tuple(states))

@@ -19,9 +19,10 @@ Stored form (``QuotaEntity``): a sorted tuple of ``(type, name)``, ``name`` None
   tenant component is their qualification**, so T's ``client-id=app`` is the stored
   ``(("client-id", "app"), ("tenant", T))`` and never applies to tenant B's ``app`` (stored
   with ``("tenant", B)``) nor to a physical-view ``app`` (no tenant component). The ``<default>``
-  user or client-id of T is the default *within* T. T never sees the tenant component, the
-  tenant-wide quota, other tenants' entities, or ``ip`` entities (broker connection limits are
-  the operator's).
+  user or client-id of T is the default *within* T. T never sees the tenant component of its
+  entities, other tenants' entities, or ``ip`` entities (broker connection limits are the
+  operator's); it sees (DescribeClientQuotas, not Alter) its own tenant-wide quota as
+  ``(("tenant", T),)`` with the values that bound it (its own, else the tenant default's).
 
 Precedence (:func:`quota_index`): a request of tenant T resolves its (user, client-id) quota with
 Kafka's eight levels over T's entities only; a physical-view request over the entities without a
@@ -165,12 +166,23 @@ def check_value(stored: QuotaEntity, key: str, value: float) -> None:
 # -- describe ----------------------------------------------------------------------------------
 
 
+def tenant_wide_values(image: MetadataImage, tenant: str) -> dict[str, float]:
+    """The tenant-wide quota values that bound ``tenant``: its own entity's, else (per key) the
+    tenant default's."""
+    quotas = image.client_quotas
+    return {**quotas.get(((TENANT, None),), {}), **quotas.get(((TENANT, tenant),), {})}
+
+
 def describe(image: MetadataImage, tenant: str | None,
              components: Sequence[tuple[str, int, str | None]], strict: bool
              ) -> list[tuple[tuple[tuple[str, str | None], ...], dict[str, float]]]:
     """DescribeClientQuotas: the (visible entity, values) a scope's filter matches, with Kafka's
-    ``ClientQuotasImage.describe`` rules. Raises EntityError for a bad filter."""
-    known = (USER, CLIENT_ID, IP, TENANT) if tenant is None else (USER, CLIENT_ID, IP)
+    ``ClientQuotasImage.describe`` rules. Raises EntityError for a bad filter.
+
+    A tenant also sees its own tenant-wide quota, as the entity ``(tenant=<its id>)`` (the name
+    its clients see as the cluster id) with the values that bound it: its own, else the tenant
+    default's, key by key. It never sees the default entity itself nor another tenant's."""
+    known = (USER, CLIENT_ID, IP, TENANT)
     exact: dict[str, str | None] = {}
     any_of: set[str] = set()
     for etype, match_type, match in components:
@@ -199,8 +211,12 @@ def describe(image: MetadataImage, tenant: str | None,
         raise EntityError("Invalid entity filter component combination. IP filter component should not be "
                           "used with user or clientId filter component.")
     out = []
-    for stored, values in image.client_quotas.items():
-        entity = visible_entity(tenant, stored)
+    candidates = [(visible_entity(tenant, stored), values) for stored, values in image.client_quotas.items()]
+    if tenant is not None:
+        own = tenant_wide_values(image, tenant)
+        if own:
+            candidates.append((((TENANT, tenant),), own))
+    for entity, values in candidates:
         if entity is None:
             continue
         d = dict(entity)

@@ -1,11 +1,12 @@
-"""Failed-login backoff (shoal.auth.backoff): exact schedule on a manual clock, bounded state."""
+"""Failed-login backoff (shoal.auth.backoff): exact schedule on a manual clock, bounded state, keyed
+by client address and user (the guesser slowed, never the account)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.auth.backoff import LoginBackoff
+from shoal.auth.backoff import LoginBackoff, login_key
 from shoal.clock import ManualClock as _ManualClock
 
 
@@ -41,18 +42,46 @@ def test_sequential_guesser_waits_for_each_answer():
 
 def test_parallel_attempts_are_spaced_and_the_queue_is_bounded():
     clock = ManualClock()
-    b = LoginBackoff(base_ms=100, max_ms=2000)
+    b = LoginBackoff(base_ms=100, max_ms=2000, queue_ms=7000)
     for _ in range(6):
         b.failed("bob", ms(clock))
     assert b.failures("bob", ms(clock)) == 6
     now = ms(clock)  # next slot: now + 2000
-    # 5 connections try at once: the first waits for the slot, each further one 2 s more, and
-    # those that would wait more than max_ms are refused unchecked
+    # 5 connections try at once: they wait in line, each 2 s after the one before, and those
+    # that would wait more than queue_ms are refused unchecked
     waits = [b.admit("bob", now) for _ in range(5)]
-    assert waits == [2000, None, None, None, None]
-    assert b.refused_total == 4 and b.delayed_total == 1
+    assert waits == [2000, 4000, 6000, None, None]
+    assert b.refused_total == 2 and b.delayed_total == 3
     clock.sleep(2.0)
-    assert b.admit("bob", ms(clock)) == 2000  # the slot after the one reserved above
+    assert b.admit("bob", ms(clock)) == 6000  # the slot after the ones reserved above
+
+
+def test_the_guesser_is_slowed_not_the_account():
+    """Issue 24: keyed by user, an 8-connection guesser got the owner's correct password refused
+    5 times of 6. Keyed by address and user, the owner elsewhere is checked at once; on the
+    guesser's own address she waits in its line, or is refused when it is longer than queue_ms."""
+    clock = ManualClock()
+    b = LoginBackoff.from_config({"connection.failed.authentication.delay.ms": 100,
+                                  "shoal.login.failure.delay.max.ms": 2000})
+    guesser, owner = login_key("10.0.0.66:40000", "alice"), login_key("10.0.0.7:51000", "alice")
+    for _ in range(10):  # the guesser is at the cap
+        clock.sleep(b.failed(guesser, ms(clock)) / 1000)
+    waits = [b.admit(guesser, ms(clock)) for _ in range(8)]  # eight connections of the guesser
+    assert waits == [0, 2000, 4000, 6000, 8000, None, None, None]
+    assert b.admit(owner, ms(clock)) == 0  # the owner, from her address: checked at once
+    b.succeeded(owner)
+    assert b.admit(login_key("10.0.0.66:40001", "alice"), ms(clock)) is None  # behind the guesser's NAT: one of them
+    assert b.admit(login_key("10.0.0.66:40002", "bob"), ms(clock)) == 0  # another user there: never slowed
+
+
+def test_login_key_is_the_address_and_the_user():
+    assert login_key("127.0.0.1:5555", "u") == login_key("127.0.0.1:6666", "u") == "127.0.0.1|u"
+    assert login_key("127.0.0.1:5555", "v") != login_key("127.0.0.1:5555", "u")
+    # IPv6 by its /64 (one host's allocation), the port after the last colon, unbracketed
+    assert login_key("2001:db8:1:2:3:4:5:6:9092", "u") == login_key("2001:db8:1:2:ffff::1:1", "u") == "2001:db8:1:2::/64|u"
+    assert login_key("2001:db8:1:3::1:9092", "u") != login_key("2001:db8:1:2::1:9092", "u")
+    assert login_key("::ffff:10.0.0.1:3", "u") == "10.0.0.1|u"  # an IPv4 client on a dual-stack socket
+    assert login_key("?", "u") == "?|u"
 
 
 def test_other_users_are_never_slowed():
@@ -104,7 +133,8 @@ def test_idle_states_are_dropped_as_new_ones_come():
 @given(st.lists(st.tuples(st.sampled_from(["admit", "fail", "ok"]), st.integers(0, 3000)), max_size=60))
 def test_checked_attempts_on_one_user_are_spaced(steps):
     """Property: however attempts arrive, two password checks on one user with failures between
-    them are at least the delay of the failures seen at the first apart (or one is refused)."""
+    them are at least the delay of the failures seen at the first apart (or one is refused), and
+    no attempt is told to wait longer than the line (queue_ms)."""
     b = LoginBackoff(base_ms=100, max_ms=2000)
     now = 987_654_321
     checks: list[tuple[int, int]] = []  # (time checked, failures before it)
@@ -114,7 +144,7 @@ def test_checked_attempts_on_one_user_are_spaced(steps):
             n = b.failures("u", now)
             wait = b.admit("u", now)
             if wait is not None:
-                assert 0 <= wait <= 2000
+                assert 0 <= wait <= b.queue_ms
                 checks.append((now + wait, n))
         elif op == "fail":
             b.failed("u", now)

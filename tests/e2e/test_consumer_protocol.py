@@ -436,3 +436,58 @@ def test_offsets_and_members_survive_a_broker_restart(cbroker):
             first.setdefault(m.partition(), m.offset())
     c.close()
     assert first == {p: 10 for p in range(4)}
+
+
+def test_a_pathological_regex_is_answered_at_once(cbroker):
+    """Issue 24 item 3: ``(a+)+b`` against a topic ``"a" * 28`` backtracked 2**28 steps in Python's
+    ``re`` on the broker's event loop (minutes); RE2 answers at once, and the broker keeps serving
+    other requests. What RE2/J refuses, and a pattern over 1000 characters, gets
+    INVALID_REGULAR_EXPRESSION (128)."""
+    import asyncio
+
+    from shoal.client import AdminClient as ShoalAdmin, build_entity
+    from shoal.protocol import codec
+
+    topic, fine = "a" * 28, unique("rx-fine")
+    create_topic(cbroker.bootstrap, topic, 1)
+    create_topic(cbroker.bootstrap, fine, 1)
+
+    def heartbeat(group: str, member: str, regex: str) -> dict:
+        return {"group_id": group, "member_id": member, "member_epoch": 0, "instance_id": None, "rack_id": None,
+                "rebalance_timeout": 30000, "subscribed_topic_names": None, "subscribed_topic_regex": regex,
+                "server_assignor": None, "topic_partitions": []}
+
+    async def go() -> None:
+        async with ShoalAdmin(cbroker.bootstrap, client_id="regex-tests", timeout=60) as c:
+            async def send(key: int, fields: dict):
+                return await c.request(key, build_entity(codec.request_type(key, c.version_for(key)), fields))
+
+            async def beat(regex: str, group: str | None = None):
+                group = group or unique("rx-evil")
+                for _ in range(50):  # the offsets topic may still be loading
+                    r = await send(68, heartbeat(group, str(uuid.uuid4()), regex))
+                    if r.error_code not in (14, 15):
+                        return r
+                    await asyncio.sleep(0.1)
+                return r
+
+            await beat(".*")  # the coordinator is ready before the clock starts
+            t0 = time.monotonic()
+            evil = asyncio.ensure_future(beat("(a+)+b"))
+            await asyncio.sleep(0.05)
+            md = await send(3, {"topics": None, "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+            metadata_s = time.monotonic() - t0
+            r = await evil
+            heartbeat_s = time.monotonic() - t0
+            assert r.error_code == 0, r
+            assert metadata_s < 2.0 and heartbeat_s < 2.0, (metadata_s, heartbeat_s)
+            assert topic in {t.name for t in md.topics}
+            ok = await beat(f"{fine}|x{{2,5}}")  # a regex that does match still resolves
+            assert ok.error_code == 0
+            for bad in ("(a)\\1", "(?=a)a", "a*+", "(", "a" * 1001):
+                r = await beat(bad)
+                assert r.error_code == 128, (bad, r)
+
+    asyncio.run(go())
+    assert "Traceback" not in cbroker.log_tail(400)

@@ -128,3 +128,44 @@ def test_one_client_repeating_a_null_request_for_five_seconds(fresh_broker):
     assert sent >= 50
     assert grown < 2000, _new_log(b, start)[:3000]
     assert probe.ok >= 3 and not probe.errors, (probe.ok, probe.errors[:3])
+
+
+def _answer(broker, data: bytes) -> bytes | str:
+    """The response frame, or "closed"."""
+    with socket.create_connection((broker.host, broker.port), timeout=SOCKET_TIMEOUT) as s:
+        s.sendall(data)
+        try:
+            return recv_frame(s)
+        except (EOFError, ConnectionResetError):
+            return "closed"
+
+
+def test_null_in_every_nullable_field_of_every_served_api(fresh_broker):
+    """Issue 24, item 13: Metadata v10/v11 with a null topic name (allowed there) logged an ERROR
+    with a traceback: the handler echoed the null into the response's name, which only v12+ may
+    hold. Kafka answers such a request (its error response puts "" for a null name). Every
+    nullable string, bytes and array of every served request, sent as null: each is answered (or
+    the connection closed), with no traceback and no ERROR line, and Metadata v10/v11 answers
+    INVALID_REQUEST for its null-named topic."""
+    b = fresh_broker
+    cases = []
+    for key, version in _served(b):
+        cls = codec.request_type(key, version)
+        for path in null_paths(cls, allowed=True):
+            cases.append((key, version, path, frame(key, version, 7, "nulls", encode(cls, path), bool(cls.__flexible__))))
+    assert len({c[0] for c in cases}) >= 25 and len(cases) > 150  # the sweep covers what it claims
+
+    start = len(b.log_text())
+    with _Probe(b.bootstrap) as probe:
+        answers = {(k, v, p): _answer(b, data) for k, v, p, data in cases}
+    log = _new_log(b, start)
+    assert "Traceback" not in log and " ERROR " not in log, log[:3000]
+    lines = [l for l in log.splitlines() if l.strip()]
+    assert len(lines) <= len(cases), log[:3000]  # one line per request at most
+    assert len([l for l in lines if " WARNING " in l]) <= 5, log[:3000]  # rate-limited per client
+    for version in (10, 11):
+        raw = answers[(3, version, "topics.name")]
+        assert raw != "closed"
+        _, md = codec.decode_response(3, version, raw)
+        assert [(t.name, t.error_code) for t in md.topics] == [("", 42)], md.topics  # INVALID_REQUEST
+    assert probe.ok >= 3 and not probe.errors, (probe.ok, probe.errors[:3])

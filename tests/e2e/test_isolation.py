@@ -959,9 +959,18 @@ async def describe_log_dirs(w: World, how: str) -> None:
 
 @row(35, "all topics")
 async def describe_log_dirs_all(w: World, _: str) -> None:
+    """Issue 24: a tenant saw the broker's absolute log directory and its disk's sizes; now its own
+    partitions' sizes only, in a directory named by its cluster id (the operator sees the disk)."""
     async with w.b.client() as c:
         r = plain(await send(c, 35, {"topics": None}))
     assert_no_leak(w, r, "DescribeLogDirs of every topic")
+    (res,) = r["results"]
+    assert (res["log_dir"], res["total_bytes"], res["usable_bytes"]) == (f"/{w.b_tid}", -1, -1), res
+    sizes = {t["name"]: [p["partition_size"] for p in t["partitions"]] for t in res["topics"]}
+    assert USERS in sizes and all(n >= 0 for ps in sizes.values() for n in ps), sizes
+    async with w.operator.client() as c:
+        (op,) = plain(await send(c, 35, {"topics": None}))["results"]
+    assert os.path.isdir(op["log_dir"]) and op["total_bytes"] > 0, op
 
 
 @row(43, "name", "physical")
@@ -1115,6 +1124,33 @@ async def describe_client_quotas_all(w: World, _: str) -> None:
         assert_no_leak(w, r, "DescribeClientQuotas (any)")
         names = [e["entity_name"] for q in r["entries"] or [] for e in q["entity"]]
         assert "alice" not in names, names
+
+
+@row(48, "own tenant")
+async def describe_own_tenant_quota(w: World, _: str) -> None:
+    """Issue 24: a tenant asking for its own tenant quota got UNSUPPORTED_VERSION; now it sees the
+    tenant-wide quota the operator set for it, and nothing of another tenant's."""
+    def alter(tid: str, remove: bool) -> dict[str, Any]:
+        return {"entries": [{"entity": [{"entity_type": "tenant", "entity_name": tid}], "ops": [
+            {"key": "producer_byte_rate", "value": 1e9, "remove": remove}]}], "validate_only": False}
+
+    def tenant_filter(match_type: int, match: str | None) -> dict[str, Any]:
+        return {"components": [{"entity_type": "tenant", "match_type": match_type, "match": match}], "strict": False}
+
+    for tid in (w.a_tid, w.b_tid):
+        assert plain(await call(w.operator, 49, alter(tid, False)))["entries"][0]["error_code"] == 0
+    try:
+        own = [{"entity": [{"entity_type": "tenant", "entity_name": w.b_tid}],
+                "values": [{"key": "producer_byte_rate", "value": 1e9}]}]
+        for fields in (tenant_filter(0, w.b_tid), tenant_filter(2, None)):
+            r = plain(await call(w.b, 48, fields))
+            assert (r["error_code"], r["entries"]) == (0, own), r
+            assert_no_leak(w, r, "DescribeClientQuotas of its own tenant")
+        r = plain(await call(w.b, 48, tenant_filter(0, w.a_tid)))
+        assert (r["error_code"], r["entries"]) == (0, []), r
+    finally:
+        for tid in (w.a_tid, w.b_tid):
+            await call(w.operator, 49, alter(tid, True))
 
 
 @row(49, "user", "tenant")

@@ -276,11 +276,15 @@ async def test_invalid_regex_and_regex_subscription_follows_new_topics():
 
 
 def test_regex_translation():
+    """RE2's syntax, which is RE2/J's (Kafka's): what it refuses is a ValueError (the handlers'
+    INVALID_REGULAR_EXPRESSION), and a backtracking pattern is answered in linear time."""
     assert compile_regex("a\\z").fullmatch("a")
     assert compile_regex("orders\\\\1").fullmatch("orders\\1")  # an escaped backslash, not a backreference
-    for bad in ("(?=x)", "(?!x)", "(?<=x)y", "\\pL", "("):
+    assert compile_regex("\\pL+-[[:digit:]]").fullmatch("orders-1")
+    for bad in ("(?=x)", "(?!x)", "(?<=x)y", "(a)\\1", "a*+", "(?>a)", "\\Z", "(", "a" * 1001):
         with pytest.raises(ValueError):
             compile_regex(bad)
+    assert compile_regex("(a+)+b").fullmatch("a" * 100_000) is None
 
 
 async def test_partitions_added_to_a_subscribed_topic_bump_the_epoch():

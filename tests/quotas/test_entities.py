@@ -134,13 +134,26 @@ def test_describe_in_a_tenant_scope_sees_only_its_own() -> None:
     img = image(QUOTAS)
     assert describe(img, A, [], False) == [
         ((("client-id", "app"),), {"producer_byte_rate": 7.0}),
+        ((("tenant", A),), {"producer_byte_rate": 6.0}),  # its own tenant-wide quota
         ((("user", "carol"),), {"producer_byte_rate": 8.0}),
     ]
     assert names(describe(img, B, [("client-id", MATCH_EXACT, "app")], True)) == [(("client-id", "app"),)]
     assert describe(img, A, [("ip", MATCH_ANY, None)], False) == []
-    with pytest.raises(EntityError) as e:
-        describe(img, A, [("tenant", MATCH_ANY, None)], False)
-    assert e.value.code == "UNSUPPORTED_VERSION"
+
+
+def test_a_tenant_describes_its_own_tenant_quota() -> None:
+    """Issue 24: a tenant asking for its own tenant quota got UNSUPPORTED_VERSION. It sees its own
+    tenant-wide values, else the tenant default's key by key; never the default entity or
+    another tenant's."""
+    img = image({**QUOTAS, (("tenant", None),): {"producer_byte_rate": 50.0, "consumer_byte_rate": 60.0}})
+    own = [((("tenant", A),), {"producer_byte_rate": 6.0, "consumer_byte_rate": 60.0})]
+    assert describe(img, A, [("tenant", MATCH_EXACT, A)], True) == own
+    assert describe(img, A, [("tenant", MATCH_ANY, None)], False) == own
+    assert describe(img, A, [("tenant", MATCH_EXACT, B)], False) == []
+    assert describe(img, A, [("tenant", MATCH_DEFAULT, None)], False) == []
+    assert describe(img, B, [("tenant", MATCH_ANY, None)], True) == [
+        ((("tenant", B),), {"producer_byte_rate": 50.0, "consumer_byte_rate": 60.0})]
+    assert describe(image(QUOTAS), B, [("tenant", MATCH_ANY, None)], True) == []  # none applies
 
 
 @pytest.mark.parametrize("components,code", [

@@ -217,3 +217,28 @@ def test_idle_transactional_id_expires(tmp_path):
         state = describe_txn(bs, txn)
         assert (state.error_code, state.producer_epoch) == (0, 0) and state.producer_id != first
         assert read_all(bs, topic, 1, "read_committed") == [b"kept"]
+
+
+def test_list_transactions_pattern_is_matched_by_re2(tb):
+    """Issue 24 item 3: ListTransactions v2's pattern ``(a+)+b`` against the id ``"a" * 28`` made
+    Python's ``re`` backtrack 2**28 steps on the event loop; RE2 answers at once. A pattern RE2/J
+    refuses gets INVALID_REGULAR_EXPRESSION (128), as Kafka's."""
+    evil_id = "a" * 28
+    p = producer(tb.bootstrap, evil_id)
+    p.init_transactions(TXN_TIMEOUT)
+    _, named = names("rx")
+    q = producer(tb.bootstrap, named)
+    q.init_transactions(TXN_TIMEOUT)
+
+    def listed(pattern: str | None):
+        return wire(tb.bootstrap, 66, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1,
+                                       "transactional_id_pattern": pattern}, version=2)
+
+    t0 = time.monotonic()
+    r = listed("(a+)+b")
+    assert time.monotonic() - t0 < 2.0
+    assert (r.error_code, list(r.transaction_states)) == (0, [])
+    assert [t.transactional_id for t in listed("a{28}").transaction_states] == [evil_id]
+    assert [t.transactional_id for t in listed(named.replace("-", "\\-")).transaction_states] == [named]
+    for bad in ("(a)\\1", "(?!a)", "(", "a" * 1001):
+        assert listed(bad).error_code == 128, bad
