@@ -710,7 +710,8 @@ class EtcdBackend(MetadataBackend):
 
         def admit(topic: TopicInfo) -> bool:
             # (+ a few bytes a partition: the changed ISRs may be longer)
-            size = len(self.key("topics", topic.name)) + len(_json(codec.topic_to_json(topic))) + 8 * len(topic.partitions)
+            size = (len(self.key("topics", topic.name)) + len(_json(codec.topic_to_json(topic)))
+                    + 8 * len(topic.partitions))
             if room["ops"] < 1 or room["bytes"] < size:
                 return False
             room["ops"] -= 1
