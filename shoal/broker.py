@@ -105,7 +105,7 @@ class Broker:
         )
         # replica: every hosted partition (role, ISR, high watermark, log) and the purgatories
         self.replicas = ReplicaManager(self.node_id, self.logs, lambda: self.metadata.image, lambda: self.config, clock,
-                                       alter_isr=self.metadata.alter_isr)
+                                       alter_isrs=self.metadata.alter_isrs)
         self.listeners: list[Listener] = []
         self.listener_security: dict[str, Any] = {}  # auth: name -> shoal.auth.ListenerSecurity
         self._servers: list[Any] = []  # shoal.server.limits.ListenerServer

@@ -74,6 +74,21 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class IsrChange:
+    """One partition's ISR change as its leader proposes it (an item of Kafka's AlterPartition):
+    fenced by the leader epoch and the partition epoch it was decided on. ``min_isr``: the leader's
+    ``min.insync.replicas``, given for an observer promotion only."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    min_isr: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     topic_id: uuid.UUID

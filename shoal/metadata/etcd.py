@@ -57,6 +57,8 @@ waits the same way: a broker starts once etcd answers.
 Large changes: etcd refuses a transaction with more than ``--max-txn-ops`` operations (128 by
 default) or larger than ``--max-request-bytes`` (1.5 MiB); such a change is refused with
 POLICY_VIOLATION saying which limit to raise (``docs/cluster.md`` has the settings Shoal needs).
+A batch of ISR changes (``DecidingStore.alter_isrs``) is the one change that may be split: its
+commits each stay within those defaults (``txn_budget``: at most 127 topics and ~1.5 MiB).
 
 Fencing: ``EtcdBackend.fence`` may return extra compares for every commit (the controller's
 election key's revision, issue 11); when they fail the commit is refused with NOT_CONTROLLER.
@@ -83,6 +85,7 @@ from shoal.metadata import (
     MetadataError,
     MetadataImage,
     NamespaceInfo,
+    TopicInfo,
 )
 from shoal.metadata import codec
 from shoal.metadata.change import Change
@@ -107,6 +110,14 @@ COMMIT_DEADLINE_S = 8.0
 # tried: longer than an etcd election (election timeout 1.5 s, randomised up to twice that).
 UNREACHABLE_GRACE_S = 5.0
 MAX_BACKOFF_S = 2.0
+# A change that may be split in several commits (a batch of ISR changes: ``EtcdBackend.txn_budget``)
+# is split to fit etcd's default limits, whatever the members run with: --max-txn-ops 128 (the
+# epoch's put is one of them) and --max-request-bytes 1.5 MiB (less a margin for the compares, the
+# epoch and the request's framing). docs/cluster.md asks for larger limits so that one change that
+# cannot be split fits; a batch need not be one transaction, and a smaller one is a shorter raft
+# entry for every member to write.
+BATCH_MAX_OPS = 128
+BATCH_MAX_BYTES = 1536 * 1024 - 32 * 1024
 
 
 def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
@@ -385,6 +396,8 @@ class EtcdBackend(MetadataBackend):
         self._last_log = 0.0
         self.registration: Any = None  # shoal.cluster.registration.Registration, on first register()
         self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
+        self.batch_max_ops = BATCH_MAX_OPS  # txn_budget's bounds (tests make them small)
+        self.batch_max_bytes = BATCH_MAX_BYTES
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -775,6 +788,24 @@ class EtcdBackend(MetadataBackend):
         if fut.done():
             return fut.result()
         return self._apply_ahead(token, rev[0], expected_epoch)
+
+    def txn_budget(self) -> Callable[[TopicInfo], bool]:
+        """One transaction's room (``BATCH_MAX_OPS``, ``BATCH_MAX_BYTES``; ``batch_max_ops`` and
+        ``batch_max_bytes`` on the instance): a topic is one put of its whole JSON (``_ops``), the
+        epoch's put one more."""
+        room = {"ops": self.batch_max_ops - 1, "bytes": self.batch_max_bytes}
+
+        def admit(topic: TopicInfo) -> bool:
+            # (+ a few bytes a partition: the changed ISRs may be longer)
+            size = (len(self.key("topics", topic.name)) + len(_json(codec.topic_to_json(topic)))
+                    + 8 * len(topic.partitions))
+            if room["ops"] < 1 or room["bytes"] < size:
+                return False
+            room["ops"] -= 1
+            room["bytes"] -= size
+            return True
+
+        return admit
 
     def _apply_ahead(self, token: str, revision: int, expected_epoch: int) -> MetadataImage:
         """Publish our own committed change before the watch has delivered it (etcd went away

@@ -36,6 +36,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping, Sequence, TypeVa
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    IsrChange,
     MetadataError,
     MetadataImage,
     MetadataStore,
@@ -129,6 +130,13 @@ class MetadataBackend(abc.ABC):
         the turn (other brokers; the tests' backends that take none).
         """
         return contextlib.nullcontext()
+
+    def txn_budget(self) -> Callable[[TopicInfo], bool]:
+        """A fresh bound on one commit of a change that may be split in several (a batch of ISR
+        changes, ``DecidingStore.alter_isrs``): called with each topic the change would write, in
+        turn, it answers False once that one would not fit besides those before it. By default
+        there is no bound (the etcd backend's is its transaction limits)."""
+        return lambda topic: True
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -270,6 +278,33 @@ class DecidingStore(MetadataStore):
             lambda img: topic_rules.alter_isr(img, name, partition, leader=leader, leader_epoch=leader_epoch,
                                               partition_epoch=partition_epoch, isr=isr, min_isr=min_isr)
         )
+
+    async def alter_isrs(self, changes: Sequence[IsrChange]) -> list[PartitionInfo | MetadataError]:
+        """Many partitions' ISR changes, as few commits as the backend allows (Kafka's
+        AlterPartition request, one per broker, carries many partitions): per change, in order, the
+        partition after it or the ``MetadataError`` refusing it.
+
+        Each change is decided as ``alter_isr`` decides it (``topic_rules.alter_isrs``), so a stale
+        or fenced one is refused alone and the others commit. The changes are committed in as few
+        changes as ``backend.txn_budget`` lets them (one etcd transaction holds at most etcd's
+        default operations and bytes), one after the other; a compare-and-swap lost to another
+        writer decides that commit's changes again on the newer image. A commit that fails (the
+        store unreachable) answers its changes and those not committed yet with its error."""
+        answers: list[PartitionInfo | MetadataError | None] = [None] * len(changes)
+        todo = list(range(len(changes)))
+        while todo:
+            batch = [changes[i] for i in todo]
+            try:
+                got = await self.decide_and_commit(
+                    lambda img, batch=batch: topic_rules.alter_isrs(img, batch, self.backend.txn_budget()))
+            except MetadataError as e:
+                for i in todo:
+                    answers[i] = e
+                break
+            for i, answer in zip(todo, got):
+                answers[i] = answer
+            todo = [i for i, answer in zip(todo, got) if answer is None]
+        return answers  # type: ignore[return-value]  (every one answered)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         return await self.decide_and_commit(lambda img: config_rules.set_topic_configs(img, name, configs))

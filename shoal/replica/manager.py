@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.config import BrokerConfig, log_config
 from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topics, topic_renames
 from shoal.promotion import promotion_policy
 from shoal.protocol.errors import ErrorCode
+from shoal.replica.isr import AlterIsrs, IsrChangeQueue
 from shoal.replica.partition import Partition
 from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
@@ -53,7 +54,7 @@ class ReplicaManager:
         image: Callable[[], MetadataImage],
         config: Callable[[], BrokerConfig],
         clock: "Clock",
-        alter_isr: "Callable[..., Awaitable[Any]] | None" = None,
+        alter_isrs: "AlterIsrs | None" = None,
     ) -> None:
         self.node_id = node_id
         self.logs = logs
@@ -67,11 +68,9 @@ class ReplicaManager:
         self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
         self.replica_waiters = Purgatory()  # keyed by (topic, partition): log end, leader or epoch moved
         self._replica_seen: dict[tuple[str, int], tuple[int, int, int]] = {}  # (leader, epoch, log end) woken for
-        # the metadata store's ``alter_isr`` (Kafka's AlterPartition); None: ISRs never change
-        self._alter_isr = alter_isr
-        self._isr_tasks: set[asyncio.Task[None]] = set()
-        self.isr_shrinks = 0  # ISR changes committed by this broker as leader (metrics)
-        self.isr_expands = 0
+        # ISR changes in batches to the metadata store's ``alter_isrs`` (Kafka's AlterPartitionManager
+        # and AlterPartition); None: ISRs never change
+        self.isr_changes = IsrChangeQueue(node_id, alter_isrs) if alter_isrs is not None else None
         self._isr_task: asyncio.Task[None] | None = None
         from shoal.replica.fetcher import FetcherManager
 
@@ -233,31 +232,10 @@ class ReplicaManager:
         self._propose_isr(part, proposed, why, min_isr=min_isr)
 
     def _propose_isr(self, part: Partition, isr: tuple[int, ...], why: str, min_isr: int | None = None) -> None:
-        if self._alter_isr is None or part.pending_isr is not None:
-            return
-        info = part.info
-        part.pending_isr = isr
-        part.maybe_increment_high_watermark()  # an expansion may let it move already
-
-        async def commit() -> None:
-            try:
-                extra = {} if min_isr is None else {"min_isr": min_isr}  # observer promotion only
-                await self._alter_isr(part.topic, part.index, leader=self.node_id, leader_epoch=info.leader_epoch,
-                                      partition_epoch=info.partition_epoch, isr=isr, **extra)
-                log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, list(info.isr), list(isr), why)
-                if len(isr) < len(info.isr):
-                    self.isr_shrinks += 1
-                else:
-                    self.isr_expands += 1
-            except Exception as e:  # fenced, stale, or the store is unreachable: retried later
-                log.warning("%s-%d: cannot change the ISR %s -> %s: %s", part.topic, part.index, list(info.isr),
-                            list(isr), e)
-                if part.pending_isr == isr and part.info.partition_epoch == info.partition_epoch:
-                    part.pending_isr = None
-
-        task = asyncio.get_running_loop().create_task(commit())
-        self._isr_tasks.add(task)
-        task.add_done_callback(self._isr_tasks.discard)
+        """To the ISR change queue (``shoal.replica.isr``): sent with the other partitions' in
+        the next batch; one change at a time per partition."""
+        if self.isr_changes is not None and part.pending_isr is None:
+            self.isr_changes.submit(part, isr, why, min_isr)
 
     async def run_isr_checks(self) -> None:
         """Every half ``replica.lag.time.max.ms`` (Kafka's isr-expiration task), shrink ISRs."""
@@ -275,7 +253,9 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await self.fetchers.stop()
-        await cancel_and_wait([self._isr_task, *self._isr_tasks])
+        await cancel_and_wait([self._isr_task])
+        if self.isr_changes is not None:
+            await self.isr_changes.stop()
 
     # -- metrics ---------------------------------------------------------------------------
 
@@ -296,10 +276,15 @@ class ReplicaManager:
         yield ("shoal_replica_under_min_isr_partitions",
                "partitions this broker leads whose ISR is below min.insync.replicas (acks=all refused)", {},
                float(below_min))
+        q = self.isr_changes
         yield ("shoal_replica_isr_shrinks", "ISR shrinks committed by this broker as leader since start", {},
-               float(self.isr_shrinks))
+               float(q.shrinks if q else 0))
         yield ("shoal_replica_isr_expands", "ISR expansions committed by this broker as leader since start", {},
-               float(self.isr_expands))
+               float(q.expands if q else 0))
+        yield ("shoal_replica_isr_batches", "batches of ISR changes this broker sent to the metadata store "
+               "since start (each a few etcd transactions at most)", {}, float(q.batches if q else 0))
+        yield ("shoal_replica_isr_changes_unsent", "ISR changes waiting for the batch in flight to end", {},
+               float(q.unsent if q else 0))
         yield ("shoal_replica_max_follower_lag_messages",
                "the largest number of offsets an in-sync follower of this broker's partitions lacks", {}, float(lag))
         for (leader, index), fetcher in self.fetchers.fetchers.items():

@@ -354,3 +354,36 @@ def test_kafka_python_elects_the_preferred_leader_back_and_describes_log_dirs(cl
         assert found == {1: [(0, True, 0)], 2: [(0, True, 0)], 3: [(0, True, 0)]}, found
     finally:
         admin.close()
+
+
+def test_a_restarted_brokers_rejoin_of_many_partitions_goes_in_few_isr_batches(cluster, etcd_cluster):
+    """Issue 25: 360 partitions at RF 3; one broker (not the controller) is killed and the
+    controller takes it out of every ISR; started again it catches up, and its leaders put it back
+    into every ISR in batches (``shoal.replica.isr``): a handful of metadata commits, where one a
+    partition made 360 (and, at 6,000 partitions, minutes of saturation)."""
+    names = [f"many-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    for name in names:
+        create(cluster[1].bootstrap, name, 120)
+    controller = cluster.wait_controller()
+    survivor = cluster[controller].bootstrap
+
+    def isrs() -> list[tuple[int, ...]]:
+        return [isr for name in names for _, _, isr in partitions(survivor, name).values()]
+
+    until(lambda: len(isrs()) == 360 and all(len(isr) == 3 for isr in isrs()), 60, "every ISR full")
+    prefix = "/" + cluster.url.split("/", 3)[3]
+
+    def epoch() -> int:
+        return int(json.loads(etcd_cluster.etcdctl("get", f"{prefix}/meta/epoch", "--print-value-only"))["epoch"])
+
+    victim = next(n for n in (3, 2, 1) if n != controller)
+    cluster.kill(victim)
+    until(lambda: all(victim not in isr for isr in isrs()), 60, f"broker {victim} out of every ISR")
+    before = epoch()
+    cluster.start_one(victim)
+    until(lambda: all(len(isr) == 3 for isr in isrs()), 90, "every ISR full again")
+    commits = epoch() - before
+    batches = [line for n in (1, 2, 3) if n != victim for line in cluster[n].log_text().splitlines()
+               if "ISR changes (batch" in line]
+    assert commits <= 40, (commits, batches[-10:])
+    assert batches, "the leaders log one line per batch"

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.metadata import AclEntry, MetadataError, MetadataImage
-from shoal.metadata.change import Change
+from shoal.metadata import AclEntry, IsrChange, MetadataError, MetadataImage
+from shoal.metadata.change import Change, Result
 from shoal.metadata.embedded import EmbeddedMetadataStore
 from shoal.metadata.memory import MemoryBackend
 from shoal.metadata.rules import topics as topic_rules
@@ -49,6 +49,9 @@ class Interleaving(MetadataBackend):
 
     def subscribe(self, listener: Any) -> None:
         self.inner.subscribe(listener)
+
+    def txn_budget(self) -> Any:
+        return self.inner.txn_budget()
 
     async def commit(self, change: Change, expected_epoch: int) -> MetadataImage:
         for _ in range(self.yields()):
@@ -256,3 +259,61 @@ async def test_a_callers_precondition_decided_with_the_rule_holds_under_races(ma
         *(s.decide_and_commit(lambda img, n=f"t{i}": capped(img, n)) for i in range(12)), return_exceptions=True)
     assert len(s.image.topics) == 5 and s.conflicts > 0
     assert sum(isinstance(r, MetadataError) and r.code == "POLICY_VIOLATION" for r in results) == 7
+
+
+# -- a batch of ISR changes (Kafka's AlterPartition with many partitions) ---------------------------
+
+
+async def _isr_topics(s: DecidingStore, names: list[str]) -> None:
+    """A one-partition topic (replicas 1, 2; leader 1) of each name, in one change."""
+
+    def create(img: MetadataImage) -> Any:
+        work = img
+        for n in names:
+            work = topic_rules.create_topic(work, n, [(1, 2)], {}, new_uuid=uuid.uuid4).change.apply(work)
+        return Result(Change(topics={n: work.topics[n] for n in names}), None)
+
+    await s.decide_and_commit(create)
+
+
+async def test_a_batch_of_isr_changes_commits_together_and_a_stale_one_fails_alone(make_store):
+    """Five shrinks and one decided on a partition epoch that has moved: the five commit in one
+    commit (on etcd with room for two topics a transaction: three), the stale one is refused with
+    INVALID_UPDATE_VERSION and its partition left as it was."""
+    s = await make_store()
+    names = [f"t{i}" for i in range(6)]
+    await _isr_topics(s, names)
+    await s.alter_isr("t5", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1,))
+    commits = 1
+    if hasattr(s.backend, "batch_max_ops"):  # etcd
+        s.backend.batch_max_ops, commits = 3, 3
+    epoch = s.image.epoch
+    answers = await s.alter_isrs([IsrChange(n, 0, 1, 0, 0, (1,)) for n in names])
+    assert [a.isr for a in answers[:5]] == [(1,)] * 5 and all(a.partition_epoch == 1 for a in answers[:5])
+    assert isinstance(answers[5], MetadataError) and answers[5].code == "INVALID_UPDATE_VERSION"
+    assert s.image.epoch == epoch + commits
+    assert [s.image.topics[n].partitions[0].partition_epoch for n in names] == [1] * 6
+
+
+async def test_a_batch_that_loses_its_swap_is_decided_again_without_the_overtaken_partition(make_store):
+    """Another broker's change to one partition of the batch lands between the decision and the
+    commit: the batch loses the compare-and-swap, is decided again on the newer image, and only
+    that partition is refused (stale); the others commit, in one more commit."""
+    s = await make_store()
+    names = ["a", "b", "c"]
+    await _isr_topics(s, names)
+
+    class Overtaken(Interleaving):
+        async def commit(self, change: Change, expected_epoch: int) -> MetadataImage:
+            if not self.remote_topics:  # the first commit: "b" changes first, elsewhere
+                self.remote_topics.append("b")
+                img = self.inner.image
+                r = topic_rules.alter_isr(img, "b", 0, leader=1, leader_epoch=0, partition_epoch=0, isr=(1,))
+                await self.inner.commit(r.change, img.epoch)
+            return await self.inner.commit(change, expected_epoch)
+
+    s.backend = Overtaken(s.backend)
+    epoch = s.image.epoch
+    answers = await s.alter_isrs([IsrChange(n, 0, 1, 0, 0, (1,)) for n in names])
+    assert s.conflicts == 1 and s.image.epoch == epoch + 2
+    assert answers[1].code == "INVALID_UPDATE_VERSION" and (answers[0].isr, answers[2].isr) == ((1,), (1,))

@@ -19,6 +19,7 @@ import pytest
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    IsrChange,
     MetadataError,
     MetadataImage,
     NamespaceInfo,
@@ -140,6 +141,58 @@ def test_alter_isr_is_fenced_by_the_leader_epoch_and_the_partition_epoch():
     same = topics.alter_isr(img2, "a", 0, leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
     assert same.change is None and same.response.isr == (1, 2)
 
+
+
+def test_alter_isrs_decides_each_change_alone_in_one_change():
+    """A batch (Kafka's AlterPartition with many partitions): a stale or fenced item is refused
+    alone, the rest are one change; the same partition twice sees its earlier change (so the
+    second, decided on the old epoch, is stale); an ISR already so is answered as it is."""
+    img = with_topic(with_topic(empty(), "a", n=3, tid=100), "b", n=2, tid=200)
+    img = then(img, topics.update_partition(img, "a", 1, isr=(1,)))  # a-1 now at partition epoch 1
+    items = [
+        IsrChange("a", 0, 1, 0, 0, (1,)),  # shrink: commits
+        IsrChange("a", 1, 1, 0, 0, (1, 2)),  # decided on epoch 0, now 1: stale
+        IsrChange("b", 0, 2, 0, 0, (2,)),  # broker 2 does not lead b-0: fenced
+        IsrChange("b", 1, 1, 0, 0, (1,)),  # commits
+        IsrChange("a", 0, 1, 0, 0, (1, 2)),  # a-0 again: its epoch moved with the first item
+        IsrChange("a", 2, 1, 0, 0, (1, 2)),  # already so
+        IsrChange("gone", 0, 1, 0, 0, (1,)),
+    ]
+    r = topics.alter_isrs(img, items)
+    answers = r.response
+    assert [(a.isr, a.partition_epoch) for a in (answers[0], answers[3], answers[5])] == [((1,), 1), ((1,), 1),
+                                                                                         ((1, 2), 0)]
+    assert [answers[i].code for i in (1, 2, 4, 6)] == ["INVALID_UPDATE_VERSION", "FENCED_LEADER_EPOCH",
+                                                         "INVALID_UPDATE_VERSION", "UNKNOWN_TOPIC_OR_PARTITION"]
+    assert set(r.change.topics) == {"a", "b"}
+    after = r.change.apply(img)
+    assert [p.isr for p in after.topics["a"].partitions] == [(1,), (1,), (1, 2)]
+    assert [p.isr for p in after.topics["b"].partitions] == [(1, 2), (1,)]
+    assert after.topics["a"].partitions[2] is img.topics["a"].partitions[2]
+    # nothing to change: no change, the answers still given
+    none = topics.alter_isrs(img, [items[1], items[5]])
+    assert none.change is None and none.response[0].code == "INVALID_UPDATE_VERSION"
+
+
+def test_alter_isrs_leaves_out_the_topics_its_budget_refuses():
+    """``admit`` is asked once per topic the change writes (the first always admitted, even when
+    refused: every call makes progress); a refused topic's items are answered None, to be decided
+    again in a later change."""
+    img = with_topic(with_topic(with_topic(empty(), "a", tid=100), "b", tid=200), "c", tid=300)
+    asked = []
+
+    def admit(topic):
+        asked.append(topic.name)
+        return topic.name != "b" and len(asked) < 3
+
+    items = [IsrChange(n, 0, 1, 0, 0, (1,)) for n in ("a", "b", "b", "c", "a")]
+    r = topics.alter_isrs(img, items, admit)
+    assert asked == ["a", "b", "c"]
+    assert [None if a is None else type(a).__name__ for a in r.response] == [
+        "PartitionInfo", None, None, None, "MetadataError"]  # the second a-0 is stale after the first
+    assert set(r.change.topics) == {"a"}
+    r = topics.alter_isrs(img, items[1:2], lambda t: False)
+    assert set(r.change.topics) == {"b"} and r.response[0].isr == (1,)
 
 # -- configs ------------------------------------------------------------------------------------
 

@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from shoal.metadata import AclEntry, BrokerInfo, MetadataError, MetadataImage
+from shoal.metadata import AclEntry, BrokerInfo, IsrChange, MetadataError, MetadataImage, codec
+from shoal.metadata.change import Change, Result
+from shoal.metadata.rules import topics as topic_rules
 from shoal.metadata.etcd import EtcdMetadataStore, parse_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,6 +221,44 @@ async def test_a_change_too_large_for_one_transaction_is_refused_clearly(etcd_cl
         assert s.image.epoch == epoch and not s.image.acls
     finally:
         await s.close()
+
+
+async def test_a_batch_of_isr_changes_is_split_within_etcds_default_limits(etcd_cluster, etcd_prefix):
+    """``alter_isrs`` over 300 topics: transactions of at most etcd's default 128 operations (127
+    topics and the epoch), so 3 of them, whatever the members allow; with a byte budget of about
+    two topics, one transaction per two topics. Every change is answered and in the image."""
+    s = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=1)
+    await s.start()
+    try:
+        names = [f"t{i:03d}" for i in range(300)]
+        await s.decide_and_commit(lambda img: _create_all(img, names))
+        sizes: list[int] = []
+        txn = s.backend.client.txn
+
+        async def counting_txn(compare, success, failure=None, timeout=None):
+            sizes.append(len(success))
+            return await txn(compare, success, failure, timeout)
+
+        s.backend.client.txn = counting_txn
+        epoch = s.image.epoch
+        answers = await s.alter_isrs([IsrChange(n, 0, 1, 0, 0, (1,)) for n in names])
+        assert all(a.isr == (1,) for a in answers) and s.image.epoch == epoch + 3
+        assert sizes == [128, 128, 47]
+        assert all(s.image.topics[n].partitions[0].isr == (1,) for n in names)
+        sizes.clear()
+        s.backend.batch_max_bytes = 2 * len(json.dumps(codec.topic_to_json(s.image.topics["t000"]))) + 200
+        answers = await s.alter_isrs([IsrChange(n, 0, 1, 0, 1, (1, 2)) for n in names[:10]])
+        assert all(a.isr == (1, 2) for a in answers) and sizes == [3] * 5
+    finally:
+        await s.close()
+
+
+def _create_all(img: MetadataImage, names: list[str]) -> Result[None]:
+    """One change creating a one-partition topic (replicas 1, 2) of each name."""
+    work = img
+    for n in names:
+        work = topic_rules.create_topic(work, n, [(1, 2)], {}, new_uuid=uuid.uuid4).change.apply(work)
+    return Result(Change(topics={n: work.topics[n] for n in names}), None)
 
 
 async def test_keys_are_readable_json_under_the_prefix(two, etcd_cluster, etcd_prefix):

@@ -16,6 +16,7 @@ from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo
 from shoal.protocol.records import build_batch
 from shoal.replica import ReplicaManager
 from shoal.storage import LogManager
+from test_replica_manager import committed
 
 TOPIC_ID = uuid.uuid4()
 V2 = json.dumps({"version": 2, "replicas": [{"count": 2, "constraints": {"rack": "dc1"}}],
@@ -45,11 +46,12 @@ async def run(tmp_path, placement):
     holder = {"image": image((1,), 1, 0, placement)}
     proposals = []
 
-    async def alter_isr(name, index, *, leader, leader_epoch, partition_epoch, isr, min_isr=None):
-        proposals.append((partition_epoch, isr, min_isr))
+    async def alter_isrs(changes):  # accepted; the test publishes the image that follows
+        proposals.extend((c.partition_epoch, c.isr, c.min_isr) for c in changes)
+        return [committed(c) for c in changes]
 
     cfg = BrokerConfig.load(None, {"replica.lag.time.max.ms": "1000"})
-    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: cfg, clock, alter_isr=alter_isr)
+    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: cfg, clock, alter_isrs=alter_isrs)
     m.load()
     m.start()
 

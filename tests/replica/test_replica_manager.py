@@ -12,7 +12,7 @@ import pytest
 
 from shoal.clock import ManualClock
 from shoal.config import BrokerConfig
-from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo
+from shoal.metadata import IsrChange, MetadataImage, PartitionInfo, TopicInfo
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch
 from shoal.replica import ReplicaManager
@@ -120,11 +120,12 @@ async def test_isr_expands_when_a_follower_catches_up_and_shrinks_when_it_lags(t
     holder = {"image": image([SOLE, PartitionInfo(1, (1, 2), (1,), leader=1, leader_epoch=0)])}
     proposals = []
 
-    async def alter_isr(name, index, *, leader, leader_epoch, partition_epoch, isr):
-        proposals.append((name, index, leader, leader_epoch, partition_epoch, isr))
+    async def alter_isrs(changes):  # accepted; the test publishes the image that follows
+        proposals.extend((c.topic, c.partition, c.leader, c.leader_epoch, c.partition_epoch, c.isr) for c in changes)
+        return [committed(c) for c in changes]
 
     cfg = BrokerConfig.load(None, {"replica.lag.time.max.ms": "1000"})
-    m = ReplicaManager(NODE, logs, lambda: holder["image"], lambda: cfg, clock, alter_isr=alter_isr)
+    m = ReplicaManager(NODE, logs, lambda: holder["image"], lambda: cfg, clock, alter_isrs=alter_isrs)
     m.load()
     m.start()
     p = m.partition("t", 1)
@@ -154,6 +155,11 @@ async def test_isr_expands_when_a_follower_catches_up_and_shrinks_when_it_lags(t
     assert values["shoal_replica_max_follower_lag_messages"] == 1  # follower 2 has 3 of 4
     assert values["shoal_replica_isr_expands"] == 1  # committed (the fake store accepted it)
     logs.close()
+
+
+def committed(c: IsrChange) -> PartitionInfo:
+    """What a store answers for an ISR change it committed: the partition at the next epoch."""
+    return PartitionInfo(c.partition, (), c.isr, c.leader, c.leader_epoch, c.partition_epoch + 1)
 
 
 class FetchAt:

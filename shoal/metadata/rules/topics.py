@@ -14,7 +14,7 @@ import uuid
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
-from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
+from shoal.metadata import IsrChange, MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import existing_topic
 from shoal.promotion import promotion_allowed, promotion_policy
@@ -148,28 +148,40 @@ def alter_isr(
     (``shoal.promotion.promotion_allowed``; ``min_isr`` is the leader's ``min.insync.replicas``,
     else the topic's, else 1)."""
     topic = existing_topic(image, name)
-    if not 0 <= partition < len(topic.partitions):
+    np = _isr_change(topic, topic.partitions, IsrChange(name, partition, leader, leader_epoch, partition_epoch,
+                                                        tuple(isr), min_isr))
+    if np is None:
+        return unchanged(topic.partitions[partition])
+    parts = list(topic.partitions)
+    parts[partition] = np
+    return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
+
+
+def _isr_change(topic: TopicInfo, partitions: Sequence[PartitionInfo], c: IsrChange) -> PartitionInfo | None:
+    """:func:`alter_isr`'s decision for one partition of ``topic`` (whose partitions are
+    ``partitions``: a batch's, with its earlier changes): the partition after it, None when the
+    ISR is already ``c.isr``; MetadataError when refused."""
+    name, partition, leader, isr = c.topic, c.partition, c.leader, c.isr
+    if not 0 <= partition < len(partitions):
         raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
-    p = topic.partitions[partition]
-    if p.leader != leader or p.leader_epoch != leader_epoch:
+    p = partitions[partition]
+    if p.leader != leader or p.leader_epoch != c.leader_epoch:
         raise MetadataError(
             "FENCED_LEADER_EPOCH",
-            f"{name}-{partition}: leader {leader} in epoch {leader_epoch}, but the leader is {p.leader} "
+            f"{name}-{partition}: leader {leader} in epoch {c.leader_epoch}, but the leader is {p.leader} "
             f"in epoch {p.leader_epoch}",
         )
-    if p.partition_epoch != partition_epoch:
+    if p.partition_epoch != c.partition_epoch:
         raise MetadataError(
             "INVALID_UPDATE_VERSION",
-            f"{name}-{partition}: partition epoch {partition_epoch} is stale (now {p.partition_epoch})",
+            f"{name}-{partition}: partition epoch {c.partition_epoch} is stale (now {p.partition_epoch})",
         )
-    isr = tuple(isr)
     if leader not in isr or any(r not in p.replicas for r in isr) or len(set(isr)) != len(isr):
         raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} must hold the leader, "
                             f"replicas only ({list(p.replicas)})")
     if any(r in p.observers and r not in p.isr for r in isr):
         policy = promotion_policy(topic.configs.get("replica.placement") or "")
-        if min_isr is None:
-            min_isr = _int_config(topic, "min.insync.replicas", 1)
+        min_isr = c.min_isr if c.min_isr is not None else _int_config(topic, "min.insync.replicas", 1)
         if not promotion_allowed(policy, old_isr=p.isr, new_isr=isr, sync_replicas=p.sync_replicas,
                                  observers=p.observers, leader=leader, min_isr=min_isr):
             why = (f"its observerPromotionPolicy {policy} does not promote with ISR {list(p.isr)} and "
@@ -177,11 +189,57 @@ def alter_isr(
             raise MetadataError("INVALID_REQUEST", f"{name}-{partition}: ISR {list(isr)} holds an observer "
                                 f"({list(p.observers)}): {why}")
     if isr == p.isr:
-        return unchanged(p)
-    np = dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
-    parts = list(topic.partitions)
-    parts[partition] = np
-    return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
+        return None
+    return dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
+
+
+IsrAnswer = PartitionInfo | MetadataError | None
+
+
+def alter_isrs(
+    image: MetadataImage, changes: Sequence[IsrChange], admit: Callable[[TopicInfo], bool] = lambda t: True,
+) -> Result[list[IsrAnswer]]:
+    """Many leaders' ISR changes as one change (Kafka's AlterPartition request carries many
+    partitions): each decided as :func:`alter_isr` decides it, on the image with the batch's
+    earlier changes, so a stale or fenced one fails alone and the others commit. Per change, in
+    order: the partition after it (or as it is, when its ISR already is that), the
+    ``MetadataError`` refusing it, or None: left out because its topic did not fit.
+
+    ``admit`` bounds the change (a backend's transaction limits: ``MetadataBackend.txn_budget``):
+    it is asked once per topic the change would write, in order, with the topic as it is in
+    ``image``; a topic it refuses stays out of this change and its changes are answered None (the
+    caller decides them again, in another change). The first topic is always admitted, so every
+    call with a change to make makes progress."""
+    parts: dict[str, list[PartitionInfo]] = {}
+    refused: set[str] = set()
+    answers: list[IsrAnswer] = []
+    for c in changes:
+        topic = image.topics.get(c.topic)
+        if c.topic in refused:
+            answers.append(None)
+            continue
+        try:
+            if topic is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+            np = _isr_change(topic, parts.get(c.topic, topic.partitions), c)
+        except MetadataError as e:
+            answers.append(e)
+            continue
+        if np is None:
+            answers.append(parts.get(c.topic, topic.partitions)[c.partition])
+            continue
+        if c.topic not in parts:
+            if not admit(topic) and parts:
+                refused.add(c.topic)
+                answers.append(None)
+                continue
+            parts[c.topic] = list(topic.partitions)
+        parts[c.topic][c.partition] = np
+        answers.append(np)
+    if not parts:
+        return unchanged(answers)
+    topics = {n: dataclasses.replace(image.topics[n], partitions=tuple(ps)) for n, ps in parts.items()}
+    return Result(Change(topics=topics), answers)
 
 
 def _int_config(topic: TopicInfo, key: str, default: int) -> int:
