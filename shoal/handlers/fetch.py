@@ -461,13 +461,24 @@ def _changed(session: ReplicaSession, targets, mine: int) -> dict:
 
 
 def _keep_pending(session: ReplicaSession, targets, results) -> None:
-    """After a session's fetch read ``targets``: those the follower has not got to the log end
-    of (records on their way, or held back by a byte limit or a throttle) stay dirty, to be read
-    at its next fetch; the rest were told and cost nothing until they change again."""
+    """After a session's fetch read ``targets``: the partitions still pending stay dirty, to be
+    read (and their follower state updated) at its next fetch; the rest were told and cost
+    nothing until they change again. Pending: the follower has not got to the log end (records on
+    their way, or held back by a byte limit or a throttle); or it is a sync replica outside the
+    ISR (each fetch may let it rejoin, ``Partition._expansion``, as Kafka's walk of the session
+    would); or its follower state does not follow this session's clock (it was not led here when
+    the fetch arrived, or a new leader epoch reset it)."""
+    replica = session.replica_id
     for key, sp in targets.items():
         r = results[key]
         part = r.part
-        if part is not None and r.code == ErrorCode.none and part.log.log_end_offset > sp.fetch_offset:
+        if part is None or r.code != ErrorCode.none:
+            continue
+        info = part.info
+        f = part.followers.get(replica)
+        if (part.log.log_end_offset > sp.fetch_offset
+                or (replica not in info.isr and replica in info.replicas and replica not in info.observers)
+                or (f is not None and f.session is not session)):
             session.keep_dirty(key)
 
 

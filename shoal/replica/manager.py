@@ -441,7 +441,10 @@ class ReplicaManager:
                     topic.name, p.partition, self.node_id, plog, p, self._progress, self.clock.now_ms
                 )
             elif part.info is not p or part.log is not plog:
+                isr = part.info.isr
                 part.update(p, plog)
+                if p.isr != isr and part.is_leader:  # a follower that left may rejoin: read at its session's next fetch
+                    self.sessions.changed(key, False)
 
     def retry_unreconciled(self) -> None:
         """Topics whose logs could not be created or reconfigured at their change: try again."""

@@ -10,13 +10,17 @@ updates each one's follower state and reads each); here the leader touches only 
 
 - **Changed partitions, pushed.** The replica manager keeps, per partition, the sessions that hold
   it (:class:`SessionIndex`); a partition's progress (an append, a moved high watermark or log
-  start, a new leader or epoch: ``ReplicaManager._progress``) marks it in each of those sessions'
-  ``dirty`` set, and wakes a session's parked fetch when the follower has something to fetch
+  start, a new leader or epoch: ``ReplicaManager._progress``; an ISR change) marks it in each of
+  those sessions' ``dirty`` set, and wakes a session's parked fetch when the follower has something to fetch
   (the log end, the leader or its epoch moved: not for a high watermark alone, as
   ``replica_waiters``). A fetch reads the partitions it names plus the dirty ones, never the rest;
   the parked fetch waits on the session, not on one purgatory entry per partition. A partition
   stays dirty while the follower has not confirmed the leader's log end (its fetch offset behind
-  it: records sent but not yet acknowledged, or held back by a byte limit or a throttle).
+  it: records sent but not yet acknowledged, or held back by a byte limit or a throttle), while
+  the follower is a sync replica outside the ISR (each fetch may let it rejoin, as Kafka's walk
+  would: an idle follower paused out of the ISR names nothing when it is back), and while its
+  follower state does not follow the session's clock (reset by a new leader epoch, or not led
+  here yet when the fetch came): so such a partition is read at every fetch until it is normal.
 - **The ISR clock without a walk.** A follower that fetched an idle partition up to the log end
   is caught up for as long as the partition stays idle and the session keeps fetching: its
   ``FollowerState.session`` points at the session, whose ``last_fetch_ms`` each fetch moves, and

@@ -166,6 +166,31 @@ def test_idle_partitions_are_named_by_no_fetch_and_their_followers_stay_in_the_i
     assert all(len(isr) == 3 for _, _, isr in isrs.values()), isrs
 
 
+def test_an_idle_follower_paused_out_of_the_isr_rejoins_it(cluster):
+    """A follower paused (SIGSTOP) past replica.lag.time.max.ms leaves the ISRs of idle
+    partitions; when it runs again its log has not changed, so its fetch session names none of
+    them: the leaders must still read them at its fetches (as Kafka's walk of the session does)
+    for it to rejoin."""
+    import signal
+
+    topic = f"idle-pause-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 6)
+    until(lambda: all(len(isr) == 3 for _, _, isr in partitions(cluster[1].bootstrap, topic).values()), 30,
+          "every ISR full")
+    produce(cluster[1].bootstrap, topic, [b"p%d" % i for i in range(12)])
+    until(lambda: all(replicas_identical(cluster, topic, i, (1, 2, 3)) for i in range(6)), 20, "replicated")
+    paused = cluster[3].proc
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        until(lambda: all(3 not in isr for _, _, isr in partitions(cluster[1].bootstrap, topic).values()), 30,
+              "broker 3 out of every ISR")
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    until(lambda: all(sorted(isr) == [1, 2, 3] for _, _, isr in partitions(cluster[1].bootstrap, topic).values()),
+          30, "broker 3 back in every ISR, nothing written")
+    cluster.wait_brokers({1, 2, 3})
+
+
 def test_the_leaders_kill_loses_no_acknowledged_write_and_the_broker_catches_up(cluster):
     topic = f"failover-{uuid.uuid4().hex[:6]}"
     create(cluster[1].bootstrap, topic, 1, configs={"min.insync.replicas": "2"})

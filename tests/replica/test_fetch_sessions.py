@@ -201,3 +201,86 @@ def test_a_leader_that_opens_no_session_is_sent_full_fetches(rm) -> None:  # noq
     for _ in range(2):
         r = fetcher._request(cfg, ready)
         assert (r.session_id, r.session_epoch) == (0, -1) and named(r) == {p2.key: 0}
+
+
+async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it_rejoins(tmp_path) -> None:
+    """Kafka's leader walks every partition of a session at every fetch, so an idle follower that
+    left the ISR (paused past replica.lag.time.max.ms, or removed by the controller while its
+    lease lapsed) rejoins at its next fetch. Here its fetches name nothing (its log did not
+    change): the ISR change marks the partition in its session, and the partition stays marked,
+    read at each fetch, until the follower is back in the ISR."""
+    from shoal.clock import ManualClock
+    from shoal.handlers.fetch import _keep_pending, _Read
+    from shoal.replica import ReplicaManager
+    from shoal.storage import LogManager
+
+    clock = ManualClock()
+    logs = LogManager(tmp_path, clock=clock)
+    holder = {"image": image([SOLE, WITH_FOLLOWER])}
+    proposals = []
+
+    async def alter_isr(name, index, *, leader, leader_epoch, partition_epoch, isr):
+        proposals.append(isr)
+
+    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isr=alter_isr)
+    m.load()
+    m.start()
+
+    def publish(isr: tuple[int, ...], epoch: int) -> None:
+        old, holder["image"] = holder["image"], image(
+            [SOLE, PartitionInfo(1, (1, 2), isr, leader=1, leader_epoch=0, partition_epoch=epoch)], epoch=epoch + 1)
+        m.on_metadata(old, holder["image"])
+
+    p = m.partition("t", 1)
+    p.append_as_leader(batch(2), 0)
+    s = ReplicaSession(2)
+    s.partitions = {KEY: at(2)}
+    m.sessions.add(s, [KEY])
+    m.follower_fetched(2, holder["image"], [(KEY, at(2))], clock.now_ms(), s)  # the full fetch: caught up
+
+    def fetch() -> list:
+        """One of the session's fetches naming nothing: what it reads (``_changed``), then what
+        stays marked after (``_keep_pending``)."""
+        more = _changed(s, {}, s.seq)
+        m.follower_fetched(2, holder["image"], more.items(), clock.now_ms(), s)
+        _keep_pending(s, more, {k: _Read(ErrorCode.none, part=p) for k in more})
+        return list(more)
+
+    assert fetch() == [KEY]  # the high watermark its full fetch moved, to tell it
+    assert fetch() == []  # in the ISR and idle: nothing to read
+    publish((1,), 1)  # it left the ISR
+    assert list(s.dirty) == [KEY]
+    p.pending_isr = (1, 0)  # another ISR change in flight: it cannot rejoin yet...
+    assert fetch() == [KEY] and list(s.dirty) == [KEY]  # ...so it stays marked
+    await asyncio.sleep(0)
+    assert proposals == []
+    p.pending_isr = None
+    assert fetch() == [KEY]  # read again: it rejoins
+    await asyncio.sleep(0)
+    assert proposals == [(1, 2)]
+    publish((1, 2), 2)
+    fetch()
+    assert fetch() == [] and s.dirty == {}  # back in the ISR: idle again
+    logs.close()
+
+
+def test_a_partition_whose_follower_state_does_not_follow_the_session_stays_marked(rm) -> None:  # noqa: F811
+    """A follower state reset (a new leader epoch here) or not updated (the partition was not led
+    here yet when the fetch arrived) would leave an idle follower's ISR clock standing: the
+    partition is read again at the next fetch, which attaches it."""
+    from shoal.handlers.fetch import _keep_pending, _Read
+
+    p, f, s, t0 = caught_up_in_session(rm, 3)
+    read = {KEY: _Read(ErrorCode.none, part=p)}
+    s.dirty.clear()  # (the high watermark its full fetch moved)
+    _keep_pending(s, {KEY: at(3)}, read)
+    assert s.dirty == {}  # attached, at the log end, in the ISR: told
+    _keep_pending(s, {KEY: at(2)}, read)
+    assert list(s.dirty) == [KEY]  # behind the log end: records on their way
+    s.dirty.clear()
+    p.followers[2].session = None  # reset
+    _keep_pending(s, {KEY: at(3)}, read)
+    assert list(s.dirty) == [KEY]
+    s.dirty.clear()
+    _keep_pending(s, {KEY: at(3)}, {KEY: _Read(ErrorCode.not_leader_or_follower)})
+    assert s.dirty == {}  # an error is told once; the follower names it again after
