@@ -13,7 +13,9 @@ end, not the high watermark; its fetch offset tells the leader what it has (the 
 the ISR may move: ``ReplicaManager.follower_fetched``), and a ``last_fetched_epoch`` whose epoch
 ends earlier here is answered with a ``diverging_epoch`` to truncate to (KIP-320). Every fetch's
 ``current_leader_epoch`` is checked: FENCED_LEADER_EPOCH when older than the leader's,
-UNKNOWN_LEADER_EPOCH when newer.
+UNKNOWN_LEADER_EPOCH when newer. A follower's fetch session is not in ``FetchSessionCache`` but on
+its connection (``shoal.replica.sessions``): its fetches read only the partitions they name and
+those that changed here, and wait on the session, so an idle partition costs nothing per fetch.
 
 Scoped: topic names and ids are the tenant's (``ctx.scope``): another tenant's topic id is
 UNKNOWN_TOPIC_ID, its name resolves to this tenant's own (missing) topic. Reading needs READ on the
@@ -53,6 +55,7 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.purgatory import expire
+from shoal.replica.sessions import ReplicaSession
 from shoal.storage import OffsetOutOfRange
 from shoal.tenancy.acl import Operation, ResourceType
 
@@ -72,6 +75,10 @@ class _SessionPartition:
     # What the client last saw, so an incremental response can leave unchanged partitions out.
     last_hwm: int = -1
     last_log_start: int = -1
+    # a follower's session (``shoal.replica.sessions``): the number of the fetch that last named
+    # it; an earlier fetch still parked on the session does not read it (its answer would carry
+    # a partition the follower did not ask that fetch for)
+    since: int = 0
 
 
 @dataclass
@@ -232,7 +239,18 @@ async def handle_fetch(ctx, req):
     session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
     session: FetchSession | None = None
     incremental = False
-    if session_id == 0:
+    # a follower's session lives on its connection, apart from the consumers' cache
+    # (``shoal.replica.sessions``); one that asks for none is served in full, as before
+    rsession: ReplicaSession | None = None
+    conn = ctx.extra.get("connection")
+    if follower and v >= 7 and conn is not None and (session_id != 0 or session_epoch == INITIAL_EPOCH):
+        rsession, code = _replica_session(svc, conn, replica_id, session_id, session_epoch, wanted,
+                                          _forgotten(req, scope, image, use_ids))
+        if code != ErrorCode.none:
+            return _top_error(mod, code)
+        incremental = rsession is not None and session_id != 0
+        my_seq = rsession.seq if rsession is not None else 0
+    elif session_id == 0:
         if session_epoch == INITIAL_EPOCH and v >= 7:
             session = sessions.new(owner)
             session.partitions = wanted
@@ -254,18 +272,13 @@ async def handle_fetch(ctx, req):
                 if old is not None:
                     sp.last_hwm, sp.last_log_start = old.last_hwm, old.last_log_start
                 session.partitions[key] = sp
-            for ft in getattr(req, "forgotten_topics_data", ()) or ():
-                if use_ids:
-                    info = scope.topic_by_id(image, ft.topic_id)
-                    fname = info.name if info is not None else None
-                else:
-                    fname = scope.physical(ft.topic)
-                for part in ft.partitions:
-                    session.partitions.pop((fname, part), None)
+            for key in _forgotten(req, scope, image, use_ids):
+                session.partitions.pop(key, None)
             session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
     if session is not None and not incremental:
         session.epoch = 1
-    targets = session.partitions if session is not None else wanted
+    # a follower's session reads what the fetch names now, and what changed here when its turn comes
+    targets = wanted if rsession is not None else session.partitions if session is not None else wanted
 
     # -- read, waiting in the purgatory for min_bytes ----------------------------------------
     loop = asyncio.get_running_loop()
@@ -279,12 +292,13 @@ async def handle_fetch(ctx, req):
     if cap is not None:
         max_bytes = min(max_bytes, cap)
         min_bytes = min(min_bytes, max_bytes)
+    fetch_ms = svc.clock.now_ms()
     if follower:  # replica: what the follower has (its fetch offset) may move the HW / ISR
-        svc.replicas.follower_fetched(replica_id, image, targets.items(), svc.clock.now_ms())
+        svc.replicas.follower_fetched(replica_id, image, targets.items(), fetch_ms, rsession)
     # reassignment (KIP-73): throttled replicas get no records while over the leader's rate
     throttle = svc.replicas.throttle
     throttled = throttle.leader_keys(image, replica_id, targets) if follower else set()
-    skip = throttled if throttled and throttle.exceeded("leader") else frozenset()
+    skip: Any = throttled if throttled and throttle.exceeded("leader") else frozenset()
     # follower fetching (KIP-392): a v11+ consumer that gives its rack may be sent, by the leader,
     # to a replica in that rack (answered at once, no records), and may read from a follower
     client_rack = (getattr(req, "rack_id", "") or "") if not follower and v >= 11 else ""
@@ -299,17 +313,32 @@ async def handle_fetch(ctx, req):
     order = _ReplicaOrder.of(ctx) if follower else None
     seq = order.take() if order is not None else 0
     try:
-        if order is not None and not await order.turn(seq, deadline - loop.time()):
-            skip = frozenset(targets)  # an earlier fetch of the connection still waits: no records
+        my_turn = order is None or await order.turn(seq, deadline - loop.time())
+        if not my_turn:
+            skip = targets.keys()  # an earlier fetch of the connection still waits: no records
         while True:
+            if rsession is not None and (more := _changed(rsession, targets, my_seq)):
+                svc.replicas.follower_fetched(replica_id, image, more.items(), fetch_ms, rsession)
+                targets.update(more)
+                throttled |= throttle.leader_keys(image, replica_id, more)
+                if my_turn and throttled and throttle.exceeded("leader"):
+                    skip = throttled
             results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed,
                                                     pipeline)
-            if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not targets:
+            if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not (
+                    rsession.partitions if rsession is not None else targets):
                 break
+            if rsession is not None:
+                notified = await rsession.wait(deadline - loop.time())
+                if not notified and not rsession.dirty:
+                    break
+                continue  # what changed meanwhile is read at the top
             notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
             if not notified:
                 results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed, pipeline)
                 break
+        if rsession is not None:
+            _keep_pending(rsession, targets, results)
         if pipeline is not None and total:
             for r in results.values():
                 if r.records and r.part is not None:
@@ -340,6 +369,7 @@ async def handle_fetch(ctx, req):
                 r.code != ErrorCode.none
                 or r.records
                 or key in preferred
+                or r.diverging is not None
                 or r.hwm != sp.last_hwm
                 or r.log_start != sp.last_log_start
             )
@@ -382,7 +412,8 @@ async def handle_fetch(ctx, req):
         mod.FetchResponse,
         throttle_time=datetime.timedelta(0),
         error_code=ErrorCode.none,
-        session_id=session.session_id if session is not None else 0,
+        session_id=(session.session_id if session is not None else rsession.session_id if rsession is not None
+                    else 0),
         responses=tuple(topics),
         node_endpoints=routing.node_endpoints(
             mod, svc.metadata.image,
@@ -400,6 +431,100 @@ def _top_error(mod, code: ErrorCode, session_id: int = 0):
         responses=(),
         node_endpoints=(),
     )
+
+
+def _forgotten(req, scope, image, use_ids: bool) -> list[tuple[str | None, int]]:
+    """The partitions an incremental fetch leaves its session (``forgotten_topics_data``)."""
+    out = []
+    for ft in getattr(req, "forgotten_topics_data", ()) or ():
+        if use_ids:
+            info = scope.topic_by_id(image, ft.topic_id)
+            fname = info.name if info is not None else None
+        else:
+            fname = scope.physical(ft.topic)
+        out.extend((fname, part) for part in ft.partitions)
+    return out
+
+
+def _replica_session(svc, conn, replica_id: int, session_id: int, session_epoch: int, wanted, forgotten):
+    """A follower's fetch session on its connection (``shoal.replica.sessions``): a new one
+    for a full fetch (``session_epoch`` 0), else the connection's, brought up to date with what
+    the fetch names (which it reads) and forgets; ``seq`` numbers its fetches. Returns (session
+    or None, error): None for a fetch that closes its session (epoch -1, served in full)."""
+    index = svc.replicas.sessions
+    current: ReplicaSession | None = getattr(conn, "replica_session", None)
+    if session_id == 0:
+        if current is not None:
+            index.close(current)
+        s = conn.replica_session = ReplicaSession(replica_id)
+        s.partitions = dict(wanted)  # read by this fetch: since 0, the session's first
+        index.add(s, wanted)
+        conn.closers.append(lambda: index.close(s))
+        return s, ErrorCode.none
+    if current is None or current.session_id != session_id or current.replica_id != replica_id:
+        return None, ErrorCode.fetch_session_id_not_found
+    if session_epoch == FINAL_EPOCH:
+        index.close(current)
+        conn.replica_session = None
+        return None, ErrorCode.none
+    if current.epoch != session_epoch:
+        return None, ErrorCode.invalid_fetch_session_epoch
+    current.next_epoch()
+    current.seq += 1
+    held, dirty, seq = current.partitions, current.dirty, current.seq
+    added = []
+    for key, sp in wanted.items():  # read by this fetch, not by one before it still parked
+        old = held.get(key)
+        if old is None:
+            added.append(key)
+        else:
+            sp.last_hwm, sp.last_log_start = old.last_hwm, old.last_log_start
+        sp.since = seq
+        held[key] = sp
+    if added:
+        index.add(current, added)
+    gone = [k for k in forgotten if held.pop(k, None) is not None]
+    if gone:
+        for k in gone:
+            dirty.pop(k, None)
+        index.remove(current, gone)
+    return current, ErrorCode.none
+
+
+def _changed(session: ReplicaSession, targets, mine: int) -> dict:
+    """The session's partitions that changed here and fetch number ``mine`` does not read yet,
+    but for those a later fetch named (it reads them; they stay dirty until it does)."""
+    held = session.partitions
+    more = {}
+    for key in session.take_dirty():
+        sp = held[key]
+        if sp.since > mine:
+            session.keep_dirty(key)
+        elif key not in targets:
+            more[key] = sp
+    return more
+
+
+def _keep_pending(session: ReplicaSession, targets, results) -> None:
+    """After a session's fetch read ``targets``: the partitions still pending stay dirty, to be
+    read (and their follower state updated) at its next fetch; the rest were told and cost
+    nothing until they change again. Pending: the follower has not got to the log end (records on
+    their way, or held back by a byte limit or a throttle); or it is a sync replica outside the
+    ISR (each fetch may let it rejoin, ``Partition._expansion``, as Kafka's walk of the session
+    would); or its follower state does not follow this session's clock (it was not led here when
+    the fetch arrived, or a new leader epoch reset it)."""
+    replica = session.replica_id
+    for key, sp in targets.items():
+        r = results[key]
+        part = r.part
+        if part is None or r.code != ErrorCode.none:
+            continue
+        info = part.info
+        f = part.followers.get(replica)
+        if (part.log.log_end_offset > sp.fetch_offset
+                or (replica not in info.isr and replica in info.replicas and replica not in info.observers)
+                or (f is not None and f.session is not session)):
+            session.keep_dirty(key)
 
 
 def _replica_id(req) -> int:
@@ -502,7 +627,7 @@ def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str
             b = image.brokers.get(node)
             return b.rack if b is not None else None
 
-        others = [ReplicaView(node, rack(node), f.log_end_offset, f.last_caught_up_ms)
+        others = [ReplicaView(node, rack(node), f.log_end_offset, f.caught_up_ms)
                   for node, f in part.followers.items()
                   if (node in pinfo.isr or node in pinfo.observers) and node in image.brokers
                   and sp.fetch_offset >= part.log.log_start_offset]

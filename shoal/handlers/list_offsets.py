@@ -114,6 +114,8 @@ async def handle_delete_records(ctx, req):
                     low = plog.delete_records_before(target)
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
+                else:  # followers' fetch sessions tell them at their next answer
+                    ctx.services.replicas.log_start_moved((ctx.scope.physical(t.name), p.partition_index))
             parts.append(
                 build(
                     mod.DeleteRecordsPartitionResult,

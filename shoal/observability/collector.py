@@ -177,6 +177,11 @@ class BrokerCollector:
                     rows(lambda f: f.fetches))
         out.counter("shoal_replica_fetcher_resyncs", "pipelines started again because an answer did not start at "
                     "the log end (should stay 0)", labels, rows(lambda f: f.resyncs))
+        out.counter("shoal_replica_fetcher_full_fetches", "Fetch requests that named every partition (opening a "
+                    "fetch session, or without one)", labels, rows(lambda f: f.full_fetches))
+        out.counter("shoal_replica_fetcher_partitions_named", "partitions named by a replica fetcher's requests "
+                    "(in a fetch session only those whose fetch state changed: 0 while idle)", labels,
+                    rows(lambda f: f.named))
 
     def _logs(self, out: TextExposition, image: Any) -> None:
         replicas = getattr(self.broker, "replicas", None)

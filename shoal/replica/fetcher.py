@@ -35,9 +35,18 @@ dropped an earlier answer) closes the connection, which makes the leader forget,
 from its log end. Depth 0 (the default) picks it from the round trip measured at connect: one
 fetch at a time on a LAN, up to 8 across a WAN.
 
+**Fetch sessions** (KIP-227, Kafka's ``FetchSessionHandler``; the leader's side is
+``shoal.replica.sessions``): the first fetch on a connection names every ready partition and opens
+a session (``session_epoch`` 0); the next ones name only the partitions whose fetch state changed
+(``_named``: a new log end or last epoch, a new fetch state after a leader change or truncation),
+and forget those no longer ready. The leader answers only what changed, so an idle partition costs
+nothing per fetch. While the session opens one fetch is in flight (the next needs its id); a
+session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, another session id)
+closes the connection, and the next opens a new session. A leader that opens none (``session_id``
+0) is sent full fetches without one, as before.
+
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
-leader's do). Deviation from Kafka: no fetch sessions between brokers (each fetch lists every
-partition; fine for the partition counts of a Python broker).
+leader's do).
 """
 
 from __future__ import annotations
@@ -67,6 +76,9 @@ log = logging.getLogger("shoal.replica.fetcher")
 FETCH = 1
 LAGGING_RETRY_S = 0.02  # the first retry when the leader's image lags this broker's
 FETCH_VERSION = 12  # topic names, replica_id in the body, last_fetched_epoch / diverging_epoch
+INITIAL_EPOCH = 0  # a full fetch that opens a session (KIP-227)
+FINAL_EPOCH = -1  # a full fetch without a session
+SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 
 
 @functools.cache
@@ -87,6 +99,27 @@ class _Fetching:
     # answer again with the log unchanged is no progress (``_diverged``)
     diverged: tuple[int, int, int, int] | None = None
     stuck: bool = False  # said so once; cleared by progress
+
+
+class _Session:
+    """This fetcher's fetch session with the leader (Kafka's ``FetchSessionHandler``): its id (0:
+    none yet, the next fetch opens one), the epoch the next fetch carries, and what the leader
+    holds of each partition: the fetch state last named (``_named``). A session belongs to the
+    connection: a new connection opens a new one."""
+
+    __slots__ = ("id", "epoch", "held")
+
+    def __init__(self) -> None:
+        self.id = 0
+        self.epoch = INITIAL_EPOCH
+        self.held: dict[tuple[str, int], tuple] = {}
+
+
+def _named(f: _Fetching) -> tuple:
+    """What a fetch tells the leader of a partition; named again only when it changed (a new
+    fetch state object too: a new leader epoch, or a truncation)."""
+    plog = f.partition.log
+    return f, plog.log_end_offset, plog.latest_epoch
 
 
 def _time_out(answer: "asyncio.Future[Any]", timeout: float) -> None:
@@ -125,6 +158,10 @@ class ReplicaFetcher:
         self.resyncs = 0  # pipelines started again: an answer did not start at the log end
         self.depth = 1  # fetches in flight (``pipeline_depth``)
         self.rtt_ms: float | None = None  # the round trip to the leader measured at connect
+        self._session = _Session()
+        self._sessionless = False  # the leader opened no session: every fetch names everything
+        self.full_fetches = 0  # fetches that named every partition (opened a session, or none)
+        self.named = 0  # partitions named by fetches since start (tests, metrics)
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index}, partitions={len(self.partitions)})"
@@ -140,6 +177,8 @@ class ReplicaFetcher:
         self._wake.set()
 
     async def _close(self) -> None:
+        self._session = _Session()  # the leader's ends with the connection (tried again on the next one)
+        self._sessionless = False
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -235,9 +274,9 @@ class ReplicaFetcher:
                         pass
                     continue
                 try:
-                    if ready and len(inflight) < self.depth:
+                    if ready and len(inflight) < self.depth and self._may_send(inflight):
                         conn = await self._connection()
-                        while ready and len(inflight) < self.depth:
+                        while ready and len(inflight) < self.depth and self._may_send(inflight):
                             # awaited directly, timed here: resumed in the iteration after the
                             # answer is decoded (conn.send's wait_for(shield()) takes three more)
                             answer = conn.request(FETCH, FETCH_VERSION, self._request(cfg, ready))
@@ -284,14 +323,47 @@ class ReplicaFetcher:
             elif not answer.cancelled():
                 answer.exception()  # retrieved: no "exception never retrieved" warning
 
+    def _may_send(self, inflight: deque) -> bool:
+        """One fetch at a time while a session opens (the next needs its id), else pipelined."""
+        return self._session.id != 0 or self._sessionless or not inflight
+
     def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> Any:
         """The Fetch request for ``ready``, built from kio's entities directly: the generic
         ``shoal.client.build_entity`` (type hints walked per field) cost ~190 us a fetch against
-        ~17 us, at several hundred fetches a second per broker (docs/benchmarks.md)."""
+        ~17 us, at several hundred fetches a second per broker (docs/benchmarks.md).
+
+        In a session (KIP-227) it names only the partitions whose fetch state changed since the
+        leader last heard of them, and forgets those not ready any more (delayed after an error,
+        throttled, moved to another fetcher): the leader answers the rest only when they change.
+        Without one it names every ready partition, and opens a session (``session_epoch`` 0)
+        unless the leader opened none before."""
         m = _fetch_request_module()
         per_partition = int(cfg.get("replica.fetch.max.bytes"))
+        session = self._session
+        held = session.held
+        forgotten: dict[str, list[int]] = {}
+        if session.id == 0:
+            session_epoch = FINAL_EPOCH if self._sessionless else INITIAL_EPOCH
+            named = ready
+            held.clear()
+            held.update((k, _named(f)) for k, f in ready.items())
+            self.full_fetches += 1
+        else:
+            session_epoch = session.epoch
+            session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
+            named = {}
+            for k, f in ready.items():
+                state = _named(f)
+                if held.get(k) != state:
+                    held[k] = state
+                    named[k] = f
+            if len(held) > len(ready):
+                for k in [k for k in held if k not in ready]:
+                    del held[k]
+                    forgotten.setdefault(k[0], []).append(k[1])
+        self.named += len(named)
         topics: dict[str, list[Any]] = {}
-        for (name, index), f in ready.items():
+        for (name, index), f in named.items():
             plog = f.partition.log
             topics.setdefault(name, []).append(m.FetchPartition(
                 partition=index,
@@ -307,16 +379,31 @@ class ReplicaFetcher:
             min_bytes=int(cfg.get("replica.fetch.min.bytes")),
             max_bytes=int(cfg.get("replica.fetch.response.max.bytes")),
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=session.id,
+            session_epoch=session_epoch,
             topics=tuple(m.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in topics.items()),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(m.ForgottenTopic(topic=name, partitions=tuple(parts))
+                                        for name, parts in forgotten.items()),
             rack_id="",
         )
 
     def _handle(self, response: Any, ready: dict[tuple[str, int], _Fetching], retry_at: float) -> bool:
         """Apply one answer; False when the fetch pipeline must start again (records that do not
-        start at the log end, or records for a partition dropped while they were on the way)."""
+        start at the log end, or records for a partition dropped while they were on the way, or
+        a session the leader does not know: a new connection opens a new one)."""
+        session = self._session
+        if response.error_code in SESSION_ERRORS or (session.id != 0 and response.session_id != session.id):
+            log.info("broker %d: leader %d answered a fetch in session %d with %s (session %d): opening a new session",
+                     self.manager.node_id, self.leader_id, session.id, ErrorCode(response.error_code).name,
+                     response.session_id)
+            return False
+        if session.id == 0 and not self._sessionless and response.error_code == ErrorCode.none:
+            session.id = response.session_id
+            session.epoch = 1
+            if session.id == 0:
+                self._sessionless = True
+                log.info("broker %d: leader %d opens no fetch session: every fetch names every partition",
+                         self.manager.node_id, self.leader_id)
         if response.error_code != ErrorCode.none:
             for f in ready.values():
                 f.delayed_until = retry_at

@@ -15,7 +15,9 @@ Handlers and the group coordinator reach partitions only through it:
   completes when the high watermark passes the batch, or times out);
 - ``wait_for_data``: Fetch's ``DelayedFetch`` (new data or a moved high watermark wakes a
   consumer's fetch; a follower's only when the log end, the leader or its epoch moved: a moved high
-  watermark alone does not answer it, so waking it was a wasted re-read on every acks=all batch).
+  watermark alone does not answer it, so waking it was a wasted re-read on every acks=all batch);
+- ``sessions``: the followers' fetch sessions (``shoal.replica.sessions``): a partition's progress
+  marks it in the sessions that hold it, so a follower's fetch reads only what changed.
 
 Single-threaded: called on the event loop only.
 """
@@ -35,6 +37,7 @@ from shoal.replica.isr import AlterIsrs, IsrChangeQueue
 from shoal.replica.partition import Partition
 from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
+from shoal.replica.sessions import ReplicaSession, SessionIndex
 from shoal.storage import LogConfig, LogManager, PartitionLog
 from shoal.tenancy.namespaces import changed_config_prefixes, topic_overrides
 
@@ -71,6 +74,7 @@ class ReplicaManager:
         # ISR changes in batches to the metadata store's ``alter_isrs`` (Kafka's AlterPartitionManager
         # and AlterPartition); None: ISRs never change
         self.isr_changes = IsrChangeQueue(node_id, alter_isrs) if alter_isrs is not None else None
+        self.sessions = SessionIndex(self._forget_session)  # followers' fetch sessions, by partition
         self._isr_task: asyncio.Task[None] | None = None
         from shoal.replica.fetcher import FetcherManager
 
@@ -112,9 +116,21 @@ class ReplicaManager:
         # followers' fetches: not for a high watermark move alone (the other follower's fetch
         # moving it would wake a fetch that re-reads nothing and waits again)
         state = (p.info.leader, p.info.leader_epoch, p.log.log_end_offset)
-        if self._replica_seen.get(key) != state:
+        wake = self._replica_seen.get(key) != state
+        if wake:
             self._replica_seen[key] = state
             self.replica_waiters.notify(key)
+        self.sessions.changed(key, wake)  # told at the sessions' next answer; answered now on ``wake``
+
+    def log_start_moved(self, key: tuple[str, int]) -> None:
+        """DeleteRecords moved a led partition's log start: its followers' sessions tell them at
+        their next answer (they delete up to it too)."""
+        self.sessions.changed(key, False)
+
+    def _forget_session(self, session: ReplicaSession, key: tuple[str, int]) -> None:
+        part = self._partitions.get(key)
+        if part is not None and part.is_leader:
+            part.forget_session(session.replica_id, session)
 
     async def wait_committed(
         self, waits: list[tuple[str, int, int, int]], timeout: float
@@ -183,9 +199,11 @@ class ReplicaManager:
     # -- ISR (leader) ----------------------------------------------------------------------
 
     def follower_fetched(self, replica_id: int, image: MetadataImage, partitions: Iterable[tuple[tuple[str, int], Any]],
-                         now_ms: int) -> None:
+                         now_ms: int, session: ReplicaSession | None = None) -> None:
         """A follower's fetch (``(key, fetch state)`` with ``fetch_offset``) for the partitions
-        this broker leads: their high watermarks may move, the follower may join an ISR."""
+        this broker leads: their high watermarks may move, the follower may join an ISR. In a
+        fetch ``session``, only the partitions named or changed: the others keep the session's
+        clock (``Partition.update_follower_fetch``), which moves to ``now_ms`` here, after them."""
         for (name, index), sp in partitions:
             topic = image.topic(name)
             if topic is None or not 0 <= index < len(topic.partitions):
@@ -193,11 +211,13 @@ class ReplicaManager:
             part = self.leader(name, topic.partitions[index])
             if part is None:
                 continue
-            proposed = part.update_follower_fetch(replica_id, sp.fetch_offset, now_ms)
+            proposed = part.update_follower_fetch(replica_id, sp.fetch_offset, now_ms, session)
             if proposed is not None:
                 self._propose_isr(part, proposed, f"replica {replica_id} caught up")
             elif part.info.observers:
                 self._maybe_promote(part, topic.configs, now_ms)
+        if session is not None:
+            session.last_fetch_ms = now_ms
 
     def shrink_isrs(self) -> None:
         """Drop from their ISRs the followers not caught up for ``replica.lag.time.max.ms``."""
@@ -406,7 +426,10 @@ class ReplicaManager:
                     topic.name, p.partition, self.node_id, plog, p, self._progress, self.clock.now_ms
                 )
             elif part.info is not p or part.log is not plog:
+                isr = part.info.isr
                 part.update(p, plog)
+                if p.isr != isr and part.is_leader:  # a follower that left may rejoin: read at its session's next fetch
+                    self.sessions.changed(key, False)
 
     def retry_unreconciled(self) -> None:
         """Topics whose logs could not be created or reconfigured at their change: try again."""

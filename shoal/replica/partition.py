@@ -21,7 +21,7 @@ Single-threaded: called on the event loop only (the log's own lock covers its wo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.metadata import PartitionInfo
 from shoal.promotion import observer_isr
@@ -50,6 +50,24 @@ class FollowerState:
     # to wait again before ``join_retry_ms``
     joining_until_ms: int = -1
     join_retry_ms: int = -1
+    # a fetch session (``shoal.replica.sessions``) in which this follower fetched the partition up
+    # to the log end: caught up as of that session's latest fetch, for as long as nothing is
+    # appended (``_end_moved``) and the partition stays in the session (``forget_session``)
+    session: Any = None
+
+    @property
+    def caught_up_ms(self) -> int:
+        """When this follower was last caught up (the ISR shrink clock): its own clock, or its
+        session's latest fetch while it is caught up there on an idle partition."""
+        s = self.session
+        return self.last_caught_up_ms if s is None else max(self.last_caught_up_ms, s.last_fetch_ms)
+
+    def settle(self) -> None:
+        """Stop following the session's clock: caught up as of its latest fetch, no later."""
+        s = self.session
+        if s is not None:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, s.last_fetch_ms)
+            self.session = None
 
 
 RECENT_FETCHES = 16
@@ -157,6 +175,7 @@ class Partition:
         checked that this broker leads. Raises what ``PartitionLog.append`` raises."""
         info = self.log.append(records, now_ms=now_ms, leader_epoch=self.info.leader_epoch, client=client)
         if not info.duplicate:
+            self._end_moved()
             self.maybe_increment_high_watermark(appended=True)
         return info
 
@@ -171,6 +190,7 @@ class Partition:
         info = self.log.append_marker(
             producer_id, producer_epoch, coordinator_epoch, commit, now_ms=now_ms, leader_epoch=self.info.leader_epoch
         )
+        self._end_moved()
         self.maybe_increment_high_watermark(appended=True)
         return info
 
@@ -210,20 +230,41 @@ class Partition:
             return self.info.isr
         return self.info.isr + tuple(r for r in pending if r not in self.info.isr)
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> tuple[int, ...] | None:
+    def _end_moved(self) -> None:
+        """The log end moved (an append): a follower caught up through its fetch session's clock
+        is caught up as of the session's latest fetch, not later (``FollowerState.settle``); its
+        next fetch of the new records is judged by Kafka's rule again."""
+        for f in self.followers.values():
+            if f.session is not None:
+                f.settle()
+
+    def forget_session(self, replica_id: int, session: Any) -> None:
+        """The partition left ``session`` (forgotten by the follower, or the session closed)."""
+        f = self.followers.get(replica_id)
+        if f is not None and f.session is session:
+            f.settle()
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                              session: Any = None) -> tuple[int, ...] | None:
         """A follower fetched from ``fetch_offset``: it has every offset below it (Kafka's
         ``updateFollowerFetchState``). It is caught up as of now when it asked for the log end,
         or as of its previous fetch when it has what the log end was then. The high watermark
-        may move. Returns the ISR to propose when this follower may join it, else None."""
+        may move. Returns the ISR to propose when this follower may join it, else None.
+        ``session``: the fetch session (``shoal.replica.sessions``) the fetch came in: a
+        follower at the log end stays caught up by the session's clock while the partition is
+        idle, without being named again; its ``last_fetch_ms`` must still be that of the
+        session's previous fetch here (the caller moves it after)."""
         f = self.followers.get(replica_id)
         if f is None or not self.is_leader:
             return None
+        f.settle()
         leo = self.log.log_end_offset
         f.log_end_offset = min(fetch_offset, leo)
         recent = f.recent
         had_at = -1  # the time of the latest fetch whose log end this follower now has
         if fetch_offset >= leo:
             f.last_caught_up_ms = had_at = now_ms
+            f.session = session
             recent.clear()
         else:
             # Kafka's rule (caught up as of the previous fetch when it has what the log end was
@@ -315,7 +356,7 @@ class Partition:
         caught_up = {
             r for r, f in self.followers.items()
             if r not in self.info.isr and f.last_fetch_ms >= 0 and f.log_end_offset >= hw
-            and now_ms - f.last_caught_up_ms <= lag_ms
+            and now_ms - f.caught_up_ms <= lag_ms
         }
         return observer_isr(policy, isr=self.info.isr or (self.node_id,), sync_replicas=self.info.sync_replicas,
                             observers=self.info.observers, caught_up=caught_up, leader=self.node_id,
@@ -330,7 +371,7 @@ class Partition:
             return None
         out = [
             r for r in self.info.isr
-            if r != self.node_id and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_ms
+            if r != self.node_id and now_ms - self.followers.get(r, FollowerState()).caught_up_ms > lag_ms
         ]
         if not out:
             return None

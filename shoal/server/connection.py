@@ -56,7 +56,7 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.handlers.context import RequestContext
 from shoal.protocol import codec
@@ -168,6 +168,9 @@ class KafkaConnection(asyncio.Protocol):
         self.tenant: Any = None
         self.sasl: Any = None  # auth: shoal.auth.SaslSession on SASL listeners
         self._scope: Any = None  # tenancy: the last Scope (reused while the image is the same)
+        # state a handler ties to this connection, released when it closes (a follower's fetch
+        # session: shoal.replica.sessions)
+        self.closers: list[Callable[[], None]] = []
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -219,6 +222,12 @@ class KafkaConnection(asyncio.Protocol):
         self._queued = 0
         self._buf = bytearray()
         self._guard.unwatch()
+        closers, self.closers = self.closers, []
+        for close in closers:
+            try:
+                close()
+            except Exception:
+                log.exception("releasing the state of connection %s failed", self.peer)
 
     def data_received(self, data: bytes) -> None:
         self._buf += data

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 import urllib.request
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -27,6 +29,7 @@ from faults.run import replicating
 from raw_client import RawClient
 from shoal.client import AdminClient, build_entity
 from shoal.protocol import codec
+from shoal.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,12 +66,18 @@ def metrics(cluster: Cluster, node: int, name: str) -> list[tuple[str, float]]:
 
 
 def replica_fetch(topic: str, offset: int, replica: int, max_wait_ms: int = 10000) -> dict:
+    return session_fetch(topic, {0: offset}, replica, 0, -1, max_wait_ms)
+
+
+def session_fetch(topic: str, offsets: dict[int, int], replica: int, session_id: int, epoch: int,
+                  max_wait_ms: int = 10000) -> dict:
+    """A replica's Fetch v12 of ``offsets`` (partition -> fetch offset); ``epoch`` -1 without a
+    session, 0 to open one (``session_id`` 0), else an incremental fetch in ``session_id``."""
+    parts = [{"partition": i, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+              "log_start_offset": -1, "partition_max_bytes": 1 << 20} for i, offset in offsets.items()]
     fields = {"replica_id": replica, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
-              "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
-              "rack_id": "",
-              "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1,
-                                                          "fetch_offset": offset, "last_fetched_epoch": -1,
-                                                          "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+              "isolation_level": 0, "session_id": session_id, "session_epoch": epoch, "forgotten_topics_data": [],
+              "rack_id": "", "topics": [{"topic": topic, "partitions": parts}] if parts else []}
     entity = build_entity(codec.request_type(FETCH, 12), fields)
     return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
 
@@ -87,9 +96,9 @@ def batch_range(partition) -> tuple[int, int]:
     return first, end
 
 
-def produce_one(bootstrap: str, topic: str, value: bytes) -> None:
+def produce_one(bootstrap: str, topic: str, value: bytes, partition: int = 0) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "log_level": 2, "linger.ms": 0})
-    p.produce(topic, value, partition=0)
+    p.produce(topic, value, partition=partition)
     assert p.flush(20) == 0
 
 
@@ -126,6 +135,67 @@ def test_pipelined_replica_fetches_are_answered_in_order_with_what_follows(clust
     finally:
         cluster.start_one(3)
     assert replicating(cluster, topic, 1, 3, timeout=60), "broker 3 catches up with its real fetcher"
+
+
+async def delete_records(cluster: Cluster, topic: str, partition: int, before: int) -> dict:
+    async with AdminClient(cluster[1].bootstrap, timeout=20) as a:
+        return await a.delete_records({(topic, partition): before})
+
+
+def answered(response) -> dict[int, Any]:
+    return {p.partition_index: p for t in response.responses for p in t.partitions}
+
+
+def test_a_replicas_fetch_session_answers_only_the_partitions_that_changed(cluster):
+    """Fetch sessions between brokers (KIP-227): broker 3 is down; this client fetches as
+    replica 3 of 20 idle partitions led by broker 1. Its full fetch opens a session and is
+    answered for every partition; then a fetch that names nothing is answered with nothing at its
+    max_wait (an idle partition costs nothing), a record produced to one partition answers the
+    parked fetch at once with that partition alone (as DeleteRecords moving its log start does at
+    the next answer), and the session belongs to its connection
+    and its epoch (FETCH_SESSION_ID_NOT_FOUND elsewhere, INVALID_FETCH_SESSION_EPOCH out of turn)."""
+    topic = f"pipe-session-{uuid.uuid4().hex[:6]}"
+    n = 20
+    create(cluster, topic, {i: [1, 2, 3] for i in range(n)}, {"min.insync.replicas": "1"})
+    cluster.kill(3)
+    try:
+        with RawClient(cluster[1].bootstrap, timeout=30) as c:
+            full = c.call(FETCH, 12, session_fetch(topic, {i: 0 for i in range(n)}, 3, 0, 0, max_wait_ms=0))
+            assert full.error_code == 0 and full.session_id != 0
+            assert sorted(answered(full)) == list(range(n))  # a full answer opens the session
+            sid = full.session_id
+            t0 = time.monotonic()
+            idle = c.call(FETCH, 12, session_fetch(topic, {}, 3, sid, 1, max_wait_ms=300))
+            assert (idle.error_code, idle.session_id, answered(idle)) == (0, sid, {})
+            assert time.monotonic() - t0 >= 0.25  # parked to its max_wait: nothing changed
+            c.send(FETCH, 12, session_fetch(topic, {}, 3, sid, 2, max_wait_ms=20000))
+            t0 = time.monotonic()
+            produce_one(cluster[1].bootstrap, topic, b"s0", partition=7)
+            woken = c.recv(FETCH, 12)
+            assert time.monotonic() - t0 < 10  # answered by the append, not at its max_wait
+            assert list(answered(woken)) == [7] and batch_range(answered(woken)[7]) == (0, 1)
+            # the follower appended it and names partition 7 at its new log end, alone
+            after = c.call(FETCH, 12, session_fetch(topic, {7: 1}, 3, sid, 3, max_wait_ms=300))
+            assert set(answered(after)) <= {7} and not any(p.records for p in answered(after).values())
+            # DeleteRecords moves its log start: told at the next answer (the follower deletes too)
+            assert asyncio.run(delete_records(cluster, topic, 7, 1)) == {(topic, 7): 1}
+            moved = c.call(FETCH, 12, session_fetch(topic, {}, 3, sid, 4, max_wait_ms=300))
+            assert list(answered(moved)) == [7] and answered(moved)[7].log_start_offset == 1
+            stale = c.call(FETCH, 12, session_fetch(topic, {}, 3, sid, 4, max_wait_ms=0))
+            assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
+            with RawClient(cluster[1].bootstrap, timeout=30) as other:
+                elsewhere = other.call(FETCH, 12, session_fetch(topic, {}, 3, sid, 5, max_wait_ms=0))
+                assert elsewhere.error_code == ErrorCode.fetch_session_id_not_found  # not this connection's
+    finally:
+        cluster.start_one(3)
+    # its real fetcher takes over (partition 7's logs now differ below the log start: not compared)
+    until(lambda: all(sorted(isr) == [1, 2, 3] for isr in asyncio.run(isrs(cluster, topic))), 60, "broker 3 in sync")
+
+
+async def isrs(cluster: Cluster, topic: str) -> list[tuple[int, ...]]:
+    async with AdminClient(cluster.bootstrap(), timeout=20) as a:
+        md = await a.metadata([topic])
+    return [p.isr for p in md.topics[topic].partitions]
 
 
 def test_pipelined_replication_loses_nothing_across_a_leader_move(cluster):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
+from broker_process import free_port
 from cluster_harness import Cluster, run, until
 from shoal.client import AdminClient
 from shoal.protocol.errors import ErrorCode
@@ -35,6 +37,8 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 def cluster(etcd_cluster, tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("replication"), etcd_cluster.url(f"/repl-{uuid.uuid4().hex[:8]}"),
                 overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
+    for b in c.brokers.values():
+        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
     try:
         c.start()
         yield c
@@ -124,6 +128,67 @@ def test_acks_all_is_replicated_to_every_isr_member_byte_for_byte(cluster):
         until(lambda p=p: replicas_identical(cluster, topic, p, (1, 2, 3)), 20, f"replicas of partition {p}")
     # nobody left the ISR while following
     assert all(sorted(isr) == [1, 2, 3] for _, _, isr in partitions(cluster[1].bootstrap, topic).values())
+
+
+def fetcher_totals(cluster: Cluster, node: int) -> tuple[float, float]:
+    """(Fetch answers, partitions named) over the replica fetchers of ``node``, from its metrics."""
+    url = cluster[node].overrides["shoal.metrics.listener"] + "/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+
+    def total(name: str) -> float:
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+        assert values, f"broker {node} has no {name}"
+        return sum(values)
+
+    return total("shoal_replica_fetcher_fetches_total"), total("shoal_replica_fetcher_partitions_named_total")
+
+
+def test_idle_partitions_are_named_by_no_fetch_and_their_followers_stay_in_the_isr(cluster):
+    """Fetch sessions between brokers (KIP-227): 60 idle partitions at RF 3. Once each fetcher's
+    session is open, its fetches name no idle partition (each named every one it followed,
+    at every fetch), and every follower stays in every ISR for twice replica.lag.time.max.ms,
+    kept caught up by its session's fetches alone (the leader no longer walks the partitions)."""
+    topic = f"idle-many-{uuid.uuid4().hex[:6]}"
+    n = 60
+    create(cluster[1].bootstrap, topic, n)
+    until(lambda: all(len(isr) == 3 for _, _, isr in partitions(cluster[1].bootstrap, topic).values()), 30,
+          "every ISR full")
+    produce(cluster[1].bootstrap, topic, [b"once"])  # one partition written once, then idle too
+    time.sleep(1.0)
+    before = {node: fetcher_totals(cluster, node) for node in (1, 2, 3)}
+    time.sleep(2 * LAG_MS / 1000)
+    after = {node: fetcher_totals(cluster, node) for node in (1, 2, 3)}
+    for node in (1, 2, 3):
+        fetches, named = (a - b for a, b in zip(after[node], before[node]))
+        assert fetches >= 4, (node, fetches)  # the fetchers fetched on (at their max_wait)...
+        assert named <= 10, (node, named, fetches)
+    isrs = partitions(cluster[1].bootstrap, topic)
+    assert all(len(isr) == 3 for _, _, isr in isrs.values()), isrs
+
+
+def test_an_idle_follower_paused_out_of_the_isr_rejoins_it(cluster):
+    """A follower paused (SIGSTOP) past replica.lag.time.max.ms leaves the ISRs of idle
+    partitions; when it runs again its log has not changed, so its fetch session names none of
+    them: the leaders must still read them at its fetches (as Kafka's walk of the session does)
+    for it to rejoin."""
+    import signal
+
+    topic = f"idle-pause-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, topic, 6)
+    until(lambda: all(len(isr) == 3 for _, _, isr in partitions(cluster[1].bootstrap, topic).values()), 30,
+          "every ISR full")
+    produce(cluster[1].bootstrap, topic, [b"p%d" % i for i in range(12)])
+    until(lambda: all(replicas_identical(cluster, topic, i, (1, 2, 3)) for i in range(6)), 20, "replicated")
+    paused = cluster[3].proc
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        until(lambda: all(3 not in isr for _, _, isr in partitions(cluster[1].bootstrap, topic).values()), 30,
+              "broker 3 out of every ISR")
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    until(lambda: all(sorted(isr) == [1, 2, 3] for _, _, isr in partitions(cluster[1].bootstrap, topic).values()),
+          30, "broker 3 back in every ISR, nothing written")
+    cluster.wait_brokers({1, 2, 3})
 
 
 def test_the_leaders_kill_loses_no_acknowledged_write_and_the_broker_catches_up(cluster):
