@@ -219,10 +219,11 @@ async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it
     holder = {"image": image([SOLE, WITH_FOLLOWER])}
     proposals = []
 
-    async def alter_isr(name, index, *, leader, leader_epoch, partition_epoch, isr):
-        proposals.append(isr)
+    async def alter_isrs(changes):
+        proposals.extend(c.isr for c in changes)
+        return [Exception("not committed: the test publishes the image itself")] * len(changes)
 
-    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isr=alter_isr)
+    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isrs=alter_isrs)
     m.load()
     m.start()
 
