@@ -60,7 +60,7 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.protocol.errors import ErrorCode
@@ -79,6 +79,7 @@ FETCH_VERSION = 12  # topic names, replica_id in the body, last_fetched_epoch / 
 INITIAL_EPOCH = 0  # a full fetch that opens a session (KIP-227)
 FINAL_EPOCH = -1  # a full fetch without a session
 SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
+RECHECK_S = 10.0  # a session's request compares every partition's fetch state this often
 
 
 @functools.cache
@@ -160,6 +161,8 @@ class ReplicaFetcher:
         self.rtt_ms: float | None = None  # the round trip to the leader measured at connect
         self._session = _Session()
         self._sessionless = False  # the leader opened no session: every fetch names everything
+        self._touched: set[tuple[str, int]] = set()  # answered or replaced since the last request
+        self._recheck_at = 0.0  # loop time of the next request that compares every partition
         self.full_fetches = 0  # fetches that named every partition (opened a session, or none)
         self.named = 0  # partitions named by fetches since start (tests, metrics)
 
@@ -174,6 +177,11 @@ class ReplicaFetcher:
         await self._close()
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def touched(self, key: tuple[str, int]) -> None:
+        """``key``'s fetch state was replaced (or added): compare it at the next request, now."""
+        self._touched.add(key)
         self._wake.set()
 
     async def _close(self) -> None:
@@ -347,20 +355,29 @@ class ReplicaFetcher:
             named = ready
             held.clear()
             held.update((k, _named(f)) for k, f in ready.items())
+            self._touched = set()
             self.full_fetches += 1
         else:
             session_epoch = session.epoch
             session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
             named = {}
-            for k, f in ready.items():
+            # what may have changed: partitions answered or replaced since the last request, and
+            # those ready again (set differences of the key views run in C, not per partition here)
+            check: Any = ready.keys() & self._touched
+            check |= ready.keys() - held.keys()
+            self._touched = set()
+            now = asyncio.get_running_loop().time()
+            if now >= self._recheck_at:  # and now and then all of them: a change nothing reported
+                check, self._recheck_at = ready.keys(), now + RECHECK_S
+            for k in check:
+                f = ready[k]
                 state = _named(f)
                 if held.get(k) != state:
                     held[k] = state
                     named[k] = f
-            if len(held) > len(ready):
-                for k in [k for k in held if k not in ready]:
-                    del held[k]
-                    forgotten.setdefault(k[0], []).append(k[1])
+            for k in held.keys() - ready.keys():
+                del held[k]
+                forgotten.setdefault(k[0], []).append(k[1])
         self.named += len(named)
         topics: dict[str, list[Any]] = {}
         for (name, index), f in named.items():
@@ -411,9 +428,11 @@ class ReplicaFetcher:
             return True
         now_ms = self.manager.now_ms()
         in_step = True
+        touched = self._touched
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
+                touched.add(key)
                 f = self.partitions.get(key)
                 if f is None or f is not ready.get(key):
                     in_step = in_step and not p.records  # removed or replaced while the fetch was in flight
@@ -559,6 +578,7 @@ class FetcherManager:
         self._image = image
         self.config = config
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._where: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> the fetcher that has it
         self._running = False
 
     def now_ms(self) -> int:
@@ -585,38 +605,52 @@ class FetcherManager:
     async def stop(self) -> None:
         self._running = False
         fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._where.clear()
         for f in fetchers:
             await f.stop()
 
-    def sync(self) -> None:
+    def sync(self, keys: "Iterable[tuple[str, int]] | None" = None) -> None:
         """Follow the hosted partitions' roles: every partition this broker follows (a live
         leader elsewhere) is in exactly one fetcher, that of its leader; a new leader epoch
-        starts it afresh (no backoff). Fetchers left without partitions stop."""
+        starts it afresh (no backoff). Fetchers left without partitions stop. ``keys``: only
+        these partitions may have changed (the topics of a metadata change): the others are not
+        looked at (None: all)."""
         if not self._running:
             return
         fetchers = int(self.config().get("num.replica.fetchers"))
-        wanted: dict[tuple[str, int], tuple[tuple[int, int], "Partition"]] = {}
-        for part in self.replicas.hosted():
-            leader = part.info.leader
-            if leader < 0 or leader == self.node_id:
-                continue
-            wanted[part.key] = ((leader, fetcher_index(part.topic, part.index, fetchers)), part)
-        for fid, fetcher in list(self.fetchers.items()):
-            for key, f in list(fetcher.partitions.items()):
-                want = wanted.get(key)
-                if want is None or want[0] != fid or want[1] is not f.partition:
-                    del fetcher.partitions[key]
-                elif f.leader_epoch != f.partition.info.leader_epoch:
-                    fetcher.partitions[key] = _Fetching(f.partition, f.partition.info.leader_epoch)
-                    fetcher.wake()
-        for key, (fid, part) in wanted.items():
-            fetcher = self.fetchers.get(fid)
-            if fetcher is None:
-                fetcher = self.fetchers[fid] = ReplicaFetcher(self, *fid)
-                fetcher.start()
-            if key not in fetcher.partitions:
+        where = self._where
+        if keys is None:
+            keys = set(where) | {p.key for p in self.replicas.hosted()}
+        emptied = False
+        for key in keys:
+            part = self.replicas.partition(*key)
+            want = None
+            if part is not None:
+                leader = part.info.leader
+                if leader >= 0 and leader != self.node_id:
+                    want = (leader, fetcher_index(key[0], key[1], fetchers))
+            fid = where.get(key)
+            if fid is not None:
+                fetcher = self.fetchers.get(fid)
+                f = fetcher.partitions.get(key) if fetcher is not None else None
+                if f is None or want != fid or f.partition is not part:
+                    if f is not None:
+                        del fetcher.partitions[key]
+                        emptied = emptied or not fetcher.partitions
+                    del where[key]
+                    fid = None
+                elif f.leader_epoch != part.info.leader_epoch:
+                    fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
+                    fetcher.touched(key)
+            if want is not None and fid is None:
+                fetcher = self.fetchers.get(want)
+                if fetcher is None:
+                    fetcher = self.fetchers[want] = ReplicaFetcher(self, *want)
+                    fetcher.start()
                 fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
-                fetcher.wake()
-        for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
-            fetcher = self.fetchers.pop(fid)
-            asyncio.get_running_loop().create_task(fetcher.stop())
+                fetcher.touched(key)
+                where[key] = want
+        if emptied:
+            for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
+                fetcher = self.fetchers.pop(fid)
+                asyncio.get_running_loop().create_task(fetcher.stop())

@@ -49,6 +49,16 @@ log = logging.getLogger("shoal.replica")
 __all__ = ["ReplicaManager"]
 
 
+def _partition_keys(names: set[str], old: MetadataImage, new: MetadataImage) -> list[tuple[str, int]]:
+    """Every partition of the topics ``names``, in either image."""
+    keys = []
+    for name in names:
+        a, b = old.topics.get(name), new.topics.get(name)
+        count = max(len(a.partitions) if a is not None else 0, len(b.partitions) if b is not None else 0)
+        keys.extend((name, i) for i in range(count))
+    return keys
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -345,13 +355,16 @@ class ReplicaManager:
     # -- following metadata ---------------------------------------------------------------
 
     def on_metadata(self, old: MetadataImage, new: MetadataImage) -> None:
-        self.reconcile(old, new)
-        self.fetchers.sync()
+        names = self.reconcile(old, new)
+        # the fetchers follow the partitions of the topics that changed, not every partition: a
+        # rejoining broker's thousands of ISR changes each walked them all (a third of its time)
+        self.fetchers.sync(None if names is None else _partition_keys(names, old, new))
 
-    def reconcile(self, old: MetadataImage | None, new: MetadataImage) -> None:
+    def reconcile(self, old: MetadataImage | None, new: MetadataImage) -> set[str] | None:
         """Logs follow the topics: created, deleted, moved (renames) and reconfigured. After a
         change (``old`` given) only the topics it touched are visited, plus those whose inherited
-        configs it changed (namespace or tenant defaults, broker configs)."""
+        configs it changed (namespace or tenant defaults, broker configs). Returns the names of
+        the topics visited or deleted (None without ``old``: all of them)."""
         old_topics = old.topics if old is not None else {}
         if old is None:
             changes = {name: (None, topic) for name, topic in new.topics.items()}
@@ -400,6 +413,8 @@ class ReplicaManager:
                 if topic is None or index >= len(topic.partitions):
                     self._partitions.pop((name, index), None)
                     self.logs.delete_partition(name, index)
+            return None
+        return set(changes) | set(visit)
 
     def _reconcile_topic(self, topic: TopicInfo) -> None:
         """This broker's logs of ``topic`` exist, have its current config, and each has its
@@ -444,6 +459,7 @@ class ReplicaManager:
             try:
                 self._reconcile_topic(topic)
                 log.info("logs of %s created after an earlier failure", name)
+                self.fetchers.sync([(name, i) for i in range(len(topic.partitions))])
             except OSError as e:
                 log.warning("cannot create or reconfigure the logs of %s yet: %s", name, e)
                 self._unreconciled.add(name)

@@ -161,12 +161,13 @@ def forgotten(request) -> list[tuple[str, int]]:
     return [(t.topic, i) for t in request.forgotten_topics_data for i in t.partitions]
 
 
-def test_the_fetcher_names_only_what_changed_in_its_session(rm) -> None:  # noqa: F811
+async def test_the_fetcher_names_only_what_changed_in_its_session(rm) -> None:  # noqa: F811
     cfg = BrokerConfig.load(None, {})
     rm.publish(image([FOLLOWING, FOLLOWING_TOO]))
     fetcher = ReplicaFetcher(rm.fetchers, 2, 0)
     p2, p3 = rm.partition("t", 2), rm.partition("t", 3)
     ready = {p2.key: _Fetching(p2, 0), p3.key: _Fetching(p3, 0)}
+    fetcher.partitions.update(ready)
     first = fetcher._request(cfg, ready)
     assert (first.session_id, first.session_epoch) == (0, 0)  # a full fetch that opens a session
     assert named(first) == {p2.key: 0, p3.key: 0} and fetcher.full_fetches == 1
@@ -174,16 +175,26 @@ def test_the_fetcher_names_only_what_changed_in_its_session(rm) -> None:  # noqa
     idle = fetcher._request(cfg, ready)
     assert (idle.session_id, idle.session_epoch) == (77, 1)
     assert named(idle) == {} and forgotten(idle) == []  # nothing changed: nothing named
-    p3.log.append_as_follower(batch(2), now_ms=0)  # an answer brought records
+    records = SimpleNamespace(partition_index=3, error_code=0, diverging_epoch=None, records=bytes(batch(2)),
+                              high_watermark=0, log_start_offset=0)
+    answer = SimpleNamespace(error_code=0, session_id=77, responses=(SimpleNamespace(topic="t", partitions=(records,)),))
+    assert fetcher._handle(answer, ready, 0.0)  # an answer brought records
+    assert p3.log_end_offset == 2
     moved = fetcher._request(cfg, ready)
     assert moved.session_epoch == 2 and named(moved) == {p3.key: 2}
+    p2.log.append_as_follower(batch(1), now_ms=0)  # a change no answer reported (there is none)...
+    assert named(fetcher._request(cfg, ready)) == {}  # ...is not looked for at every request...
+    fetcher._recheck_at = 0.0
+    assert named(fetcher._request(cfg, ready)) == {p2.key: 1}  # ...but every RECHECK_S
     renewed = dict(ready)
-    renewed[p2.key] = _Fetching(p2, 1)  # a new leader epoch: a new fetch state
+    renewed[p2.key] = _Fetching(p2, 1)  # a new leader epoch: FetcherManager.sync puts a new fetch state
+    fetcher.touched(p2.key)
     del renewed[p3.key]  # delayed after an error: not fetched until then
     after = fetcher._request(cfg, renewed)
-    assert named(after) == {p2.key: 0} and forgotten(after) == [p3.key]
-    assert named(fetcher._request(cfg, ready)) == {p2.key: 0, p3.key: 2}  # both changed again
-    assert fetcher.named == 2 + 1 + 1 + 2 and fetcher.full_fetches == 1
+    assert named(after) == {p2.key: 1} and forgotten(after) == [p3.key]
+    fetcher.touched(p2.key)  # (the test puts the old one back)
+    assert named(fetcher._request(cfg, ready)) == {p2.key: 1, p3.key: 2}  # both changed again
+    assert fetcher.named == 2 + 1 + 1 + 1 + 2 and fetcher.full_fetches == 1
     # an answer the session does not fit (the leader lost it): start again with a new connection
     assert not fetcher._handle(SimpleNamespace(error_code=ErrorCode.fetch_session_id_not_found, session_id=0,
                                                responses=()), ready, 0.0)
@@ -285,3 +296,58 @@ def test_a_partition_whose_follower_state_does_not_follow_the_session_stays_mark
     s.dirty.clear()
     _keep_pending(s, {KEY: at(3)}, {KEY: _Read(ErrorCode.not_leader_or_follower)})
     assert s.dirty == {}  # an error is told once; the follower names it again after
+
+
+_TOPICS: dict = {}
+
+
+def two_topics(t: list[PartitionInfo], u: list[PartitionInfo] | None, epoch: int):
+    """An image of topics t and u; a topic given the same partitions as before is the same
+    object, as in the images the metadata store publishes (an unchanged topic is shared)."""
+    import uuid
+    from types import MappingProxyType
+
+    from shoal.metadata import MetadataImage, TopicInfo
+
+    def topic(name: str, n: int, parts: list[PartitionInfo]) -> TopicInfo:
+        info = TopicInfo(name, uuid.UUID(int=n), tuple(parts))
+        return _TOPICS.setdefault((name, info.partitions), info)
+
+    empty = MappingProxyType({})
+    topics = {"t": topic("t", 1, t)}
+    if u is not None:
+        topics["u"] = topic("u", 2, u)
+    return MetadataImage("c", 1, empty, MappingProxyType(topics),
+                         MappingProxyType({x.topic_id: x for x in topics.values()}), empty, epoch=epoch)
+
+
+async def test_the_fetchers_follow_only_the_topics_a_metadata_change_touched(rm) -> None:  # noqa: F811
+    """A rejoining broker's thousands of ISR changes each changed one partition's metadata, and
+    each walked every hosted partition to re-place its fetchers (a third of its time): now only
+    the partitions of the topics that changed are looked at."""
+    from shoal.replica.fetcher import _Fetching
+
+    def led_by(leader: int, index: int, epoch: int = 0) -> PartitionInfo:
+        return PartitionInfo(index, (leader, 1), (leader, 1), leader=leader, leader_epoch=epoch)
+
+    manager = rm.fetchers
+    manager.start()
+    try:
+        rm.publish(two_topics([led_by(2, 0), led_by(3, 1)], [led_by(2, 0)], epoch=2))
+        assert {fid: sorted(f.partitions) for fid, f in manager.fetchers.items()} == {
+            (2, 0): [("t", 0), ("u", 0)], (3, 0): [("t", 1)]}
+        fetcher_2 = manager.fetchers[(2, 0)]
+        marker = fetcher_2.partitions[("t", 0)] = _Fetching(rm.partition("t", 0), -5)  # what a walk would replace
+        # topic u changes (its leader moves to broker 3): t is not looked at
+        rm.publish(two_topics([led_by(2, 0), led_by(3, 1)], [led_by(3, 0, epoch=1)], epoch=3))
+        assert fetcher_2.partitions == {("t", 0): marker}
+        assert sorted(manager.fetchers[(3, 0)].partitions) == [("t", 1), ("u", 0)]
+        # t changes: its partitions follow (the marker's epoch is not the image's: a new fetch state)
+        rm.publish(two_topics([led_by(2, 0), led_by(1, 1)], [led_by(3, 0, epoch=1)], epoch=4))
+        assert fetcher_2.partitions[("t", 0)] is not marker and fetcher_2.partitions[("t", 0)].leader_epoch == 0
+        assert sorted(manager.fetchers[(3, 0)].partitions) == [("u", 0)]  # t-1 is led here now
+        # u goes away: its fetcher, empty, stops
+        rm.publish(two_topics([led_by(2, 0), led_by(1, 1)], None, epoch=5))
+        assert sorted(manager.fetchers) == [(2, 0)]
+    finally:
+        await manager.stop()
