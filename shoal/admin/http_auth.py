@@ -30,7 +30,7 @@ import os
 import time
 from typing import Any, Callable, NoReturn
 
-from shoal.auth.backoff import login_key
+from shoal.auth.backoff import login_key, wait_turn
 
 log = logging.getLogger("shoal.admin.http")
 
@@ -139,12 +139,9 @@ class HttpAuth:
             return user
         backoff = self.backoff
         key = login_key(peer, user)
-        wait = backoff.admit(key, int(now * 1000))
-        if wait is None:  # this address's line of attempts on the user is full: refused unchecked
-            await asyncio.sleep(backoff.delay_ms(backoff.failures(key, int(now * 1000))) / 1000)
+        if not await wait_turn(backoff, key, lambda: int(self.clock() * 1000)):  # waited queue_ms: refused unchecked
+            await asyncio.sleep(backoff.delay_ms(backoff.failures(key, int(self.clock() * 1000))) / 1000)
             self._failed(user, peer, key, refused=True)
-        if wait:
-            await asyncio.sleep(wait / 1000)
         # The same PBKDF2 work for an unknown user: its password is checked against a dummy.
         cred = creds.get("SCRAM-SHA-512") or creds.get("SCRAM-SHA-256")
         if cred is None and self._dummy is None:

@@ -15,13 +15,17 @@ Schedule. A key with ``n`` failures (within ``forget_ms`` of each other) has the
   connection closed), as Kafka's ``connection.failed.authentication.delay.ms`` does per
   connection, but growing;
 - ``admit`` is asked before an attempt's password is checked: attempts with a key that has
-  failures are *spaced*, each one ``delay_ms(n)`` after the previous one, whatever their outcome.
-  Without the spacing a client holding many connections would learn each guess's outcome at once
-  (a correct password answers in milliseconds, so "no answer yet" means "wrong"); with it, one
-  address's guesses on one user are checked at most once per ``delay_ms(n)`` however many
-  connections it opens. Attempts wait their turn in line (first come, first checked) up to
-  ``queue_ms`` ahead; only an attempt that would wait longer is refused without being checked
-  (``admit`` returns None; it is answered as a failure).
+  failures are *spaced*, each checked ``delay_ms(n)`` after the previous check, whatever their
+  outcome. Without the spacing a client holding many connections would learn each guess's
+  outcome at once (a correct password answers in milliseconds, so "no answer yet" means
+  "wrong"); with it, one address's guesses on one user are checked at most once per
+  ``delay_ms(n)`` however many connections it opens. ``admit`` answers 0 (check it now: the slot
+  is taken) or how long until the next slot; the caller waits that long and asks again
+  (:func:`wait_turn`), so an attempt whose connection closes while it waits (the listener's
+  authentication timeout) holds no slot. (Slots reserved ahead in a line were held by abandoned
+  attempts: a broker that had failed with a wrong password, restarted with the right one, retried
+  faster than its line moved and was never checked again.) An attempt that has waited
+  ``queue_ms`` in all is refused without being checked (answered as a failure).
 
 Whom it slows (issue 24: keyed per user, an 8-connection attack refused the owner's correct
 password 5 times in 6):
@@ -29,10 +33,9 @@ password 5 times in 6):
 - the guessing address, on the user it guesses: at most one check per ``max_ms`` at the cap;
 - never the account: its owner logging in from another address is checked at once, and gets in;
 - the owner on the attacker's own address (one NAT, one host) cannot be told from the attacker:
-  her attempt waits in the same line and is checked in turn when the line is shorter than
-  ``queue_ms`` (8 s, under the listeners' ``shoal.sasl.authentication.timeout.ms`` of 10 s, which
-  closes a connection still waiting then), else refused like the attacker's; a correct login
-  clears the key's state;
+  her attempt competes with the attacker's for each slot, up to ``queue_ms`` (8 s, under the
+  listeners' ``shoal.sasl.authentication.timeout.ms`` of 10 s, which closes a connection still
+  waiting then), else is refused like the attacker's; a correct login clears the key's state;
 - never other users, from the same address too (a shared client host): the key has the user.
 
 A guesser spread over many addresses gets one line per address: that is the cost of never
@@ -46,11 +49,13 @@ Memory is bounded for an attacker who tries millions of distinct names or addres
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
+from typing import Callable
 
 import ipaddress
 
-__all__ = ["LoginBackoff", "login_key"]
+__all__ = ["LoginBackoff", "login_key", "wait_turn"]
 
 
 def login_key(peer: str, user: str) -> str:
@@ -125,21 +130,22 @@ class LoginBackoff:
             return None
         return s
 
-    def admit(self, user: str, now_ms: int) -> int | None:
-        """Before checking an attempt with key ``user`` (a :func:`login_key`): how long it must
-        wait first (ms; 0: check it now), or None: refuse it unchecked (its line is ``queue_ms``
-        long). Reserves the attempt's slot."""
+    def admit(self, user: str, now_ms: int) -> int:
+        """Before checking an attempt with key ``user`` (a :func:`login_key`): 0 when it may be
+        checked now (it takes the slot: the next check of the key waits ``delay_ms(n)``), else
+        how long (ms) until the next slot, to wait and ask again. Reserves nothing ahead."""
         s = self._live(user, now_ms)
         if s is None or s.failures == 0:
             return 0
-        wait = max(0, s.next_ms - now_ms)
-        if wait > self.queue_ms:
-            self.refused_total += 1
-            return None
-        s.next_ms = max(now_ms, s.next_ms) + self.delay_ms(s.failures)
-        if wait:
-            self.delayed_total += 1
-        return wait
+        wait = s.next_ms - now_ms
+        if wait > 0:
+            return wait
+        s.next_ms = now_ms + self.delay_ms(s.failures)
+        return 0
+
+    def refused(self) -> None:
+        """An attempt gave up waiting (``queue_ms``) and is refused unchecked (counted)."""
+        self.refused_total += 1
 
     def failed(self, user: str, now_ms: int) -> int:
         """Record a failed attempt with key ``user``; the delay (ms) before its answer is sent."""
@@ -173,3 +179,23 @@ class LoginBackoff:
                 del users[user]
             else:
                 break
+
+
+async def wait_turn(backoff: LoginBackoff, key: str, now_ms: Callable[[], int]) -> bool:
+    """Wait until an attempt with ``key`` may be checked (``admit`` answers 0): True then, False
+    when that would take more than ``queue_ms`` in all (refuse it unchecked). Cancelled with its
+    connection, it holds no slot."""
+    start = now_ms()
+    waited = False
+    while True:
+        now = now_ms()
+        wait = backoff.admit(key, now)
+        if not wait:
+            return True
+        if now + wait - start > backoff.queue_ms:
+            backoff.refused()
+            return False
+        if not waited:
+            backoff.delayed_total += 1
+            waited = True
+        await asyncio.sleep(wait / 1000)

@@ -44,7 +44,7 @@ import datetime
 import logging
 from typing import Any
 
-from shoal.auth.backoff import login_key
+from shoal.auth.backoff import login_key, wait_turn
 from shoal.auth.sasl import AuthenticationFailed
 from shoal.auth.scram import MECHANISM_NAMES, MECHANISMS, check_iterations, keys_from_salted_password
 from shoal.handlers.registry import api
@@ -123,12 +123,9 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
             claimed = server.claimed(token) if backoff is not None else None
             if claimed is not None:  # failed-login backoff: this address's attempts on the user are spaced
                 key = login_key(ctx.client_address, claimed)
-                wait = backoff.admit(key, mono())
-                if wait is None:
+                if not await wait_turn(backoff, key, mono):
                     refused = True
                     raise AuthenticationFailed(server.mechanism)
-                if wait:
-                    await asyncio.sleep(wait / 1000)
             if server.expensive:  # PLAIN: PBKDF2 off the event loop
                 out = await asyncio.to_thread(server.evaluate, token)
             else:
