@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -54,13 +53,11 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE.parent / 
 
 from _util import cpu_seconds  # noqa: E402
 from broker_process import free_port  # noqa: E402
-from cluster_harness import Cluster, until  # noqa: E402
+from cluster_harness import LEASE_LOST, Cluster, leadership_moves, until  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 from shoal.client import AdminClient, TopicDescription  # noqa: E402
 
-LEASE_LOST = "registered again under a new lease"
-GONE = re.compile(r"moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)")
 # What the issue measured before (its table) and its targets; per size where it gave one.
 ISSUE_BEFORE = {
     "create_s": {2000: 1.1, 6000: 7.5},
@@ -178,20 +175,15 @@ class Bench:
     # -- logs -----------------------------------------------------------------------------------
 
     def mark_logs(self) -> None:
-        self.marks = {n: len(b.log_text()) for n, b in self.cluster.brokers.items()}
-
-    def logs_since_mark(self) -> dict[int, str]:
-        return {n: b.log_text()[self.marks.get(n, 0):] for n, b in self.cluster.brokers.items()}
+        self.marks = self.cluster.log_marks()
 
     def log_events(self, alive: set[int]) -> tuple[int, list[str]]:
         """(leases lost, leadership moves off a broker in ``alive``) since the mark."""
         lost, moved = 0, []
-        for n, text in self.logs_since_mark().items():
+        for n, text in self.cluster.logs_since(self.marks).items():
             lost += text.count(LEASE_LOST)
-            for m in GONE.finditer(text):
-                gone = {int(x) for x in m.group(2).replace(" ", "").split(",") if x}
-                if gone & alive:
-                    moved.append(f"broker {n}: {m.group(0)}")
+            moved += [f"broker {n}: {count} moved (gone: {sorted(gone)})"
+                      for count, gone in leadership_moves(text) if gone & alive]
         return lost, moved
 
     # -- phases ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ link through a link proxy (tests/faults/linkproxy.py), for the fault-injection t
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 import time
@@ -35,6 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 from tenancy_fixtures import Tenant, TenantBroker  # noqa: E402,F401  (the listeners and admin API)
 
 SESSION_MS = 3000  # etcd leases are whole seconds; 3 s: a dead broker goes within ~3-4 s
+
+# What a broker's log says when it lost its etcd lease and registered again, and when the controller
+# moved leaderships because it took brokers for gone (shoal.cluster.registration, .controller).
+LEASE_LOST = "registered again under a new lease"
+_MOVED = re.compile(r"moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)")
+
+
+def leadership_moves(log_text: str) -> list[tuple[int, set[int]]]:
+    """(partitions moved, brokers taken for gone) of each controller move in a broker's log."""
+    return [(int(m.group(1)), {int(x) for x in m.group(2).replace(" ", "").split(",") if x})
+            for m in _MOVED.finditer(log_text)]
 
 
 class ClusterBroker(TenantBroker):
@@ -133,6 +145,13 @@ class Cluster:
             return None
 
         return until(agreed, timeout, "one controller")
+
+    def log_marks(self) -> dict[int, int]:
+        """Where each broker's log ends now (``logs_since``)."""
+        return {n: len(b.log_text()) for n, b in self.brokers.items()}
+
+    def logs_since(self, marks: dict[int, int]) -> dict[int, str]:
+        return {n: b.log_text()[marks.get(n, 0):] for n, b in self.brokers.items()}
 
     def close(self) -> None:
         for b in self.brokers.values():
