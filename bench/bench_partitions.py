@@ -14,7 +14,9 @@ with its Prometheus endpoint (``shoal.metrics.listener``). Then, in order:
 2. **idle**: after ``--settle`` s, each broker's RSS (``VmRSS``) and its CPU over ``--idle-seconds``
    (``/proc/PID/stat`` deltas, percent of one core; target at 6,000: under 5%), and etcd's;
 3. **full Metadata**: ``--metadata-samples`` Metadata requests naming no topic (all of them) to one
-   broker, the median and max time to the decoded answer (this client's decoding included);
+   broker, the median and max time to the decoded answer (this client's decoding included), and
+   the mean time each spent on the broker's thread (``shoal_request_local_time_seconds``: the
+   rest is its wait behind the broker's other work);
 4. **leader kill -9**: a broker that is not the controller is killed; the time until Metadata
    (polled through a live broker) names no partition led by it;
 5. **restart after kill -9**, then **controlled restart** (SIGTERM, start) of the same broker: the
@@ -103,15 +105,23 @@ class Window:
         return {k: 100 * (cpu_seconds(v) - self.cpu0[k]) / dt for k, v in self.pids.items()}
 
 
-def metrics(url: str) -> dict[str, float]:
-    """The broker's /metrics as {name{labels}: value} (what the lag lines need)."""
+def metrics(url: str, prefix: str = "shoal_event_loop_lag") -> dict[str, float]:
+    """The broker's /metrics lines starting with ``prefix``, as {name{labels}: value}."""
     out = {}
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("shoal_event_loop_lag"):
+            if line.startswith(prefix):
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)
     return out
+
+
+def metadata_local(url: str) -> tuple[float, float]:
+    """(seconds, requests) of Metadata's local time on the broker's thread (its handler and
+    encoding, not the wait for its turn) since it started."""
+    m = metrics(url, "shoal_request_local_time_seconds_")
+    return (m.get('shoal_request_local_time_seconds_sum{api="Metadata"}', 0.0),
+            m.get('shoal_request_local_time_seconds_count{api="Metadata"}', 0.0))
 
 
 def lag_buckets(url: str) -> dict[float, float]:
@@ -307,9 +317,12 @@ def one_size(size: int, args: argparse.Namespace) -> None:
                   f"idle CPU {cpu[str(n)]:.1f}% of a core ({ratio(cpu[str(n)], 'idle_cpu_pct', size, target)})")
         print(f"  etcd idle CPU (3 members): {cpu['etcd']:.1f}% of a core")
 
+        s0, n0 = metadata_local(b.cluster[1].metrics_url)
         md = b.full_metadata(1, args.metadata_samples)
+        s1, n1 = metadata_local(b.cluster[1].metrics_url)
         print(f"  full Metadata ({size} partitions): median {statistics.median(md) * 1000:.0f} ms, "
-              f"max {max(md) * 1000:.0f} ms (the issue has no number)")
+              f"max {max(md) * 1000:.0f} ms to the answer; on the broker's thread "
+              f"{(s1 - s0) / max(n1 - n0, 1) * 1000:.1f} ms each (the issue has no number)")
 
         controller = b.cluster.describe(1)["controller_id"]
         victim = max(n for n in b.cluster.brokers if n != controller)
