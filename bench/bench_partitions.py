@@ -153,7 +153,10 @@ def lag_during(before: dict[float, float], after: dict[float, float]) -> str:
     total = new.get(float("inf"), 0)
     if not total:
         return "no measurement"
-    return "<= " + next(f"{le:g} s" for le, n in new.items() if n >= total)
+    top = next(le for le, n in new.items() if n >= total)
+    if top == float("inf"):  # above the largest bound
+        return f"> {max(le for le in new if le != top):g} s"
+    return f"<= {top:g} s"
 
 
 class Bench:
