@@ -526,10 +526,11 @@ class Controller:
         it goes with its lease. Moving leadership away from a live broker is never unsafe (clean
         election, leader epochs fence it), only churn; a broker that answers again (its held
         connection logs in: the same process, a false alarm), or that registers anew (a restarted
-        one), counts as alive again; a port that only accepts does not (``_alive_again``). A broker that registered less than
-        ``PROBE_GRACE_S`` ago and has not accepted a probe since may still be starting (it
-        registers before its listeners accept): its refusals count once it has accepted one, so
-        a broker killed just after it (re)started goes as fast as any other."""
+        one), counts as alive again; a port that only accepts does not (``_alive_again``). A
+        broker that registered less than ``PROBE_GRACE_S`` ago and has not accepted a probe
+        since may still be starting (it registers before its listeners accept): its refusals
+        count once it has accepted one, so a broker killed just after it (re)started goes as fast
+        as any other."""
         image = self.store.image
         others = {n: b for n, b in image.brokers.items() if n != self.node_id}
         for n in list(self._strikes):

@@ -109,7 +109,7 @@ class PartitionEntities:
         hit = entries.get(topic.name)
         if hit is not None and hit[0] is topic and hit[1] is image.brokers:
             return hit[2]
-        parts = tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
+        parts = _partitions(mod, topic, image)
         self.built += 1
         if len(entries) >= 2 * len(image.topics) + 16:
             for name in [n for n in entries if n not in image.topics]:
@@ -118,19 +118,19 @@ class PartitionEntities:
         return parts
 
 
+def _partitions(mod, topic: TopicInfo, image: MetadataImage) -> tuple:
+    return tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
+
+
 def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str,
-           cache: PartitionEntities | None = None):
-    if cache is not None:
-        parts = cache.get(mod, topic, image)
-    else:
-        parts = tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
+           cache: PartitionEntities):
     return build(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=parts,
+        partitions=cache.get(mod, topic, image),
         topic_authorized_operations=topic_operations(scope, name) if include_ops else NOT_PROVIDED,
     )
 
