@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import os
 import shutil
 import statistics
@@ -57,7 +56,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE.parent / 
 
 from _util import cpu_seconds  # noqa: E402
 from broker_process import free_port  # noqa: E402
-from cluster_harness import LEASE_LOST, Cluster, leadership_moves, until  # noqa: E402
+from cluster_harness import LEASE_LOST, Cluster, leadership_moves, started_at, until  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 from shoal.client import AdminClient, TopicDescription  # noqa: E402
@@ -85,11 +84,6 @@ def ratio(value: float, key: str, size: int, target: float | None = None) -> str
         return f"{value / target:.2f}x the target ({target:g})"
     before = ISSUE_BEFORE.get(key, {}).get(size)
     return f"{value / before:.2f}x the issue's {before:g}" if before else "the issue has no number at this size"
-
-
-def stamp(line: str) -> float:
-    """The time of a broker's log line (``2026-11-28 23:11:43,627 INFO ...``, local time)."""
-    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def rss_mb(pid: int) -> float:
@@ -206,13 +200,18 @@ class Bench:
     def mark_logs(self) -> None:
         self.marks = self.cluster.log_marks()
 
-    def log_events(self, alive: set[int]) -> tuple[int, list[str]]:
-        """(leases lost, leadership moves off a broker in ``alive``) since the mark."""
+    def log_events(self, alive: set[int], restarted: int | None = None) -> tuple[int, list[str]]:
+        """(leases lost, leadership moves off a broker in ``alive``) since the mark; the
+        ``restarted`` broker counts as alive once it logged that it started (before, it is the
+        dead process's registration the controller moves partitions off: a topic created
+        meanwhile, the metering's, may name it)."""
+        logs = self.cluster.logs_since(self.marks)
+        up = started_at(logs[restarted], restarted) if restarted is not None else None
         lost, moved = 0, []
-        for n, text in self.cluster.logs_since(self.marks).items():
+        for n, text in logs.items():
             lost += text.count(LEASE_LOST)
-            moved += [f"broker {n}: {count} moved (gone: {sorted(gone)})"
-                      for count, gone in leadership_moves(text) if gone & alive]
+            moved += [f"broker {n}: {count} moved (gone: {sorted(gone)})" for when, count, gone in leadership_moves(text)
+                      if gone & (alive - {restarted}) or (restarted in gone and (up is None or when >= up))]
         return lost, moved
 
     # -- phases ---------------------------------------------------------------------------------
@@ -282,8 +281,8 @@ class Bench:
         self.cluster.kill(victim)
         until(lambda: not any(p.leader == victim for p in self.partitions(via)), 120, f"no leader on {victim}")
         seen = time.monotonic() - t0
-        logged = [stamp(line) - wall for text in self.cluster.logs_since(self.marks).values()
-                  for line in text.splitlines() if any(victim in gone for _n, gone in leadership_moves(line))]
+        logged = [when - wall for text in self.cluster.logs_since(self.marks).values()
+                  for when, _n, gone in leadership_moves(text) if victim in gone]
         return seen, min(logged, default=None)
 
     def rejoin(self, node: int, via: int, timeout: float) -> dict[str, Any]:
@@ -312,7 +311,7 @@ class Bench:
             time.sleep(1.0)
         elapsed = time.monotonic() - t0
         cpu = win.pct()
-        lost, moved = self.log_events(set(self.cluster.brokers))
+        lost, moved = self.log_events(set(self.cluster.brokers), node)
         lag_restarted = metrics(self.cluster[node].metrics_url).get("shoal_event_loop_lag_max_seconds", -1)
         lag_others = {n: lag_during(before[n], lag_buckets(self.cluster[n].metrics_url)) for n in others}
         return {"done": full == self.size, "seconds": elapsed, "start_s": started, "full": full,

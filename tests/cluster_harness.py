@@ -22,6 +22,7 @@ link through a link proxy (tests/faults/linkproxy.py), for the fault-injection t
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 import signal
 import sys
@@ -40,13 +41,26 @@ SESSION_MS = 3000  # etcd leases are whole seconds; 3 s: a dead broker goes with
 # What a broker's log says when it lost its etcd lease and registered again, and when the controller
 # moved leaderships because it took brokers for gone (shoal.cluster.registration, .controller).
 LEASE_LOST = "registered again under a new lease"
-_MOVED = re.compile(r"moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)")
+_MOVED = re.compile(r"^(\S+ \S+) .*moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)",
+                    re.MULTILINE)
 
 
-def leadership_moves(log_text: str) -> list[tuple[int, set[int]]]:
-    """(partitions moved, brokers taken for gone) of each controller move in a broker's log."""
-    return [(int(m.group(1)), {int(x) for x in m.group(2).replace(" ", "").split(",") if x})
+def log_time(stamp: str) -> float:
+    """The time of a broker's log line from its first 23 characters (``2026-11-28 23:11:43,627``,
+    local time, as ``shoal serve`` logs)."""
+    return datetime.datetime.strptime(stamp[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def leadership_moves(log_text: str) -> list[tuple[float, int, set[int]]]:
+    """(when, partitions moved, brokers taken for gone) of each controller move in a broker's log."""
+    return [(log_time(m.group(1)), int(m.group(2)), {int(x) for x in m.group(3).replace(" ", "").split(",") if x})
             for m in _MOVED.finditer(log_text)]
+
+
+def started_at(log_text: str, node_id: int) -> float | None:
+    """When broker ``node_id`` last logged that it started (registered, serving), if it did."""
+    lines = [line for line in log_text.splitlines() if f"INFO shoal.broker: broker {node_id} started:" in line]
+    return log_time(lines[-1]) if lines else None
 
 
 class ClusterBroker(TenantBroker):

@@ -420,8 +420,9 @@ class Controller:
         port refused and then a live process answered (a false alarm). A restarted process is
         not that: it accepts connections while it waits for its old lease to expire, and answers
         only once registered anew (``_on_registration`` then clears it); taking its acceptance
-        for life gave it the leadership of the partitions only it could lead, and the old
-        lease's expiry a moment later took them away again (a leader flap on every restart)."""
+        for life would make it the leader of the partitions only it can lead (offline since its
+        death) while it cannot serve them, and the old lease's expiry a moment later would take
+        that away again: two leader epochs and two metadata changes each, for nothing."""
         if node in self.refused:
             self.refused.discard(node)
             log.info("controller: broker %d answers again", node)

@@ -334,9 +334,9 @@ async def test_a_gone_broker_whose_port_only_accepts_stays_gone_until_it_answers
                                                                                   monkeypatch):
     """A broker killed and restarted on the same port: the new process accepts connections while
     it waits for its old lease to expire, and answers nothing until it registers anew. The
-    controller keeps it gone meanwhile (it took the leadership of the partitions only it could
-    lead, and the old lease's expiry took it away again: 3 partitions moved off it on every
-    restart in bench_partitions); a process that answers is alive again."""
+    controller keeps it gone meanwhile (taken for alive, it would lead the partitions only it
+    can lead while it cannot serve them, until the old lease's expiry took them away again); a
+    process that answers is alive again."""
     from shoal.cluster import controller as controller_module
 
     monkeypatch.setattr(controller_module, "HOLD_TIMEOUT_S", 0.3)
