@@ -5,8 +5,9 @@ broker comes back.
         [--restart-timeout 300] [--idle-seconds 20] [--settle 10] [--metadata-samples 5] [--keep]
 
 For each size, a fresh cluster on this machine: a real three-member etcd (tests/etcd_cluster.py)
-and three broker processes on it (tests/cluster_harness.py: racks dc1-dc3, a 3 s session), each
-with its Prometheus endpoint (``shoal.metrics.listener``). Then, in order:
+and three broker processes on it (tests/cluster_harness.py: racks dc1-dc3; the broker's default
+9 s session, not the harness's 3 s, unless ``--session-ms``), each with its Prometheus endpoint
+(``shoal.metrics.listener``). Then, in order:
 
 1. **create**: ``size / --per-topic`` topics of ``--per-topic`` partitions at RF 3 (CreateTopics,
    eight at a time, spread over the brokers): the time until every create is answered, and until
@@ -154,8 +155,8 @@ def lag_during(before: dict[float, float], after: dict[float, float]) -> str:
 
 
 class Bench:
-    def __init__(self, size: int, per_topic: int, work: Path) -> None:
-        self.size, self.per_topic = size, per_topic
+    def __init__(self, size: int, per_topic: int, work: Path, session_ms: int | None = None) -> None:
+        self.size, self.per_topic, self.session_ms = size, per_topic, session_ms
         self.etcd = EtcdCluster(work / "etcd")
         self.work = work
         self.cluster: Cluster | None = None
@@ -170,6 +171,11 @@ class Bench:
         for b in self.cluster.brokers.values():
             b.metrics_url = f"http://127.0.0.1:{free_port()}"
             b.overrides["shoal.metrics.listener"] = b.metrics_url
+            # the harness shortens the session for tests; the benchmark uses the broker's default
+            if self.session_ms is None:
+                b.overrides.pop("broker.session.timeout.ms", None)
+            else:
+                b.overrides["broker.session.timeout.ms"] = str(self.session_ms)
         self.cluster.start()
 
     def close(self) -> None:
@@ -339,7 +345,7 @@ def report_rejoin(size: int, how: str, r: dict[str, Any], timeout: float) -> Non
 def one_size(size: int, args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"bench-partitions-{size}-"))
     print(f"\n== {size} partitions (topics of {args.per_topic}, RF 3), three brokers, 3-member etcd; {load()}")
-    b = Bench(size, args.per_topic, work)
+    b = Bench(size, args.per_topic, work, args.session_ms)
     try:
         b.start()
         b.mark_logs()
@@ -401,6 +407,8 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds between the creation and the idle window")
     ap.add_argument("--metadata-samples", type=int, default=5)
+    ap.add_argument("--session-ms", type=int, default=None,
+                    help="broker.session.timeout.ms (default: the broker's, 9 s; the tests' harness uses 3 s)")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' logs and data")
     args = ap.parse_args()
     sizes: list[int] = [int(s) for s in args.partitions.split(",") if s]
