@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from shoal.config import BrokerConfig
     from shoal.groups import GroupCoordinator
     from shoal.handlers.fetch import FetchSessionCache
+    from shoal.handlers.metadata import PartitionEntities
     from shoal.handlers.producer_ids import ProducerIdManager
     from shoal.handlers.registry import Registry
     from shoal.metadata import MetadataImage, MetadataStore
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
     from shoal.quotas.mutation import MutationQuotaManager
     from shoal.replica import ReplicaManager
     from shoal.txn import TransactionCoordinator
+
+
+def _partition_entities() -> "PartitionEntities":
+    from shoal.handlers.metadata import PartitionEntities
+
+    return PartitionEntities()
 
 
 @dataclass(eq=False)
@@ -43,6 +50,8 @@ class Services:
     listener_security: dict[str, Any] = field(default_factory=dict)  # name -> auth.ListenerSecurity
     groups: "GroupCoordinator | None" = None  # set at start, before listeners serve
     txn: "TransactionCoordinator | None" = None  # transactions: set at start, like groups
+    # Metadata's partition entities by topic state (thousands of partitions: built once, not per request)
+    metadata_partitions: "PartitionEntities" = field(default_factory=lambda: _partition_entities())
 
     @property
     def config(self) -> "BrokerConfig":

@@ -22,6 +22,8 @@ link through a link proxy (tests/faults/linkproxy.py), for the fault-injection t
 from __future__ import annotations
 
 import asyncio
+import datetime
+import re
 import signal
 import sys
 import time
@@ -35,6 +37,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 from tenancy_fixtures import Tenant, TenantBroker  # noqa: E402,F401  (the listeners and admin API)
 
 SESSION_MS = 3000  # etcd leases are whole seconds; 3 s: a dead broker goes within ~3-4 s
+
+# What a broker's log says when it lost its etcd lease and registered again, and when the controller
+# moved leaderships because it took brokers for gone (shoal.cluster.registration, .controller).
+LEASE_LOST = "registered again under a new lease"
+_MOVED = re.compile(r"^(\S+ \S+) .*moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)",
+                    re.MULTILINE)
+
+
+def log_time(stamp: str) -> float:
+    """The time of a broker's log line from its first 23 characters (``2026-11-28 23:11:43,627``,
+    local time, as ``shoal serve`` logs)."""
+    return datetime.datetime.strptime(stamp[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def leadership_moves(log_text: str) -> list[tuple[float, int, set[int]]]:
+    """(when, partitions moved, brokers taken for gone) of each controller move in a broker's log."""
+    return [(log_time(m.group(1)), int(m.group(2)), {int(x) for x in m.group(3).replace(" ", "").split(",") if x})
+            for m in _MOVED.finditer(log_text)]
+
+
+def started_at(log_text: str, node_id: int) -> float | None:
+    """When broker ``node_id`` last logged that it started (registered, serving), if it did."""
+    lines = [line for line in log_text.splitlines() if f"INFO shoal.broker: broker {node_id} started:" in line]
+    return log_time(lines[-1]) if lines else None
 
 
 class ClusterBroker(TenantBroker):
@@ -133,6 +159,13 @@ class Cluster:
             return None
 
         return until(agreed, timeout, "one controller")
+
+    def log_marks(self) -> dict[int, int]:
+        """Where each broker's log ends now (``logs_since``)."""
+        return {n: len(b.log_text()) for n, b in self.brokers.items()}
+
+    def logs_since(self, marks: dict[int, int]) -> dict[int, str]:
+        return {n: b.log_text()[marks.get(n, 0):] for n, b in self.brokers.items()}
 
     def close(self) -> None:
         for b in self.brokers.values():

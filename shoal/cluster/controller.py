@@ -297,6 +297,10 @@ class Controller:
         # fast death detection: registered brokers whose port refused the controller's probes
         self._strikes: dict[int, int] = {}
         self.refused: set[int] = set()
+        # brokers whose held connection is open and answered its login: their process serves.
+        # A refused broker is alive again when it serves or registers anew, not when its port
+        # merely accepts (a restarted process accepts while it waits for its old lease)
+        self._serving: set[int] = set()
         self._holder_lease = 0  # the controller key's lease, as the last campaign saw it
         self._holder_revision = 0  # and its creation revision (the holder's controller epoch)
         # when each broker last registered anew: a starting broker registers before its listeners
@@ -378,12 +382,16 @@ class Controller:
                     # old lease to expire); the next round tries again
                     log.debug("broker %d: broker %d at %s:%d did not answer yet: %s", self.node_id, node, host, port, e)
                     return
+                if isinstance(e, KafkaError) and not isinstance(e, ConnectionLost):
+                    self._alive_again(node)  # it answered, if only to refuse the login: it serves
                 self._hold_failed[node] = self._monotonic()  # not again for a while (a broker alive)
                 if isinstance(e, ConnectionLost) and conn._read_task is not None:
                     raise  # connected, then the connection ended before the login was done: news too
                 log.info("broker %d: cannot hold a connection to broker %d at %s:%d (%s): its death is seen by "
                          "probes alone, trying again in %.0f s", self.node_id, node, host, port, e, HOLD_KEEPALIVE_S)
                 return  # the probes decide
+            self._serving.add(node)
+            self._alive_again(node)
             read = conn._read_task
             assert read is not None
             version = conn.version_for(API_VERSIONS)
@@ -402,9 +410,23 @@ class Controller:
         except ConnectionLost:
             pass
         finally:
+            self._serving.discard(node)
             await conn.close()
         self._dropped.add(node)
         self._wake.set()
+
+    def _alive_again(self, node: int) -> None:
+        """A broker taken for gone (``refused``) serves again under the same registration: its
+        port refused and then a live process answered (a false alarm). A restarted process is
+        not that: it accepts connections while it waits for its old lease to expire, and answers
+        only once registered anew (``_on_registration`` then clears it); taking its acceptance
+        for life would make it the leader of the partitions only it can lead (offline since its
+        death) while it cannot serve them, and the old lease's expiry a moment later would take
+        that away again: two leader epochs and two metadata changes each, for nothing."""
+        if node in self.refused:
+            self.refused.discard(node)
+            log.info("controller: broker %d answers again", node)
+            self._wake.set()
 
     def _unwatch(self, nodes: set[int]) -> None:
         for node in nodes:
@@ -503,11 +525,13 @@ class Controller:
         broker as gone without waiting for its lease (``broker.session.timeout.ms``). A paused or
         partitioned broker does not refuse (its listener still accepts, or the probe times out):
         it goes with its lease. Moving leadership away from a live broker is never unsafe (clean
-        election, leader epochs fence it), only churn; a broker whose probe connects again, or
-        that registers anew, counts as alive again. A broker that registered less than
-        ``PROBE_GRACE_S`` ago and has not accepted a probe since may still be starting (it
-        registers before its listeners accept): its refusals count once it has accepted one, so
-        a broker killed just after it (re)started goes as fast as any other."""
+        election, leader epochs fence it), only churn; a broker that answers again (its held
+        connection logs in: the same process, a false alarm), or that registers anew (a restarted
+        one), counts as alive again; a port that only accepts does not (``_alive_again``). A
+        broker that registered less than ``PROBE_GRACE_S`` ago and has not accepted a probe
+        since may still be starting (it registers before its listeners accept): its refusals
+        count once it has accepted one, so a broker killed just after it (re)started goes as fast
+        as any other."""
         image = self.store.image
         others = {n: b for n, b in image.brokers.items() if n != self.node_id}
         for n in list(self._strikes):
@@ -542,9 +566,8 @@ class Controller:
             self._accepted.add(node)
             self._watch(node, info)
             self._strikes.pop(node, None)
-            if node in self.refused:
-                self.refused.discard(node)
-                log.info("controller: broker %d accepts connections again", node)
+            if node in self._serving:
+                self._alive_again(node)
 
         await asyncio.gather(*(one(n, b) for n, b in others.items()))
 

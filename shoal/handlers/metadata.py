@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo
@@ -92,15 +92,49 @@ def topic_operations(scope, name: str) -> int:
     return authorized_operations(scope, ResourceType.TOPIC, name, TOPIC_OPS)
 
 
-def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str):
-    parts = tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
+class PartitionEntities:
+    """Each topic's Metadata partition entities, built once per state of the topic: a broker of
+    thousands of partitions spent most of a full Metadata (22 ms of 35 ms at 6,000 partitions)
+    building the same frozen entities again, and clients ask for all of it at every failover.
+
+    An entry is (topic, brokers, entities) by response version and physical topic name, and is
+    used only while the image holds that very ``TopicInfo`` (images share the objects of topics
+    a change did not touch) and that very ``brokers`` mapping (registrations decide leader errors
+    and offline replicas): anything else builds it again. Names of topics no longer in the image
+    are dropped once the entries outnumber twice the topics. One per broker (``Services``), read
+    and written on its event loop only."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[Any, dict[str, tuple[TopicInfo, Any, tuple]]] = {}
+        self.built = 0  # topics whose entities were built (not found): what the tests count
+
+    def get(self, mod, topic: TopicInfo, image: MetadataImage) -> tuple:
+        entries = self._by_version.setdefault(mod, {})
+        hit = entries.get(topic.name)
+        if hit is not None and hit[0] is topic and hit[1] is image.brokers:
+            return hit[2]
+        parts = _partitions(mod, topic, image)
+        self.built += 1
+        if len(entries) >= 2 * len(image.topics) + 16:
+            for name in [n for n in entries if n not in image.topics]:
+                del entries[name]
+        entries[topic.name] = (topic, image.brokers, parts)
+        return parts
+
+
+def _partitions(mod, topic: TopicInfo, image: MetadataImage) -> tuple:
+    return tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
+
+
+def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str,
+           cache: PartitionEntities):
     return build(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=parts,
+        partitions=cache.get(mod, topic, image),
         topic_authorized_operations=topic_operations(scope, name) if include_ops else NOT_PROVIDED,
     )
 
@@ -145,12 +179,13 @@ async def handle_metadata(ctx, req):
             getattr(t, "name", "") is None or getattr(t, "topic_id", ZERO_UUID) not in (None, ZERO_UUID)
             for t in req.topics):
         return _invalid_request(mod, req.topics)
+    cache = svc.metadata_partitions
     topics = []
     if all_topics:
         image = svc.metadata.image
         for name, topic in sorted(scope.topics(image)):
             if scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
-                topics.append(_topic(mod, topic, image, include_ops, scope, name))
+                topics.append(_topic(mod, topic, image, include_ops, scope, name, cache))
     else:
         for t in req.topics:
             name = getattr(t, "name", None)
@@ -167,7 +202,7 @@ async def handle_metadata(ctx, req):
                 if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
                     topics.append(_missing(mod, None, topic_id, ErrorCode.topic_authorization_failed))
                 else:
-                    topics.append(_topic(mod, info, image, include_ops, scope, name))
+                    topics.append(_topic(mod, info, image, include_ops, scope, name, cache))
                 continue
             if name is None:
                 topics.append(_missing(mod, None, None, ErrorCode.invalid_request))
@@ -199,7 +234,7 @@ async def handle_metadata(ctx, req):
                 if info is None:
                     topics.append(_missing(mod, name, None, ErrorCode.unknown_topic_or_partition))
                     continue
-            topics.append(_topic(mod, info, image, include_ops, scope, name))
+            topics.append(_topic(mod, info, image, include_ops, scope, name, cache))
     image = svc.metadata.image
     return build(
         mod.MetadataResponse,

@@ -45,6 +45,17 @@ if TYPE_CHECKING:
     from shoal.clock import Clock
 
 log = logging.getLogger("shoal.replica")
+NAMED = 5  # partitions a summary line names (the rest are counted; each is at DEBUG)
+
+
+def log_removed(removed: list[str]) -> None:
+    """One INFO line for the partitions a change took off this broker (a reassignment, a broker
+    drained): a line per partition was thousands of lines for one event, which cost the loop
+    time and hid everything else in the log."""
+    if removed:
+        more = f" and {len(removed) - NAMED} more" if len(removed) > NAMED else ""
+        log.info("%d partition(s) no longer replicas here, their logs deleted: %s%s", len(removed),
+                 ", ".join(removed[:NAMED]), more)
 
 __all__ = ["ReplicaManager"]
 
@@ -396,16 +407,18 @@ class ReplicaManager:
         visit.update(dict.fromkeys(recheck))
         visit.update(dict.fromkeys(n for n in self._unreconciled if n in new.topics))
         self._unreconciled.clear()
+        removed: list[str] = []
         for name in visit:
             topic = new.topics[name]
             prev = old_topics.get(name)
             if prev is not None and prev.configs != topic.configs:
                 self._log_configs.pop(name, None)
             try:
-                self._reconcile_topic(topic)
+                self._reconcile_topic(topic, removed)
             except OSError:  # a disk error: retried by the periodic task, and at the next change
                 log.exception("cannot create or reconfigure the logs of %s; will retry", name)
                 self._unreconciled.add(name)
+        log_removed(removed)
         if old is None:
             # Logs on disk for topics that no longer exist (deleted while we were down).
             for name, index in list(self.logs.partitions()):
@@ -416,9 +429,10 @@ class ReplicaManager:
             return None
         return set(changes) | set(visit)
 
-    def _reconcile_topic(self, topic: TopicInfo) -> None:
+    def _reconcile_topic(self, topic: TopicInfo, removed: list[str]) -> None:
         """This broker's logs of ``topic`` exist, have its current config, and each has its
-        ``Partition`` following the partition's current state."""
+        ``Partition`` following the partition's current state. The partitions no longer hosted
+        here go into ``removed`` (``log_removed`` says so in one line)."""
         cfg = self.log_config_for(topic)
         for p in topic.partitions:
             key = (topic.name, p.partition)
@@ -426,8 +440,9 @@ class ReplicaManager:
                 # reassigned away (KIP-455): stop hosting it and delete the log (StopReplica delete=true)
                 if self._partitions.pop(key, None) is not None or self.logs.get(topic.name, p.partition) is not None:
                     self.logs.delete_partition(topic.name, p.partition)
-                    log.info("%s-%d: no longer a replica here (replicas %s): log deleted", topic.name, p.partition,
-                             list(p.replicas))
+                    log.debug("%s-%d: no longer a replica here (replicas %s): log deleted", topic.name, p.partition,
+                              list(p.replicas))
+                    removed.append(f"{topic.name}-{p.partition}")
                 continue
             plog = self.logs.get(topic.name, p.partition)
             if plog is None:
@@ -456,13 +471,15 @@ class ReplicaManager:
             self._unreconciled.discard(name)
             if topic is None:
                 continue
+            removed: list[str] = []
             try:
-                self._reconcile_topic(topic)
+                self._reconcile_topic(topic, removed)
                 log.info("logs of %s created after an earlier failure", name)
                 self.fetchers.sync([(name, i) for i in range(len(topic.partitions))])
             except OSError as e:
                 log.warning("cannot create or reconfigure the logs of %s yet: %s", name, e)
                 self._unreconciled.add(name)
+            log_removed(removed)
 
     def _follow_renames(self, old: MetadataImage, new: MetadataImage) -> None:
         """A topic whose id stayed but whose name changed (a KIP-37 move): its logs move to the

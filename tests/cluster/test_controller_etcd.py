@@ -5,6 +5,7 @@ inside etcd while other brokers' admin changes go through."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import urllib.request
 
 import pytest
@@ -295,5 +296,87 @@ async def test_a_broker_that_does_not_answer_yet_is_held_again_next_round(etcd_c
     finally:
         await c1.stop()
         await port.kill()
+        for s in (s1, s2):
+            await s.close()
+
+
+class AnsweringPort(Port):
+    """A broker's port whose process serves: every request is answered as ApiVersions v0-v3
+    offering ApiVersions only (what the controller's held connection asks before it holds)."""
+
+    answered = 0
+
+    async def open(self, port: int = 0) -> int:
+        from shoal.protocol.codec import build, decode_request, encode_response, peek_header, response_module
+        from shoal.protocol.errors import ErrorCode
+
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            self.accepted.append(w)
+            try:
+                while True:
+                    frame = await r.readexactly(int.from_bytes(await r.readexactly(4), "big"))
+                    key, version, _cid = peek_header(frame)
+                    header, _req = decode_request(key, version, frame)
+                    m = response_module(18, version)
+                    keys = (build(m.ApiVersion, api_key=18, min_version=0, max_version=3),)
+                    w.write(encode_response(header.correlation_id, 18, version, build(
+                        m.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0))))
+                    await w.drain()
+                    self.answered += 1
+            except (asyncio.IncompleteReadError, ConnectionError):
+                w.close()
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", port)
+        return self.server.sockets[0].getsockname()[1]
+
+
+async def test_a_gone_broker_whose_port_only_accepts_stays_gone_until_it_answers(etcd_cluster, etcd_prefix,
+                                                                                  monkeypatch):
+    """A broker killed and restarted on the same port: the new process accepts connections while
+    it waits for its old lease to expire, and answers nothing until it registers anew. The
+    controller keeps it gone meanwhile (taken for alive, it would lead the partitions only it
+    can lead while it cannot serve them, until the old lease's expiry took them away again); a
+    process that answers is alive again."""
+    from shoal.cluster import controller as controller_module
+
+    monkeypatch.setattr(controller_module, "HOLD_TIMEOUT_S", 0.3)
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    port = AnsweringPort()  # broker 2's process, serving
+    c1 = Controller(s1, 1, 3000)
+    restarted = answering = None
+    try:
+        number = await port.open()
+        await broker_2_at(s1, s2, number)
+        await c1.probe()
+        await held(port)
+        for _ in range(100):
+            if port.answered:  # the held connection logged in
+                break
+            await asyncio.sleep(0.02)
+        await port.kill()  # kill -9
+        await until_woken(c1)
+        await c1.probe()
+        assert c1.refused == {2}
+        restarted = Port()  # the same port accepts again, answers nothing: a process starting
+        restarted.server = await asyncio.start_server(lambda _r, w: restarted.accepted.append(w), "127.0.0.1", number)
+        for _ in range(3):
+            await c1.probe()
+            await asyncio.sleep(0.4)  # its held connection's login times out meanwhile
+        assert restarted.accepted and c1.refused == {2}  # probed and held, still gone
+        await restarted.kill()
+        answering = AnsweringPort()  # a process that serves under the same registration
+        await answering.open(number)
+        await c1.probe()
+        for _ in range(100):
+            if not c1.refused:
+                break
+            await asyncio.sleep(0.02)
+        assert c1.refused == set()
+    finally:
+        await c1.stop()
+        for p in (restarted, answering):
+            if p is not None and p.server is not None:
+                await p.kill()
         for s in (s1, s2):
             await s.close()

@@ -245,3 +245,18 @@ async def test_a_followers_parked_fetch_wakes_for_data_or_a_new_leader_not_for_t
     await asyncio.sleep(0)
     rm.publish(image([PartitionInfo(1, (1, 2, 3), (1, 2, 3), leader=1, leader_epoch=1, partition_epoch=1)], epoch=2))
     assert await asyncio.wait_for(follower, 1) is True  # a new epoch: it must answer FENCED / re-check
+
+
+def test_partitions_moved_away_are_one_log_line(rm, caplog) -> None:
+    """A change that takes 300 partitions off this broker (a reassignment, a drained broker) says
+    so in one INFO line with the count and a few names, each partition at DEBUG only."""
+    here = [PartitionInfo(i, (1, 2), (1, 2), leader=1, leader_epoch=0) for i in range(300)]
+    rm.publish(image(here, 1))
+    assert len(list(rm.hosted())) == 300
+    caplog.set_level("DEBUG", logger="shoal.replica")
+    rm.publish(image([PartitionInfo(i, (2, 3), (2, 3), leader=2, leader_epoch=1) for i in range(300)], 2))
+    assert list(rm.hosted()) == [] and rm.logs.get("t", 299) is None
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO" and r.name == "shoal.replica"]
+    assert info == ["300 partition(s) no longer replicas here, their logs deleted: t-0, t-1, t-2, t-3, t-4 "
+                    "and 295 more"]
+    assert len([r for r in caplog.records if r.levelname == "DEBUG" and "no longer a replica" in r.getMessage()]) == 300
