@@ -160,8 +160,11 @@ class Nemesis:
         if role == "idle-leader":
             if not self.idle_topic:
                 raise RuntimeError(f"{target}: the run has no idle topic")
-            return self.cluster.leader_of(self.idle_topic, int(p or 0))
-        leader = self.cluster.leader_of(self.topic, int(p or 0))
+            leader = self._leader(self.idle_topic, int(p or 0))
+            if leader < 0:
+                raise RuntimeError(f"{target}: partition {p} of the idle topic has no leader")
+            return leader
+        leader = self._leader(self.topic, int(p or 0))
         if role == "leader":
             if leader < 0:
                 raise RuntimeError(f"{target}: partition {p} has no leader")
@@ -171,6 +174,17 @@ class Nemesis:
             others = [r for r in replicas if r != leader and r in live] or [n for n in live if n != leader]
             return others[0]
         raise ValueError(f"unknown target {target}")
+
+    def _leader(self, topic: str, partition: int, wait: float = 10.0) -> int:
+        """The partition's leader, waiting up to ``wait`` seconds for one: right after a fault
+        healed (an isolated broker back, an RF 1 partition's only replica re-registering) it may
+        have none for a moment; -1 if it still has none."""
+        deadline = time.monotonic() + wait
+        while True:
+            leader = self.cluster.leader_of(topic, partition)
+            if leader >= 0 or time.monotonic() > deadline:
+                return leader
+            time.sleep(0.2)
 
     def _replicas(self, partition: int) -> list[int]:
         import asyncio
