@@ -190,7 +190,14 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
     the members elect another, which extends every lease by its TTL. A broker whose member is a
     follower keeps its registration: a refresh that the member holds while etcd elects is given up
     after one keep-alive interval and sent again (the whole 5 s request timeout before, longer than
-    the 3 s session: brokers lost their registrations in a datacenter-loss drill)."""
+    the 3 s session: brokers lost their registrations in a datacenter-loss drill).
+
+    The paused member is then killed and started again, not resumed: etcd before 3.4.28/3.5.11
+    lets a leader that was stalled longer than a lease revoke that lease when it resumes (its
+    lessor still thinks it is primary; the revoke is forwarded to the new leader and committed:
+    etcd issue 15247), which Debian's 3.4.23 does. That is etcd's bug, and the registration's
+    answer to it (a new lease at the next keep-alive) is the lost-lease test's; this one is about
+    the broker's side of an election."""
     import os
     import signal
 
@@ -209,11 +216,15 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
         lease = a.backend.registration.lease_id
         os.kill(paused.pid, signal.SIGSTOP)
         await asyncio.sleep(8)  # an election (1.5-3 s) and more than two sessions
-        os.kill(paused.pid, signal.SIGCONT)
-        await asyncio.sleep(2)
         assert a.backend.registration.lease_id == lease  # never lost, so never registered again
         assert 1 in watcher.image.brokers
+        await asyncio.to_thread(cluster.kill_member, leader)  # never resumed (see above)
+        await asyncio.to_thread(cluster.start_member, leader)
+        await asyncio.sleep(2)
+        assert a.backend.registration.lease_id == lease
+        assert 1 in watcher.image.brokers
     finally:
-        os.kill(paused.pid, signal.SIGCONT)
+        if paused.poll() is None:
+            os.kill(paused.pid, signal.SIGCONT)
         await a.close()
         await watcher.close()
