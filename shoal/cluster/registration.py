@@ -10,16 +10,22 @@ error for it), after waiting up to one session timeout for that lease to expire:
 right after a ``kill -9`` finds its former registration still there, and takes the id once it
 goes, while a live broker keeps its lease alive and the newcomer is refused.
 
+The lease is refreshed from a thread of its own (``shoal.metadata.etcd.LeaseKeeper``), not the
+event loop: a broker whose loop is busy (a restart rejoining thousands of partitions) is alive and
+keeps its registration, and the controller's key on the same lease; a refresh from the loop ran
+late behind the busy loop and the lease expired (two brokers lost theirs rejoining 6,000
+partitions, and the controller moved every leadership off a live broker and back).
+
 If the lease is lost (this broker could not reach etcd for longer than the session, or the lease
-was revoked behind its back: the key is gone), the keep-alive notices it at its next round (etcd
-answers TTL 0), grants a new lease and creates the key again, retrying every ``RETRY_S`` until
-etcd answers, and logs one line when it is registered again; if another live broker took the id
-meanwhile, this one logs that and stays unregistered. An outage of the whole quorum loses no
-lease: etcd's new leader extends every lease by its TTL. A refresh waits one keep-alive interval
-at most and carries ``hasleader``, and a failed one is sent again ``RETRY_S`` later: a refresh held
-by a member while etcd elects (its leader paused or cut off, not killed) had waited the whole
-request timeout (5 s), longer than a 3 s session, and brokers in the surviving datacenter lost their
-registrations in a datacenter-loss drill.
+was revoked behind its back: the key is gone), the keeper notices it at its next round (etcd
+answers TTL 0) and tells the loop, which grants a new lease and creates the key again, retrying
+every ``RETRY_S`` until etcd answers, and logs one line when it is registered again; if another
+live broker took the id meanwhile, this one logs that and stays unregistered. An outage of the
+whole quorum loses no lease: etcd's new leader extends every lease by its TTL. A refresh waits one
+keep-alive interval at most and carries ``hasleader``, and a failed one is sent again ``RETRY_S``
+later: a refresh held by a member while etcd elects (its leader paused or cut off, not killed) had
+waited the whole request timeout (5 s), longer than a 3 s session, and brokers in the surviving
+datacenter lost their registrations in a datacenter-loss drill.
 
 Registrations are ephemeral and outside the metadata epoch: creating or losing one does not bump
 ``/meta/epoch`` (as in ZooKeeper mode, and as the embedded store, which never persists them).
@@ -36,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from shoal.metadata import BrokerInfo, MetadataError
 
 if TYPE_CHECKING:
-    from shoal.metadata.etcd import EtcdClient
+    from shoal.metadata.etcd import EtcdClient, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +97,9 @@ class Registration:
         self.lease_id: int | None = None
         self.info: BrokerInfo | None = None
         self._held: tuple[int, int] | None = None  # (node id, lease) of the key we created
-        self._keepalive: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None  # re-registers when the keeper says the lease went
+        self._lost = asyncio.Event()
+        self.keeper: "LeaseKeeper | None" = None
         self._closed = False
 
     async def register(self, info: BrokerInfo) -> int:
@@ -145,30 +153,32 @@ class Registration:
     async def _lease(self) -> int:
         if self.lease_id is None:
             self.lease_id = await self.client.lease_grant(self.ttl_s)
-            if self._keepalive is None:
-                self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
+            if self.keeper is None:
+                from shoal.metadata.etcd import LeaseKeeper
+
+                loop = asyncio.get_running_loop()
+                self.keeper = LeaseKeeper(self.client, max(0.3, self.ttl_s / 3),
+                                          lambda lease: loop.call_soon_threadsafe(self._lease_lost, lease), RETRY_S)
+                self._keepalive = loop.create_task(self._keep_alive())
+            self.keeper.keep(self.lease_id)
         return self.lease_id
 
+    def _lease_lost(self, lease: int) -> None:
+        """From the keeper (on the loop): etcd says the lease is gone."""
+        if self.lease_id == lease:
+            self._lost.set()
+
     async def _keep_alive(self) -> None:
-        """Refresh the lease every third of its TTL; when it was lost (expired while this broker
-        could not reach etcd, or revoked), take a new one and register again, retrying each round
-        until etcd answers, and say so in one line."""
-        interval = max(0.3, self.ttl_s / 3)
+        """When the keeper finds the lease lost (expired while this broker could not reach
+        etcd, or revoked), take a new one and register again, retrying until etcd answers, and
+        say so in one line."""
         lost: BrokerInfo | None = None  # a registration whose lease went, to make again
-        wait = interval
         while not self._closed:
-            await asyncio.sleep(wait)
-            wait = interval
             try:
                 if lost is None:
-                    lease, info = self.lease_id, self.info
-                    # each refresh waits one interval at most: one held by a member while etcd
-                    # elects (its leader paused or cut off) is given up and sent again soon, or
-                    # the lease could expire behind it (the new leader extends every lease by
-                    # its TTL, no more)
-                    if lease is None or await self.client.lease_keepalive(lease, timeout=interval) > 0:
-                        continue
-                    lost, self.lease_id, self.info = info, None, None
+                    await self._lost.wait()
+                    self._lost.clear()
+                    lost, self.lease_id, self.info = self.info, None, None
                     if lost is None:  # not registered (refused): a new lease when it tries again
                         continue
                 rev = await self.register(lost)
@@ -182,14 +192,15 @@ class Registration:
                           lost.node_id if lost else -1, e.message)
                 lost = None
             except Exception as e:  # etcd unreachable or electing: the watch logs it; try again soon
-                log.debug("lease keep-alive or registration failed: %s", e)
-                wait = min(interval, RETRY_S)
-                if lost is not None:
-                    self.lease_id = None  # a lease granted meanwhile may expire before the next try
+                log.debug("registration again failed: %s", e)
+                self.lease_id = None  # a lease granted meanwhile may expire before the next try
+                await asyncio.sleep(RETRY_S)
 
     async def close(self) -> None:
         """Stop the keep-alive and revoke the lease: the registration goes at once."""
         self._closed = True
+        if self.keeper is not None:
+            await asyncio.to_thread(self.keeper.stop)
         if self._keepalive is not None:
             self._keepalive.cancel()
             try:

@@ -228,3 +228,32 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
             os.kill(paused.pid, signal.SIGCONT)
         await a.close()
         await watcher.close()
+
+
+async def test_a_busy_event_loop_keeps_its_registration(cluster):
+    """A broker's loop busy for three sessions (CPU-bound work holding it, as a broker rejoining
+    thousands of partitions does) keeps its lease and its registration: the lease is refreshed
+    from a thread of its own. From the loop, no refresh ran while it was busy, the lease expired
+    and the broker registered again under a new one (the controller meanwhile took it for gone)."""
+    cluster.start_all()
+    prefix = f"/busy-{uuid.uuid4().hex[:8]}"
+    a = EtcdMetadataStore(cluster.url(prefix), node_id=1, session_timeout_ms=3000)
+    watcher = EtcdMetadataStore(cluster.url(prefix), node_id=2, session_timeout_ms=3000)
+    await a.start()
+    await watcher.start()
+    seen: list[set[int]] = []
+    watcher.subscribe(lambda old, new: seen.append(set(new.brokers)))
+    try:
+        await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
+        await until(lambda: 1 in watcher.image.brokers)
+        lease = a.backend.registration.lease_id
+        end = time.monotonic() + 9.0  # three 3 s sessions of a loop that runs nothing else
+        while time.monotonic() < end:
+            sum(range(10_000))
+        await asyncio.sleep(1.0)  # the watcher hears of what happened meanwhile
+        assert a.backend.registration.lease_id == lease  # never lost, so never registered again
+        assert 1 in watcher.image.brokers and all(1 in brokers for brokers in seen), seen
+        assert a.backend.registration.keeper.max_gap < 2.5  # refreshed every second or so throughout
+    finally:
+        await a.close()
+        await watcher.close()
