@@ -58,8 +58,10 @@ class Change:
 
     A change is decided against one image (``shoal.metadata.rules``) and is only meaningful
     applied to that image: a backend commits it if its current image is still that one (same
-    ``epoch``), else the caller decides again. ``apply`` is called once, by the backend that
-    commits it (it records, in ``renamed_topics``, the former names the change made stale)."""
+    ``epoch``), else the caller decides again. ``apply`` is pure (it never changes the change)
+    and a backend applies a change once; a backend that persists a change persists
+    ``settle(image)`` of it, which adds the former names the change makes stale to
+    ``renamed_topics`` as removals, so a replay of the record drops them too."""
 
     brokers: dict[int, BrokerInfo] = dataclasses.field(default_factory=dict)  # ephemeral
     broker_configs: Mapping[str, str] | None = None
@@ -76,11 +78,36 @@ class Change:
     renamed_topics: dict[str, uuid.UUID | None] = dataclasses.field(default_factory=dict)
     next_producer_id: int | None = None  # a producer id block was given out below this
 
+    def settle(self, old: MetadataImage) -> "Change":
+        """This change with the former names it makes stale (their topic went, or a topic takes
+        the name again) added to ``renamed_topics`` as removals; itself when there are none.
+        Pure, and cheap: it looks only at the topics the change names and the former names."""
+        if not self.topics:
+            return self
+        changed = self.topics
+        added_ids = {t.topic_id for t in changed.values() if t is not None}
+        gone_ids = set()
+        for name in changed:
+            prev = old.topics.get(name)
+            if prev is not None and old.topics_by_id.get(prev.topic_id) is prev:
+                gone_ids.add(prev.topic_id)
+
+        def stale(name: str, topic_id: uuid.UUID) -> bool:
+            named = changed[name] is not None if name in changed else name in old.topics
+            alive = topic_id in added_ids or (topic_id in old.topics_by_id and topic_id not in gone_ids)
+            return named or not alive
+
+        current = _patched(old.renamed_topics, self.renamed_topics)
+        drop = {n: None for n, i in current.items() if stale(n, i)}
+        if not drop:
+            return self
+        return dataclasses.replace(self, renamed_topics={**self.renamed_topics, **drop})
+
     def apply(self, old: MetadataImage) -> MetadataImage:
-        """The image after this change, ``epoch + 1``. Former names of renamed topics that no
-        longer name their topic (it went, or a topic took the name again) are dropped here, and
-        recorded as removals in ``renamed_topics`` so the journal replays them."""
+        """The image after this change, ``epoch + 1``. Former names that no longer name their
+        topic (it went, or a topic took the name again) are dropped (``settle``)."""
         topics, by_id, delta = old.topics, old.topics_by_id, old.topics_delta
+        renamed = self.renamed_topics
         if self.topics:
             topics = _patched(old.topics, self.topics)
             delta = TopicsDelta(old.topics, topics, frozenset(self.topics))
@@ -91,10 +118,7 @@ class Change:
                     del ids[prev.topic_id]
             ids.update((t.topic_id, t) for t in self.topics.values() if t is not None)
             by_id = MappingProxyType(ids)
-            current = _patched(old.renamed_topics, self.renamed_topics)
-            self.renamed_topics.update(
-                (n, None) for n, i in current.items() if n in topics or i not in by_id
-            )
+            renamed = self.settle(old).renamed_topics
         admins = old.tenant_admins
         if self.tenant_admins:
             admins = (admins | {u for u, a in self.tenant_admins.items() if a}) - {
@@ -126,7 +150,7 @@ class Change:
             broker_overrides=_patched(old.broker_overrides, self.broker_overrides),
             acls=acls,
             client_quotas=_patched(old.client_quotas, self.client_quotas),
-            renamed_topics=_patched(old.renamed_topics, self.renamed_topics),
+            renamed_topics=_patched(old.renamed_topics, renamed),
             next_producer_id=old.next_producer_id if self.next_producer_id is None else self.next_producer_id,
         )
 

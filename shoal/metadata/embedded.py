@@ -574,6 +574,7 @@ class EmbeddedBackend(MetadataBackend):
             old = self.writable()
             if old.epoch != expected_epoch:
                 raise CommitConflict(expected_epoch, old.epoch)
+            change = change.settle(old)  # its record drops the former names it makes stale
             new = change.apply(old)
             record = {"epoch": new.epoch, **change.to_json()}
             # The write runs to completion even if the caller is cancelled, and the image follows

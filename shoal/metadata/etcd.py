@@ -740,7 +740,7 @@ class EtcdBackend(MetadataBackend):
             raise CommitConflict(expected_epoch, old.epoch)
         if change.brokers:
             raise ValueError("broker registrations go through EtcdBackend.register()")
-        change.apply(old)  # records, in renamed_topics, the former names it makes stale
+        change = change.settle(old)  # persisted with the former names it makes stale
         rpc = self.client.rpc
         token = f"{self._token_base}-{next(self._tokens)}"
         ops = self._ops(change, old)

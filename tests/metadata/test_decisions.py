@@ -106,6 +106,32 @@ def test_rename_moves_the_topic_and_remembers_the_former_name():
     assert code(e) == "TOPIC_ALREADY_EXISTS"
 
 
+def test_apply_is_pure_and_settle_records_the_former_names_a_change_makes_stale():
+    """``apply`` never changes the change (a backend may apply it more than once: on commit and
+    when its watch delivers it); ``settle`` is what a backend persists: the change plus the former
+    names it makes stale as removals, so replaying the record drops them too."""
+    img = with_topic(empty(), "a", tid=1)
+    img = topics.rename_topic(img, "a", "b").change.apply(img)
+    img = topics.rename_topic(img, "b", "c").change.apply(img)
+    assert dict(img.renamed_topics) == {"a": uuid.UUID(int=1), "b": uuid.UUID(int=1)}
+    back = topics.rename_topic(img, "c", "a").change  # "a" names the topic again: not former
+    before = Change(topics=dict(back.topics), renamed_topics=dict(back.renamed_topics))
+    after = back.apply(img)
+    assert back == before  # untouched
+    assert dict(after.renamed_topics) == {"b": uuid.UUID(int=1), "c": uuid.UUID(int=1)}
+    settled = back.settle(img)
+    assert settled.renamed_topics == {"c": uuid.UUID(int=1), "a": None}
+    assert back == before and settled.settle(img) == settled  # pure, and settled once is settled
+    assert settled.apply(img) == after
+    # a replay of the persisted record (no image topics needed) drops the stale name as well
+    replayed = Change(renamed_topics=settled.renamed_topics).apply(img)
+    assert dict(replayed.renamed_topics) == dict(after.renamed_topics)
+    gone = topics.delete_topic(after, "a").change  # the topic goes: every former name goes
+    assert dict(gone.apply(after).renamed_topics) == {}
+    assert gone.settle(after).renamed_topics == {"b": None, "c": None}
+    assert Change().settle(img) == Change()
+
+
 def test_update_partition_bumps_epochs_as_kraft():
     img = with_topic(empty(), "a")
     r = topics.update_partition(img, "a", 0, leader=2, isr=(2,))
