@@ -279,6 +279,10 @@ class TcpProxy:
         except OSError:
             writer.close()
             return
+        if self.is_cut:  # cut while this connection was being made: cut() did not see it
+            writer.close()
+            up_writer.close()
+            return
         self._writers.update((writer, up_writer))
 
         async def pipe(r, w) -> None:
