@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
+from shoal.metadata.partition_change import PartitionChange
 from shoal.metadata.rules import topics as topic_rules
 from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
 
@@ -114,9 +115,7 @@ def leadership_change(image: MetadataImage, alive: set[int],
             if chosen is None:
                 continue
             leader, isr = chosen
-            parts[i] = dataclasses.replace(
-                p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + (leader != p.leader),
-                partition_epoch=p.partition_epoch + 1)
+            parts[i] = PartitionChange(p).leader(leader).isr(isr).build()
             moved = True
         if moved:
             topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
@@ -175,8 +174,7 @@ def election_change(
                 continue
             leader, isr = chosen
         parts = list(topic.partitions)
-        parts[index] = dataclasses.replace(p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + 1,
-                                           partition_epoch=p.partition_epoch + 1)
+        parts[index] = PartitionChange(p).leader(leader).isr(isr).build()
         topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
         results[(name, index)] = ("NONE", None)
     return Result(Change(topics=topics) if topics else None, results)
@@ -223,12 +221,10 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
                 if not others:
                     continue
                 leader = next((r for r in p.replicas if r in others), others[0])
-                parts[i] = dataclasses.replace(p, leader=leader, isr=others, leader_epoch=p.leader_epoch + 1,
-                                               partition_epoch=p.partition_epoch + 1)
+                parts[i] = PartitionChange(p).leader(leader).isr(others).build()
                 moved_leaders += 1
             else:
-                parts[i] = dataclasses.replace(p, isr=tuple(r for r in p.isr if r != node),
-                                               partition_epoch=p.partition_epoch + 1)
+                parts[i] = PartitionChange(p).isr(tuple(r for r in p.isr if r != node)).build()
             changed = True
         if changed:
             topics[name] = dataclasses.replace(topic, partitions=tuple(parts))

@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from shoal.metadata import IsrChange, MetadataError, MetadataImage, PartitionInfo, TopicInfo, frozen_topic
 from shoal.metadata.change import Change, Result, unchanged
+from shoal.metadata.partition_change import PartitionChange
 from shoal.metadata.rules import existing_topic
 from shoal.promotion import promotion_allowed, promotion_policy
 
@@ -113,15 +114,14 @@ def update_partition(
     if not 0 <= partition < len(topic.partitions):
         raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"Partition {name}-{partition} does not exist.")
     p = topic.partitions[partition]
-    new_leader = p.leader if leader is None else leader
-    np = dataclasses.replace(
-        p,
-        replicas=p.replicas if replicas is None else tuple(replicas),
-        isr=p.isr if isr is None else tuple(isr),
-        leader=new_leader,
-        leader_epoch=p.leader_epoch + (1 if new_leader != p.leader else 0),
-        partition_epoch=p.partition_epoch + 1,
-    )
+    change = PartitionChange(p)
+    if replicas is not None:
+        change.replicas(replicas)
+    if isr is not None:
+        change.isr(isr)
+    if leader is not None:
+        change.leader(leader)
+    np = change.build(always=True)  # an explicit write: a new partition epoch, as before
     parts = list(topic.partitions)
     parts[partition] = np
     return Result(Change(topics={name: dataclasses.replace(topic, partitions=tuple(parts))}), np)
@@ -190,7 +190,7 @@ def _isr_change(topic: TopicInfo, partitions: Sequence[PartitionInfo], c: IsrCha
                                 f"({list(p.observers)}): {why}")
     if isr == p.isr:
         return None
-    return dataclasses.replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
+    return PartitionChange(p).isr(isr).build()
 
 
 IsrAnswer = PartitionInfo | MetadataError | None
@@ -324,8 +324,7 @@ def start_reassignment(
     if not adding and not removing:
         np = _roles_changed(p, replicas, observers)
     else:
-        np = dataclasses.replace(p, replicas=replicas, adding=adding, removing=removing, observers=observers,
-                                 partition_epoch=p.partition_epoch + 1)
+        np = PartitionChange(p).replicas(replicas).reassignment(adding, removing).observers(observers).build()
     return Result(_with_partition(image, name, np), np)
 
 
@@ -344,9 +343,8 @@ def _roles_changed(p: PartitionInfo, replicas: tuple[int, ...], observers: tuple
     leader = p.leader
     if leader in observers:
         leader = next(r for r in replicas if r in isr and r not in observers)
-    return dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, observers=observers, adding=(), removing=(),
-                               leader_epoch=p.leader_epoch + (leader != p.leader),
-                               partition_epoch=p.partition_epoch + 1)
+    return (PartitionChange(p).replicas(replicas).isr(isr).leader(leader).observers(observers)
+            .reassignment((), ()).build())
 
 
 def change_placement(
@@ -386,9 +384,8 @@ def cancel_reassignment(image: MetadataImage, name: str, partition: int) -> Resu
     isr = tuple(r for r in p.isr if r not in p.adding) or replicas[:1]
     leader = p.leader if p.leader in replicas else next((r for r in replicas if r in isr), -1)
     observers = tuple(r for r in p.observers if r in replicas)  # (a placement change's: see start_reassignment)
-    np = dataclasses.replace(p, replicas=replicas, isr=isr, leader=leader, adding=(), removing=(), observers=observers,
-                             leader_epoch=p.leader_epoch + (leader != p.leader),
-                             partition_epoch=p.partition_epoch + 1)
+    np = (PartitionChange(p).replicas(replicas).isr(isr).leader(leader).reassignment((), ())
+          .observers(observers).build())
     return Result(_with_partition(image, name, np), np)
 
 
@@ -413,9 +410,8 @@ def complete_reassignment(p: PartitionInfo) -> PartitionInfo | None:
     target = sync + observers  # observers last, as placement lists them
     isr = tuple(r for r in p.isr if r in sync)
     leader = p.leader if p.leader in sync else next(r for r in sync if r in isr)
-    return dataclasses.replace(p, replicas=target, isr=isr, leader=leader, adding=(), removing=(),
-                               observers=observers, leader_epoch=p.leader_epoch + (leader != p.leader),
-                               partition_epoch=p.partition_epoch + 1)
+    return (PartitionChange(p).replicas(target).isr(isr).leader(leader).reassignment((), ())
+            .observers(observers).build())
 
 
 def complete_reassignments(image: MetadataImage) -> Result[list[tuple[str, int]]]:
