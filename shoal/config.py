@@ -286,7 +286,7 @@ def _placement(name: str, v: Any) -> None:
     """A ``replica.placement`` value: empty/unset, or a valid placement-constraints JSON."""
     if v is None or v == "":
         return
-    from shoal.placement_constraints import PlacementSpecError, parse_placement
+    from shoal.placement.constraints import PlacementSpecError, parse_placement
 
     try:
         parse_placement(v)

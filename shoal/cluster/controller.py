@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules import topics as topic_rules
-from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
+from shoal.placement.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
     from shoal.client import ClientSecurity
