@@ -79,7 +79,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("shoal.txn.coordinator", "shoal.services"): "part 2: a narrow coordinator context",
     ("shoal.txn.markers", "shoal.services"): "part 2: a narrow coordinator context",
     # to be moved to their layers (one commit each)
-    ("shoal.metering.pipeline", "shoal.spark"): "the metering pipeline is DESIGN.md's spark layer",
     ("shoal.handlers.produce", "shoal.metering.record"): "the usage topic's name: below handlers",
     ("shoal.replica.manager", "shoal.tenancy.namespaces"): "topic config inheritance over the image",
 }
