@@ -100,7 +100,6 @@ BROKER_IMPORT_ALLOWED: dict[str, str] = {
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
     frozenset({"shoal.metadata.etcd", "shoal.cluster.registration"}): "part 3: one etcd session",
     frozenset({"shoal.cli_hints", "shoal.cli_users"}): "part 4: no private cross-imports between command modules",
-    frozenset({"shoal.admin.http", "shoal.admin.http_namespaces"}): "HttpError to a module of its own",
 }
 
 
