@@ -158,7 +158,7 @@ def _thread_broker(data_dir: str, interval_ms: int):
 
 def _spark():
     os.environ["PYTHONPATH"] = REPO_ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    from shoal.metering.pipeline import spark_session
+    from shoal.spark import spark_session
 
     return spark_session("shoal-bench-metering")
 

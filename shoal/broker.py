@@ -120,7 +120,7 @@ class Broker:
 
         self.quotas = QuotaManagers(config, self.node_id)
         # a tenant's consumer quota is split over the followers that may serve its consumers too
-        from shoal.replica.selector import selector_kind
+        from shoal.config import selector_kind
 
         self.quotas.fetch.follower_reads = selector_kind(config.get("replica.selector.class")) == "rack-aware"
         # scheduler: fair request processing across tenants (shoal.server.scheduler)

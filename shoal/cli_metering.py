@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_metering(args: argparse.Namespace) -> int:
     from shoal.cli_users import _client_props
-    from shoal.metering.pipeline import PipelineOptions, RateCard, RateCardError, run, spark_session
+    from shoal.metering.pipeline import PipelineOptions, RateCard, RateCardError, run
 
     name = "shoal metering run"
     try:
@@ -65,6 +65,8 @@ def cmd_metering(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap_server, output=Path(args.output), rate_card=card, once=args.once,
         client_options={f"kafka.{k}": v for k, v in props.items()}, watermark=args.watermark,
         trigger_interval=args.trigger_interval, max_offsets_per_trigger=args.max_offsets_per_trigger)
+    from shoal.spark import spark_session
+
     spark = spark_session()
     try:
         p = run(spark, opts)

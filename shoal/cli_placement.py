@@ -94,7 +94,7 @@ def parse_brokers(text: str) -> list[tuple[int, str | None]]:
 
 
 def cmd_placement(args: argparse.Namespace) -> int:
-    from shoal.placement import PlacementError, assign_replicas
+    from shoal.placement.assignment import PlacementError, assign_replicas
 
     try:
         brokers = parse_brokers(args.brokers)
@@ -156,9 +156,9 @@ def _read_spec(text: str) -> str:
 def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]]], str | None]:
     """(layout, its partitions) for --spec or --replication-factor with --brokers; and the
     placement's promotion policy."""
-    from shoal.placement import PlacementError, assign_replicas
-    from shoal.placement_constraints import PlacementSpecError, assign_with_constraints, parse_placement
-    from shoal.stretch import Layout
+    from shoal.placement.assignment import PlacementError, assign_replicas
+    from shoal.placement.constraints import PlacementSpecError, assign_with_constraints, parse_placement
+    from shoal.placement.stretch import Layout
 
     if not args.brokers:
         raise _UsageError("--brokers ID:RACK,... is needed with --spec or --replication-factor")
@@ -193,7 +193,7 @@ def group_layouts(items: list[tuple[int, Any]]) -> list[tuple[Any, list[int]]]:
 
 def report(groups: list[tuple[Any, list[int]]], min_isr: int, min_racks: int, promotion: str | None,
            as_json: bool, title: str) -> int:
-    from shoal.stretch import advise, render
+    from shoal.placement.stretch import advise, render
 
     advice = [(advise(layout, min_isr, min_racks, promotion), parts) for layout, parts in groups]
     if as_json:
@@ -231,7 +231,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     async def job(client: Any) -> int:
         from shoal.client import RESOURCE_TOPIC, KafkaError
-        from shoal.stretch import Layout
+        from shoal.placement.stretch import Layout
 
         md = await client.metadata([args.topic])
         topic = md.topics.get(args.topic)
@@ -247,7 +247,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         entry = configs.get("replica.placement")
         spec = None
         if entry is not None and entry.value:
-            from shoal.placement_constraints import PlacementSpecError, parse_placement
+            from shoal.placement.constraints import PlacementSpecError, parse_placement
             try:
                 spec = parse_placement(entry.value)
             except PlacementSpecError:

@@ -225,7 +225,7 @@ async def _describe(client, args) -> int:
 
 def _observer_count(entries) -> int:
     """Observers per partition of a topic placed by ``replica.placement`` (recorded at creation)."""
-    from shoal.placement_constraints import PlacementSpecError, parse_placement
+    from shoal.placement.constraints import PlacementSpecError, parse_placement
 
     entry = entries.get("replica.placement")
     if entry is None or not entry.value or entry.source != "DYNAMIC_TOPIC_CONFIG":

@@ -286,7 +286,7 @@ def _placement(name: str, v: Any) -> None:
     """A ``replica.placement`` value: empty/unset, or a valid placement-constraints JSON."""
     if v is None or v == "":
         return
-    from shoal.placement_constraints import PlacementSpecError, parse_placement
+    from shoal.placement.constraints import PlacementSpecError, parse_placement
 
     try:
         parse_placement(v)
@@ -294,9 +294,25 @@ def _placement(name: str, v: Any) -> None:
         raise _invalid(name, v, e.message) from None
 
 
-def _replica_selector(name: str, v: Any) -> None:
-    from shoal.replica.selector import selector_kind
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+_SELECTOR_KINDS = {RACK_AWARE_SELECTOR: "rack-aware", "rack-aware": "rack-aware", LEADER_SELECTOR: "leader",
+                   "leader": "leader"}
 
+
+def selector_kind(value: str | None) -> str:
+    """``rack-aware`` or ``leader`` for a ``replica.selector.class`` value (None: the default);
+    ValueError for anything else. The rules are ``shoal.replica.selector``'s."""
+    if value is None or value == "":
+        return "rack-aware"
+    kind = _SELECTOR_KINDS.get(value.strip())
+    if kind is None:
+        raise ValueError(f"replica.selector.class={value} is not supported: use {RACK_AWARE_SELECTOR} (rack-aware) "
+                         f"or {LEADER_SELECTOR} (leader only)")
+    return kind
+
+
+def _replica_selector(name: str, v: Any) -> None:
     try:
         selector_kind(v)
     except ValueError as e:

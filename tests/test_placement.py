@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.placement import (
+from shoal.placement.assignment import (
     PlacementError,
     assign_replicas,
     rack_alternated,

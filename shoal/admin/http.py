@@ -36,6 +36,7 @@ import logging
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+from shoal.admin.http_errors import HttpError
 from shoal.admin.http_namespaces import SECTIONS as TENANCY_SECTIONS, TenancyRoutes
 from shoal.admin.http_namespaces import openapi_paths as tenancy_openapi
 from shoal.config import BrokerConfig
@@ -56,12 +57,6 @@ DEFAULT_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             404: "Not Found", 405: "Method Not Allowed",
             409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error"}
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 def parse_listener(value: str, config: str = "shoal.admin.listener") -> tuple[str, int]:

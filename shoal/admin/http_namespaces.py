@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import parse_qs
 
+from shoal.admin.http_errors import HttpError
 from shoal.config import BrokerConfig, ConfigError, validate_topic_configs
 from shoal.metadata import MetadataError, MetadataImage, tenant_prefix
 from shoal.metadata.change import Result
@@ -52,8 +53,6 @@ _STATUS = {
 
 
 def _error(code: str, message: str) -> Exception:
-    from shoal.admin.http import HttpError
-
     status, kind = _STATUS.get(code, (400, "bad_request"))
     return HttpError(status, kind, message)
 
@@ -86,8 +85,6 @@ class TenancyRoutes:
 
     async def route(self, method: str, tenant_id: str, segs: list[str], query: str, raw: bytes) -> tuple[int, Any]:
         """``segs``: the path after ``/v1/tenants/{id}/`` (its first is one of SECTIONS)."""
-        from shoal.admin.http import HttpError
-
         self.server._tenant(tenant_id)
         prefix = tenant_prefix(tenant_id)
         q = parse_qs(query, keep_blank_values=True)

@@ -43,7 +43,7 @@ from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionIn
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.partition_change import PartitionChange
 from shoal.metadata.rules import topics as topic_rules
-from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
+from shoal.placement.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
     from shoal.client import ClientSecurity

@@ -9,7 +9,7 @@ Kafka's error code and Kafka's message. Pure: no I/O, no clock, no randomness bu
 seeded ``random.Random`` gives the same plan every time.
 
 What Kafka does, and so this:
-- Placement is ``AdminUtils.assignReplicasToBrokers`` (KIP-36, :mod:`shoal.placement`) with
+- Placement is ``AdminUtils.assignReplicasToBrokers`` (KIP-36, :mod:`shoal.placement.assignment`) with
   Kafka's RANDOM start index and replica shift, each drawn in ``[0, brokers)``: the first
   replicas (the leaders) go round-robin over the brokers from that start, so topics' leaders
   spread over the cluster instead of piling on the lowest id.
@@ -42,7 +42,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from shoal.placement import PlacementError, assign_replicas, start_index_for_new_partitions
+from shoal.placement.assignment import PlacementError, assign_replicas, start_index_for_new_partitions
 
 if TYPE_CHECKING:
     from shoal.metadata import MetadataImage
@@ -89,7 +89,7 @@ class TopicRequest:
     num_partitions: int = -1
     replication_factor: int = -1
     assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
-    placement: Any = None  # a shoal.placement_constraints.PlacementSpec (replica.placement)
+    placement: Any = None  # a shoal.placement.constraints.PlacementSpec (replica.placement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +153,7 @@ def _constrained_topic(brokers: Sequence[Broker], request: TopicRequest, default
     """Placement constraints (the multi-region document): the spec gives the replica count, so
     a replication factor or a manual assignment with it is refused; the start position within
     each rack is drawn like Kafka's start index."""
-    from shoal.placement_constraints import PlacementSpecError, assign_with_constraints
+    from shoal.placement.constraints import PlacementSpecError, assign_with_constraints
 
     spec = request.placement
     if request.assignments:
@@ -289,7 +289,7 @@ def plan_new_partitions(
     additional = count - current
     rf = len(existing[0]) if existing else 0
     if placement is not None:
-        from shoal.placement_constraints import PlacementSpecError, assign_with_constraints
+        from shoal.placement.constraints import PlacementSpecError, assign_with_constraints
 
         if assignments is not None:
             raise PlacementError("INVALID_REQUEST",
@@ -324,9 +324,9 @@ def placement_targets(brokers: Sequence[Broker], placement: Any,
                       current: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Where a topic's partitions (``current`` replica lists) go when its ``replica.placement``
     becomes ``placement``: per partition (replicas, observers), moving as few replicas as the spec
-    allows (``placement_constraints.reassign_with_constraints``). PlacementError when the brokers
+    allows (``constraints.reassign_with_constraints``). PlacementError when the brokers
     cannot hold it."""
-    from shoal.placement_constraints import PlacementSpecError, reassign_with_constraints
+    from shoal.placement.constraints import PlacementSpecError, reassign_with_constraints
 
     try:
         return reassign_with_constraints(placement, brokers, current)

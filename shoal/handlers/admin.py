@@ -222,7 +222,7 @@ def _plan_topic(
 def _placement(configs: Mapping[str, str], cfg: Any) -> Any:
     """The ``replica.placement`` a new topic is placed by: its own, else the broker default
     (validated when set); None for Kafka's rack-aware placement."""
-    from shoal.placement_constraints import parse_placement
+    from shoal.placement.constraints import parse_placement
 
     text = configs.get("replica.placement", cfg.get("replica.placement"))
     return parse_placement(text) if text else None
@@ -445,7 +445,7 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> tuple[list[tup
     manual = None if t.assignments is None else [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
     if manual is not None and not scope.physical_view:
         raise AdminError("POLICY_VIOLATION", ASSIGNMENT_IS_OPERATORS)
-    from shoal.placement_constraints import parse_placement
+    from shoal.placement.constraints import parse_placement
 
     placement = topic.configs.get("replica.placement")
     try:
@@ -579,7 +579,7 @@ def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placem
     """A new ``replica.placement`` for an existing topic: where each partition goes (planner;
     the controller completes the reassignments). Moving replicas is the operator's: a tenant's
     principals are refused (``PLACEMENT_IS_OPERATORS``)."""
-    from shoal.placement_constraints import PlacementSpecError, parse_placement
+    from shoal.placement.constraints import PlacementSpecError, parse_placement
     from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
 
     if not scope.physical_view:

@@ -606,7 +606,8 @@ class _Read:
 def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str, int], int]:
     """KIP-392 on the leader: for the partitions this broker leads, the replica in the consumer's
     rack it should read from instead (``shoal.replica.selector``); absent when the leader stays."""
-    from shoal.replica.selector import ReplicaView, select_read_replica, selector_kind
+    from shoal.config import selector_kind
+    from shoal.replica.selector import ReplicaView, select_read_replica
 
     if not client_rack:
         return {}

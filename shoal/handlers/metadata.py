@@ -298,7 +298,7 @@ async def auto_create_topic(svc: "Services", name: str) -> TopicInfo | None:
         raise MetadataError(*refused)
     placement = svc.config.get("replica.placement")  # the broker's default placement, if any
     try:  # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
-        from shoal.placement_constraints import parse_placement
+        from shoal.placement.constraints import parse_placement
 
         request = planner.TopicRequest(name, placement=parse_placement(placement) if placement else None)
         plan = planner.plan_topic(planner.live_brokers(image), request, defaults, svc.random)

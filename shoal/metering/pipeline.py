@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,24 +242,6 @@ class Pipeline:
                   .option("checkpointLocation", str(opts.output / "_checkpoint")))
         writer = writer.trigger(availableNow=True) if opts.once else writer.trigger(processingTime=opts.trigger_interval)
         return writer.queryName("shoal-metering").start()
-
-
-def spark_session(app: str = "shoal-metering", master: str | None = None) -> Any:
-    """A SparkSession with ``format("shoal")`` registered; Spark's Python workers run this interpreter."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from shoal.spark import register
-
-    builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
-    if master or not os.environ.get("SPARK_MASTER"):
-        builder = (builder.master(master or "local[2]").config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    return session
 
 
 def run(spark: Any, opts: PipelineOptions, *, timeout_s: float | None = None) -> Pipeline:

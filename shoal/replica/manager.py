@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from shoal.asyncutil import cancel_and_wait
 from shoal.config import BrokerConfig, log_config
 from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo, changed_topics, topic_renames
-from shoal.promotion import promotion_policy
+from shoal.placement.promotion import promotion_policy
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.isr import AlterIsrs, IsrChangeQueue
 from shoal.replica.partition import Partition
@@ -255,7 +255,7 @@ class ReplicaManager:
                     self._maybe_promote(part, topic.configs, now)
 
     def _maybe_promote(self, part: Partition, configs: Mapping[str, str], now_ms: int) -> None:
-        """Automatic observer promotion (``shoal.promotion``): a leader whose topic's placement
+        """Automatic observer promotion (``shoal.placement.promotion``): a leader whose topic's placement
         has an ``observerPromotionPolicy`` brings caught-up observers into the ISR, or lets them
         go once the sync replicas are back."""
         policy = promotion_policy(configs.get("replica.placement") or "")

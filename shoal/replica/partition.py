@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.metadata import PartitionInfo
-from shoal.promotion import observer_isr
+from shoal.placement.promotion import observer_isr
 
 if TYPE_CHECKING:
     from shoal.storage import AppendInfo, PartitionLog
@@ -347,7 +347,7 @@ class Partition:
 
     def promotion(self, policy: str | None, min_isr: int, now_ms: int, lag_ms: int) -> tuple[int, ...] | None:
         """The ISR promoting or demoting observers under the topic's ``observerPromotionPolicy``
-        (``shoal.promotion.observer_isr``), or None. A replica outside the ISR counts as caught
+        (``shoal.placement.promotion.observer_isr``), or None. A replica outside the ISR counts as caught
         up as it would to join the ISR (``_expansion``'s test: it has everything up to the high
         watermark) and only while it fetches (caught up within ``lag_ms``)."""
         if not self.is_leader or not self.info.observers or self.pending_isr is not None:

@@ -5,7 +5,8 @@ told, in ``preferred_read_replica``, to read from a replica in its own rack inst
 fetches from that replica (which serves up to the high watermark it knows) until the replica
 fails or falls behind, when it goes back to the leader, which selects again.
 
-``replica.selector.class`` picks the rule (Kafka's class names are accepted):
+``replica.selector.class`` picks the rule (Kafka's class names are accepted; ``shoal.config.selector_kind``
+reads the value):
 
 - ``org.apache.kafka.common.replica.RackAwareReplicaSelector`` (``rack-aware``; Shoal's default):
   among the leader and the replicas that have the fetch offset (an ISR member or an observer whose
@@ -23,22 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
-
-RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-LEADER = "org.apache.kafka.common.replica.LeaderSelector"
-_KINDS = {RACK_AWARE: "rack-aware", "rack-aware": "rack-aware", LEADER: "leader", "leader": "leader"}
-
-
-def selector_kind(value: str | None) -> str:
-    """``rack-aware`` or ``leader`` for a ``replica.selector.class`` value (None: the default);
-    ValueError for anything else."""
-    if value is None or value == "":
-        return "rack-aware"
-    kind = _KINDS.get(value.strip())
-    if kind is None:
-        raise ValueError(f"replica.selector.class={value} is not supported: use {RACK_AWARE} (rack-aware) "
-                         f"or {LEADER} (leader only)")
-    return kind
 
 
 @dataclass(frozen=True, slots=True)

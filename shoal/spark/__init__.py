@@ -21,6 +21,10 @@ arithmetic), :mod:`~shoal.spark.kafka` (confluent-kafka I/O), :mod:`~shoal.spark
 
 from __future__ import annotations
 
+import os
+import sys
+
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -29,7 +33,7 @@ from shoal.spark.options import OptionError, parse_sink_options, parse_source_op
 from shoal.spark.sink import ShoalBatchWriter, ShoalStreamWriter
 from shoal.spark.source import ShoalBatchReader, ShoalStreamReader, source_schema
 
-__all__ = ["ShoalDataSource", "register", "DataLossError", "OptionError"]
+__all__ = ["ShoalDataSource", "register", "spark_session", "DataLossError", "OptionError"]
 
 
 class ShoalDataSource(DataSource):
@@ -64,3 +68,18 @@ class ShoalDataSource(DataSource):
 def register(spark) -> None:
     """Make ``format("shoal")`` available in this SparkSession."""
     spark.dataSource.register(ShoalDataSource)
+
+
+def spark_session(app: str = "shoal-metering", master: str | None = None) -> SparkSession:
+    """A SparkSession with ``format("shoal")`` registered; Spark's Python workers run this interpreter
+    (``shoal metering run``'s: ``local[2]`` unless ``master`` or ``SPARK_MASTER`` says otherwise)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
+    if master or not os.environ.get("SPARK_MASTER"):
+        builder = (builder.master(master or "local[2]").config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session

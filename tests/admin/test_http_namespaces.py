@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from shoal.admin.http import AdminHttpServer, HttpError
+from shoal.admin.http import AdminHttpServer
+from shoal.admin.http_errors import HttpError
 from shoal.config import BrokerConfig
 from shoal.metadata.embedded import EmbeddedMetadataStore
 

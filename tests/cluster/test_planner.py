@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from shoal.cluster import planner
 from shoal.cluster.planner import Defaults, PlacementError, TopicRequest, plan_new_partitions, plan_topic
 from shoal.metadata import BrokerInfo
-from shoal.placement import assign_replicas
+from shoal.placement.assignment import assign_replicas
 
 STRETCH = [(1, "dc1"), (2, "dc1"), (3, "dc1"), (4, "dc2"), (5, "dc2"), (6, "dc2")]
 ONE = [(1, None)]

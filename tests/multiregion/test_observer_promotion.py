@@ -1,4 +1,4 @@
-"""Automatic observer promotion, the pure policy (``shoal.promotion``): exact examples for each
+"""Automatic observer promotion, the pure policy (``shoal.placement.promotion``): exact examples for each
 of Confluent's policies and Hypothesis properties (never more observers than needed promoted, none
 that is not caught up, demotion never below min.insync.replicas, the rule accepts what the leader
 proposes)."""
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.promotion import observer_isr, promotion_allowed, promotion_policy, promotions_needed
+from shoal.placement.promotion import observer_isr, promotion_allowed, promotion_policy, promotions_needed
 
 # the drill (b) layout: 2 sync + 1 observer per DC; dc1 = 1, 2 (+5), dc2 = 3, 4 (+6)
 SYNC, OBS = (1, 2, 3, 4), (5, 6)

@@ -1,5 +1,5 @@
 """Changing a topic's ``replica.placement``: the minimal-move targets
-(``placement_constraints.reassign_with_constraints``) and the metadata rules that reassign a placed
+(``constraints.reassign_with_constraints``) and the metadata rules that reassign a placed
 partition (observers included) and complete it (``topics.change_placement``,
 ``start_reassignment`` with observers, ``complete_reassignment``)."""
 
@@ -15,7 +15,7 @@ import pytest
 from shoal.metadata.change import Change
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.rules import topics
-from shoal.placement_constraints import PlacementSpecError, parse_placement, reassign_with_constraints
+from shoal.placement.constraints import PlacementSpecError, parse_placement, reassign_with_constraints
 
 BROKERS = [(1, "dc1"), (2, "dc1"), (3, "dc2"), (4, "dc2"), (5, "dc3")]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.placement_constraints import (
+from shoal.placement.constraints import (
     Constraint,
     PlacementSpecError,
     assign_with_constraints,

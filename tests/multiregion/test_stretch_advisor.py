@@ -1,4 +1,4 @@
-"""The stretch advisor (``shoal.stretch``): the stretch-cluster document's formula and examples,
+"""The stretch advisor (``shoal.placement.stretch``): the stretch-cluster document's formula and examples,
 the issue's two datacenter-loss drills as the advisor predicts them, and brute-force properties."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.stretch import Layout, advise, dc_loss, guaranteed_dcs, min_isr_for
+from shoal.placement.stretch import Layout, advise, dc_loss, guaranteed_dcs, min_isr_for
 
 THREE_DCS = {"DC1": 2, "DC2": 2, "DC3": 2}  # the document: 3 DCs, RF 6
 

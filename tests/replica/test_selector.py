@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from shoal.replica.selector import LEADER, RACK_AWARE, ReplicaView, select_read_replica, selector_kind
+from shoal.config import LEADER_SELECTOR, RACK_AWARE_SELECTOR, selector_kind
+from shoal.replica.selector import ReplicaView, select_read_replica
 
 LEADER_DC1 = ReplicaView(1, "dc1", 100)
 
 
 def test_kinds_accept_kafkas_class_names():
-    assert selector_kind(None) == selector_kind(RACK_AWARE) == selector_kind("rack-aware") == "rack-aware"
-    assert selector_kind(LEADER) == selector_kind("leader") == "leader"
+    assert selector_kind(None) == selector_kind(RACK_AWARE_SELECTOR) == selector_kind("rack-aware") == "rack-aware"
+    assert selector_kind(LEADER_SELECTOR) == selector_kind("leader") == "leader"
     with pytest.raises(ValueError, match="is not supported"):
         selector_kind("com.example.MySelector")
 

@@ -18,7 +18,7 @@ from shoal.metadata import IsrChange, MetadataError, MetadataImage, PartitionInf
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.partition_change import PartitionChange
 from shoal.metadata.rules import existing_topic
-from shoal.promotion import promotion_allowed, promotion_policy
+from shoal.placement.promotion import promotion_allowed, promotion_policy
 
 
 def new_partitions(first: int, assignments: list[tuple[int, ...]],
@@ -145,7 +145,7 @@ def alter_isr(
 
     Observers join the ISR only by automatic promotion: the topic's ``replica.placement`` is
     version 2 with a policy that promotes under this ISR, and no more observers than it needs
-    (``shoal.promotion.promotion_allowed``; ``min_isr`` is the leader's ``min.insync.replicas``,
+    (``shoal.placement.promotion.promotion_allowed``; ``min_isr`` is the leader's ``min.insync.replicas``,
     else the topic's, else 1)."""
     topic = existing_topic(image, name)
     np = _isr_change(topic, topic.partitions, IsrChange(name, partition, leader, leader_epoch, partition_epoch,

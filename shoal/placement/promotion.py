@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 from typing import AbstractSet, Sequence
 
-from shoal.placement_constraints import PlacementSpecError, parse_placement
+from shoal.placement.constraints import PlacementSpecError, parse_placement
 
 UNDER_MIN_ISR, UNDER_REPLICATED, LEADER_IS_OBSERVER = "under-min-isr", "under-replicated", "leader-is-observer"
 
