@@ -41,7 +41,7 @@ async def handle_api_versions(ctx, req):
         if not _SOFTWARE.match(name) or not _SOFTWARE.match(version):
             code = ErrorCode.invalid_request
         else:
-            conn = ctx.extra.get("connection")
+            conn = ctx.connection
             if conn is not None:
                 conn.client_software = (req.client_software_name, req.client_software_version)
     return _response(ctx.services.registry, ctx.api_version, code, transaction_version(ctx.services.config))

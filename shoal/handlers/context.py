@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
+    from shoal.auth.sasl import SaslSession
     from shoal.protocol.codec import RequestHeader
+    from shoal.quotas.manager import ClientQuotaManager
+    from shoal.replica.sessions import ReplicaSession
     from shoal.services import Services
+    from shoal.tenancy.scope import Scope
+
+
+class ConnectionControls(Protocol):
+    """What a handler may use of the connection its request came on
+    (``shoal.server.connection.KafkaConnection``), and nothing else of it."""
+
+    principal: str
+    sasl: "SaslSession | None"  # SASL listeners: the connection's login
+    client_software: tuple[str, str] | None  # ApiVersions v3+: (name, version)
+    replica_session: "ReplicaSession | None"  # a follower's fetch session (shoal.replica.sessions)
+    replica_order: Any  # the fetch handler's order of a follower's pipelined fetches
+    closers: list[Callable[[], None]]  # called when the connection closes
+
+    def bind_principal(self, principal: str) -> None:
+        """The connection is now ``principal``'s (a SASL login; request memory shares)."""
 
 
 @dataclass
@@ -17,9 +36,9 @@ class RequestContext:
     client_address: str  # "host:port" of the peer
     listener: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
-    tenant: Any = None  # the connection's tenant id (None: the physical cluster)
-    # shoal.tenancy.scope.Scope: names and authorization of this request's view
-    scope: Any = None
+    tenant: str | None = None  # the connection's tenant id (None: the physical cluster)
+    # names and authorization of this request's view (built from the rest when not given)
+    scope: "Scope" = None  # type: ignore[assignment]
     # Filled by handlers that want the connection muted / response delayed (quotas): the
     # connection combines it with the request-time throttle, sets the response's throttle_time
     # and mutes the connection (shoal.server.connection, KIP-219).
@@ -30,7 +49,14 @@ class RequestContext:
     quota_id: Any = None  # quotas: (tenant, user, client-id), set when first needed
     # Set by a handler (Produce with acks=0) when no response must be sent.
     no_response: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    # The connection's controls (None: a request made without one, in tests or internally).
+    connection: ConnectionControls | None = None
+    # Set by a handler: close the connection once this response is sent (a failed login, a
+    # produce the broker must not answer on).
+    close_after: bool = False
+    # quotas: the quota whose throttle ``throttle_ms`` is (shoal.quotas.manager)
+    throttle_quota: "ClientQuotaManager | None" = None
+    _replica: bool | None = field(default=None, repr=False)  # is_replica's answer, once asked
 
     def __post_init__(self) -> None:
         if self.scope is None:
@@ -67,10 +93,10 @@ class RequestContext:
         so no per-topic check can stand in for this one."""
         if replica_id < 0:
             return False
-        known = self.extra.get("replica")
+        known = self._replica
         if known is None:
             from shoal.tenancy.acl import Operation
 
             scope = self.scope
-            known = self.extra["replica"] = bool(scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION))
+            known = self._replica = bool(scope.physical_view and scope.allowed_cluster(Operation.CLUSTER_ACTION))
         return known

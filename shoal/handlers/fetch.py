@@ -242,7 +242,7 @@ async def handle_fetch(ctx, req):
     # a follower's session lives on its connection, apart from the consumers' cache
     # (``shoal.replica.sessions``); one that asks for none is served in full, as before
     rsession: ReplicaSession | None = None
-    conn = ctx.extra.get("connection")
+    conn = ctx.connection
     if follower and v >= 7 and conn is not None and (session_id != 0 or session_epoch == INITIAL_EPOCH):
         rsession, code = _replica_session(svc, conn, replica_id, session_id, session_epoch, wanted,
                                           _forgotten(req, scope, image, use_ids))
@@ -452,7 +452,7 @@ def _replica_session(svc, conn, replica_id: int, session_id: int, session_epoch:
     the fetch names (which it reads) and forgets; ``seq`` numbers its fetches. Returns (session
     or None, error): None for a fetch that closes its session (epoch -1, served in full)."""
     index = svc.replicas.sessions
-    current: ReplicaSession | None = getattr(conn, "replica_session", None)
+    current: ReplicaSession | None = conn.replica_session
     if session_id == 0:
         if current is not None:
             index.close(current)
@@ -551,10 +551,10 @@ class _ReplicaOrder:
 
     @staticmethod
     def of(ctx) -> "_ReplicaOrder | None":
-        conn = ctx.extra.get("connection")
+        conn = ctx.connection
         if conn is None:
             return None
-        order = getattr(conn, "replica_order", None)
+        order = conn.replica_order
         if order is None:
             order = conn.replica_order = _ReplicaOrder()
         return order

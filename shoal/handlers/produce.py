@@ -315,7 +315,7 @@ async def handle_produce(ctx, req):
         # No response for acks=0. On an error Kafka closes the connection so the client notices.
         ctx.no_response = True
         if failed:
-            ctx.extra["close_after"] = True
+            ctx.close_after = True
         return None
 
     for plog in to_flush:

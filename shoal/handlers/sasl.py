@@ -66,8 +66,8 @@ log = logging.getLogger("shoal.auth")
 
 
 def _session(ctx: Any) -> Any:
-    conn = ctx.extra.get("connection")
-    return getattr(conn, "sasl", None), conn
+    conn = ctx.connection
+    return (conn.sasl if conn is not None else None), conn
 
 
 @api(SASL_HANDSHAKE, 0, 1)
@@ -78,7 +78,7 @@ async def sasl_handshake(ctx: Any, request: Any) -> Any:
         return build(mod.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     error = session.handshake(request.mechanism)
     if error is not None:
-        ctx.extra["close_after"] = True
+        ctx.close_after = True
         log.warning(
             "SASL handshake from %s on %s refused (%s): mechanism %r, enabled %s",
             ctx.client_address, ctx.listener, error, request.mechanism, ",".join(session.enabled),
@@ -151,7 +151,7 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
             security.failure_log.warning(
                 ("sasl", ctx.client_address), "failed authentication from %s on %s with SASL mechanism %s",
                 ctx.client_address, ctx.listener, e.mechanism)
-        ctx.extra["close_after"] = True
+        ctx.close_after = True
         if delay:  # the answer (and the close) waits; other connections go on
             await asyncio.sleep(delay / 1000)
         return reply(ErrorCode.sasl_authentication_failed, str(e))

@@ -258,7 +258,7 @@ class BrokerMetrics:
             stats = self.apis[name] = ApiStats()
         sasl_state = None
         if key == SASL_AUTHENTICATE or key == SASL_HANDSHAKE:
-            sasl = getattr(ctx.extra.get("connection"), "sasl", None)
+            sasl = getattr(ctx.connection, "sasl", None)
             if sasl is not None:
                 sasl_state = sasl.state
         return [stats, (name, ctx.tenant or ""), arrived, started, 0, 0, 0, 0, 0, 0, False, sasl_state]
@@ -423,7 +423,7 @@ class BrokerMetrics:
     # -- authentication --------------------------------------------------------------------
 
     def _authentication(self, rec: RequestRecord, ctx: "RequestContext") -> None:
-        sasl = getattr(ctx.extra.get("connection"), "sasl", None)
+        sasl = getattr(ctx.connection, "sasl", None)
         if sasl is None:
             return
         before, after = rec[R_SASL], sasl.state

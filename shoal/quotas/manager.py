@@ -530,7 +530,7 @@ class QuotaManagers:
     def _throttle_ctx(ctx: Any, manager: ClientQuotaManager, throttle_ms: int) -> None:
         if throttle_ms > ctx.throttle_ms:
             ctx.throttle_ms = throttle_ms
-            ctx.extra["throttle_quota"] = manager
+            ctx.throttle_quota = manager
 
     def record_produce(self, ctx: Any, now_ms: int) -> None:
         """Produce: record the request's size (Kafka counts the whole request) and leave the
@@ -583,7 +583,7 @@ class QuotaManagers:
             self.request.record_throttle(tenant, user, client, request_ms, now_ms)
             return request_ms
         if ctx.throttle_ms:
-            ctx.extra.get("throttle_quota", self.produce).record_throttle(tenant, user, client, ctx.throttle_ms,
+            (ctx.throttle_quota or self.produce).record_throttle(tenant, user, client, ctx.throttle_ms,
                                                                           now_ms)
         return ctx.throttle_ms
 

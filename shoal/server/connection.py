@@ -171,6 +171,9 @@ class KafkaConnection(asyncio.Protocol):
         # state a handler ties to this connection, released when it closes (a follower's fetch
         # session: shoal.replica.sessions)
         self.closers: list[Callable[[], None]] = []
+        self.client_software: tuple[str, str] | None = None  # ApiVersions v3+
+        self.replica_session: Any = None  # a follower's fetch session (shoal.handlers.fetch)
+        self.replica_order: Any = None  # its pipelined fetches' order (shoal.handlers.fetch)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -493,7 +496,7 @@ class KafkaConnection(asyncio.Protocol):
             tenant=self.tenant,
             scope=scope,
         )
-        ctx.extra["connection"] = self
+        ctx.connection = self
         ctx.request_size = len(frame)
         if timed:
             ctx.step_start_ns = start_ns
@@ -578,7 +581,7 @@ class KafkaConnection(asyncio.Protocol):
             self._track_in_flight(-1)
         if slot.m is not None:  # metrics: sizes, times, errors, per-topic bytes
             self.broker.metrics.answered(slot.m, ctx, request, response, data, throttle_ms, failed)
-        close_after = bool(ctx.extra.get("close_after"))
+        close_after = ctx.close_after
         if throttle_ms:
             self._throttle(slot, data, close_after, throttle_ms, client_throttles(hdr.api_key, hdr.api_version))
             return
