@@ -28,8 +28,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shoal.cli import main
-from shoal.cli_admin import UsageError
-from shoal.cli_transactions import abort_spec, candidates, hanging, ms_or_none, open_transaction_at
+from shoal.cli.common import UsageError
+from shoal.cli.transactions import abort_spec, candidates, hanging, ms_or_none, open_transaction_at
 from shoal.client import LATEST
 from shoal.client import AdminClient as ShoalAdmin
 

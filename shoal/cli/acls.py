@@ -27,7 +27,7 @@ import argparse
 import sys
 from typing import Any, Iterable
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 from shoal.tenancy.acl import (
     CLUSTER_NAME,

@@ -51,7 +51,7 @@ def _tenant_of(topic: str) -> str:
 
 
 async def _partitions(args: argparse.Namespace) -> list[tuple[str, int, tuple[int, ...]]]:
-    from shoal.cli_users import _client_props
+    from shoal.cli.scram import _client_props
     from shoal.client import AdminClient, ClientSecurity, TopicDescription
 
     security = ClientSecurity.from_properties(_client_props(args.command_config))

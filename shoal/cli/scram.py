@@ -68,7 +68,7 @@ def _client_props(path: str | None) -> dict[str, str]:
 
 
 def cmd_scram(args: argparse.Namespace) -> int:
-    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
+    from shoal.cli.hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     try:

@@ -98,7 +98,7 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) ->
             message = json.loads(e.read()).get("message") or str(e)
         except (ValueError, AttributeError):
             message = str(e)
-        from shoal.cli_hints import http_hint
+        from shoal.cli.hints import http_hint
 
         found = http_hint(e.code, user)
         raise _Failed(EXIT_ERROR, f"{message}: {found}" if found else message) from None

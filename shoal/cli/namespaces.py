@@ -23,7 +23,7 @@ import sys
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from shoal.cli_tenants import EXIT_USAGE, _call, _Failed, admin_api_arguments
+from shoal.cli.tenants import EXIT_USAGE, _call, _Failed, admin_api_arguments
 
 INHERITABLE = ("TOPIC", "NAMESPACE", "TENANT_DEFAULT")
 

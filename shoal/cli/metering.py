@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_metering(args: argparse.Namespace) -> int:
-    from shoal.cli_users import _client_props
+    from shoal.cli.scram import _client_props
     from shoal.metering.pipeline import PipelineOptions, RateCard, RateCardError, run, spark_session
 
     name = "shoal metering run"

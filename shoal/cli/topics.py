@@ -3,7 +3,7 @@
 Talks to a broker through :mod:`shoal.client` only (never reads storage). Every failure ends with
 one line on stderr (``shoal topics <command>: <reason>``) and a non-zero exit status:
 1 for an error the broker returned, 2 for bad arguments, 3 when the broker cannot be reached
-(or refuses the credentials). A refusal for who the caller is adds what to do (:mod:`shoal.cli_hints`).
+(or refuses the credentials). A refusal for who the caller is adds what to do (:mod:`shoal.cli.hints`).
 
 Output follows kafka-topics.sh: ``--describe`` prints a topic line (TopicId, PartitionCount,
 ReplicationFactor, Configs with the topic's overrides) and one line per partition with its
@@ -89,7 +89,7 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
+    from shoal.cli.hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     command = args.topics_command
@@ -109,7 +109,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from shoal.cli_users import _client_props
+    from shoal.cli.scram import _client_props
     from shoal.client import AdminClient, ClientSecurity
 
     handler = {

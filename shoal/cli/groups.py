@@ -19,7 +19,7 @@ request is. Output follows kafka-consumer-groups.sh:
 - ``delete-offsets GROUP --topic T[:P,...]``: refused per topic while a member subscribes to it.
 
 ``--output json`` on list, describe and reset-offsets prints one JSON document (times ISO-8601).
-Exit status as every admin command (:mod:`shoal.cli_admin`).
+Exit status as every admin command (:mod:`shoal.cli.common`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import json
 import sys
 from typing import Any
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "to_datetime", "shift_by")
 INACTIVE = ("Empty", "Dead")

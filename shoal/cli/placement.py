@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--min-insync-racks", type=int, default=None, metavar="N",
                    help="Shoal's min.insync.racks (default: the topic's, else 1)")
     c.add_argument("--json", action="store_true", help="print JSON")
-    from shoal.cli_admin import add_connection_args
+    from shoal.cli.common import add_connection_args
 
     add_connection_args(c)
     c.set_defaults(func=cmd_check)
@@ -227,7 +227,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.brokers:
         print(f"{name}: --brokers is for --spec / --replication-factor; --topic reads the cluster's", file=sys.stderr)
         return EXIT_USAGE
-    from shoal.cli_admin import run_admin
+    from shoal.cli.common import run_admin
 
     async def job(client: Any) -> int:
         from shoal.client import RESOURCE_TOPIC, KafkaError

@@ -252,21 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    from shoal import cli_topics, cli_users
+    from shoal.cli import (acls, capacity, cluster, configs, groups, metering, namespaces, placement, quotas, scram,
+                           tenants, topics, transactions)
 
-    cli_topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
-    cli_users.add_parser(sub)  # shoal scram set|delete|describe
-    __import__("shoal.cli_tenants").cli_tenants.add_parser(sub)  # shoal tenants ...|users create|delete
-    __import__("shoal.cli_namespaces").cli_namespaces.add_parser(sub)  # shoal namespaces create|...|move
-    __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
-    __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
-    __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
-    __import__("shoal.cli_cluster").cli_cluster.add_parser(sub)  # shoal cluster describe
-    __import__("shoal.cli_configs").cli_configs.add_parser(sub)  # shoal configs describe|alter --broker N
-    __import__("shoal.cli_groups").cli_groups.add_parser(sub)  # shoal groups list|describe|delete|reset-offsets|...
-    __import__("shoal.cli_transactions").cli_transactions.add_parser(sub)  # shoal transactions list|describe|abort|...
-    __import__("shoal.cli_metering").cli_metering.add_parser(sub)  # shoal metering run
-    __import__("shoal.cli_capacity").cli_capacity.add_parser(sub)  # shoal capacity report
+    topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
+    scram.add_parser(sub)  # shoal scram set|delete|describe
+    tenants.add_parser(sub)  # shoal tenants ...|users create|delete
+    namespaces.add_parser(sub)  # shoal namespaces create|...|move
+    acls.add_parser(sub)  # shoal acls add|list|remove
+    quotas.add_parser(sub)  # shoal quotas describe|alter
+    placement.add_parser(sub)  # shoal placement assign
+    cluster.add_parser(sub)  # shoal cluster describe
+    configs.add_parser(sub)  # shoal configs describe|alter --broker N
+    groups.add_parser(sub)  # shoal groups list|describe|delete|reset-offsets|...
+    transactions.add_parser(sub)  # shoal transactions list|describe|abort|...
+    metering.add_parser(sub)  # shoal metering run
+    capacity.add_parser(sub)  # shoal capacity report
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)
@@ -278,6 +279,3 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     return rc
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,11 +33,11 @@ def run_admin(args: argparse.Namespace, name: str, client_id: str,
               job: Callable[["AdminClient"], Awaitable[int]]) -> int:
     """Connect as ``args`` says, ``await job(client)``, close; errors become one line on stderr
     (prefixed with ``name``, e.g. ``shoal quotas alter``) and an exit status."""
-    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
+    from shoal.cli.hints import CONNECT_ERRORS, explain, explain_lost
     from shoal.client import ConnectionLost, KafkaError
 
     async def run() -> int:
-        from shoal.cli_users import _client_props
+        from shoal.cli.scram import _client_props
         from shoal.client import AdminClient, ClientSecurity
 
         try:
