@@ -120,7 +120,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 async def placed_observers(client: Any, md: Any) -> dict[str, int]:
     """topic -> observers per partition, for topics placed by ``replica.placement``."""
-    from shoal.cli.topics import _observer_count
+    from shoal.cli.common import observer_count
     from shoal.client import RESOURCE_TOPIC
 
     names = [n for n, t in md.topics.items() if hasattr(t, "partitions")]
@@ -131,7 +131,7 @@ async def placed_observers(client: Any, md: Any) -> dict[str, int]:
     out = {}
     for n in names:
         entries = configs.get((RESOURCE_TOPIC, n))
-        if isinstance(entries, dict) and (count := _observer_count(entries)):
+        if isinstance(entries, dict) and (count := observer_count(entries)):
             out[n] = count
     return out
 

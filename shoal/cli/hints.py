@@ -36,10 +36,10 @@ SASL_PROPS = "security.protocol=SASL_PLAINTEXT (SASL_SSL on TLS), sasl.mechanism
 
 def props_of(args: Any) -> dict[str, str]:
     """The ``--command-config`` properties of ``args`` ({} when none or unreadable)."""
-    from shoal.cli.scram import _client_props
+    from shoal.cli.common import client_props
 
     try:
-        return _client_props(getattr(args, "command_config", None))
+        return client_props(getattr(args, "command_config", None))
     except (OSError, ValueError):
         return {}
 

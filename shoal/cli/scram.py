@@ -18,18 +18,11 @@ reached or authentication fails.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
-MECHS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class _UsageError(Exception):
-    pass
+from shoal.cli.common import SCRAM_MECHANISMS, UsageError, add_connection_args, run_checked
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,96 +30,78 @@ def add_parser(subparsers: Any) -> None:
     sub = scram.add_subparsers(dest="scram_command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
-        p.add_argument("--command-config", metavar="FILE", help="client properties (SASL settings)")
-        p.add_argument("--timeout", type=float, default=30.0)
+        add_connection_args(p)
         p.set_defaults(func=cmd_scram)
 
     p = sub.add_parser("set", help="create or replace a user's SCRAM credentials")
     p.add_argument("user", metavar="USER")
-    p.add_argument("--mechanism", choices=MECHS,
+    p.add_argument("--mechanism", choices=SCRAM_MECHANISMS,
                    help="set only this mechanism's credential (default: SCRAM-SHA-256 and SCRAM-SHA-512)")
     p.add_argument("--iterations", type=int, default=4096)
     p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
     common(p)
     p = sub.add_parser("delete", help="delete a user's SCRAM credentials")
     p.add_argument("user", metavar="USER")
-    p.add_argument("--mechanism", choices=MECHS, help="delete only this mechanism's credential (default: all it has)")
+    p.add_argument("--mechanism", choices=SCRAM_MECHANISMS, help="delete only this mechanism's credential (default: all it has)")
     common(p)
     p = sub.add_parser("describe", help="list users with SCRAM credentials (mechanism, iterations)")
     p.add_argument("user", metavar="USER", nargs="?")
     common(p)
 
 
-def _client_props(path: str | None) -> dict[str, str]:
-    if path is None:
-        return {}
-    from shoal.config import parse_properties
-
-    with open(path, encoding="utf-8") as f:
-        return parse_properties(f.read())
-
-
 def cmd_scram(args: argparse.Namespace) -> int:
-    from shoal.cli.hints import CONNECT_ERRORS, explain, explain_lost
-    from shoal.client import ConnectionLost, KafkaError
+    def prepare() -> Any:
+        # Check the arguments and read the password before connecting.
+        body: dict[str, Any] | None = None
+        if args.scram_command == "set":
+            body = _upsertions(args)
+        return lambda client: _run(client, args, body)
 
-    try:
-        return asyncio.run(_run(args))
-    except _UsageError as e:
-        print(f"shoal scram {args.scram_command}: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConnectionLost as e:
-        print(f"shoal scram {args.scram_command}: {explain_lost(e, args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except KafkaError as e:
-        print(f"shoal scram {args.scram_command}: {explain(e, args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE if e.code_name in CONNECT_ERRORS else EXIT_ERROR
+    return run_checked(args, f"shoal scram {args.scram_command}", "shoal-scram", prepare)
 
 
-async def _run(args: argparse.Namespace) -> int:
+def _upsertions(args: argparse.Namespace) -> dict[str, Any]:
+    """The AlterUserScramCredentials body of ``set``: the password from stdin, salted and hashed."""
     from shoal.auth.scram import MECHANISMS, check_iterations, salted_password
-    from shoal.client import AdminClient, ClientSecurity, KafkaError
 
-    try:
-        security = ClientSecurity.from_properties(_client_props(args.command_config))
-    except ValueError as e:
-        raise _UsageError(str(e)) from None
-    body: dict[str, Any] | None = None
-    if args.scram_command == "set":
-        why = check_iterations(args.iterations)
-        if why:
-            raise _UsageError(why)
-        line = sys.stdin.readline()
-        password = line[:-1] if line.endswith("\n") else line
-        if not password:
-            raise _UsageError("empty password on stdin")
-        mechs = (args.mechanism,) if args.mechanism else MECHS
-        upsertions = []
-        for mech in mechs:
-            salt = os.urandom(32)
-            upsertions.append({"name": args.user, "mechanism": MECHANISMS[mech], "iterations": args.iterations,
-                               "salt": salt, "salted_password": salted_password(mech, password, salt, args.iterations)})
-        body = {"deletions": [], "upsertions": upsertions}
-    client = AdminClient(args.bootstrap_server, client_id="shoal-scram", timeout=args.timeout, security=security)
-    await client.connect()
-    try:
-        if args.scram_command == "delete":
-            mechs = (args.mechanism,) if args.mechanism else [m for m, _n in (await _credentials(client, args.user))[args.user]]
-            body = {"deletions": [{"name": args.user, "mechanism": MECHANISMS[m]} for m in mechs], "upsertions": []}
-        if body is not None:
-            resp = await client.request(51, body)
-            for r in resp.results:
-                if r.error_code != 0:
-                    raise KafkaError.from_code(int(r.error_code), r.error_message, r.user)
-            verb = "set" if args.scram_command == "set" else "deleted"
-            print(f"{', '.join(mechs)} credential{'s' if len(mechs) > 1 else ''} of user {args.user} {verb}")
-            return 0
-        for user, infos in (await _credentials(client, args.user)).items():
-            print(f"{user}: {', '.join(f'{m}(iterations={n})' for m, n in infos)}")
+    why = check_iterations(args.iterations)
+    if why:
+        raise UsageError(why)
+    line = sys.stdin.readline()
+    password = line[:-1] if line.endswith("\n") else line
+    if not password:
+        raise UsageError("empty password on stdin")
+    upsertions = []
+    for mech in _mechanisms(args):
+        salt = os.urandom(32)
+        upsertions.append({"name": args.user, "mechanism": MECHANISMS[mech], "iterations": args.iterations,
+                           "salt": salt, "salted_password": salted_password(mech, password, salt, args.iterations)})
+    return {"deletions": [], "upsertions": upsertions}
+
+
+def _mechanisms(args: argparse.Namespace) -> tuple[str, ...]:
+    return (args.mechanism,) if args.mechanism else SCRAM_MECHANISMS
+
+
+async def _run(client: Any, args: argparse.Namespace, body: dict[str, Any] | None) -> int:
+    from shoal.auth.scram import MECHANISMS
+    from shoal.client import KafkaError
+
+    mechs: Any = _mechanisms(args) if args.scram_command == "set" else None
+    if args.scram_command == "delete":
+        mechs = (args.mechanism,) if args.mechanism else [m for m, _n in (await _credentials(client, args.user))[args.user]]
+        body = {"deletions": [{"name": args.user, "mechanism": MECHANISMS[m]} for m in mechs], "upsertions": []}
+    if body is not None:
+        resp = await client.request(51, body)
+        for r in resp.results:
+            if r.error_code != 0:
+                raise KafkaError.from_code(int(r.error_code), r.error_message, r.user)
+        verb = "set" if args.scram_command == "set" else "deleted"
+        print(f"{', '.join(mechs)} credential{'s' if len(mechs) > 1 else ''} of user {args.user} {verb}")
         return 0
-    finally:
-        await client.close()
+    for user, infos in (await _credentials(client, args.user)).items():
+        print(f"{user}: {', '.join(f'{m}(iterations={n})' for m, n in infos)}")
+    return 0
 
 
 async def _credentials(client: Any, user: str | None) -> dict[str, list[tuple[str, int]]]:
