@@ -322,7 +322,7 @@ def test_describe_transactions_response_with_no_start_time():
     timestamp, so the client reads DescribeTransactions v0 itself: the same fields as kio's."""
     from kio.schema.errors import ErrorCode
 
-    from shoal.client import _decode_describe_transactions, build_entity
+    from shoal.client.admin import _decode_describe_transactions, build_entity
     from shoal.protocol import codec
 
     mod = codec.response_module(65, 0)

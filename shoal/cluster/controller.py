@@ -369,7 +369,7 @@ class Controller:
         """An authenticated connection that sends nothing but an ApiVersions every
         ``HOLD_KEEPALIVE_S``; its end (EOF, a reset) is the news. A keepalive that times out (a
         paused broker) is not: its lease decides that."""
-        from shoal.client import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
+        from shoal.client.admin import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
         from shoal.protocol import codec
 
         conn = _Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)

@@ -270,7 +270,7 @@ class BrokerUsageWriter:
         if endpoint is None:
             raise ConnectionError(f"broker {node} has no inter-broker endpoint")
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.client.admin import _Connection
 
         conn = _Connection(endpoint[0], endpoint[1], f"shoal-metering-{self.broker.node_id}", WRITE_TIMEOUT_S,
                            inter_broker_security(self.broker.config))

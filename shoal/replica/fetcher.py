@@ -202,7 +202,7 @@ class ReplicaFetcher:
             return self._conn
         await self._close()
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.client.admin import _Connection
 
         cfg = self.manager.config()
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
@@ -225,7 +225,7 @@ class ReplicaFetcher:
         """The round trip to the leader in ms: the fastest of three ApiVersions requests, timed
         with ``time.perf_counter`` (uvloop's ``loop.time()`` counts whole milliseconds: a 4.6 ms
         link measured 4 or 5 ms, either side of ``...pipeline.min.rtt.ms``' 5)."""
-        from shoal.client import API_VERSIONS, build_entity
+        from shoal.client.admin import API_VERSIONS, build_entity
         from shoal.protocol import codec
 
         version = conn.version_for(API_VERSIONS)

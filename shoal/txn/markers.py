@@ -118,7 +118,7 @@ class BrokerChannel:
         if cached is not None and cached[0] == endpoint and cached[1]._closed_reason is None:
             return cached[1]
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.client.admin import _Connection
 
         conn = _Connection(endpoint[0], endpoint[1], f"shoal-txn-{svc.node_id}", self.timeout_s() + 5,
                            inter_broker_security(svc.config))

@@ -1,6 +1,6 @@
 """A small asyncio Kafka admin client on Shoal's own codec (no other Kafka library).
 
-Used by the ``shoal topics`` CLI and by tests. It speaks only the wire protocol:
+Used by the ``shoal`` command and by tests. It speaks only the wire protocol:
 
 - ``AdminClient.connect()`` opens a connection to the bootstrap broker and sends ApiVersions
   first; every later request uses, per API, the highest version both sides support.
