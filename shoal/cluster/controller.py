@@ -45,7 +45,7 @@ from shoal.metadata.rules import topics as topic_rules
 from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
-    from shoal.client import ClientSecurity
+    from shoal.net import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
 
 log = logging.getLogger(__name__)
@@ -369,10 +369,10 @@ class Controller:
         """An authenticated connection that sends nothing but an ApiVersions every
         ``HOLD_KEEPALIVE_S``; its end (EOF, a reset) is the news. A keepalive that times out (a
         paused broker) is not: its lease decides that."""
-        from shoal.client.admin import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
-        from shoal.protocol import codec
+        from shoal.net import API_VERSIONS, Connection, ConnectionLost, KafkaError
+        from shoal.net.requests import api_versions
 
-        conn = _Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)
+        conn = Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)
         try:
             try:
                 await conn.open()
@@ -395,8 +395,7 @@ class Controller:
             read = conn._read_task
             assert read is not None
             version = conn.version_for(API_VERSIONS)
-            body = build_entity(codec.request_type(API_VERSIONS, version),
-                                {"client_software_name": "shoal-controller", "client_software_version": "0.1.0"})
+            body = api_versions(version, "shoal-controller")
             while True:
                 done, _ = await asyncio.wait({read}, timeout=HOLD_KEEPALIVE_S)
                 if done:
