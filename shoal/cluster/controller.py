@@ -385,14 +385,14 @@ class Controller:
                 if isinstance(e, KafkaError) and not isinstance(e, ConnectionLost):
                     self._alive_again(node)  # it answered, if only to refuse the login: it serves
                 self._hold_failed[node] = self._monotonic()  # not again for a while (a broker alive)
-                if isinstance(e, ConnectionLost) and conn._read_task is not None:
+                if isinstance(e, ConnectionLost) and conn.reading is not None:
                     raise  # connected, then the connection ended before the login was done: news too
                 log.info("broker %d: cannot hold a connection to broker %d at %s:%d (%s): its death is seen by "
                          "probes alone, trying again in %.0f s", self.node_id, node, host, port, e, HOLD_KEEPALIVE_S)
                 return  # the probes decide
             self._serving.add(node)
             self._alive_again(node)
-            read = conn._read_task
+            read = conn.reading
             assert read is not None
             version = conn.version_for(API_VERSIONS)
             body = api_versions(version, "shoal-controller")

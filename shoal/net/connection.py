@@ -206,6 +206,12 @@ class Connection:
             self._writer.close()
 
     @property
+    def reading(self) -> "asyncio.Task[None] | None":
+        """The task that reads the responses: None until the connection is made (TCP, TLS),
+        done once it has ended (an EOF, a reset, ``close()``)."""
+        return self._read_task
+
+    @property
     def closed(self) -> bool:
         """The connection has ended (closed, or failed: every later request raises ConnectionLost)."""
         return self._closed_reason is not None
