@@ -1,6 +1,6 @@
 """What an operator must hear when a broker starts: exposure that gives secrets away, and what
 acks=all means on a single node. Pure functions of the config (and the metadata image); the
-``serve`` command (shoal.cli) logs the warnings and prints the durability note in its banner.
+``serve`` command (shoal.cli.serve) logs the warnings and prints the durability note in its banner.
 
 - PLAIN over a listener without TLS (SASL_PLAINTEXT with PLAIN in ``sasl.enabled.mechanisms``)
   on an address other hosts can reach sends every password in clear text.

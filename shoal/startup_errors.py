@@ -11,7 +11,7 @@ they are; the others get the remedy appended here, by kind:
   that is not this machine's;
 - any other file the broker could not use, and, last, anything unforeseen (its type and text).
 
-``--log-level debug`` prints the traceback as well (``shoal.cli``).
+``--log-level debug`` prints the traceback as well (``shoal.cli.serve``).
 """
 
 from __future__ import annotations

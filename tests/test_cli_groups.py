@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shoal.cli import main
-from shoal.cli_admin import UsageError
-from shoal.cli_groups import new_offset, parse_datetime, parse_topic_specs, table
+from shoal.cli.common import UsageError, table
+from shoal.cli.groups import new_offset, parse_datetime, parse_topic_specs
 
 pytestmark = pytest.mark.timeout(120)
 

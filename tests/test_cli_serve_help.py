@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shoal.cli import _overrides, _serve_parser
+from shoal.cli.serve import _overrides, add_parser
 from shoal.config import BROKER_CONFIGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def serve_parser() -> argparse.ArgumentParser:
     sub = argparse.ArgumentParser(prog="shoal").add_subparsers()
-    _serve_parser(sub)
+    add_parser(sub)
     return sub.choices["serve"]
 
 

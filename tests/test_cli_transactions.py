@@ -28,8 +28,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shoal.cli import main
-from shoal.cli_admin import UsageError
-from shoal.cli_transactions import abort_spec, candidates, hanging, ms_or_none, open_transaction_at
+from shoal.cli.common import UsageError
+from shoal.cli.transactions import abort_spec, candidates, hanging, ms_or_none, open_transaction_at
 from shoal.client import LATEST
 from shoal.client import AdminClient as ShoalAdmin
 
@@ -322,7 +322,7 @@ def test_describe_transactions_response_with_no_start_time():
     timestamp, so the client reads DescribeTransactions v0 itself: the same fields as kio's."""
     from kio.schema.errors import ErrorCode
 
-    from shoal.client import _decode_describe_transactions, build_entity
+    from shoal.client.admin import _decode_describe_transactions, build_entity
     from shoal.protocol import codec
 
     mod = codec.response_module(65, 0)

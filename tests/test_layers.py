@@ -67,11 +67,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("shoal.metadata.etcd", "shoal.cluster.registration"): "part 3: registration goes through the etcd session",
     # part 4 (one wire client): the broker-to-broker transport of shoal/client.py becomes shoal/net/,
     # and the inter-broker client side of security (auth.interbroker) lives in net.
-    ("shoal.cluster.controller", "shoal.client"): "part 4: the transport moves to shoal/net/",
-    ("shoal.txn.markers", "shoal.client"): "part 4: the transport moves to shoal/net/",
-    ("shoal.metering.publisher", "shoal.client"): "part 4: the transport moves to shoal/net/",
-    ("shoal.replica.fetcher", "shoal.client"): "part 4: the transport moves to shoal/net/",
-    ("shoal.auth.interbroker", "shoal.client"): "part 4: ClientSecurity moves to shoal/net/",
     ("shoal.replica.fetcher", "shoal.auth.interbroker"): "part 4: the inter-broker client side lives in net",
     # part 2 (a narrow coordinator context, constructed before Services)
     ("shoal.groups.coordinator", "shoal.services"): "part 2: a narrow coordinator context",
@@ -105,7 +100,6 @@ BROKER_IMPORT_ALLOWED: dict[str, str] = {
 # -> the part of issue 26 that removes it.
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
     frozenset({"shoal.metadata.etcd", "shoal.cluster.registration"}): "part 3: one etcd session",
-    frozenset({"shoal.cli_hints", "shoal.cli_users"}): "part 4: no private cross-imports between command modules",
 }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shoal.auth.jaas import JaasError, parse_jaas
-from shoal.client import ClientSecurity
+from shoal.net import ClientSecurity
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig

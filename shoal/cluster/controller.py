@@ -46,7 +46,7 @@ from shoal.metadata.rules import topics as topic_rules
 from shoal.placement.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
-    from shoal.client import ClientSecurity
+    from shoal.net import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
 
 log = logging.getLogger(__name__)
@@ -365,10 +365,10 @@ class Controller:
         """An authenticated connection that sends nothing but an ApiVersions every
         ``HOLD_KEEPALIVE_S``; its end (EOF, a reset) is the news. A keepalive that times out (a
         paused broker) is not: its lease decides that."""
-        from shoal.client import API_VERSIONS, ConnectionLost, KafkaError, _Connection, build_entity
-        from shoal.protocol import codec
+        from shoal.net import API_VERSIONS, Connection, ConnectionLost, KafkaError
+        from shoal.net.requests import api_versions
 
-        conn = _Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)
+        conn = Connection(host, port, f"shoal-controller-{self.node_id}", HOLD_TIMEOUT_S, security)
         try:
             try:
                 await conn.open()
@@ -381,18 +381,17 @@ class Controller:
                 if isinstance(e, KafkaError) and not isinstance(e, ConnectionLost):
                     self._alive_again(node)  # it answered, if only to refuse the login: it serves
                 self._hold_failed[node] = self._monotonic()  # not again for a while (a broker alive)
-                if isinstance(e, ConnectionLost) and conn._read_task is not None:
+                if isinstance(e, ConnectionLost) and conn.reading is not None:
                     raise  # connected, then the connection ended before the login was done: news too
                 log.info("broker %d: cannot hold a connection to broker %d at %s:%d (%s): its death is seen by "
                          "probes alone, trying again in %.0f s", self.node_id, node, host, port, e, HOLD_KEEPALIVE_S)
                 return  # the probes decide
             self._serving.add(node)
             self._alive_again(node)
-            read = conn._read_task
+            read = conn.reading
             assert read is not None
             version = conn.version_for(API_VERSIONS)
-            body = build_entity(codec.request_type(API_VERSIONS, version),
-                                {"client_software_name": "shoal-controller", "client_software_version": "0.1.0"})
+            body = api_versions(version, "shoal-controller")
             while True:
                 done, _ = await asyncio.wait({read}, timeout=HOLD_KEEPALIVE_S)
                 if done:

@@ -242,14 +242,10 @@ class BrokerUsageWriter:
         batch = bytes(build_batch([(now, r.key, r.to_json(), ()) for r in records]))
         try:
             conn = await self._connection(leader)
-            from shoal.client import build_entity
-            from shoal.protocol import codec
+            from shoal.net.requests import produce
 
             version = min(conn.version_for(0), 9)
-            body = build_entity(codec.request_type(0, version), {
-                "transactional_id": None, "acks": -1, "timeout": int(WRITE_TIMEOUT_S * 1000),
-                "topic_data": [{"name": USAGE_TOPIC, "partition_data": [{"index": index, "records": batch}]}],
-            })
+            body = produce(version, USAGE_TOPIC, index, batch, acks=-1, timeout_ms=int(WRITE_TIMEOUT_S * 1000))
             resp = await asyncio.wait_for(conn.send(0, version, body), WRITE_TIMEOUT_S + 5)
         except Exception as e:  # noqa: BLE001 - any failure: retried next tick
             await self.close()
@@ -263,17 +259,17 @@ class BrokerUsageWriter:
         return None
 
     async def _connection(self, node: int) -> Any:
-        if self._conn is not None and self._conn_node == node and self._conn._closed_reason is None:
+        if self._conn is not None and self._conn_node == node and not self._conn.closed:
             return self._conn
         await self.close()
         endpoint = self.broker.replicas.fetchers.endpoint(node)  # on inter.broker.listener.name
         if endpoint is None:
             raise ConnectionError(f"broker {node} has no inter-broker endpoint")
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.net import Connection
 
-        conn = _Connection(endpoint[0], endpoint[1], f"shoal-metering-{self.broker.node_id}", WRITE_TIMEOUT_S,
-                           inter_broker_security(self.broker.config))
+        conn = Connection(endpoint[0], endpoint[1], f"shoal-metering-{self.broker.node_id}", WRITE_TIMEOUT_S,
+                          inter_broker_security(self.broker.config))
         await conn.open()
         self._conn, self._conn_node = conn, node
         return conn

@@ -55,7 +55,6 @@ import asyncio
 import datetime
 import functools
 import logging
-import sys
 import time
 import zlib
 from collections import deque
@@ -84,9 +83,9 @@ RECHECK_S = 10.0  # a session's request compares every partition's fetch state t
 
 @functools.cache
 def _fetch_request_module() -> Any:
-    from shoal.protocol import codec
+    from shoal.net.requests import fetch_types
 
-    return sys.modules[codec.request_type(FETCH, FETCH_VERSION).__module__]
+    return fetch_types(FETCH_VERSION)
 
 
 @dataclass
@@ -125,7 +124,7 @@ def _named(f: _Fetching) -> tuple:
 
 def _time_out(answer: "asyncio.Future[Any]", timeout: float) -> None:
     if not answer.done():
-        from shoal.client import KafkaError
+        from shoal.net import KafkaError
 
         answer.set_exception(KafkaError("REQUEST_TIMED_OUT", f"no answer to a replica fetch within {timeout}s"))
 
@@ -202,12 +201,12 @@ class ReplicaFetcher:
             return self._conn
         await self._close()
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.net import Connection
 
         cfg = self.manager.config()
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
-        conn = _Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
-                           inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
+        conn = Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
+                          inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
         try:
             await conn.open()
             self.rtt_ms = await self._round_trip(conn)
@@ -225,7 +224,7 @@ class ReplicaFetcher:
         """The round trip to the leader in ms: the fastest of three ApiVersions requests, timed
         with ``time.perf_counter`` (uvloop's ``loop.time()`` counts whole milliseconds: a 4.6 ms
         link measured 4 or 5 ms, either side of ``...pipeline.min.rtt.ms``' 5)."""
-        from shoal.client import API_VERSIONS, build_entity
+        from shoal.net import API_VERSIONS, build_entity
         from shoal.protocol import codec
 
         version = conn.version_for(API_VERSIONS)
@@ -337,7 +336,7 @@ class ReplicaFetcher:
 
     def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> Any:
         """The Fetch request for ``ready``, built from kio's entities directly: the generic
-        ``shoal.client.build_entity`` (type hints walked per field) cost ~190 us a fetch against
+        ``shoal.net.build_entity`` (type hints walked per field) cost ~190 us a fetch against
         ~17 us, at several hundred fetches a second per broker (docs/benchmarks.md).
 
         In a session (KIP-227) it names only the partitions whose fetch state changed since the

@@ -450,20 +450,11 @@ class TransactionCoordinator(InternalTopicCoordinator[TxnConfig, "dict[str, TxnL
 
     async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
                              parts: list[tuple[str, int]], add: bool = False) -> dict[tuple[str, int], ErrorCode]:
-        from shoal.protocol.codec import request_type
+        from shoal.net.requests import add_partitions_to_txn
 
         assert self.markers is not None
         version = ADD_VERSION if add else VERIFY_VERSION
-        req_cls = request_type(ADD_PARTITIONS_TO_TXN, version)
-        mod = __import__(req_cls.__module__, fromlist=["x"])
-        by_topic: dict[str, list[int]] = {}
-        for t, p in parts:
-            by_topic.setdefault(t, []).append(p)
-        body = req_cls(transactions=(mod.AddPartitionsToTxnTransaction(
-            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=not add,
-            topics=tuple(mod.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        ),))
+        body = add_partitions_to_txn(version, transactional_id, producer_id, producer_epoch, parts, verify_only=not add)
         try:
             resp = await self.markers.channel.send(node, ADD_PARTITIONS_TO_TXN, version, body)
         except asyncio.CancelledError:

@@ -115,13 +115,13 @@ class BrokerChannel:
         if endpoint is None:
             raise ConnectionError(f"broker {node} is not registered")
         cached = self._conns.get(node)
-        if cached is not None and cached[0] == endpoint and cached[1]._closed_reason is None:
+        if cached is not None and cached[0] == endpoint and not cached[1].closed:
             return cached[1]
         from shoal.auth.interbroker import inter_broker_security
-        from shoal.client import _Connection
+        from shoal.net import Connection
 
-        conn = _Connection(endpoint[0], endpoint[1], f"shoal-txn-{svc.node_id}", self.timeout_s() + 5,
-                           inter_broker_security(svc.config))
+        conn = Connection(endpoint[0], endpoint[1], f"shoal-txn-{svc.node_id}", self.timeout_s() + 5,
+                          inter_broker_security(svc.config))
         await conn.open()
         self._conns[node] = (endpoint, conn)
         return conn
@@ -214,18 +214,9 @@ class MarkerWriter:
         self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
         parts: list[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]:
-        from shoal.protocol.codec import request_type
+        from shoal.net.requests import write_txn_markers
 
-        req_cls = request_type(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
-        mod = __import__(req_cls.__module__, fromlist=["x"])
-        by_topic: dict[str, list[int]] = {}
-        for t, i in parts:
-            by_topic.setdefault(t, []).append(i)
-        body = req_cls(markers=(mod.WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            topics=tuple(mod.WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()),
-            coordinator_epoch=coordinator_epoch,
-        ),))
+        body = write_txn_markers(WRITE_TXN_MARKERS_VERSION, producer_id, producer_epoch, coordinator_epoch, commit, parts)
         try:
             resp = await self.channel.send(node, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body)
         except asyncio.CancelledError:

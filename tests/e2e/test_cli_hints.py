@@ -1,4 +1,4 @@
-"""An admin command refused for who it is says, in one line, what to do (shoal.cli_hints): each
+"""An admin command refused for who it is says, in one line, what to do (shoal.cli.hints): each
 case through the ``shoal`` CLI as a subprocess against a real broker with a PLAINTEXT listener
 (User:ANONYMOUS, not a super user), a SASL_PLAINTEXT listener, the ACL authorizer, ``super.users``
 = User:admin and the HTTP admin API with basic authentication. The super user's commands keep
@@ -125,7 +125,7 @@ def test_http_admin_hints(hb):
 
 
 def test_hint_texts():
-    from shoal.cli_hints import hint, http_hint
+    from shoal.cli.hints import hint, http_hint
 
     sasl = {"security.protocol": "SASL_SSL", "sasl.username": "carol", "sasl.mechanism": "plain"}
     assert "User:carol may not do this" in hint("GROUP_AUTHORIZATION_FAILED", sasl, "c.properties")

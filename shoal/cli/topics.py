@@ -3,7 +3,7 @@
 Talks to a broker through :mod:`shoal.client` only (never reads storage). Every failure ends with
 one line on stderr (``shoal topics <command>: <reason>``) and a non-zero exit status:
 1 for an error the broker returned, 2 for bad arguments, 3 when the broker cannot be reached
-(or refuses the credentials). A refusal for who the caller is adds what to do (:mod:`shoal.cli_hints`).
+(or refuses the credentials). A refusal for who the caller is adds what to do (:mod:`shoal.cli.hints`).
 
 Output follows kafka-topics.sh: ``--describe`` prints a topic line (TopicId, PartitionCount,
 ReplicationFactor, Configs with the topic's overrides) and one line per partition with its
@@ -13,19 +13,9 @@ leader, replicas and ISR.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 from typing import Any
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-
-
-class _UsageError(Exception):
-    pass
+from shoal.cli.common import UsageError, add_connection_args, observer_count, run_checked
 
 
 def add_parser(subparsers: Any) -> None:
@@ -33,15 +23,7 @@ def add_parser(subparsers: Any) -> None:
     sub = topics.add_subparsers(dest="topics_command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-            help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
-        )
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
-        p.add_argument(
-            "--command-config", metavar="FILE",
-            help="Kafka client properties for SSL/SASL listeners (security.protocol, sasl.*, ssl.*)",
-        )
+        add_connection_args(p)
         p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("create", help="create a topic")
@@ -83,35 +65,12 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise _UsageError(f"--config wants KEY=VALUE, got {item!r}")
+            raise UsageError(f"--config wants KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from shoal.cli_hints import CONNECT_ERRORS, explain, explain_lost
-    from shoal.client import ConnectionLost, KafkaError
-
-    command = args.topics_command
-    try:
-        return asyncio.run(_run(args))
-    except _UsageError as e:
-        print(f"shoal topics {command}: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConnectionLost as e:
-        print(f"shoal topics {command}: {explain_lost(e, args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except KafkaError as e:
-        print(f"shoal topics {command}: {explain(e, args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE if e.code_name in CONNECT_ERRORS else EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
-
-
-async def _run(args: argparse.Namespace) -> int:
-    from shoal.cli_users import _client_props
-    from shoal.client import AdminClient, ClientSecurity
-
     handler = {
         "create": _create,
         "list": _list,
@@ -119,21 +78,16 @@ async def _run(args: argparse.Namespace) -> int:
         "alter": _alter,
         "delete": _delete,
     }[args.topics_command]
-    # Check arguments before connecting, so a typo does not wait on the network.
-    if args.topics_command in ("create", "alter"):
-        _parse_configs(args.config)
-    if args.topics_command == "alter" and args.partitions is None and not args.config and not args.delete_config:
-        raise _UsageError("nothing to alter: give --partitions, --config or --delete-config")
-    try:
-        security = ClientSecurity.from_properties(_client_props(args.command_config))
-    except (OSError, ValueError) as e:
-        raise _UsageError(f"--command-config: {e}") from None
-    client = AdminClient(args.bootstrap_server, client_id="shoal-topics", timeout=args.timeout, security=security)
-    await client.connect()
-    try:
-        return await handler(client, args)
-    finally:
-        await client.close()
+
+    def prepare() -> Any:
+        # Check arguments before connecting, so a typo does not wait on the network.
+        if args.topics_command in ("create", "alter"):
+            _parse_configs(args.config)
+        if args.topics_command == "alter" and args.partitions is None and not args.config and not args.delete_config:
+            raise UsageError("nothing to alter: give --partitions, --config or --delete-config")
+        return lambda client: handler(client, args)
+
+    return run_checked(args, f"shoal topics {args.topics_command}", "shoal-topics", prepare)
 
 
 async def _create(client, args) -> int:
@@ -199,7 +153,7 @@ async def _describe(client, args) -> int:
         if isinstance(entries, KafkaError) or entries is None:
             overrides = "?"
         else:
-            observers = _observer_count(entries)
+            observers = observer_count(entries)
             overrides = ",".join(
                 f"{e.name}={'<sensitive>' if e.sensitive else e.value}"
                 for e in sorted(entries.values(), key=lambda e: e.name)
@@ -221,19 +175,6 @@ async def _describe(client, args) -> int:
                 line += f"\tObservers: {','.join(map(str, p.replicas[-observers:]))}"
             print(line)
     return 0
-
-
-def _observer_count(entries) -> int:
-    """Observers per partition of a topic placed by ``replica.placement`` (recorded at creation)."""
-    from shoal.placement.constraints import PlacementSpecError, parse_placement
-
-    entry = entries.get("replica.placement")
-    if entry is None or not entry.value or entry.source != "DYNAMIC_TOPIC_CONFIG":
-        return 0
-    try:
-        return parse_placement(entry.value).observer_count
-    except PlacementSpecError:
-        return 0
 
 
 async def _alter(client, args) -> int:

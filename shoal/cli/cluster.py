@@ -16,7 +16,7 @@ whether its move is complete and, once all are, removes those throttles; ``--can
 the moves and removes them. ``shoal cluster elect-leaders`` is ``kafka-leader-election.sh``
 (ElectLeaders: PREFERRED or UNCLEAN, one partition or all).
 
-Exit status as every admin command (:mod:`shoal.cli_admin`); elect-leaders exits 1 when a
+Exit status as every admin command (:mod:`shoal.cli.common`); elect-leaders exits 1 when a
 partition could not get a leader, reassign --verify when a move is not complete.
 """
 
@@ -26,7 +26,7 @@ import argparse
 import json
 from typing import Any
 
-from shoal.cli_admin import add_connection_args, run_admin
+from shoal.cli.common import add_connection_args, run_admin
 
 
 def add_parser(subparsers: Any) -> None:
@@ -120,7 +120,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 async def placed_observers(client: Any, md: Any) -> dict[str, int]:
     """topic -> observers per partition, for topics placed by ``replica.placement``."""
-    from shoal.cli_topics import _observer_count
+    from shoal.cli.common import observer_count
     from shoal.client import RESOURCE_TOPIC
 
     names = [n for n, t in md.topics.items() if hasattr(t, "partitions")]
@@ -131,7 +131,7 @@ async def placed_observers(client: Any, md: Any) -> dict[str, int]:
     out = {}
     for n in names:
         entries = configs.get((RESOURCE_TOPIC, n))
-        if isinstance(entries, dict) and (count := _observer_count(entries)):
+        if isinstance(entries, dict) and (count := observer_count(entries)):
             out[n] = count
     return out
 
@@ -209,7 +209,7 @@ async def _clear_throttles(client: Any, topics: set[str]) -> None:
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    from shoal.cli_admin import EXIT_ERROR, UsageError
+    from shoal.cli.common import EXIT_ERROR, UsageError
 
     async def job(client: Any) -> int:
         from shoal.client import OP_SET, RESOURCE_BROKER, RESOURCE_TOPIC
@@ -285,7 +285,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
 
 
 def cmd_elect_leaders(args: argparse.Namespace) -> int:
-    from shoal.cli_admin import EXIT_ERROR, UsageError
+    from shoal.cli.common import EXIT_ERROR, UsageError
 
     async def job(client: Any) -> int:
         if args.all_topic_partitions == (args.topic is not None or args.partition is not None):

@@ -19,7 +19,7 @@ request is. Output follows kafka-consumer-groups.sh:
 - ``delete-offsets GROUP --topic T[:P,...]``: refused per topic while a member subscribes to it.
 
 ``--output json`` on list, describe and reset-offsets prints one JSON document (times ISO-8601).
-Exit status as every admin command (:mod:`shoal.cli_admin`).
+Exit status as every admin command (:mod:`shoal.cli.common`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import json
 import sys
 from typing import Any
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_checked, table
 
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "to_datetime", "shift_by")
 INACTIVE = ("Empty", "Dead")
@@ -153,13 +153,6 @@ def new_offset(mode: str, value: Any, current: int | None, earliest: int, latest
     return max(earliest, min(latest, target))
 
 
-def table(headers: list[str], rows: list[list[Any]]) -> list[str]:
-    """Columns as wide as their widest cell, one space apart (kafka-consumer-groups' layout)."""
-    cells = [headers] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return [" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-
-
 def lag_rows(desc: Any, committed: dict[tuple[str, int], int],
              ends: dict[tuple[str, int], int | None]) -> list[dict[str, Any]]:
     """Per partition (assigned to a member or committed): committed offset, log end, lag, member."""
@@ -183,11 +176,7 @@ def lag_rows(desc: Any, committed: dict[tuple[str, int], int],
 def cmd_groups(args: argparse.Namespace) -> int:
     command = args.groups_command
     name = f"shoal groups {command}"
-    try:
-        job = _jobs[command](args)
-    except UsageError as e:
-        return usage_error(name, e)
-    return run_admin(args, name, "shoal-groups", job)
+    return run_checked(args, name, "shoal-groups", lambda: _jobs[command](args))
 
 
 def _list(args):

@@ -16,7 +16,7 @@ Entities are named with kafka-configs' flags, in order: ``--entity-type users|cl
   ``controller_mutation_rate`` (``connection_creation_rate`` for ips).
 
 A tenant's user sees and sets only its own logical cluster's quotas, with its own names.
-Exit status as every admin command (:mod:`shoal.cli_admin`).
+Exit status as every admin command (:mod:`shoal.cli.common`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import argparse
 import sys
 from typing import Any
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 TYPES = {"users": "user", "clients": "client-id", "ips": "ip", "tenants": "tenant"}
 LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip", "tenant": "tenant"}

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from shoal.cli_tenants import EXIT_USAGE, _call, _Failed, admin_api_arguments
+from shoal.cli.common import EXIT_USAGE, AdminApiError, admin_api_arguments, call_admin_api
 
 INHERITABLE = ("TOPIC", "NAMESPACE", "TENANT_DEFAULT")
 
@@ -94,33 +94,33 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
     tenant = f"/v1/tenants/{quote(args.tenant, safe='')}"
     try:
         if cmd == "create":
-            out = _call(args, "POST", f"{tenant}/namespaces", {"name": args.namespace, "configs": _pairs(args.config)})
+            out = call_admin_api(args, "POST", f"{tenant}/namespaces", {"name": args.namespace, "configs": _pairs(args.config)})
             print(f"namespace {out['name']} created" + (f" (with {', '.join(out['created'][:-1])})" if len(out["created"]) > 1 else ""))
         elif cmd == "list":
             query = urlencode({"parent": args.parent, "recursive": "true" if args.recursive else "false"})
-            for name in _call(args, "GET", f"{tenant}/namespaces?{query}")["namespaces"]:
+            for name in call_admin_api(args, "GET", f"{tenant}/namespaces?{query}")["namespaces"]:
                 print(name)
         elif cmd == "describe":
-            ns = _call(args, "GET", _ns_path(args, args.namespace))
-            cfg = _call(args, "GET", _ns_path(args, args.namespace, "/configs"))
+            ns = call_admin_api(args, "GET", _ns_path(args, args.namespace))
+            cfg = call_admin_api(args, "GET", _ns_path(args, args.namespace, "/configs"))
             print(f"Namespace: {ns['name']}\nNamespaces: {', '.join(ns['namespaces'])}\nTopics: {', '.join(ns['topics'])}")
             _print_configs(cfg["effective"], args.all)
         elif cmd == "alter":
             body = {"set": _pairs(args.set), "delete": args.delete}
             if not body["set"] and not body["delete"]:
                 raise ValueError("nothing to alter: give --set KEY=VALUE and/or --delete KEY")
-            out = _call(args, "PATCH", _ns_path(args, args.namespace, "/configs"), body)
+            out = call_admin_api(args, "PATCH", _ns_path(args, args.namespace, "/configs"), body)
             print(f"namespace {out['namespace']} configs: " + (", ".join(f"{k}={v}" for k, v in out["configs"].items()) or "(none)"))
         elif cmd == "delete":
-            out = _call(args, "DELETE", _ns_path(args, args.namespace) + ("?recursive=true" if args.recursive else ""))
+            out = call_admin_api(args, "DELETE", _ns_path(args, args.namespace) + ("?recursive=true" if args.recursive else ""))
             print(f"deleted namespaces: {', '.join(out['deleted_namespaces'])}")
             print(f"deleted topics: {', '.join(out['deleted_topics']) or '(none)'}")
         else:
             if args.topic is not None:
-                out = _call(args, "POST", f"{tenant}/topics/{quote(args.topic, safe=':')}/move",
+                out = call_admin_api(args, "POST", f"{tenant}/topics/{quote(args.topic, safe=':')}/move",
                             {"namespace": args.to_namespace})
             else:
-                out = _call(args, "POST", _ns_path(args, args.from_namespace, "/move"), {"to": args.to_namespace})
+                out = call_admin_api(args, "POST", _ns_path(args, args.from_namespace, "/move"), {"to": args.to_namespace})
             for m in out["moved"]:
                 print(f"moved {m['from']} -> {m['to']} (topic id {m['topic_id']})")
             if not out["moved"]:
@@ -129,6 +129,6 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"shoal namespaces {cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except _Failed as e:
+    except AdminApiError as e:
         print(f"shoal namespaces {cmd}: {e}", file=sys.stderr)
         return e.status

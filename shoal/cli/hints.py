@@ -36,11 +36,13 @@ SASL_PROPS = "security.protocol=SASL_PLAINTEXT (SASL_SSL on TLS), sasl.mechanism
 
 def props_of(args: Any) -> dict[str, str]:
     """The ``--command-config`` properties of ``args`` ({} when none or unreadable)."""
-    from shoal.cli_users import _client_props
+    from shoal.config import parse_properties  # (not cli.common's reader: common imports this module)
 
+    path = getattr(args, "command_config", None)
     try:
-        return _client_props(getattr(args, "command_config", None))
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            return parse_properties(f.read())
+    except (TypeError, OSError, ValueError):  # (TypeError: no path)
         return {}
 
 

@@ -17,32 +17,13 @@ Exit status: 1 for an error the API returned (unknown tenant, user exists...), 2
 from __future__ import annotations
 
 import argparse
-import base64
-import os
 import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:9644"
-EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
-MECHS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class _Failed(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def admin_api_arguments(p: argparse.ArgumentParser, func: Any) -> None:
-    """``--admin-url`` and ``--timeout`` of a command that speaks the HTTP admin API, which runs ``func``."""
-    p.add_argument("--admin-url", default=os.environ.get("SHOAL_ADMIN_URL") or DEFAULT_ADMIN_URL,
-                   help=f"the broker's shoal.admin.listener (default $SHOAL_ADMIN_URL or {DEFAULT_ADMIN_URL})")
-    p.add_argument("--timeout", type=float, default=30.0)
-    p.set_defaults(func=func)
+from shoal.cli.common import (EXIT_ERROR, EXIT_USAGE, SCRAM_MECHANISMS, AdminApiError, admin_api_arguments,
+                              call_admin_api)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -70,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("user", metavar="USER")
     p.add_argument("--tenant", required=True, metavar="ID")
     p.add_argument("--password-stdin", action="store_true", required=True, help="read the password from stdin")
-    p.add_argument("--mechanism", choices=MECHS,
+    p.add_argument("--mechanism", choices=SCRAM_MECHANISMS,
                    help="store only this mechanism's credential (default: SCRAM-SHA-256 and SCRAM-SHA-512, so "
                         "clients log in with either)")
     p.add_argument("--admin", action="store_true", help="the user administers its tenant (may do anything in it)")
@@ -79,33 +60,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("user", metavar="USER")
     p.add_argument("--tenant", metavar="ID", help="the user's tenant (default: looked up)")
     common(p, cmd_users)
-
-
-def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    url = args.admin_url.rstrip("/") + path
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    headers = {"Content-Type": "application/json"}
-    user = os.environ.get("SHOAL_ADMIN_USER")
-    if user:  # shoal.admin.authentication=basic
-        token = f"{user}:{os.environ.get('SHOAL_ADMIN_PASSWORD', '')}".encode("utf-8")
-        headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
-            return json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as e:
-        try:
-            message = json.loads(e.read()).get("message") or str(e)
-        except (ValueError, AttributeError):
-            message = str(e)
-        from shoal.cli_hints import http_hint
-
-        found = http_hint(e.code, user)
-        raise _Failed(EXIT_ERROR, f"{message}: {found}" if found else message) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise _Failed(EXIT_UNREACHABLE, f"cannot reach the admin API at {args.admin_url}: {getattr(e, 'reason', e)}: "
-                      f"start the broker with shoal.admin.listener={args.admin_url} (make serve, i.e. shoal serve "
-                      f"--quickstart, has it on {DEFAULT_ADMIN_URL}), or point --admin-url or SHOAL_ADMIN_URL at it") from None
 
 
 def output_argument(p: argparse.ArgumentParser) -> None:
@@ -131,18 +85,18 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     try:
         cmd = args.tenants_command
         if cmd == "create":
-            t = _call(args, "POST", "/v1/tenants", {"display_name": args.name})
+            t = call_admin_api(args, "POST", "/v1/tenants", {"display_name": args.name})
             print(t["tenant_id"])
             if t.get("warning"):
                 print(f"shoal tenants create: warning: {t['warning']}", file=sys.stderr)
         elif cmd == "list":
-            tenants = _call(args, "GET", "/v1/tenants")["tenants"]
+            tenants = call_admin_api(args, "GET", "/v1/tenants")["tenants"]
             if args.output == "json":
                 print(json.dumps(tenants, indent=2))
             for t in tenants if args.output == "text" else ():
                 _print_tenant(t)
         elif cmd == "describe":
-            t = _call(args, "GET", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
+            t = call_admin_api(args, "GET", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
             if args.output == "json":
                 print(json.dumps(t, indent=2))
             else:
@@ -151,10 +105,10 @@ def cmd_tenants(args: argparse.Namespace) -> int:
                 print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {iso_time(t.get('created_ms'))}\n"
                       f"Users: {users}")
         else:
-            t = _call(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
+            t = call_admin_api(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
             print(f"tenant {t['tenant_id']} deleted")
         return 0
-    except _Failed as e:
+    except AdminApiError as e:
         print(f"shoal tenants {args.tenants_command}: {e}", file=sys.stderr)
         return e.status
 
@@ -170,20 +124,20 @@ def cmd_users(args: argparse.Namespace) -> int:
             body = {"user": args.user, "password": password, "admin": args.admin}
             if args.mechanism:
                 body["mechanism"] = args.mechanism
-            u = _call(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users", body)
+            u = call_admin_api(args, "POST", f"/v1/tenants/{quote(args.tenant, safe='')}/users", body)
             role = ", tenant administrator" if args.admin else ""
             print(f"user {args.user} created in tenant {args.tenant} ({', '.join(u['mechanisms'])}{role})")
         else:
             tenant = args.tenant
             if tenant is None:
-                owners = [t["tenant_id"] for t in _call(args, "GET", "/v1/tenants")["tenants"]
+                owners = [t["tenant_id"] for t in call_admin_api(args, "GET", "/v1/tenants")["tenants"]
                           if args.user in t.get("users", [])]
                 if not owners:
-                    raise _Failed(EXIT_ERROR, f"user {args.user} belongs to no tenant")
+                    raise AdminApiError(EXIT_ERROR, f"user {args.user} belongs to no tenant")
                 tenant = owners[0]
-            _call(args, "DELETE", f"/v1/tenants/{quote(tenant, safe='')}/users/{quote(args.user, safe='')}")
+            call_admin_api(args, "DELETE", f"/v1/tenants/{quote(tenant, safe='')}/users/{quote(args.user, safe='')}")
             print(f"user {args.user} deleted from tenant {tenant}")
         return 0
-    except _Failed as e:
+    except AdminApiError as e:
         print(f"shoal users {args.users_command}: {e}", file=sys.stderr)
         return e.status

@@ -17,7 +17,7 @@ wire protocol (DescribeConfigs, IncrementalAlterConfigs) through :mod:`shoal.cli
 - ``alter``: ``--add-config k=v[,k=v...]`` (a list value in brackets: ``k=[a,b]``) and
   ``--delete-config k[,k...]``, repeatable; applied by one IncrementalAlterConfigs.
 
-Exit status as every admin command (:mod:`shoal.cli_admin`).
+Exit status as every admin command (:mod:`shoal.cli.common`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import Any
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 RESOURCE_BROKER = 4
 OP_SET, OP_DELETE = 0, 1
@@ -115,8 +115,8 @@ def format_entry(e: Any) -> str:
 
 
 def _with_hint(err: Any, keys: list[str]) -> str:
-    """``CODE: message``, and what to do about it (shoal.cli_hints.config_hint)."""
-    from shoal.cli_hints import config_hint
+    """``CODE: message``, and what to do about it (shoal.cli.hints.config_hint)."""
+    from shoal.cli.hints import config_hint
 
     found = config_hint(err.code_name, err.message or "", keys)
     return f"{err.code_name}: {err.message}" + (f": {found}" if found else "")

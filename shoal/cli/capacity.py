@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_UNREACHABLE = 1
-EXIT_USAGE = 2
+from shoal.cli.common import EXIT_ERROR, EXIT_USAGE, client_props
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,10 +50,9 @@ def _tenant_of(topic: str) -> str:
 
 
 async def _partitions(args: argparse.Namespace) -> list[tuple[str, int, tuple[int, ...]]]:
-    from shoal.cli_users import _client_props
     from shoal.client import AdminClient, ClientSecurity, TopicDescription
 
-    security = ClientSecurity.from_properties(_client_props(args.command_config))
+    security = ClientSecurity.from_properties(client_props(args.command_config))
     async with AdminClient(args.bootstrap_server, client_id="shoal-capacity", security=security) as client:
         md = await client.metadata()
     out = []
@@ -95,7 +93,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             parts = asyncio.run(_partitions(args))
         except (ConnectionLost, KafkaError, OSError) as e:
             print(f"{name}: {args.bootstrap_server}: {e}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            return EXIT_ERROR  # (1, not 3: the report's own status for a cluster it cannot plan on)
     report = analyse(usage, cap, args.headroom, parts, _tenant_of)
     Path(args.out).write_text(render_html(report))
     if args.plan_out:

@@ -26,12 +26,7 @@ import random
 import sys
 from typing import Any
 
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-
-class _UsageError(Exception):
-    pass
+from shoal.cli.common import EXIT_ERROR, EXIT_USAGE, UsageError, add_connection_args, run_admin, usage_error
 
 
 def add_parser(subparsers: Any) -> None:
@@ -50,7 +45,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_placement)
     c = sub.add_parser(
         "check", help="what a topic's layout over datacenters guarantees, and what losing each one does",
-        description="The stretch-cluster advisor (shoal.stretch): the datacenters (broker.rack) holding replicas "
+        description="The stretch-cluster advisor (shoal.placement.stretch): the datacenters (broker.rack) holding replicas "
                     "and observers, the min.insync.replicas that puts every acknowledged record in M "
                     "datacenters (replicas_per_dc * (M - 1) + 1 in the even case), and for the loss of each "
                     "datacenter whether acks=all produce and consume still work and whether an acknowledged "
@@ -68,8 +63,6 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--min-insync-racks", type=int, default=None, metavar="N",
                    help="Shoal's min.insync.racks (default: the topic's, else 1)")
     c.add_argument("--json", action="store_true", help="print JSON")
-    from shoal.cli_admin import add_connection_args
-
     add_connection_args(c)
     c.set_defaults(func=cmd_check)
 
@@ -82,13 +75,13 @@ def parse_brokers(text: str) -> list[tuple[int, str | None]]:
         try:
             node_id = int(node)
         except ValueError:
-            raise _UsageError(f"--brokers: {item.strip()!r} is not ID or ID:RACK") from None
+            raise UsageError(f"--brokers: {item.strip()!r} is not ID or ID:RACK") from None
         if node_id < 0:
-            raise _UsageError(f"--brokers: broker id {node_id} is negative")
+            raise UsageError(f"--brokers: broker id {node_id} is negative")
         if node_id in out:
-            raise _UsageError(f"--brokers: broker {node_id} appears twice")
+            raise UsageError(f"--brokers: broker {node_id} appears twice")
         if sep and not rack.strip():
-            raise _UsageError(f"--brokers: broker {node_id} has an empty rack")
+            raise UsageError(f"--brokers: broker {node_id} has an empty rack")
         out[node_id] = rack.strip() if sep else None
     return sorted(out.items())
 
@@ -100,10 +93,9 @@ def cmd_placement(args: argparse.Namespace) -> int:
         brokers = parse_brokers(args.brokers)
         for flag in ("start_index", "replica_shift"):
             if getattr(args, flag) is not None and getattr(args, flag) < 0:
-                raise _UsageError(f"--{flag.replace('_', '-')} must be 0 or more")
-    except _UsageError as e:
-        print(f"shoal placement assign: {e}", file=sys.stderr)
-        return EXIT_USAGE
+                raise UsageError(f"--{flag.replace('_', '-')} must be 0 or more")
+    except UsageError as e:
+        return usage_error("shoal placement assign", e)
     rng = random.Random()
     start = args.start_index if args.start_index is not None else rng.randrange(len(brokers))
     if args.replica_shift is not None:
@@ -150,7 +142,7 @@ def _read_spec(text: str) -> str:
     try:
         return Path(text).read_text(encoding="utf-8")
     except OSError as e:
-        raise _UsageError(f"--spec: cannot read {text}: {e.strerror or e}") from None
+        raise UsageError(f"--spec: cannot read {text}: {e.strerror or e}") from None
 
 
 def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]]], str | None]:
@@ -161,12 +153,12 @@ def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]
     from shoal.placement.stretch import Layout
 
     if not args.brokers:
-        raise _UsageError("--brokers ID:RACK,... is needed with --spec or --replication-factor")
+        raise UsageError("--brokers ID:RACK,... is needed with --spec or --replication-factor")
     brokers = parse_brokers(args.brokers)
     racks = dict(brokers)
     partitions = args.partitions or len(brokers)
     if partitions < 1:
-        raise _UsageError("--partitions must be at least 1")
+        raise UsageError("--partitions must be at least 1")
     promotion = None
     try:
         if args.spec is not None:
@@ -216,9 +208,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.topic is None:
         try:
             groups, promotion = offline_layouts(args)
-        except _UsageError as e:
-            print(f"{name}: {e}", file=sys.stderr)
-            return EXIT_USAGE
+        except UsageError as e:
+            return usage_error(name, e)
         except _CheckError as e:
             print(f"{name}: {e}", file=sys.stderr)
             return EXIT_ERROR
@@ -227,8 +218,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.brokers:
         print(f"{name}: --brokers is for --spec / --replication-factor; --topic reads the cluster's", file=sys.stderr)
         return EXIT_USAGE
-    from shoal.cli_admin import run_admin
-
     async def job(client: Any) -> int:
         from shoal.client import RESOURCE_TOPIC, KafkaError
         from shoal.placement.stretch import Layout

@@ -24,7 +24,7 @@ Scoped to the tenant of the credentials, as every request is. Output follows kaf
   the producer's current transaction: those no coordinator will ever finish.
 
 ``--output json`` on list, describe, describe-producers and find-hanging prints one JSON
-document. Exit status as every admin command (:mod:`shoal.cli_admin`); a transactional id or an
+document. Exit status as every admin command (:mod:`shoal.cli.common`); a transactional id or an
 open transaction that does not exist is an error (1) with one line on stderr.
 """
 
@@ -36,8 +36,7 @@ import sys
 import time
 from typing import Any, Iterable
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
-from shoal.cli_groups import table
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_checked, table
 
 LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
 DESCRIBE_HEADERS = ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
@@ -159,11 +158,7 @@ def ms_or_none(value: int | None) -> str:
 def cmd_transactions(args: argparse.Namespace) -> int:
     command = args.transactions_command
     name = f"shoal transactions {command}"
-    try:
-        job = _jobs[command](args)
-    except UsageError as e:
-        return usage_error(name, e)
-    return run_admin(args, name, "shoal-transactions", job)
+    return run_checked(args, name, "shoal-transactions", lambda: _jobs[command](args))
 
 
 def _now_ms() -> int:

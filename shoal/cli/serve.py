@@ -1,4 +1,6 @@
-"""The ``shoal`` command: ``serve`` runs a broker; admin commands talk to one over the wire."""
+"""``shoal serve``: run a broker (flags, --config, --override, --quickstart), print how to connect,
+stop on SIGINT/SIGTERM. A failure is one line on stderr: exit status 2 for a config that cannot be used,
+1 for a broker that cannot start, 130 for Ctrl-C while starting."""
 
 from __future__ import annotations
 
@@ -10,13 +12,8 @@ import os
 import signal
 import sys
 
-# kio registers Hypothesis strategies for its types whenever Hypothesis is importable, which costs
-# the broker seconds at start-up and slows type checks on the hot path. The command-line process
-# never needs them (tests that do import kio in their own process).
-sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
-
-def _serve_parser(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser(
         "serve", help="run a broker",
         description="Run a Shoal broker. Flags set the broker configs named in their help; any other "
@@ -243,41 +240,3 @@ def _explain_failure(args, error: BaseException | None, line: str) -> None:
 
 class _StartFailed(Exception):
     pass
-
-
-def main(argv: list[str] | None = None) -> int:
-    from shoal import __version__
-
-    parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
-    from shoal import cli_topics, cli_users
-
-    cli_topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
-    cli_users.add_parser(sub)  # shoal scram set|delete|describe
-    __import__("shoal.cli_tenants").cli_tenants.add_parser(sub)  # shoal tenants ...|users create|delete
-    __import__("shoal.cli_namespaces").cli_namespaces.add_parser(sub)  # shoal namespaces create|...|move
-    __import__("shoal.cli_acls").cli_acls.add_parser(sub)  # shoal acls add|list|remove
-    __import__("shoal.cli_quotas").cli_quotas.add_parser(sub)  # shoal quotas describe|alter
-    __import__("shoal.cli_placement").cli_placement.add_parser(sub)  # shoal placement assign
-    __import__("shoal.cli_cluster").cli_cluster.add_parser(sub)  # shoal cluster describe
-    __import__("shoal.cli_configs").cli_configs.add_parser(sub)  # shoal configs describe|alter --broker N
-    __import__("shoal.cli_groups").cli_groups.add_parser(sub)  # shoal groups list|describe|delete|reset-offsets|...
-    __import__("shoal.cli_transactions").cli_transactions.add_parser(sub)  # shoal transactions list|describe|abort|...
-    __import__("shoal.cli_metering").cli_metering.add_parser(sub)  # shoal metering run
-    __import__("shoal.cli_capacity").cli_capacity.add_parser(sub)  # shoal capacity report
-    try:
-        args = parser.parse_args(argv)
-        rc = int(args.func(args) or 0)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `shoal ... | head`: the reader has gone; stop quietly, as a command killed by SIGPIPE
-        # does (and keep Python from failing again when it flushes stdout at exit).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

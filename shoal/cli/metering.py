@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from shoal.cli.common import EXIT_ERROR, EXIT_USAGE, client_props
 
 
 def add_parser(subparsers: Any) -> None:
@@ -47,13 +46,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_metering(args: argparse.Namespace) -> int:
-    from shoal.cli_users import _client_props
     from shoal.metering.pipeline import PipelineOptions, RateCard, RateCardError, run
 
     name = "shoal metering run"
     try:
         card = RateCard.load(args.rate_card)
-        props = _client_props(args.command_config)
+        props = client_props(args.command_config)
     except (RateCardError, OSError, ValueError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -75,7 +73,7 @@ def cmd_metering(args: argparse.Namespace) -> int:
         return 0
     except Exception as e:  # noqa: BLE001 - Spark's errors: one line, the status says it failed
         print(f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_ERROR
     finally:
         spark.stop()
     print(f"{p.batches} batches, {p.records} usage records; tables in {opts.output}")

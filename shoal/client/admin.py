@@ -1,6 +1,6 @@
 """A small asyncio Kafka admin client on Shoal's own codec (no other Kafka library).
 
-Used by the ``shoal topics`` CLI and by tests. It speaks only the wire protocol:
+Used by the ``shoal`` command and by tests. It speaks only the wire protocol:
 
 - ``AdminClient.connect()`` opens a connection to the bootstrap broker and sends ApiVersions
   first; every later request uses, per API, the highest version both sides support.
@@ -22,20 +22,15 @@ requests to the controller itself).
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import datetime
-import itertools
 import struct
 import types
-import typing
 import uuid
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, Iterable, Mapping
 
-from kio.schema.errors import ErrorCode
-
+from shoal.net import ClientSecurity, Connection, ConnectionLost, KafkaError, build_entity
+from shoal.net.errors import check
 from shoal.protocol import codec
 
 __all__ = [
@@ -93,122 +88,9 @@ CONFIG_SOURCES = {
 }
 
 _I32 = struct.Struct(">i")
-MAX_RESPONSE = 1 << 30
-
-
-class KafkaError(Exception):
-    """A Kafka error code returned for one resource (or for a whole request)."""
-
-    def __init__(self, code_name: str, message: str | None = None, resource: str | None = None) -> None:
-        self.code_name = code_name
-        self.message = message
-        self.resource = resource
-        text = code_name
-        if resource:
-            text = f"{resource}: {text}"
-        if message:
-            text = f"{text}: {message}"
-        super().__init__(text)
-
-    @property
-    def code(self) -> int:
-        try:
-            return int(ErrorCode[self.code_name.lower()])
-        except KeyError:
-            return -1
-
-    @classmethod
-    def from_code(cls, code: int, message: str | None = None, resource: str | None = None) -> "KafkaError":
-        try:
-            name = ErrorCode(int(code)).name.upper()
-        except ValueError:
-            name = f"ERROR_{int(code)}"
-        return cls(name, message, resource)
-
-
-class ConnectionLost(KafkaError):
-    def __init__(self, message: str) -> None:
-        super().__init__("NETWORK_EXCEPTION", message)
-
-
-def _check(code: int, message: str | None = None, resource: str | None = None) -> KafkaError | None:
-    return None if int(code) == 0 else KafkaError.from_code(code, message, resource)
 
 
 # -- building entities from plain values ------------------------------------------------------
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not types.NoneType]
-        if len(args) == 1 and len(typing.get_args(tp)) == 2:
-            return args[0], True
-    return tp, False
-
-
-def _convert(tp: Any, kafka_type: str, value: Any, where: str) -> Any:
-    inner, optional = _unwrap_optional(tp)
-    if value is None:
-        if optional:
-            return None
-        raise TypeError(f"{where} may not be None")
-    if typing.get_origin(inner) is tuple:
-        (elem,) = typing.get_args(inner)[:1]
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-            raise TypeError(f"{where} wants a list, got {type(value).__name__}")
-        return tuple(_convert(elem, kafka_type, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
-        if isinstance(value, inner):
-            return value
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            # An entity of another version: carry over the fields both versions have.
-            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        if not isinstance(value, Mapping):
-            raise TypeError(f"{where} wants a dict for {inner.__name__}, got {type(value).__name__}")
-        return build_entity(inner, value, _where=where)
-    if kafka_type in ("timedelta_i32", "timedelta_i64") and not isinstance(value, datetime.timedelta):
-        return datetime.timedelta(milliseconds=value)
-    if kafka_type == "datetime_i64" and not isinstance(value, datetime.datetime):
-        return datetime.datetime.fromtimestamp(value / 1000, datetime.timezone.utc)
-    if kafka_type == "uuid" and isinstance(value, str):
-        return uuid.UUID(value)
-    return value
-
-
-def build_entity(cls: type, values: Mapping[str, Any], *, _where: str | None = None) -> Any:
-    """Build a kio entity of ``cls`` (any version) from plain values, nested entities included.
-
-    Like :func:`shoal.protocol.codec.build`, keys this version does not have are dropped, so a
-    caller passes the superset of fields and gets what each version takes. Nested entities can
-    be given as dicts (or as entities of another version); lists become tuples; milliseconds
-    become timedeltas, string UUIDs become ``uuid.UUID``. A field the caller leaves out keeps its
-    schema default; without one, a list field becomes ``()``, a nullable field ``None``, and any
-    other missing field is a ``TypeError`` naming it.
-    """
-    where = _where or cls.__name__
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        kafka_type = f.metadata.get("kafka_type", "")
-        if f.name in values:
-            kwargs[f.name] = _convert(tp, kafka_type, values[f.name], f"{where}.{f.name}")
-            continue
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        inner, optional = _unwrap_optional(tp)
-        if optional:
-            kwargs[f.name] = None
-        elif typing.get_origin(inner) is tuple:
-            kwargs[f.name] = ()
-        else:
-            raise TypeError(f"{where}.{f.name} is required (v{cls.__version__})")
-    return cls(**kwargs)
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -406,258 +288,6 @@ def _binding(r: Any, resource: Any = None) -> AclBinding:
     )
 
 
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How to reach a listener, from Kafka client properties (``--command-config`` files):
-    ``security.protocol``, ``ssl.ca.location`` (or a PEM ``ssl.truststore.location``),
-    ``ssl.certificate.location`` + ``ssl.key.location`` (mTLS), ``ssl.key.password``,
-    ``ssl.endpoint.identification.algorithm`` (``https`` or empty), ``sasl.mechanism``,
-    ``sasl.username``, ``sasl.password``."""
-
-    protocol: str = "PLAINTEXT"
-    props: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> "ClientSecurity":
-        protocol = props.get("security.protocol", "PLAINTEXT").upper()
-        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ValueError(f"security.protocol={protocol} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
-        sec = cls(protocol, dict(props))
-        if sec.uses_sasl:
-            if sec.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-                raise ValueError(f"sasl.mechanism={sec.sasl_mechanism} is not supported (PLAIN, SCRAM-SHA-256/512)")
-            if not sec.sasl_username or sec.sasl_password is None:
-                raise ValueError("SASL needs sasl.username and sasl.password")
-        return sec
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
-
-    @property
-    def sasl_mechanism(self) -> str:
-        return self.props.get("sasl.mechanism", self.props.get("sasl.mechanisms", "PLAIN")).upper()
-
-    @property
-    def sasl_username(self) -> str | None:
-        return self.props.get("sasl.username")
-
-    @property
-    def sasl_password(self) -> str | None:
-        return self.props.get("sasl.password")
-
-    def ssl_context(self) -> "ssl.SSLContext | None":
-        if not self.uses_tls:
-            return None
-        import ssl
-
-        ca = self.props.get("ssl.ca.location") or self.props.get("ssl.truststore.location")
-        ctx = ssl.create_default_context(cafile=ca)
-        if self.props.get("ssl.endpoint.identification.algorithm", "https") == "":
-            ctx.check_hostname = False
-        cert = self.props.get("ssl.certificate.location")
-        if cert:
-            ctx.load_cert_chain(cert, self.props.get("ssl.key.location"), self.props.get("ssl.key.password"))
-        return ctx
-
-
-class _Connection:
-    """One TCP connection: requests are pipelined, responses matched by correlation id."""
-
-    def __init__(
-        self, host: str, port: int, client_id: str, timeout: float, security: "ClientSecurity | None" = None
-    ) -> None:
-        self.host, self.port = host, port
-        self.security = security or ClientSecurity()
-        self.client_id = client_id
-        self.timeout = timeout
-        self.versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
-        self._ids = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
-        self._closed_reason: str | None = None
-
-    async def open(self) -> None:
-        try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=self.security.ssl_context(),
-                    server_hostname=self.host if self.security.uses_tls else None,
-                ),
-                self.timeout,
-            )
-        except (OSError, asyncio.TimeoutError) as e:
-            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
-        self._read_task = asyncio.ensure_future(self._read_loop())
-        await self._negotiate()
-        if self.security.uses_sasl:
-            await self._sasl_login()
-
-    async def _sasl_login(self) -> None:
-        """SaslHandshake + SaslAuthenticate (PLAIN or SCRAM-SHA-256/512) on this connection."""
-        sec = self.security
-        mech = sec.sasl_mechanism
-        resp = await self.send(17, self.version_for(17), build_entity(codec.request_type(17, self.version_for(17)), {"mechanism": mech}))
-        if resp.error_code != 0:
-            raise KafkaError.from_code(int(resp.error_code), f"SASL mechanism {mech} refused")
-        auth_version = self.version_for(36)
-
-        async def step(token: bytes) -> bytes:
-            body = build_entity(codec.request_type(36, auth_version), {"auth_bytes": token})
-            r = await self.send(36, auth_version, body)
-            if r.error_code != 0:
-                raise KafkaError.from_code(int(r.error_code), r.error_message)
-            return bytes(r.auth_bytes)
-
-        if mech == "PLAIN":
-            await step(f"\x00{sec.sasl_username}\x00{sec.sasl_password}".encode())
-            return
-        import scramp
-
-        c = scramp.ScramClient([mech], sec.sasl_username, sec.sasl_password)
-        c.set_server_first((await step(c.get_client_first().encode())).decode())
-        c.set_server_final((await step(c.get_client_final().encode())).decode())
-
-    async def _negotiate(self) -> None:
-        kio_lo, kio_hi = codec.kio_versions(API_VERSIONS) or (0, 0)
-        version = min(3, kio_hi)
-        while True:
-            body = build_entity(
-                codec.request_type(API_VERSIONS, version),
-                {"client_software_name": "shoal-client", "client_software_version": "0.1.0"},
-            )
-            resp = await self.send(API_VERSIONS, version, body)
-            broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-            if resp.error_code == ErrorCode.unsupported_version and API_VERSIONS in broker:
-                retry = min(broker[API_VERSIONS][1], kio_hi)
-                if retry >= version:
-                    raise KafkaError("UNSUPPORTED_VERSION", "broker rejected every ApiVersions version")
-                version = retry
-                continue
-            err = _check(resp.error_code, None, "ApiVersions")
-            if err:
-                raise err
-            self.versions = broker
-            return
-
-    def version_for(self, api_key: int) -> int:
-        known = codec.kio_versions(api_key)
-        broker = self.versions.get(api_key)
-        if known is None or broker is None:
-            raise KafkaError("UNSUPPORTED_VERSION", f"the broker does not offer api {api_key}")
-        hi = min(known[1], broker[1])
-        if hi < max(known[0], broker[0]):
-            raise KafkaError(
-                "UNSUPPORTED_VERSION",
-                f"api {api_key}: broker offers v{broker[0]}-{broker[1]}, this client v{known[0]}-{known[1]}",
-            )
-        return hi
-
-    async def send(self, api_key: int, version: int, body: Any) -> Any:
-        if self._closed_reason is not None or self._writer is None:
-            raise ConnectionLost(self._closed_reason or "not connected")
-        correlation_id = next(self._ids) & 0x7FFFFFFF
-        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (api_key, version, fut)
-        self._writer.write(frame)
-        try:
-            await self._writer.drain()
-            return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
-        except asyncio.TimeoutError:
-            raise KafkaError(
-                "REQUEST_TIMED_OUT", f"no response to api {api_key} v{version} within {self.timeout}s"
-            ) from None
-        except (ConnectionError, OSError) as e:
-            raise ConnectionLost(f"{self.host}:{self.port}: {e}") from None
-        finally:
-            self._pending.pop(correlation_id, None)
-
-    def request(self, api_key: int, version: int, body: Any) -> "asyncio.Future[Any]":
-        """Write a request now; return the future of its decoded response (ConnectionLost when the
-        connection ends first). No timeout and no drain, unlike :meth:`send`: for a caller on a hot
-        path with one request in flight, which times the answer itself and awaits the future
-        directly: it resumes in the loop iteration after the response is decoded, where ``send``'s
-        ``wait_for(shield(...))`` takes three (the replica fetcher: docs/benchmarks.md)."""
-        if self._closed_reason is not None or self._writer is None:
-            raise ConnectionLost(self._closed_reason or "not connected")
-        correlation_id = next(self._ids) & 0x7FFFFFFF
-        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        pending = self._pending
-        pending[correlation_id] = (api_key, version, fut)
-        fut.add_done_callback(lambda _f: pending.pop(correlation_id, None))
-        self._writer.write(frame)
-        return fut
-
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reason = "connection closed by the broker"
-        try:
-            while True:
-                head = await self._reader.readexactly(4)
-                (size,) = _I32.unpack(head)
-                if not 4 <= size <= MAX_RESPONSE:
-                    reason = f"response of {size} bytes"
-                    break
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = _I32.unpack_from(frame, 0)
-                entry = self._pending.get(correlation_id)
-                if entry is None:
-                    continue
-                api_key, version, fut = entry
-                if api_key == API_VERSIONS and frame[4:6] == b"\x00\x23":
-                    # KIP-511: UNSUPPORTED_VERSION comes back as a v0 response listing the
-                    # broker's versions, whatever version we asked in.
-                    version = 0
-                try:
-                    _, body = _DECODERS.get(api_key, codec.decode_response)(api_key, version, frame)
-                except Exception as e:  # a response we cannot parse ends this connection
-                    if not fut.done():
-                        fut.set_exception(KafkaError("CORRUPT_MESSAGE", f"undecodable response: {e}"))
-                    reason = f"undecodable response to api {api_key} v{version}: {e}"
-                    break
-                if not fut.done():
-                    fut.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
-            if not isinstance(e, asyncio.IncompleteReadError):
-                reason = str(e)
-        except asyncio.CancelledError:
-            reason = "connection closed"
-        self._fail_all(reason)
-
-    def _fail_all(self, reason: str) -> None:
-        self._closed_reason = reason
-        for _, _, fut in list(self._pending.values()):
-            if not fut.done():
-                fut.set_exception(ConnectionLost(f"{self.host}:{self.port}: {reason}"))
-        if self._writer is not None:
-            self._writer.close()
-
-    async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except asyncio.CancelledError:
-                pass
-        if self._writer is not None:
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-        self._closed_reason = self._closed_reason or "closed"
-
-
 def _split_hostport(address: str, default_port: int = 9092) -> tuple[str, int]:
     address = address.strip()
     if address.startswith("["):
@@ -688,8 +318,8 @@ class AdminClient:
             raise ValueError("empty bootstrap address")
         self.client_id = client_id
         self.timeout = timeout
-        self._main: _Connection | None = None
-        self._nodes: dict[int, _Connection] = {}
+        self._main: Connection | None = None
+        self._nodes: dict[int, Connection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
 
     async def __aenter__(self) -> "AdminClient":
@@ -702,7 +332,7 @@ class AdminClient:
     async def connect(self) -> None:
         errors = []
         for host, port in self.bootstrap:
-            conn = _Connection(host, port, self.client_id, self.timeout, self.security)
+            conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
             try:
                 await conn.open()
             except ConnectionLost as e:
@@ -728,14 +358,14 @@ class AdminClient:
         """The broker's ApiVersions answer: api key -> (min, max)."""
         return dict(self._conn().versions)
 
-    def _conn(self) -> _Connection:
+    def _conn(self) -> Connection:
         if self._main is None:
             raise ConnectionLost("not connected (call connect() first)")
         return self._main
 
-    async def _node(self, node_id: int) -> _Connection:
+    async def _node(self, node_id: int) -> Connection:
         conn = self._nodes.get(node_id)
-        if conn is not None and conn._closed_reason is None:
+        if conn is not None and not conn.closed:
             return conn
         if node_id not in self._brokers:
             await self.metadata(topics=[])
@@ -745,7 +375,7 @@ class AdminClient:
         main = self._conn()
         if (host, port) == (main.host, main.port):
             return main
-        conn = _Connection(host, port, self.client_id, self.timeout, self.security)
+        conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
         await conn.open()
         self._nodes[node_id] = conn
         return conn
@@ -802,7 +432,7 @@ class AdminClient:
         result: dict[str, TopicDescription | KafkaError] = {}
         for t in resp.topics:
             name = t.name or str(getattr(t, "topic_id", ""))
-            err = _check(t.error_code, None, name)
+            err = check(t.error_code, None, name)
             if err:
                 result[name] = err
                 continue
@@ -816,7 +446,7 @@ class AdminClient:
                             replicas=tuple(int(r) for r in p.replica_nodes),
                             isr=tuple(int(r) for r in p.isr_nodes),
                             offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
-                            error=_check(p.error_code, None, f"{name}-{p.partition_index}"),
+                            error=check(p.error_code, None, f"{name}-{p.partition_index}"),
                         )
                         for p in t.partitions
                     ),
@@ -863,7 +493,7 @@ class AdminClient:
             DESCRIBE_CLUSTER,
             {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False},
         )
-        err = _check(resp.error_code, resp.error_message, "cluster")
+        err = check(resp.error_code, resp.error_message, "cluster")
         if err:
             raise err
         return {
@@ -904,7 +534,7 @@ class AdminClient:
         )
         out: dict[str, CreatedTopic | KafkaError] = {}
         for r in resp.topics:
-            err = _check(r.error_code, r.error_message, r.name)
+            err = check(r.error_code, r.error_message, r.name)
             if err:
                 out[r.name] = err
                 continue
@@ -942,7 +572,7 @@ class AdminClient:
         out: dict[str, None | KafkaError] = {}
         for r in resp.responses:
             name = r.name if r.name is not None else str(getattr(r, "topic_id", ""))
-            out[name] = _check(r.error_code, getattr(r, "error_message", None), name)
+            out[name] = check(r.error_code, getattr(r, "error_message", None), name)
         return _finish(out, raise_errors)
 
     async def create_partitions(
@@ -967,7 +597,7 @@ class AdminClient:
         resp = await self.request(
             CREATE_PARTITIONS, {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
         )
-        out = {r.name: _check(r.error_code, r.error_message, r.name) for r in resp.results}
+        out = {r.name: check(r.error_code, r.error_message, r.name) for r in resp.results}
         return _finish(out, raise_errors)
 
     # -- configs -------------------------------------------------------------------------------
@@ -997,7 +627,7 @@ class AdminClient:
         out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
         for r in resp.results:
             key = (int(r.resource_type), r.resource_name)
-            err = _check(r.error_code, r.error_message, r.resource_name)
+            err = check(r.error_code, r.error_message, r.resource_name)
             if err:
                 out[key] = err
                 continue
@@ -1047,7 +677,7 @@ class AdminClient:
             node_id=node_id,
         )
         out = {
-            (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
+            (int(r.resource_type), r.resource_name): check(r.error_code, r.error_message, r.resource_name)
             for r in resp.responses
         }
         return _finish(out, raise_errors)
@@ -1075,7 +705,7 @@ class AdminClient:
             },
         )
         out = {
-            (int(r.resource_type), r.resource_name): _check(r.error_code, r.error_message, r.resource_name)
+            (int(r.resource_type), r.resource_name): check(r.error_code, r.error_message, r.resource_name)
             for r in resp.responses
         }
         return _finish(out, raise_errors)
@@ -1105,14 +735,14 @@ class AdminClient:
             },
         )
         out = {
-            b: _check(r.error_code, r.error_message, b.resource_name) for b, r in zip(bindings, resp.results)
+            b: check(r.error_code, r.error_message, b.resource_name) for b, r in zip(bindings, resp.results)
         }
         return _finish(out, raise_errors)
 
     async def describe_acls(self, acl_filter: AclFilter = AclFilter()) -> list[AclBinding]:
         """The bindings that match ``acl_filter`` (every binding by default)."""
         resp = await self.request(DESCRIBE_ACLS, acl_filter.fields())
-        err = _check(resp.error_code, resp.error_message)
+        err = check(resp.error_code, resp.error_message)
         if err:
             raise err
         return [_binding(a, r) for r in resp.resources for a in r.acls]
@@ -1125,7 +755,7 @@ class AdminClient:
         resp = await self.request(DELETE_ACLS, {"filters": [f.fields() for f in filters]})
         out: dict[AclFilter, list[AclBinding] | KafkaError] = {}
         for f, r in zip(filters, resp.filter_results):
-            err = _check(r.error_code, r.error_message)
+            err = check(r.error_code, r.error_message)
             out[f] = err if err else [_binding(m) for m in r.matching_acls]
         return _finish(out, raise_errors)
 
@@ -1142,7 +772,7 @@ class AdminClient:
             "components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
             "strict": strict,
         })
-        err = _check(resp.error_code, resp.error_message)
+        err = check(resp.error_code, resp.error_message)
         if err:
             raise err
         return {
@@ -1173,7 +803,7 @@ class AdminClient:
         })
         out: dict[tuple[tuple[str, str | None], ...], None | KafkaError] = {}
         for (entity, _ops), r in zip(items, resp.entries):
-            out[tuple(sorted(entity))] = _check(r.error_code, r.error_message, str(dict(entity)))
+            out[tuple(sorted(entity))] = check(r.error_code, r.error_message, str(dict(entity)))
         return _finish(out, raise_errors)
 
     # -- partitions ----------------------------------------------------------------------------
@@ -1230,7 +860,7 @@ class AdminClient:
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (t.name, int(p.partition_index))
-                    err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                    err = check(p.error_code, None, f"{t.name}-{p.partition_index}")
                     if err:
                         out[tp] = err
                     elif hasattr(p, "offset"):
@@ -1268,7 +898,7 @@ class AdminClient:
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (t.name, int(p.partition_index))
-                    err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                    err = check(p.error_code, None, f"{t.name}-{p.partition_index}")
                     out[tp] = err if err else int(p.low_watermark)
         return _finish(out, raise_errors)
 
@@ -1284,7 +914,7 @@ class AdminClient:
             FIND_COORDINATOR, {"key": group_id, "key_type": key_type, "coordinator_keys": [group_id]}
         )
         row = resp.coordinators[0] if v >= 4 else resp
-        err = _check(row.error_code, getattr(row, "error_message", None), group_id)
+        err = check(row.error_code, getattr(row, "error_message", None), group_id)
         if err:
             raise err
         node = (int(row.node_id), row.host, int(row.port))
@@ -1297,7 +927,7 @@ class AdminClient:
         found: dict[str, GroupListing] = {}
         for node in sorted(md.brokers) or [None]:
             resp = await self.request(LIST_GROUPS, {"states_filter": [], "types_filter": []}, node_id=node)
-            err = _check(resp.error_code, None, f"ListGroups on broker {node}")
+            err = check(resp.error_code, None, f"ListGroups on broker {node}")
             if err:
                 raise err
             for g in resp.groups:
@@ -1317,7 +947,7 @@ class AdminClient:
                 node_id=node,
             )
             g = resp.groups[0]
-            err = _check(g.error_code, g.error_message, group_id)
+            err = check(g.error_code, g.error_message, group_id)
             if err is None:
                 members = tuple(
                     GroupMember(
@@ -1335,7 +965,7 @@ class AdminClient:
             DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}, node_id=node
         )
         g = resp.groups[0]
-        err = _check(g.error_code, getattr(g, "error_message", None), group_id)
+        err = check(g.error_code, getattr(g, "error_message", None), group_id)
         if err is not None and err.code_name != "GROUP_ID_NOT_FOUND":
             raise err
         state = "Dead" if err is not None else g.group_state
@@ -1360,13 +990,13 @@ class AdminClient:
             node_id=node, max_version=9,
         )
         found = resp.groups[0] if hasattr(resp, "groups") else resp
-        err = _check(getattr(found, "error_code", 0), None, group_id)
+        err = check(getattr(found, "error_code", 0), None, group_id)
         if err:
             raise err
         out: dict[tuple[str, int], int] = {}
         for t in found.topics:
             for p in t.partitions:
-                err = _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                err = check(p.error_code, None, f"{t.name}-{p.partition_index}")
                 if err:
                     raise err
                 if int(p.committed_offset) >= 0:
@@ -1395,7 +1025,7 @@ class AdminClient:
             node_id=node, max_version=9,
         )
         out = {
-            (t.name, int(p.partition_index)): _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+            (t.name, int(p.partition_index)): check(p.error_code, None, f"{t.name}-{p.partition_index}")
             for t in resp.topics for p in t.partitions
         }
         return _finish(out, raise_errors)
@@ -1411,7 +1041,7 @@ class AdminClient:
                 continue
             resp = await self.request(DELETE_GROUPS, {"groups_names": [gid]}, node_id=node)
             for r in resp.results:
-                out[r.group_id] = _check(r.error_code, None, r.group_id)
+                out[r.group_id] = check(r.error_code, None, r.group_id)
         return out
 
     async def delete_offsets(
@@ -1428,11 +1058,11 @@ class AdminClient:
             {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
             node_id=node,
         )
-        err = _check(resp.error_code, None, group_id)
+        err = check(resp.error_code, None, group_id)
         if err:
             raise err
         return {
-            (t.name, int(p.partition_index)): _check(p.error_code, None, f"{t.name}-{p.partition_index}")
+            (t.name, int(p.partition_index)): check(p.error_code, None, f"{t.name}-{p.partition_index}")
             for t in resp.topics for p in t.partitions
         }
 
@@ -1448,10 +1078,10 @@ class AdminClient:
             topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
         resp = await self.request(ALTER_PARTITION_REASSIGNMENTS, {"timeout": timeout_ms, "topics": [
             {"name": t, "partitions": ps} for t, ps in topics.items()]})
-        err = _check(resp.error_code, resp.error_message)
+        err = check(resp.error_code, resp.error_message)
         if err:
             raise err
-        return {(t.name, int(p.partition_index)): _check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
+        return {(t.name, int(p.partition_index)): check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
                 for t in resp.responses for p in t.partitions}
 
     async def list_partition_reassignments(
@@ -1461,7 +1091,7 @@ class AdminClient:
         topics = None if partitions is None else [
             {"name": t, "partition_indexes": ps} for t, ps in _by_topic(partitions).items()]
         resp = await self.request(LIST_PARTITION_REASSIGNMENTS, {"timeout": timeout_ms, "topics": topics})
-        err = _check(resp.error_code, resp.error_message)
+        err = check(resp.error_code, resp.error_message)
         if err:
             raise err
         return {(t.name, int(p.partition_index)): {"replicas": list(p.replicas), "adding": list(p.adding_replicas),
@@ -1477,10 +1107,10 @@ class AdminClient:
             {"topic": t, "partitions": ps} for t, ps in _by_topic(partitions).items()]
         resp = await self.request(ELECT_LEADERS, {"election_type": election_type, "topic_partitions": topics,
                                                   "timeout": timeout_ms})
-        err = _check(resp.error_code)
+        err = check(resp.error_code)
         if err:
             raise err
-        return {(r.topic, int(p.partition_id)): _check(p.error_code, p.error_message, f"{r.topic}-{p.partition_id}")
+        return {(r.topic, int(p.partition_id)): check(p.error_code, p.error_message, f"{r.topic}-{p.partition_id}")
                 for r in resp.replica_election_results for p in r.partition_result}
 
 
@@ -1500,7 +1130,7 @@ class AdminClient:
                  "duration_filter": duration_ms, "transactional_id_pattern": None},
                 node_id=node,
             )
-            err = _check(resp.error_code, None, f"ListTransactions on broker {node}")
+            err = check(resp.error_code, None, f"ListTransactions on broker {node}")
             if err:
                 raise err
             for t in resp.transaction_states:
@@ -1527,7 +1157,7 @@ class AdminClient:
         for node, ids in by_node.items():
             resp = await self.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": ids}, node_id=node)
             for t in resp.transaction_states:
-                err = _check(t.error_code, None, t.transactional_id)
+                err = check(t.error_code, None, t.transactional_id)
                 if err:
                     out[t.transactional_id] = err
                     continue
@@ -1556,7 +1186,7 @@ class AdminClient:
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (t.name, int(p.partition_index))
-                    err = _check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
+                    err = check(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
                     out[tp] = err or [
                         ProducerState(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
                                       int(s.last_timestamp), int(s.coordinator_epoch),
@@ -1581,7 +1211,7 @@ class AdminClient:
             for m in resp.markers:
                 for t in m.topics:
                     for p in t.partitions:
-                        out[(t.name, int(p.partition_index))] = _check(
+                        out[(t.name, int(p.partition_index))] = check(
                             p.error_code, None, f"{t.name}-{p.partition_index}")
         return _finish(out, raise_errors)
 

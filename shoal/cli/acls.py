@@ -27,7 +27,7 @@ import argparse
 import sys
 from typing import Any, Iterable
 
-from shoal.cli_admin import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
+from shoal.cli.common import EXIT_ERROR, UsageError, add_connection_args, run_admin, usage_error
 
 from shoal.tenancy.acl import (
     CLUSTER_NAME,
@@ -43,8 +43,6 @@ from shoal.tenancy.acl import (
 _OPERATIONS = {op.name.replace("_", ""): op for op in Operation if op not in (Operation.UNKNOWN, Operation.ANY)}
 _PATTERNS = {"literal": PatternType.LITERAL, "prefixed": PatternType.PREFIXED, "match": PatternType.MATCH,
              "any": PatternType.ANY}
-
-_UsageError = UsageError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -99,7 +97,7 @@ def _operation(text: str) -> Operation:
     op = _OPERATIONS.get(text.replace("-", "").replace("_", "").upper())
     if op is None:
         names = ", ".join(n.title().replace("_", "") for n in (o.name for o in _OPERATIONS.values()))
-        raise _UsageError(f"unknown operation {text!r} (one of {names})")
+        raise UsageError(f"unknown operation {text!r} (one of {names})")
     return op
 
 
@@ -112,7 +110,7 @@ def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     out += [(ResourceType.NAMESPACE, n) for n in args.namespace]
     for _rt, name in out:
         if not name:
-            raise _UsageError("resource names cannot be empty")
+            raise UsageError("resource names cannot be empty")
     return out
 
 
@@ -121,7 +119,7 @@ def _principals(args: argparse.Namespace) -> list[tuple[str, Permission]]:
     for principal, _perm in out:
         kind, sep, name = principal.partition(":")
         if not (kind and sep and name):
-            raise _UsageError(f"principal {principal!r} is not TYPE:NAME (e.g. User:alice)")
+            raise UsageError(f"principal {principal!r} is not TYPE:NAME (e.g. User:alice)")
     return out
 
 
@@ -131,7 +129,7 @@ def _operations_for(args: argparse.Namespace, rt: ResourceType) -> list[Operatio
     for op in ops:
         if op != Operation.ALL and op not in SUPPORTED_OPERATIONS[rt]:
             allowed = ", ".join(sorted(o.name for o in SUPPORTED_OPERATIONS[rt]))
-            raise _UsageError(f"{rt.name} does not support operation {op.name} (it supports {allowed}, ALL)")
+            raise UsageError(f"{rt.name} does not support operation {op.name} (it supports {allowed}, ALL)")
     if args.producer:
         ops += {ResourceType.TOPIC: [Operation.WRITE, Operation.DESCRIBE, Operation.CREATE],
                 ResourceType.TRANSACTIONAL_ID: [Operation.WRITE, Operation.DESCRIBE]}.get(rt, [])
@@ -146,15 +144,15 @@ def bindings_to_add(args: argparse.Namespace) -> list[Any]:
 
     pattern = _PATTERNS[args.resource_pattern_type]
     if pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
-        raise _UsageError("add takes --resource-pattern-type literal or prefixed")
+        raise UsageError("add takes --resource-pattern-type literal or prefixed")
     if args.consumer and not args.group:
-        raise _UsageError("--consumer needs --group as well as --topic")
+        raise UsageError("--consumer needs --group as well as --topic")
     resources = _resources(args)
     if not resources:
-        raise _UsageError("give at least one resource: --topic, --group, --cluster, --transactional-id, --namespace")
+        raise UsageError("give at least one resource: --topic, --group, --cluster, --transactional-id, --namespace")
     principals = _principals(args)
     if not principals:
-        raise _UsageError("give --allow-principal or --deny-principal")
+        raise UsageError("give --allow-principal or --deny-principal")
     hosts = args.host or ["*"]
     out: list[AclBinding] = []
     for rt, name in resources:
@@ -165,7 +163,7 @@ def bindings_to_add(args: argparse.Namespace) -> list[Any]:
             for principal, perm in principals for host in hosts for op in ops
         ]
     if not out:
-        raise _UsageError("--producer/--consumer give no operation for these resources")
+        raise UsageError("--producer/--consumer give no operation for these resources")
     return out
 
 
@@ -190,7 +188,7 @@ def filters_to_remove(args: argparse.Namespace) -> list[Any]:
     pattern = int(_PATTERNS[args.resource_pattern_type])
     resources = _resources(args)
     if not resources:
-        raise _UsageError("give the resources to remove ACLs from: --topic, --group, --cluster, "
+        raise UsageError("give the resources to remove ACLs from: --topic, --group, --cluster, "
                           "--transactional-id, --namespace")
     who: list[tuple[str | None, int]] = [(p, int(perm)) for p, perm in _principals(args)]
     hosts: list[str | None] = list(args.host) or [None]
@@ -224,7 +222,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
     # Check arguments before connecting, so a typo does not wait on the network.
     try:
         plan = {"add": bindings_to_add, "list": filters_to_list, "remove": filters_to_remove}[args.acls_command](args)
-    except _UsageError as e:
+    except UsageError as e:
         return usage_error(name, e)
     return run_admin(args, name, "shoal-acls", lambda client: _run(client, args, plan))
 

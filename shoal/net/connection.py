@@ -1,0 +1,232 @@
+"""One connection to a broker, as a client: what brokers use to talk to each other (the replica
+fetcher, the controller's liveness hold, transaction markers, usage records) and what the admin
+client (:mod:`shoal.client`) is built on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from typing import Any, Callable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from shoal.net.entities import build_entity
+from shoal.net.errors import ConnectionLost, KafkaError, check
+from shoal.net.security import ClientSecurity
+from shoal.protocol import codec
+
+API_VERSIONS = 18
+_I32 = struct.Struct(">i")
+MAX_RESPONSE = 1 << 30
+
+
+class Connection:
+    """One TCP connection: requests are pipelined, responses matched by correlation id.
+
+    ``open()`` connects (TLS as ``security`` says), negotiates versions with ApiVersions and logs
+    in (SASL); ``version_for(api_key)`` is then the highest version both sides support.
+    ``decoders`` maps an api key to a decoder of its response frames for the few responses kio's
+    reader cannot take (the admin client's DescribeTransactions)."""
+
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout: float, security: "ClientSecurity | None" = None,
+        decoders: Mapping[int, Callable[[int, int, bytes], tuple[int, Any]]] | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self.decoders = decoders or {}
+        self.security = security or ClientSecurity()
+        self.client_id = client_id
+        self.timeout = timeout
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._ids = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed_reason: str | None = None
+
+    async def open(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self.security.ssl_context(),
+                    server_hostname=self.host if self.security.uses_tls else None,
+                ),
+                self.timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
+        self._read_task = asyncio.ensure_future(self._read_loop())
+        await self._negotiate()
+        if self.security.uses_sasl:
+            await self._sasl_login()
+
+    async def _sasl_login(self) -> None:
+        """SaslHandshake + SaslAuthenticate (PLAIN or SCRAM-SHA-256/512) on this connection."""
+        sec = self.security
+        mech = sec.sasl_mechanism
+        resp = await self.send(17, self.version_for(17), build_entity(codec.request_type(17, self.version_for(17)), {"mechanism": mech}))
+        if resp.error_code != 0:
+            raise KafkaError.from_code(int(resp.error_code), f"SASL mechanism {mech} refused")
+        auth_version = self.version_for(36)
+
+        async def step(token: bytes) -> bytes:
+            body = build_entity(codec.request_type(36, auth_version), {"auth_bytes": token})
+            r = await self.send(36, auth_version, body)
+            if r.error_code != 0:
+                raise KafkaError.from_code(int(r.error_code), r.error_message)
+            return bytes(r.auth_bytes)
+
+        if mech == "PLAIN":
+            await step(f"\x00{sec.sasl_username}\x00{sec.sasl_password}".encode())
+            return
+        import scramp
+
+        c = scramp.ScramClient([mech], sec.sasl_username, sec.sasl_password)
+        c.set_server_first((await step(c.get_client_first().encode())).decode())
+        c.set_server_final((await step(c.get_client_final().encode())).decode())
+
+    async def _negotiate(self) -> None:
+        kio_lo, kio_hi = codec.kio_versions(API_VERSIONS) or (0, 0)
+        version = min(3, kio_hi)
+        while True:
+            body = build_entity(
+                codec.request_type(API_VERSIONS, version),
+                {"client_software_name": "shoal-client", "client_software_version": "0.1.0"},
+            )
+            resp = await self.send(API_VERSIONS, version, body)
+            broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+            if resp.error_code == ErrorCode.unsupported_version and API_VERSIONS in broker:
+                retry = min(broker[API_VERSIONS][1], kio_hi)
+                if retry >= version:
+                    raise KafkaError("UNSUPPORTED_VERSION", "broker rejected every ApiVersions version")
+                version = retry
+                continue
+            err = check(resp.error_code, None, "ApiVersions")
+            if err:
+                raise err
+            self.versions = broker
+            return
+
+    def version_for(self, api_key: int) -> int:
+        known = codec.kio_versions(api_key)
+        broker = self.versions.get(api_key)
+        if known is None or broker is None:
+            raise KafkaError("UNSUPPORTED_VERSION", f"the broker does not offer api {api_key}")
+        hi = min(known[1], broker[1])
+        if hi < max(known[0], broker[0]):
+            raise KafkaError(
+                "UNSUPPORTED_VERSION",
+                f"api {api_key}: broker offers v{broker[0]}-{broker[1]}, this client v{known[0]}-{known[1]}",
+            )
+        return hi
+
+    async def send(self, api_key: int, version: int, body: Any) -> Any:
+        if self._closed_reason is not None or self._writer is None:
+            raise ConnectionLost(self._closed_reason or "not connected")
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (api_key, version, fut)
+        self._writer.write(frame)
+        try:
+            await self._writer.drain()
+            return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
+        except asyncio.TimeoutError:
+            raise KafkaError(
+                "REQUEST_TIMED_OUT", f"no response to api {api_key} v{version} within {self.timeout}s"
+            ) from None
+        except (ConnectionError, OSError) as e:
+            raise ConnectionLost(f"{self.host}:{self.port}: {e}") from None
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    def request(self, api_key: int, version: int, body: Any) -> "asyncio.Future[Any]":
+        """Write a request now; return the future of its decoded response (ConnectionLost when the
+        connection ends first). No timeout and no drain, unlike :meth:`send`: for a caller on a hot
+        path with one request in flight, which times the answer itself and awaits the future
+        directly: it resumes in the loop iteration after the response is decoded, where ``send``'s
+        ``wait_for(shield(...))`` takes three (the replica fetcher: docs/benchmarks.md)."""
+        if self._closed_reason is not None or self._writer is None:
+            raise ConnectionLost(self._closed_reason or "not connected")
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending = self._pending
+        pending[correlation_id] = (api_key, version, fut)
+        fut.add_done_callback(lambda _f: pending.pop(correlation_id, None))
+        self._writer.write(frame)
+        return fut
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reason = "connection closed by the broker"
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (size,) = _I32.unpack(head)
+                if not 4 <= size <= MAX_RESPONSE:
+                    reason = f"response of {size} bytes"
+                    break
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = _I32.unpack_from(frame, 0)
+                entry = self._pending.get(correlation_id)
+                if entry is None:
+                    continue
+                api_key, version, fut = entry
+                if api_key == API_VERSIONS and frame[4:6] == b"\x00\x23":
+                    # KIP-511: UNSUPPORTED_VERSION comes back as a v0 response listing the
+                    # broker's versions, whatever version we asked in.
+                    version = 0
+                try:
+                    _, body = self.decoders.get(api_key, codec.decode_response)(api_key, version, frame)
+                except Exception as e:  # a response we cannot parse ends this connection
+                    if not fut.done():
+                        fut.set_exception(KafkaError("CORRUPT_MESSAGE", f"undecodable response: {e}"))
+                    reason = f"undecodable response to api {api_key} v{version}: {e}"
+                    break
+                if not fut.done():
+                    fut.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            if not isinstance(e, asyncio.IncompleteReadError):
+                reason = str(e)
+        except asyncio.CancelledError:
+            reason = "connection closed"
+        self._fail_all(reason)
+
+    def _fail_all(self, reason: str) -> None:
+        self._closed_reason = reason
+        for _, _, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(ConnectionLost(f"{self.host}:{self.port}: {reason}"))
+        if self._writer is not None:
+            self._writer.close()
+
+    @property
+    def reading(self) -> "asyncio.Task[None] | None":
+        """The task that reads the responses: None until the connection is made (TCP, TLS),
+        done once it has ended (an EOF, a reset, ``close()``)."""
+        return self._read_task
+
+    @property
+    def closed(self) -> bool:
+        """The connection has ended (closed, or failed: every later request raises ConnectionLost)."""
+        return self._closed_reason is not None
+
+    async def close(self) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+            try:
+                await self._read_task
+            except asyncio.CancelledError:
+                pass
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+        self._closed_reason = self._closed_reason or "closed"
