@@ -88,13 +88,33 @@ async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(e
         await proxy.close()
 
 
-async def test_a_node_id_taken_meanwhile_is_not_taken_back(pair, caplog):
+async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_prefix, caplog):
+    """Broker 1's lease is revoked while it cannot reach etcd (through a proxy, cut), and another
+    process registers node id 1 before broker 1 can notice: when etcd is back, broker 1 finds its
+    lease gone and the id held by a live broker, says so, and stays unregistered. (Revoking it
+    while it was connected raced with its keep-alive, which notices within a second.)"""
     caplog.set_level(logging.INFO, "shoal.cluster.registration")
-    a, b, direct = pair
-    await a.register_broker(info(1))
-    await direct.lease_revoke(a.backend.registration.lease_id)
-    await until(lambda: 1 not in b.image.brokers, 5)
-    await b.register_broker(info(1, 9999))  # another process takes node id 1 first
-    await until(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)
-    assert b.image.brokers[1].port == 9999  # the newcomer keeps it
-    assert len(again_lines(caplog)) == 1, again_lines(caplog)
+    proxy = TcpProxy(etcd_cluster.members[0].endpoint)
+    await proxy.start()
+    url = etcd_cluster.url(etcd_prefix)
+    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    b = EtcdMetadataStore(url, node_id=2, session_timeout_ms=SESSION_MS)
+    direct = EtcdClient(parse_url(url)[0])
+    await a.start()
+    await b.start()
+    try:
+        await a.register_broker(info(1))
+        await until(lambda: 1 in b.image.brokers)
+        proxy.cut()
+        await direct.lease_revoke(a.backend.registration.lease_id)  # behind the broker's back
+        await until(lambda: 1 not in b.image.brokers, 5)
+        await b.register_broker(info(1, 9999))  # another process takes node id 1 first
+        proxy.restore()
+        await until(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)
+        assert b.image.brokers[1].port == 9999  # the newcomer keeps it
+        assert len(again_lines(caplog)) == 1, again_lines(caplog)
+    finally:
+        await direct.close()
+        await a.close()
+        await b.close()
+        await proxy.close()
