@@ -361,15 +361,14 @@ class Broker:
         so producers see NOT_LEADER_OR_FOLLOWER and move on instead of timing out."""
         if self.controller is None or not bool(self.config.get("controlled.shutdown.enable")):
             return
-        from shoal.cluster.controller import shutdown_change
+        from shoal.cluster.controller import controlled_shutdown
 
-        node = self.node_id
         t0 = asyncio.get_running_loop().time()
         try:
             moved = await asyncio.wait_for(
-                self.metadata.decide_and_commit(lambda img: shutdown_change(img, node)), timeout)
+                controlled_shutdown(self.metadata, self.node_id, self.replicas.isr_changes), timeout)
         except Exception as e:  # etcd unreachable, or too slow: the leases will do it, later
-            log.warning("controlled shutdown: could not move leaderships away: %s", e or type(e).__name__)
+            log.warning("controlled shutdown: could not move leaderships away: %s", str(e) or type(e).__name__)
             return
         log.info("controlled shutdown: %d leaderships moved in %.0f ms", moved,
                  (asyncio.get_running_loop().time() - t0) * 1000)

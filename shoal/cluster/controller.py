@@ -47,6 +47,8 @@ from shoal.promotion import LEADER_IS_OBSERVER, promotion_policy
 if TYPE_CHECKING:
     from shoal.client import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
+    from shoal.metadata.store import DecidingStore
+    from shoal.replica.isr import IsrChangeQueue
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +237,17 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
     if not topics:
         return unchanged(0)
     return Result(Change(topics=topics), moved_leaders)
+
+
+async def controlled_shutdown(store: DecidingStore, node: int, isr_changes: IsrChangeQueue | None) -> int:
+    """Commit ``node``'s ``shutdown_change``; the leaderships moved. Its ISR change queue stops
+    first (``IsrChangeQueue.stop``): with thousands of partitions a rejoin's ISR batches hold this
+    process's turn at the store for seconds each, and the shutdown's change queued behind them
+    (it once timed out after 10 s); Kafka's controller likewise handles a controlled shutdown
+    ahead of the shutting-down broker's own AlterPartition requests."""
+    if isr_changes is not None:
+        await isr_changes.stop()
+    return await store.decide_and_commit(lambda img: shutdown_change(img, node))
 
 
 @dataclasses.dataclass(frozen=True)
