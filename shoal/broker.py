@@ -163,8 +163,13 @@ class Broker:
             quotas=self.quotas, mutation_quotas=self.mutation_quotas, producer_ids=self.producer_ids,
             fetch_sessions=self.fetch_sessions, registry=self.registry,
             config_source=lambda: self.config, controller_source=lambda: self.controller_id,
-            cluster_source=lambda: self.controller is not None, random=self.random,
+            cluster_source=lambda: self.controller is not None, fenced_source=self.fenced_brokers, random=self.random,
         )
+
+    def fenced_brokers(self) -> frozenset[int]:
+        """Registered brokers the controller treats as gone (``Controller.fenced_brokers``): placement
+        leaves them out."""
+        return self.controller.fenced_brokers if self.controller is not None else frozenset()
 
     @property
     def controller_id(self) -> int:

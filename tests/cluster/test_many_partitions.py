@@ -102,13 +102,28 @@ def rejoin(c: Cluster, node: int, marks: dict[int, int]) -> float:
     return took
 
 
+async def _placed(bootstrap: str, name: str) -> set[int]:
+    """Create ``name`` (6 partitions, RF 2) through ``bootstrap``: the brokers it was placed on."""
+    async with AdminClient(bootstrap, timeout=60) as c:
+        await c.create_topics([{"name": name, "num_partitions": 6, "replication_factor": 2}])
+        md = await c.metadata([name])
+    return {r for p in md.topics[name].partitions for r in p.replicas}
+
+
 def test_rejoin_after_kill9(many):
-    """A broker that is not the controller is killed: its leaderships move; restarted, it catches
-    up every partition."""
+    """A broker that is not the controller is killed: its leaderships move, and new topics are
+    placed elsewhere (it stays registered until its lease expires, but the controller treats it
+    as gone), through the controller or another broker; restarted, it catches up every
+    partition."""
     controller = many.wait_controller(60)
     node = max(n for n in many.brokers if n != controller)
+    other = next(n for n in many.brokers if n not in (node, controller))
     many.kill(node)
     until(lambda: isr_full(many, controller) == 0, 60, f"broker {node} out of every ISR", POLL_S)
+    assert node in many.describe(controller)["brokers"], "its lease expired already: nothing to check"
+    assert asyncio.run(_placed(many[controller].bootstrap, "placed-via-controller")) == {controller, other}
+    time.sleep(1.5)  # the other brokers read what the controller publishes every half second
+    assert asyncio.run(_placed(many[other].bootstrap, "placed-via-other")) == {controller, other}
     rejoin(many, node, many.log_marks())
 
 
