@@ -435,7 +435,9 @@ def _delete_decision(image: MetadataImage, topic: TopicInfo) -> Result[TopicInfo
 # CreatePartitions
 
 
-def _plan_partitions(image: MetadataImage, t: Any, scope: Any, fenced: frozenset[int]) -> tuple[list[tuple[int, ...]], Any]:
+def _plan_partitions(
+    image: MetadataImage, t: Any, scope: Any, fenced: frozenset[int]
+) -> tuple[list[tuple[int, ...]], Any]:
     topic = scope.topic(image, t.name)
     if topic is None:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
