@@ -371,7 +371,7 @@ class Broker:
         t0 = asyncio.get_running_loop().time()
         try:
             moved = await asyncio.wait_for(
-                controlled_shutdown(self.metadata, self.node_id, self.replicas.isr_changes), timeout)
+                controlled_shutdown(self.metadata, self.node_id, self.replicas), timeout)
         except Exception as e:  # etcd unreachable, or too slow: the leases will do it, later
             log.warning("controlled shutdown: could not move leaderships away: %s", str(e) or type(e).__name__)
             return

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from shoal.client import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
     from shoal.metadata.store import DecidingStore
-    from shoal.replica.isr import IsrChangeQueue
+    from shoal.replica import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -240,14 +240,18 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
     return Result(Change(topics=topics), moved_leaders)
 
 
-async def controlled_shutdown(store: DecidingStore, node: int, isr_changes: IsrChangeQueue | None) -> int:
+async def controlled_shutdown(store: DecidingStore, node: int, replicas: ReplicaManager) -> int:
     """Commit ``node``'s ``shutdown_change``; the leaderships moved. Its ISR change queue stops
     first (``IsrChangeQueue.stop``): with thousands of partitions a rejoin's ISR batches hold this
     process's turn at the store for seconds each, and the shutdown's change queued behind them
     (it once timed out after 10 s); Kafka's controller likewise handles a controlled shutdown
-    ahead of the shutting-down broker's own AlterPartition requests."""
-    if isr_changes is not None:
-        await isr_changes.stop()
+    ahead of the shutting-down broker's own AlterPartition requests. Its replica fetchers stop
+    too: the change takes it out of every ISR, and a follower still fetching was added back by
+    its leaders at once (1,000 partitions at a time), and taken out again by the controller
+    when the process went (Kafka's leaders do not add a broker in controlled shutdown, KIP-841)."""
+    if replicas.isr_changes is not None:
+        await replicas.isr_changes.stop()
+    await replicas.fetchers.stop()
     return await store.decide_and_commit(lambda img: shutdown_change(img, node))
 
 

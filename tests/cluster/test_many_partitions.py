@@ -129,7 +129,8 @@ def test_rejoin_after_kill9(many):
 
 def test_rejoin_after_controlled_restart(many):
     """The controller itself stops (SIGTERM: its leaderships move and it leaves every ISR in one
-    change, its lease revoked, another broker takes over) and starts again."""
+    change, its fetchers stop, its lease is revoked, another broker takes over) and starts
+    again."""
     node = many.wait_controller(60)
     marks = many.log_marks()
     many.stop(node)
@@ -138,4 +139,8 @@ def test_rejoin_after_controlled_restart(many):
         "the controlled shutdown did not move the leaderships away:\n" + \
         "\n".join(line for line in stopped.splitlines() if "controlled shutdown" in line)
     many.wait_controller(60, not_=node)
+    # out of every ISR, it fetches no more: its leaders do not add it back (KIP-841's rule)
+    readded = [line[:200] for n, text in many.logs_since(marks).items() if n != node
+               for line in text.splitlines() if f"(replica {node} caught up)" in line]
+    assert not readded, f"broker {node} added back to ISRs while it stopped: {readded}"
     rejoin(many, node, marks)

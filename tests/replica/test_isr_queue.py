@@ -178,7 +178,7 @@ async def test_a_controlled_shutdown_does_not_wait_behind_an_isr_batch(leader) -
     caught_up(m, store, clock, range(10, N))
     await asyncio.wait_for(stuck.wait(), 5)
     batches = m.isr_changes.batches
-    moved = await asyncio.wait_for(controlled_shutdown(store, 1, m.isr_changes), 5)
+    moved = await asyncio.wait_for(controlled_shutdown(store, 1, m), 5)
     parts = store.image.topics["t"].partitions
     assert moved == 10 and all(p.leader == 2 and p.isr == (2,) for p in parts[:10])
     assert all(p.isr == (1,) for p in parts[10:])  # the stuck batch never landed
