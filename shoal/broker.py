@@ -163,8 +163,13 @@ class Broker:
             quotas=self.quotas, mutation_quotas=self.mutation_quotas, producer_ids=self.producer_ids,
             fetch_sessions=self.fetch_sessions, registry=self.registry,
             config_source=lambda: self.config, controller_source=lambda: self.controller_id,
-            cluster_source=lambda: self.controller is not None, random=self.random,
+            cluster_source=lambda: self.controller is not None, fenced_source=self.fenced_brokers, random=self.random,
         )
+
+    def fenced_brokers(self) -> frozenset[int]:
+        """Registered brokers the controller treats as gone (``Controller.fenced_brokers``): placement
+        leaves them out."""
+        return self.controller.fenced_brokers if self.controller is not None else frozenset()
 
     @property
     def controller_id(self) -> int:
@@ -361,15 +366,14 @@ class Broker:
         so producers see NOT_LEADER_OR_FOLLOWER and move on instead of timing out."""
         if self.controller is None or not bool(self.config.get("controlled.shutdown.enable")):
             return
-        from shoal.cluster.controller import shutdown_change
+        from shoal.cluster.controller import controlled_shutdown
 
-        node = self.node_id
         t0 = asyncio.get_running_loop().time()
         try:
             moved = await asyncio.wait_for(
-                self.metadata.decide_and_commit(lambda img: shutdown_change(img, node)), timeout)
+                controlled_shutdown(self.metadata, self.node_id, self.replicas), timeout)
         except Exception as e:  # etcd unreachable, or too slow: the leases will do it, later
-            log.warning("controlled shutdown: could not move leaderships away: %s", e or type(e).__name__)
+            log.warning("controlled shutdown: could not move leaderships away: %s", str(e) or type(e).__name__)
             return
         log.info("controlled shutdown: %d leaderships moved in %.0f ms", moved,
                  (asyncio.get_running_loop().time() - t0) * 1000)

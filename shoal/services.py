@@ -46,6 +46,8 @@ class Services:
     config_source: Callable[[], "BrokerConfig"]  # static + dynamic configs as of the image
     controller_source: Callable[[], int]  # the elected controller's id (-1 until known)
     cluster_source: Callable[[], bool]  # True on etcd, once the controller election runs
+    # registered brokers the controller treats as gone (Controller.fenced_brokers): placement leaves them out
+    fenced_source: Callable[[], frozenset[int]] = frozenset
     random: random.Random = field(default_factory=random.Random)  # placement's start index
     listener_security: dict[str, Any] = field(default_factory=dict)  # name -> auth.ListenerSecurity
     groups: "GroupCoordinator | None" = None  # set at start, before listeners serve
@@ -64,6 +66,10 @@ class Services:
     @property
     def is_cluster(self) -> bool:
         return self.cluster_source()
+
+    @property
+    def fenced_brokers(self) -> frozenset[int]:
+        return self.fenced_source()
 
     @property
     def image(self) -> "MetadataImage":

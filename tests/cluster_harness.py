@@ -90,8 +90,9 @@ async def _describe(bootstrap: str) -> dict[str, Any]:
         return await c.describe_cluster()
 
 
-def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``cond`` (exceptions count as not yet) until it is truthy; its value."""
+def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.1) -> Any:
+    """Poll ``cond`` every ``interval`` seconds (exceptions count as not yet) until it is truthy;
+    its value."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while time.monotonic() < deadline:
@@ -101,7 +102,7 @@ def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition
                 return value
         except Exception as e:  # a broker going away, a connection refused...
             last = e
-        time.sleep(0.1)
+        time.sleep(interval)
     raise AssertionError(f"{what}: not within {timeout}s (last error: {last!r})")
 
 

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -48,6 +49,8 @@ from shoal.placement.promotion import LEADER_IS_OBSERVER, promotion_policy
 if TYPE_CHECKING:
     from shoal.net import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
+    from shoal.metadata.store import DecidingStore
+    from shoal.replica import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +236,21 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
     return Result(Change(topics=topics), moved_leaders)
 
 
+async def controlled_shutdown(store: DecidingStore, node: int, replicas: ReplicaManager) -> int:
+    """Commit ``node``'s ``shutdown_change``; the leaderships moved. Its ISR change queue stops
+    first (``IsrChangeQueue.stop``): with thousands of partitions a rejoin's ISR batches hold this
+    process's turn at the store for seconds each, and the shutdown's change queued behind them
+    (it once timed out after 10 s); Kafka's controller likewise handles a controlled shutdown
+    ahead of the shutting-down broker's own AlterPartition requests. Its replica fetchers stop
+    too: the change takes it out of every ISR, and a follower still fetching was added back by
+    its leaders at once (1,000 partitions at a time), and taken out again by the controller
+    when the process went (Kafka's leaders do not add a broker in controlled shutdown, KIP-841)."""
+    if replicas.isr_changes is not None:
+        await replicas.isr_changes.stop()
+    await replicas.fetchers.stop()
+    return await store.decide_and_commit(lambda img: shutdown_change(img, node))
+
+
 @dataclasses.dataclass(frozen=True)
 class Observation:
     """What one election transaction saw: ``(holder node id, holder's lease, creation revision)``
@@ -314,6 +332,12 @@ class Controller:
         # its authentication timeout. None: the probed port, plaintext (tests)
         self._inter_broker = inter_broker
         self._hold_failed: dict[int, float] = {}  # when a held connection could not open (not retried for a while)
+        # ``refused`` as the controller last published it under ``<prefix>/controller/fenced``
+        # (``publish_fenced``), and, on the other brokers, as they last read it (``campaign``):
+        # every broker's planner leaves those out (``fenced_brokers``)
+        self.fenced_key = self.key + b"/fenced"
+        self._published: frozenset[int] = frozenset()
+        self._fenced_view: frozenset[int] = frozenset()
         self.backend.fence = self._fence
         self._unclean = unclean  # (image, topic) -> unclean.leader.election.enable for it
         # () -> (auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
@@ -324,6 +348,18 @@ class Controller:
     @property
     def is_controller(self) -> bool:
         return self.epoch is not None
+
+    @property
+    def fenced_brokers(self) -> frozenset[int]:
+        """Registered brokers the controller treats as gone (a killed broker stays registered
+        until its lease expires; its port refusing made the controller move its leaderships
+        already): new replicas are not placed there (``shoal.cluster.planner.live_brokers``), as
+        KRaft's controller places them on unfenced brokers only. On the controller its own
+        ``refused``; on the others what the controller published, read at each campaign (half a
+        second at most behind it), and the dead controller they found themselves."""
+        if self.is_controller:
+            return frozenset(self.refused)
+        return self._fenced_view | self.refused
 
     def start(self) -> None:
         self._seen.update(self.store.image.brokers)
@@ -461,6 +497,7 @@ class Controller:
                 await self.campaign()
                 if self.is_controller:
                     await self.probe()
+                    await self.publish_fenced()
                     await self.maintain()
                     await self.complete_reassignments()
                     await self.rebalance_leaders()
@@ -507,11 +544,46 @@ class Controller:
         self.controller_id, self.epoch = observe(o, self.node_id, lease)
         if self.epoch is not None and was != self.epoch:
             self._grace_until = self._monotonic() + registration.ttl_s
+            self._published = frozenset()  # what an earlier controller published names its epoch
             log.info("broker %d is the controller (controller epoch %d)", self.node_id, self.epoch)
         elif self.epoch is None and was is not None:
             log.warning("broker %d is no longer the controller (broker %d is)", self.node_id, self.controller_id)
         elif before != self.controller_id:
             log.info("the controller is broker %d", self.controller_id)
+        if self.epoch is None:
+            await self._read_fenced()
+
+    async def publish_fenced(self) -> None:
+        """The controller: write ``refused`` to ``fenced_key`` when it changed (under this
+        broker's lease, only while it holds the controller key), for the other brokers' planners."""
+        fenced = frozenset(self.refused)
+        registration = self.backend.registration
+        lease = registration.lease_id if registration is not None else None
+        if fenced == self._published or self.epoch is None or lease is None:
+            return
+        client = self.backend.client
+        rpc = client.rpc
+        value = json.dumps({"epoch": self.epoch, "brokers": sorted(fenced)}).encode()
+        resp = await client.txn(
+            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=self.epoch)],
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=self.fenced_key, value=value, lease=lease))])
+        if resp.succeeded:
+            self._published = fenced
+
+    async def _read_fenced(self) -> None:
+        """Another broker: what the controller now holding the key published (an earlier
+        controller's list, which names another epoch, counts for nothing)."""
+        client = self.backend.client
+        kvs = (await client.range(self.fenced_key, timeout=client.timeout)).kvs
+        view: frozenset[int] = frozenset()
+        if kvs:
+            try:
+                d = json.loads(kvs[0].value)
+                if int(d["epoch"]) == self._holder_revision:
+                    view = frozenset(int(n) for n in d["brokers"])
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring an undecodable %r: %s", self.fenced_key, e)
+        self._fenced_view = view
 
     async def probe(self) -> None:
         """Connect to every other registered broker's first endpoint: a port that refuses the
@@ -652,6 +724,7 @@ class Controller:
                 self._registered_at[n] = self._monotonic()
                 self._accepted.discard(n)
                 self.refused.discard(n)
+                self._fenced_view -= {n}  # a restarted broker: placeable again (the controller says so next)
                 self._strikes.pop(n, None)
 
     async def maintain(self) -> None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence
 
 from shoal.placement.assignment import PlacementError, assign_replicas, start_index_for_new_partitions
 
@@ -111,9 +111,14 @@ class Plan:
         return len(self.assignments[0]) if self.assignments else 0
 
 
-def live_brokers(image: "MetadataImage") -> list[Broker]:
-    """The brokers placement may use, ``(node id, rack)`` sorted by id (Kafka sorts them too)."""
-    return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+def live_brokers(image: "MetadataImage", fenced: Collection[int] = ()) -> list[Broker]:
+    """The brokers placement may use, ``(node id, rack)`` sorted by id (Kafka sorts them too):
+    the registered ones but those the controller treats as gone (``fenced``,
+    ``shoal.cluster.controller.Controller.fenced_brokers``). A killed broker stays registered until its
+    lease expires, while the controller already moved its leaderships away (its port refuses);
+    KRaft's controller likewise places new replicas on unfenced brokers only."""
+    return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+            if b.node_id not in fenced]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class InternalTopicCoordinator(Generic[C, L]):
         partitions, rf = self._topic_size()
         if broker.is_cluster and broker.config.source(self.RF_CONFIG) == ConfigSource.DEFAULT_CONFIG:
             rf = CLUSTER_REPLICATION_FACTOR  # a cluster's internal topics replicate (Kafka's default)
-        live = planner.live_brokers(image)
+        live = planner.live_brokers(image, broker.fenced_brokers)
         if self.SHRINK_RF_TO_LIVE_BROKERS and live:
             rf = max(1, min(rf, len(live)))
         try:  # the cluster's one planner

@@ -167,7 +167,7 @@ def _charge_mutations(quota: Any, partitions: int) -> None:
 
 
 def _plan_topic(
-    image: MetadataImage, cfg: Any, t: Any, scope: Any, rng: Any
+    image: MetadataImage, cfg: Any, t: Any, scope: Any, rng: Any, fenced: frozenset[int]
 ) -> tuple[list[tuple[int, ...]], dict[str, str], tuple[tuple[int, ...], ...]]:
     """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
     assignment (the cluster's planner, with ``svc.random``), config overrides and each
@@ -212,7 +212,7 @@ def _plan_topic(
     )
     try:
         plan = planner.plan_topic(
-            planner.live_brokers(image), request, planner.Defaults.for_topics(cfg), rng
+            planner.live_brokers(image, fenced), request, planner.Defaults.for_topics(cfg), rng
         )
     except PlacementError as e:
         raise AdminError(e.code, e.message) from None
@@ -303,7 +303,7 @@ async def handle_create_topics(ctx, req):
         physical = scope.physical(t.name)
 
         def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str], Any]:
-            assignment, configs, observers = _plan_topic(image, cfg, t, scope, svc.random)
+            assignment, configs, observers = _plan_topic(image, cfg, t, scope, svc.random, svc.fenced_brokers)
             policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
@@ -435,7 +435,9 @@ def _delete_decision(image: MetadataImage, topic: TopicInfo) -> Result[TopicInfo
 # CreatePartitions
 
 
-def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> tuple[list[tuple[int, ...]], Any]:
+def _plan_partitions(
+    image: MetadataImage, t: Any, scope: Any, fenced: frozenset[int]
+) -> tuple[list[tuple[int, ...]], Any]:
     topic = scope.topic(image, t.name)
     if topic is None:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
@@ -450,7 +452,7 @@ def _plan_partitions(image: MetadataImage, t: Any, scope: Any) -> tuple[list[tup
     placement = topic.configs.get("replica.placement")
     try:
         plan = planner.plan_new_partitions(
-            planner.live_brokers(image), t.name, [p.replicas for p in topic.partitions], t.count, manual,
+            planner.live_brokers(image, fenced), t.name, [p.replicas for p in topic.partitions], t.count, manual,
             placement=parse_placement(placement) if placement else None,
         )
     except PlacementError as e:
@@ -476,7 +478,7 @@ async def handle_create_partitions(ctx, req):
         scope = ctx.scope
 
         def checked(image: MetadataImage, t=t, scope=scope) -> tuple[list[tuple[int, ...]], Any]:
-            planned = _plan_partitions(image, t, scope)
+            planned = _plan_partitions(image, t, scope, svc.fenced_brokers)
             policy_error = _partitions_policy_error(image, scope, t.name, t.count)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
@@ -575,7 +577,8 @@ def _effective_topic_value(cfg: Any, inherited: Mapping[str, str]) -> Callable[[
     return effective
 
 
-def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placement: str) -> list:
+def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placement: str,
+                      fenced: frozenset[int]) -> list:
     """A new ``replica.placement`` for an existing topic: where each partition goes (planner;
     the controller completes the reassignments). Moving replicas is the operator's: a tenant's
     principals are refused (``PLACEMENT_IS_OPERATORS``)."""
@@ -586,7 +589,7 @@ def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placem
         raise AdminError("POLICY_VIOLATION", PLACEMENT_IS_OPERATORS)
     try:
         spec = parse_placement(placement)
-        return planner.placement_targets(planner.live_brokers(image), spec, [p.replicas for p in topic.partitions])
+        return planner.placement_targets(planner.live_brokers(image, fenced), spec, [p.replicas for p in topic.partitions])
     except PlacementSpecError as e:
         raise AdminError(e.code, f"replica.placement: {e.message}") from None
     except PlacementError as e:
@@ -822,7 +825,7 @@ def _alter_decision(
             new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
             placement = new.get("replica.placement") or None
             if placement is not None and placement != (found.configs.get("replica.placement") or None):
-                targets = _placement_change(scope, image, found, placement)  # a reassignment of every partition
+                targets = _placement_change(scope, image, found, placement, svc.fenced_brokers)  # a reassignment of every partition
                 return _topic_configs_decision(
                     found.configs, new, validate_only,
                     lambda c: topic_rules.change_placement(image, found.name, c, targets))

@@ -301,7 +301,7 @@ async def auto_create_topic(svc: "Services", name: str) -> TopicInfo | None:
         from shoal.placement.constraints import parse_placement
 
         request = planner.TopicRequest(name, placement=parse_placement(placement) if placement else None)
-        plan = planner.plan_topic(planner.live_brokers(image), request, defaults, svc.random)
+        plan = planner.plan_topic(planner.live_brokers(image, svc.fenced_brokers), request, defaults, svc.random)
     except planner.PlacementError as e:
         raise MetadataError(e.code, e.message) from None
     configs = {"replica.placement": placement} if placement else {}  # recorded: how it was placed

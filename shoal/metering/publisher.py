@@ -173,8 +173,8 @@ async def ensure_topic(broker: "Broker") -> str | None:
         rf = CLUSTER_REPLICATION_FACTOR
     defaults = planner.Defaults.for_offsets_topic(int(cfg.get("shoal.metering.topic.partitions")), rf)
     try:
-        plan = planner.plan_topic(planner.live_brokers(image), planner.TopicRequest(USAGE_TOPIC), defaults,
-                                  broker.random)
+        plan = planner.plan_topic(planner.live_brokers(image, broker.fenced_brokers()), planner.TopicRequest(USAGE_TOPIC),
+                                  defaults, broker.random)
     except planner.PlacementError as e:
         return f"cannot create {USAGE_TOPIC} (replication factor {rf}): {e.message}"
     try:

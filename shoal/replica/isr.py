@@ -98,6 +98,7 @@ class IsrChangeQueue:
         self.expands = 0
         self.refused = 0  # proposals the store refused (stale, fenced, invalid)
         self._failing = False  # the last batch's fate was unknown (its warning said so once)
+        self._stopped = False
 
     @property
     def unsent(self) -> int:
@@ -106,7 +107,10 @@ class IsrChangeQueue:
 
     def submit(self, part: Partition, isr: tuple[int, ...], why: str, min_isr: int | None = None) -> None:
         """Propose ``isr`` for ``part`` (this broker leads it and has nothing pending for it): it
-        counts for the high watermark at once, and goes to the store in the next batch."""
+        counts for the high watermark at once, and goes to the store in the next batch. Once the
+        queue is stopped, nothing: the broker is leaving (``stop``)."""
+        if self._stopped:
+            return
         part.pending_isr = isr
         part.maybe_increment_high_watermark()  # an expansion may let it move already
         self._unsent[part.key] = _Proposal(part, part.info, isr, why, min_isr)
@@ -114,6 +118,12 @@ class IsrChangeQueue:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"isr-changes {self.node_id}")
 
     async def stop(self) -> None:
+        """No batch from now on: the one in flight is cancelled at once, even mid-commit (it may
+        land or not: the image tells), and later proposals are dropped. A controlled shutdown
+        stops the queue before its own change (``shoal.cluster.controller.controlled_shutdown``):
+        that change must not wait behind ISR batches for this process's turn at the store, and a
+        leader that is handing its leaderships away has no ISR change left worth making."""
+        self._stopped = True
         await cancel_and_wait([self._task])
 
     async def _run(self) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import random
 import urllib.request
 
 import pytest
 
+from shoal.cluster import planner
 from shoal.cluster.controller import Controller, leadership_change
 from shoal.metadata import BrokerInfo, MetadataError
 from shoal.metadata.etcd import EtcdMetadataStore
@@ -192,6 +194,61 @@ async def test_a_held_connection_that_ends_and_a_refusal_make_a_broker_gone_at_o
         await c1.stop()
         for s in (s1, s2):
             await s.close()
+
+
+async def test_placement_leaves_out_a_broker_the_controller_treats_as_gone(etcd_cluster, etcd_prefix):
+    """Broker 2 dies (its port refuses) and stays registered until its lease expires: the
+    controller treats it as gone and publishes so, and new replicas go to brokers 1 and 3 only,
+    planned on the controller or on broker 3 alike (KRaft's controller places on unfenced brokers
+    only). It used to take a share of them: the metering topic created after a kill -9 landed on
+    the dead broker and the controller moved its leaderships off it at once. Once it answers
+    again, it is placeable again."""
+    url = etcd_cluster.url(etcd_prefix)
+    s1, s2, s3 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=9000) for n in (1, 2, 3))
+    ports = {n: Port() for n in (1, 2, 3)}
+    c1, c3 = Controller(s1, 1, 9000), Controller(s3, 3, 9000)
+
+    def placed(s: EtcdMetadataStore, c: Controller) -> set[int]:
+        plan = planner.plan_topic(planner.live_brokers(s.image, c.fenced_brokers), planner.TopicRequest("t", 12, 2),
+                                  planner.Defaults(1, 1), random.Random(0))
+        return {b for a in plan.assignments for b in a}
+
+    try:
+        await broker_2_at(s1, s2, await ports[2].open())
+        await s3.start()
+        for n, s in ((1, s1), (3, s3)):
+            await s.register_broker(BrokerInfo(n, "127.0.0.1", await ports[n].open()))
+        for _ in range(100):
+            if set(s1.image.brokers) == set(s3.image.brokers) == {1, 2, 3}:
+                break
+            await asyncio.sleep(0.05)
+        await c1.campaign()
+        await c3.campaign()
+        assert (c1.is_controller, c3.controller_id) == (True, 1)
+        assert placed(s1, c1) == placed(s3, c3) == {1, 2, 3}
+        await c1.probe()  # accepted: a connection is held to 2 from now on
+        await held(ports[2])
+        await ports[2].kill()
+        await until_woken(c1)
+        await c1.probe()
+        assert c1.refused == {2}
+        await c1.publish_fenced()
+        await c3.campaign()
+        assert c1.fenced_brokers == c3.fenced_brokers == {2} and 2 in s1.image.brokers and 2 in s3.image.brokers
+        assert placed(s1, c1) == placed(s3, c3) == {1, 3}
+
+        c1._alive_again(2)  # its held connection logged in again (a false alarm)
+        await c1.publish_fenced()
+        await c3.campaign()
+        assert c1.fenced_brokers == c3.fenced_brokers == set() and placed(s3, c3) == {1, 2, 3}
+    finally:
+        for c in (c1, c3):
+            await c.stop()
+        for s in (s1, s2, s3):
+            await s.close()
+        for port in ports.values():
+            if port.server is not None:
+                port.server.close()
 
 
 async def test_a_dead_controllers_key_goes_and_its_registration_stays(etcd_cluster, etcd_prefix):

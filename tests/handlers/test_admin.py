@@ -43,6 +43,7 @@ class FakeBroker:
     node_id: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
     random: random.Random = field(default_factory=random.Random)
+    fenced_brokers: frozenset[int] = frozenset()  # none treated as gone (no controller here)
 
     @property
     def services(self) -> "FakeBroker":  # what handlers see (shoal.services.Services), duck-typed

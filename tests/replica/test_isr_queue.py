@@ -2,7 +2,8 @@
 ``ReplicaManager`` and a real metadata store (``DecidingStore`` on the memory backend, the
 replica manager following its image): many partitions' ISR changes go in few batches, one in
 flight at a time; a partition overtaken by another change fails alone and proposes again on its
-new epoch; a batch the store could not answer is sent again, its changes pending meanwhile."""
+new epoch; a batch the store could not answer is sent again, its changes pending meanwhile; a
+controlled shutdown stops the queue and does not wait behind a batch."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 import pytest
 
 from shoal.clock import ManualClock
+from shoal.cluster.controller import controlled_shutdown
 from shoal.config import BrokerConfig
-from shoal.metadata import MetadataError, PartitionInfo, TopicInfo
+from shoal.metadata import BrokerInfo, MetadataError, PartitionInfo, TopicInfo
 from shoal.metadata.change import Change, Result
 from shoal.metadata.memory import MemoryBackend
 from shoal.metadata.rules import topics as topic_rules
@@ -50,11 +52,23 @@ class Gate:
             raise MetadataError("REQUEST_TIMED_OUT", "the metadata quorum is unreachable; retry")
 
 
+class TakingTurns(MemoryBackend):
+    """The memory backend with the turn the etcd and embedded backends have: this process's
+    writers decide and commit one at a time (``MetadataBackend.turn``)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._turn = asyncio.Lock()
+
+    def turn(self) -> asyncio.Lock:
+        return self._turn
+
+
 @pytest.fixture
 async def leader(tmp_path):
     """Broker 1 leading ``t``'s N partitions (replicas 1, 2; ISR 1 alone), on a real store."""
     gate = Gate()
-    store = DecidingStore(MemoryBackend(before_commit=gate))
+    store = DecidingStore(TakingTurns(before_commit=gate))
     await store.start()
     parts = tuple(PartitionInfo(i, (1, 2), (1,), leader=1) for i in range(N))
 
@@ -144,3 +158,30 @@ async def test_a_batch_the_store_could_not_answer_is_sent_again_pending_meanwhil
     await settled(m)
     assert m.isr_changes.batches == 3 and m.isr_changes.expands == N
     assert all(p.isr == (1, 2) for p in store.image.topics["t"].partitions)
+
+
+async def test_a_controlled_shutdown_does_not_wait_behind_an_isr_batch(leader) -> None:
+    """A batch stuck in its commit (etcd slow: at thousands of partitions a rejoin's batches held
+    the store's turn for seconds) holds this process's turn. The controlled shutdown stops the
+    queue, the batch with it, and commits its change at once; proposals after it go nowhere."""
+    m, store, gate, clock = leader
+    await store.register_broker(BrokerInfo(2, "127.0.0.1", 9002))
+    caught_up(m, store, clock, range(10))  # partitions 0-9: ISR (1, 2), so 2 can take them over
+    await settled(m)
+    stuck = asyncio.Event()
+
+    async def slow() -> None:
+        stuck.set()
+        await asyncio.sleep(3600)
+
+    gate.first = slow
+    caught_up(m, store, clock, range(10, N))
+    await asyncio.wait_for(stuck.wait(), 5)
+    batches = m.isr_changes.batches
+    moved = await asyncio.wait_for(controlled_shutdown(store, 1, m), 5)
+    parts = store.image.topics["t"].partitions
+    assert moved == 10 and all(p.leader == 2 and p.isr == (2,) for p in parts[:10])
+    assert all(p.isr == (1,) for p in parts[10:])  # the stuck batch never landed
+    caught_up(m, store, clock, range(N))
+    await asyncio.sleep(0.05)
+    assert m.isr_changes.batches == batches and m.isr_changes.unsent == 0
