@@ -38,7 +38,7 @@ import dataclasses
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
 from shoal.metadata.change import Change, Result, unchanged
@@ -50,9 +50,13 @@ if TYPE_CHECKING:
     from shoal.net import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
     from shoal.metadata.store import DecidingStore
-    from shoal.replica import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+class ReplicationStopper(Protocol):
+    async def stop_replication(self) -> None:
+        """Stop proposing ISR changes (a batch in flight cancelled) and stop every replica fetcher."""
 
 POLL_S = 0.5
 PROBE_STRIKES = 2  # refused connections in a row before a registered broker counts as dead
@@ -236,7 +240,7 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
     return Result(Change(topics=topics), moved_leaders)
 
 
-async def controlled_shutdown(store: DecidingStore, node: int, replicas: ReplicaManager) -> int:
+async def controlled_shutdown(store: DecidingStore, node: int, replication: ReplicationStopper) -> int:
     """Commit ``node``'s ``shutdown_change``; the leaderships moved. Its ISR change queue stops
     first (``IsrChangeQueue.stop``): with thousands of partitions a rejoin's ISR batches hold this
     process's turn at the store for seconds each, and the shutdown's change queued behind them
@@ -244,10 +248,10 @@ async def controlled_shutdown(store: DecidingStore, node: int, replicas: Replica
     ahead of the shutting-down broker's own AlterPartition requests. Its replica fetchers stop
     too: the change takes it out of every ISR, and a follower still fetching was added back by
     its leaders at once (1,000 partitions at a time), and taken out again by the controller
-    when the process went (Kafka's leaders do not add a broker in controlled shutdown, KIP-841)."""
-    if replicas.isr_changes is not None:
-        await replicas.isr_changes.stop()
-    await replicas.fetchers.stop()
+    when the process went (Kafka's leaders do not add a broker in controlled shutdown, KIP-841).
+    ``replication`` is the broker's replica manager (``shoal.replica.ReplicaManager``, a layer
+    above this one, seen through the one method used here)."""
+    await replication.stop_replication()
     return await store.decide_and_commit(lambda img: shutdown_change(img, node))
 
 

@@ -292,6 +292,13 @@ class ReplicaManager:
         self._isr_task = asyncio.get_running_loop().create_task(self.run_isr_checks())
         self.fetchers.start()
 
+    async def stop_replication(self) -> None:
+        """A controlled shutdown's first step (``shoal.cluster.controller.controlled_shutdown``):
+        no more ISR changes proposed (a batch in flight cancelled), no replica fetching."""
+        if self.isr_changes is not None:
+            await self.isr_changes.stop()
+        await self.fetchers.stop()
+
     async def stop(self) -> None:
         await self.fetchers.stop()
         await cancel_and_wait([self._isr_task])
