@@ -26,6 +26,8 @@ from shoal.storage import LogManager
 
 log = logging.getLogger("shoal.broker")
 
+STOP_WARN_S = 10.0  # a clean stop still running this long logs the step it waits for
+
 
 def handler_modules() -> list[Any]:
     from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
@@ -379,7 +381,19 @@ class Broker:
                  (asyncio.get_running_loop().time() - t0) * 1000)
 
     async def stop(self) -> None:
+        step = ["controlled shutdown"]
+        watchdog = asyncio.get_running_loop().call_later(
+            STOP_WARN_S, lambda: log.warning("still stopping after %.0f s: waiting for %s", STOP_WARN_S, step[0]))
+        try:
+            await self._stop(step)
+        finally:
+            watchdog.cancel()
+
+    async def _stop(self, step: list[str]) -> None:
+        """The steps of a clean stop, in order; ``step[0]`` names the one running (a stop that
+        hangs says where)."""
         await self.controlled_shutdown()
+        step[0] = "the listeners and connections"
         if self.admin_http is not None:  # admin
             await self.admin_http.stop()
         if self.metrics_http is not None:  # quotas
@@ -390,6 +404,7 @@ class Broker:
             conn.close()
         for server in self._servers:
             await server.wait_closed()
+        step[0] = "metering's last window"
         if self._metering_task is not None:  # metering: the last window, once no client is served
             self._metering_task.cancel()
             try:
@@ -414,16 +429,23 @@ class Broker:
                 await self._protection_task
             except asyncio.CancelledError:
                 pass
+        step[0] = "the tenant-quota demand exchange"
         if self.demand_exchange is not None:  # quotas
             await self.demand_exchange.stop()
+        step[0] = "the replica manager"
         await self.replicas.stop()  # replica: fetchers, ISR checks
+        step[0] = "the controller"
         if self.controller is not None:  # cluster: the key goes with the lease, at close
             await self.controller.stop()
+        step[0] = "the transaction coordinator"
         if getattr(self, "txn", None) is not None:
             await self.txn.stop()  # txn
+        step[0] = "the group coordinator"
         if getattr(self, "groups", None) is not None:
             await self.groups.stop()  # groups
+        step[0] = "the logs' close"
         await asyncio.to_thread(self.logs.close)
+        step[0] = "the metadata store's close"
         await self.metadata.close()
         if self._dir_locks is not None:  # safety: last, after every write
             self._dir_locks.release()
