@@ -172,7 +172,6 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = item.nodeid.split("::")[0]
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
         if item.nodeid.startswith(CPU_BOUND):
@@ -180,10 +179,34 @@ def pytest_collection_modifyitems(config, items):
             if own is None or (own.args and own.args[0] < CPU_BOUND_TIMEOUT):
                 item.add_marker(pytest.mark.timeout(CPU_BOUND_TIMEOUT))
         if not any(item.iter_markers("xdist_group")):
-            group = next((d for d in GROUPED_DIRS if path.startswith(d)), path)
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(_group_of(item.nodeid)))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks)
         items.sort(key=lambda it: next((i for i, p in enumerate(FIRST) if it.nodeid.startswith(p)), len(FIRST)))
+
+
+def _group_of(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return next((d for d in GROUPED_DIRS if path.startswith(d)), path)
+
+
+# Seconds each xdist group took (setup, call and teardown of its tests), summed on the controller.
+# A group runs on one worker from start to end, so the longest groups bound the parallel phase.
+_GROUP_SECONDS: dict[str, float] = {}
+SLOWEST_GROUPS = 15
+
+
+def pytest_runtest_logreport(report):
+    group = _group_of(report.nodeid)
+    _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + (report.duration or 0.0)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _GROUP_SECONDS:
+        return
+    slowest = sorted(_GROUP_SECONDS.items(), key=lambda kv: -kv[1])[:SLOWEST_GROUPS]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} modules (xdist groups), seconds")
+    for group, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}  {group}")
 
 
 @pytest.hookimpl(hookwrapper=True)
