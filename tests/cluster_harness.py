@@ -27,8 +27,10 @@ import re
 import signal
 import sys
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from broker_process import free_port
 from shoal.client import AdminClient
@@ -170,6 +172,31 @@ class Cluster:
     def close(self) -> None:
         for b in self.brokers.values():
             b.stop()
+
+
+@contextmanager
+def running_cluster(etcd_cluster: Any, tmp_path_factory: Any, name: str, cls: type[Cluster] | None = None,
+                    metrics: bool = False, **kwargs: Any) -> Iterator[Any]:
+    """A started cluster (``cls``, ``Cluster`` unless given; ``kwargs`` go to it) on a fresh prefix
+    of ``etcd_cluster`` (the session's, or an ``EtcdCluster`` of the module's own) in a fresh
+    directory named ``name``, closed at the end, also when it fails to start. With ``metrics``,
+    every broker also serves its metrics on a port of its own. The body of a module's cluster
+    fixture::
+
+        @pytest.fixture(scope="module")
+        def cluster(etcd_cluster, tmp_path_factory):
+            with running_cluster(etcd_cluster, tmp_path_factory, "racks", racks=["dc1", "dc1", "dc2"]) as c:
+                yield c
+    """
+    c = (cls or Cluster)(tmp_path_factory.mktemp(name), etcd_cluster.url(f"/{name}-{uuid.uuid4().hex[:8]}"), **kwargs)
+    if metrics:
+        for b in c.brokers.values():
+            b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
 
 
 # -- through link proxies (tests/faults) -----------------------------------------------------------
