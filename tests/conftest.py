@@ -149,8 +149,10 @@ CPU_BOUND = (
 )
 CPU_BOUND_TIMEOUT = 600
 # One xdist group per module (module and session fixtures are started once, as in a serial run),
-# except these folders, whose modules share one group: one Spark JVM for all the Spark tests.
-GROUPED_DIRS = ("tests/spark/",)
+# except the modules of these folders that use this fixture, which share one group: one Spark JVM
+# (the session's ``spark``) for all the tests that use it. The folder's other modules (Spark jobs
+# in processes of their own, or no Spark at all) are groups of their own and run beside it.
+SHARED_GROUPS = {"tests/spark/": "spark"}
 # Groups handed out first, longest first (measured), so that none starts last and keeps the run
 # waiting; the others follow in collection order.
 FIRST = (
@@ -171,6 +173,8 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    shared = {item.nodeid.split("::")[0] for item in items
+              if any(item.nodeid.startswith(d) and f in item.fixturenames for d, f in SHARED_GROUPS.items())}
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
@@ -178,15 +182,16 @@ def pytest_collection_modifyitems(config, items):
             own = item.get_closest_marker("timeout")
             if own is None or (own.args and own.args[0] < CPU_BOUND_TIMEOUT):
                 item.add_marker(pytest.mark.timeout(CPU_BOUND_TIMEOUT))
-        if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(_group_of(item.nodeid)))
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            path = item.nodeid.split("::")[0]
+            group = next((d for d in SHARED_GROUPS if path.startswith(d) and path in shared), path)
+            item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        item.user_properties.append(("xdist_group", group))  # to the controller, for the summary
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks)
         items.sort(key=lambda it: next((i for i, p in enumerate(FIRST) if it.nodeid.startswith(p)), len(FIRST)))
-
-
-def _group_of(nodeid: str) -> str:
-    path = nodeid.split("::")[0]
-    return next((d for d in GROUPED_DIRS if path.startswith(d)), path)
 
 
 # Seconds each xdist group took (setup, call and teardown of its tests), summed on the controller.
@@ -196,7 +201,7 @@ SLOWEST_GROUPS = 15
 
 
 def pytest_runtest_logreport(report):
-    group = _group_of(report.nodeid)
+    group = dict(report.user_properties).get("xdist_group", report.nodeid.split("::")[0])
     _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + (report.duration or 0.0)
 
 
