@@ -30,9 +30,10 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from broker_process import free_port
+from polling import until  # noqa: F401  (the cluster tests import it from here)
 from shoal.client import AdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -90,21 +91,6 @@ def run(coro: Any) -> Any:
 async def _describe(bootstrap: str) -> dict[str, Any]:
     async with AdminClient(bootstrap, timeout=10) as c:
         return await c.describe_cluster()
-
-
-def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``cond`` (exceptions count as not yet) until it is truthy; its value."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-            if value:
-                return value
-        except Exception as e:  # a broker going away, a connection refused...
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s (last error: {last!r})")
 
 
 class Cluster:

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
 from broker_process import BrokerProcess
+from polling import until
 from shoal.client import AdminClient
 
 SESSION_MS = 3000
@@ -66,15 +67,6 @@ def cluster_view(bootstrap: str) -> dict:
             return await c.describe_cluster()
 
     return asyncio.run(run())
-
-
-def until(cond, timeout: float = 15.0) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.01)
-    return time.monotonic() - t0
 
 
 def test_one_broker_on_etcd_serves_clients_and_keeps_its_topics_across_a_restart(brokers):
