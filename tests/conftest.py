@@ -153,10 +153,15 @@ CPU_BOUND_TIMEOUT = 600
 # (the session's ``spark``) for all the tests that use it. The folder's other modules (Spark jobs
 # in processes of their own, or no Spark at all) are groups of their own and run beside it.
 SHARED_GROUPS = {"tests/spark/": "spark"}
+# Modules whose tests each start a cluster of their own (function-scoped fixtures only) and take
+# minutes together: each test is a group of its own, so that the module is not one long chain on
+# one worker (the drills: 267 s in one group, measured).
+SPLIT = ("tests/multiregion/test_drills.py",)
 # Groups handed out first, longest first (measured), so that none starts last and keeps the run
 # waiting; the others follow in collection order.
 FIRST = (
     "tests/spark/",
+    "tests/multiregion/test_drills.py",
     "tests/protocol/test_writer.py",
     "tests/groups/test_assignors.py",
     "tests/e2e/test_auth.py",
@@ -186,6 +191,8 @@ def pytest_collection_modifyitems(config, items):
         if mark is None:
             path = item.nodeid.split("::")[0]
             group = next((d for d in SHARED_GROUPS if path.startswith(d) and path in shared), path)
+            if path in SPLIT:
+                group = item.nodeid
             item.add_marker(pytest.mark.xdist_group(group))
         else:
             group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
