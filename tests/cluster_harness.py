@@ -213,10 +213,11 @@ class ProxiedClusterBroker(ClusterBroker):
         self.overrides["listener.security.protocol.map"] = protocols + "".join(f",{n}:PLAINTEXT" for n in self.extra)
         self.overrides["inter.broker.listener.name"] = f"B{node_id}"
 
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"{n}://{self.host}:{p}" for n, p in self.extra.items()]
+
     def serve_args(self) -> list[str]:
         args = super().serve_args()
-        i = args.index("--listeners") + 1
-        args[i] += "".join(f",{n}://{self.host}:{p}" for n, p in self.extra.items())
         adv = ",".join(f"{n}://{self.host}:{p}" for n, p in self.advertised.items())
         return args + (["--override", f"advertised.listeners={adv}"] if adv else [])
 

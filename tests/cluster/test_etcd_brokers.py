@@ -24,18 +24,15 @@ SESSION_MS = 3000
 
 class EtcdBroker(BrokerProcess):
     def __init__(self, workdir: Path, url: str, node_id: int, rack: str) -> None:
-        super().__init__(workdir)
+        super().__init__(workdir, overrides={
+            "shoal.metadata.store": url, "broker.session.timeout.ms": str(SESSION_MS),
+            # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
+            # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
+            "offsets.topic.replication.factor": "1"})
         self.url, self.node_id, self.rack = url, node_id, rack
 
     def serve_args(self) -> list[str]:
-        return super().serve_args() + [
-            "--node-id", str(self.node_id), "--rack", self.rack,
-            "--override", f"shoal.metadata.store={self.url}",
-            "--override", f"broker.session.timeout.ms={SESSION_MS}",
-            # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
-            # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
-            "--override", "offsets.topic.replication.factor=1",
-        ]
+        return super().serve_args() + ["--node-id", str(self.node_id), "--rack", self.rack]
 
 
 @pytest.fixture

@@ -45,25 +45,19 @@ MIB = 1 << 20
 
 class HardenedBroker(BrokerProcess):
     def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
         self.sasl_port, self.idle_port, self.metrics_port = free_port(), free_port(), free_port()
-
-    def serve_args(self) -> list[str]:
-        h = self.host
-        overrides = {
+        super().__init__(workdir, overrides={
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,IDLE:PLAINTEXT",
             "shoal.sasl.bootstrap.users": f"{USER}:{PASSWORD}",
-            "shoal.metrics.listener": f"http://{h}:{self.metrics_port}",
+            "shoal.metrics.listener": f"http://127.0.0.1:{self.metrics_port}",
             "listener.name.sasl_plaintext.shoal.sasl.authentication.timeout.ms": str(TIMEOUT_MS),
             "listener.name.idle.connections.max.idle.ms": str(TIMEOUT_MS),
             "listener.name.idle.shoal.request.read.timeout.ms": str(TIMEOUT_MS),
-        }
-        args = ["--listeners",
-                f"PLAINTEXT://{h}:{self.port},SASL_PLAINTEXT://{h}:{self.sasl_port},IDLE://{h}:{self.idle_port}",
-                "--log-dirs", str(self.data_dir)]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+        })
+
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}",
+                                      f"IDLE://{self.host}:{self.idle_port}"]
 
     def rss_mib(self) -> float:
         assert self.proc is not None

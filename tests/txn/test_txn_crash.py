@@ -28,18 +28,12 @@ PARTITIONS = 64
 RESENT = re.compile(r", [1-9][0-9]* transactions to complete")  # the coordinator's load log line
 
 
-class TxnBroker(BrokerProcess):
-    def serve_args(self) -> list[str]:
-        return super().serve_args() + [
-            "--override", "transaction.state.log.num.partitions=2",
-            "--override", "transaction.abort.timed.out.transaction.cleanup.interval.ms=300",
-            "--override", "offsets.topic.num.partitions=1",
-        ]
-
-
 @pytest.fixture(scope="module")
 def broker():
-    b = TxnBroker(Path(tempfile.mkdtemp(prefix="shoal-txn-crash-")))
+    b = BrokerProcess(Path(tempfile.mkdtemp(prefix="shoal-txn-crash-")),
+                      overrides={"transaction.state.log.num.partitions": "2",
+                                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+                                 "offsets.topic.num.partitions": "1"})
     b.start()
     yield b
     b.stop()
