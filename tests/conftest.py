@@ -149,14 +149,15 @@ CPU_BOUND = (
 )
 CPU_BOUND_TIMEOUT = 600
 # One xdist group per module (module and session fixtures are started once, as in a serial run),
-# except the modules of these folders that use this fixture, which share one group: one Spark JVM
-# (the session's ``spark``) for all the tests that use it. The folder's other modules (Spark jobs
-# in processes of their own, or no Spark at all) are groups of their own and run beside it.
+# except the tests of these folders that use this fixture, which share one group: one Spark JVM
+# (the session's ``spark``) for all the tests that use it. The folder's other tests (Spark jobs in
+# processes of their own, or no Spark at all) are in their module's group and run beside it
+# (measured at load ~10: the Spark group took 976 s, 404 of them the two job tests below).
 SHARED_GROUPS = {"tests/spark/": "spark"}
-# Modules whose tests each start a cluster of their own (function-scoped fixtures only) and take
-# minutes together: each test is a group of its own, so that the module is not one long chain on
-# one worker (the drills: 267 s in one group, measured).
-SPLIT = ("tests/multiregion/test_drills.py",)
+# Modules whose tests each start what they need (no module-scoped fixtures) and take minutes
+# together: each test is a group of its own, so that the module is not one long chain on one
+# worker (the drills: 267 s in one group, measured; the exactly-once job tests: 245 s and 159 s).
+SPLIT = ("tests/multiregion/test_drills.py", "tests/spark/test_spark_exactly_once.py")
 # Groups handed out first, longest first (measured), so that none starts last and keeps the run
 # waiting; the others follow in collection order.
 FIRST = (
@@ -178,8 +179,6 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    shared = {item.nodeid.split("::")[0] for item in items
-              if any(item.nodeid.startswith(d) and f in item.fixturenames for d, f in SHARED_GROUPS.items())}
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
@@ -190,9 +189,8 @@ def pytest_collection_modifyitems(config, items):
         mark = item.get_closest_marker("xdist_group")
         if mark is None:
             path = item.nodeid.split("::")[0]
-            group = next((d for d in SHARED_GROUPS if path.startswith(d) and path in shared), path)
-            if path in SPLIT:
-                group = item.nodeid
+            shared = [d for d, f in SHARED_GROUPS.items() if path.startswith(d) and f in item.fixturenames]
+            group = shared[0] if shared else item.nodeid if path in SPLIT else path
             item.add_marker(pytest.mark.xdist_group(group))
         else:
             group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
