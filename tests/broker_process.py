@@ -108,7 +108,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def listeners(self) -> list[str]:
-        """The ``--listeners`` entries; the first is PLAINTEXT on ``self.port``: readiness is an
+        """The ``--listeners`` entries, PLAINTEXT on ``self.port`` among them: readiness is an
         ApiVersions round trip on it."""
         return [f"PLAINTEXT://{self.host}:{self.port}"]
 
