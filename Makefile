@@ -45,8 +45,11 @@ deps:
 # Install what the tests need, then run the whole suite: most of it on $(TEST_WORKERS) pytest-xdist
 # workers (it mostly waits on brokers, etcd and Spark), one group per module (tests/conftest.py);
 # then the tests that measure time or throughput (marked `serial`) with nothing beside them.
+# Both phases print their slowest tests (setup, call and teardown each), so a run shows where the
+# time went (issue 26, part 7: `make test` stays under 15 minutes).
 TEST_WORKERS ?= 3
-PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+TEST_DURATIONS ?= 25
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider --durations=$(TEST_DURATIONS) --durations-min=1.0
 test: deps
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not serial"; rc=$$?; \
 	$(PYTEST) -m serial && exit $$rc

@@ -50,11 +50,12 @@ MB = 1_000_000
 SLICE = "shoal_tenant_quota_slice_bytes_per_second"
 
 
-def produce_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float, size: int = 10_000) -> list[int]:
+def produce_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float, size: int = 10_000,
+                  stop: threading.Event | None = None) -> list[int]:
     """A confluent-kafka producer offering ``rate`` bytes/s of ``size``-byte records to ``topic``
-    from monotonic time ``t0`` for ``seconds``: bytes acknowledged in each second (by delivery
-    time). Offered bytes that do not fit in its queue (the broker throttles it) are dropped, so
-    the offered rate stays a ceiling, not a backlog."""
+    from monotonic time ``t0`` for ``seconds`` (or until ``stop`` is set): bytes acknowledged in
+    each second (by delivery time). Offered bytes that do not fit in its queue (the broker
+    throttles it) are dropped, so the offered rate stays a ceiling, not a backlog."""
     from confluent_kafka import Producer
 
     buckets = [0] * int(seconds + 1)
@@ -71,7 +72,7 @@ def produce_paced(conf: dict, topic: str, rate: float, seconds: float, t0: float
     while time.monotonic() < t0:
         time.sleep(0.001)
     offered = 0.0
-    while (now := time.monotonic() - t0) < seconds:
+    while (now := time.monotonic() - t0) < seconds and not (stop is not None and stop.is_set()):
         if offered + size > rate * now:
             p.poll(0.002)
             continue

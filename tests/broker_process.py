@@ -89,9 +89,11 @@ def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 class BrokerProcess:
-    """``python -m shoal serve`` on a fixed port and directory, restartable."""
+    """``python -m shoal serve`` on a fixed port and directory, restartable, with ``overrides``
+    (``--override key=value`` each). Subclasses add listeners (``listeners``) and settings."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+        self.overrides: dict[str, str] = dict(overrides or {})
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,10 +107,17 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def listeners(self) -> list[str]:
+        """The ``--listeners`` entries, PLAINTEXT on ``self.port`` among them: readiness is an
+        ApiVersions round trip on it."""
+        return [f"PLAINTEXT://{self.host}:{self.port}"]
+
     def serve_args(self) -> list[str]:
-        """``shoal serve`` arguments; subclasses add listeners and overrides. ``self.port`` must
-        stay a PLAINTEXT listener: readiness is an ApiVersions round trip on it."""
-        return ["--listeners", f"PLAINTEXT://{self.host}:{self.port}", "--log-dirs", str(self.data_dir)]
+        """``shoal serve`` arguments: the listeners, the data directory and the overrides."""
+        args = ["--listeners", ",".join(self.listeners()), "--log-dirs", str(self.data_dir)]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        return args
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"

@@ -27,10 +27,13 @@ import re
 import signal
 import sys
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterator
 
 from broker_process import free_port
+from polling import until  # noqa: F401  (the cluster tests import it from here)
 from shoal.client import AdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -88,22 +91,6 @@ def run(coro: Any) -> Any:
 async def _describe(bootstrap: str) -> dict[str, Any]:
     async with AdminClient(bootstrap, timeout=10) as c:
         return await c.describe_cluster()
-
-
-def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.1) -> Any:
-    """Poll ``cond`` every ``interval`` seconds (exceptions count as not yet) until it is truthy;
-    its value."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-            if value:
-                return value
-        except Exception as e:  # a broker going away, a connection refused...
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout}s (last error: {last!r})")
 
 
 class Cluster:
@@ -173,6 +160,31 @@ class Cluster:
             b.stop()
 
 
+@contextmanager
+def running_cluster(etcd_cluster: Any, tmp_path_factory: Any, name: str, cls: type[Cluster] | None = None,
+                    metrics: bool = False, **kwargs: Any) -> Iterator[Any]:
+    """A started cluster (``cls``, ``Cluster`` unless given; ``kwargs`` go to it) on a fresh prefix
+    of ``etcd_cluster`` (the session's, or an ``EtcdCluster`` of the module's own) in a fresh
+    directory named ``name``, closed at the end, also when it fails to start. With ``metrics``,
+    every broker also serves its metrics on a port of its own. The body of a module's cluster
+    fixture::
+
+        @pytest.fixture(scope="module")
+        def cluster(etcd_cluster, tmp_path_factory):
+            with running_cluster(etcd_cluster, tmp_path_factory, "racks", racks=["dc1", "dc1", "dc2"]) as c:
+                yield c
+    """
+    c = (cls or Cluster)(tmp_path_factory.mktemp(name), etcd_cluster.url(f"/{name}-{uuid.uuid4().hex[:8]}"), **kwargs)
+    if metrics:
+        for b in c.brokers.values():
+            b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
 # -- through link proxies (tests/faults) -----------------------------------------------------------
 
 
@@ -201,10 +213,11 @@ class ProxiedClusterBroker(ClusterBroker):
         self.overrides["listener.security.protocol.map"] = protocols + "".join(f",{n}:PLAINTEXT" for n in self.extra)
         self.overrides["inter.broker.listener.name"] = f"B{node_id}"
 
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"{n}://{self.host}:{p}" for n, p in self.extra.items()]
+
     def serve_args(self) -> list[str]:
         args = super().serve_args()
-        i = args.index("--listeners") + 1
-        args[i] += "".join(f",{n}://{self.host}:{p}" for n, p in self.extra.items())
         adv = ",".join(f"{n}://{self.host}:{p}" for n, p in self.advertised.items())
         return args + (["--override", f"advertised.listeners={adv}"] if adv else [])
 

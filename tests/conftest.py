@@ -149,12 +149,20 @@ CPU_BOUND = (
 )
 CPU_BOUND_TIMEOUT = 600
 # One xdist group per module (module and session fixtures are started once, as in a serial run),
-# except these folders, whose modules share one group: one Spark JVM for all the Spark tests.
-GROUPED_DIRS = ("tests/spark/",)
+# except the tests of these folders that use this fixture, which share one group: one Spark JVM
+# (the session's ``spark``) for all the tests that use it. The folder's other tests (Spark jobs in
+# processes of their own, or no Spark at all) are in their module's group and run beside it
+# (measured at load ~10: the Spark group took 976 s, 404 of them the two job tests below).
+SHARED_GROUPS = {"tests/spark/": "spark"}
+# Modules whose tests each start what they need (no module-scoped fixtures) and take minutes
+# together: each test is a group of its own, so that the module is not one long chain on one
+# worker (the drills: 267 s in one group, measured; the exactly-once job tests: 245 s and 159 s).
+SPLIT = ("tests/multiregion/test_drills.py", "tests/spark/test_spark_exactly_once.py")
 # Groups handed out first, longest first (measured), so that none starts last and keeps the run
 # waiting; the others follow in collection order.
 FIRST = (
     "tests/spark/",
+    "tests/multiregion/test_drills.py",
     "tests/protocol/test_writer.py",
     "tests/groups/test_assignors.py",
     "tests/e2e/test_auth.py",
@@ -172,18 +180,43 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = item.nodeid.split("::")[0]
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
         if item.nodeid.startswith(CPU_BOUND):
             own = item.get_closest_marker("timeout")
             if own is None or (own.args and own.args[0] < CPU_BOUND_TIMEOUT):
                 item.add_marker(pytest.mark.timeout(CPU_BOUND_TIMEOUT))
-        if not any(item.iter_markers("xdist_group")):
-            group = next((d for d in GROUPED_DIRS if path.startswith(d)), path)
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            path = item.nodeid.split("::")[0]
+            shared = [d for d, f in SHARED_GROUPS.items() if path.startswith(d) and f in item.fixturenames]
+            group = shared[0] if shared else item.nodeid if path in SPLIT else path
             item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        item.user_properties.append(("xdist_group", group))  # to the controller, for the summary
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks)
         items.sort(key=lambda it: next((i for i, p in enumerate(FIRST) if it.nodeid.startswith(p)), len(FIRST)))
+
+
+# Seconds each xdist group took (setup, call and teardown of its tests), summed on the controller.
+# A group runs on one worker from start to end, so the longest groups bound the parallel phase.
+_GROUP_SECONDS: dict[str, float] = {}
+SLOWEST_GROUPS = 15
+
+
+def pytest_runtest_logreport(report):
+    group = dict(report.user_properties).get("xdist_group", report.nodeid.split("::")[0])
+    _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + (report.duration or 0.0)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _GROUP_SECONDS:
+        return
+    slowest = sorted(_GROUP_SECONDS.items(), key=lambda kv: -kv[1])[:SLOWEST_GROUPS]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} modules (xdist groups), seconds")
+    for group, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}  {group}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -313,19 +313,6 @@ class TcpProxy:
             self._server.close()
 
 
-async def until(cond, timeout: float = 20.0) -> float:
-    """Poll ``cond`` in the event loop until it is true (AssertionError after ``timeout``); the
-    time it took."""
-    import asyncio
-
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout}s")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - t0
-
-
 class ProxiedEtcd:
     """A ``TcpProxy`` to each member, run in an event loop of its own thread, for a broker
     PROCESS: start it with ``url(prefix)`` and ``cut()`` cuts it off from the whole etcd cluster

@@ -17,14 +17,15 @@ class QuickstartBroker(BrokerProcess):
     """``shoal serve --quickstart`` with its four loopback ports moved to free ones."""
 
     def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
         self.sasl_port, self.admin_port, self.metrics_port = free_port(), free_port(), free_port()
+        super().__init__(workdir, overrides={"shoal.admin.listener": f"http://127.0.0.1:{self.admin_port}",
+                                             "shoal.metrics.listener": f"http://127.0.0.1:{self.metrics_port}"})
+
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}"]
 
     def serve_args(self) -> list[str]:
-        return ["--quickstart", "--log-dirs", str(self.data_dir),
-                "--listeners", f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
-                "--override", f"shoal.admin.listener=http://127.0.0.1:{self.admin_port}",
-                "--override", f"shoal.metrics.listener=http://127.0.0.1:{self.metrics_port}"]
+        return ["--quickstart", *super().serve_args()]
 
     @property
     def credentials(self) -> Path:

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from polling import until
 from shoal.cli import main
 from shoal.cli.common import UsageError, table
 from shoal.cli.groups import new_offset, parse_datetime, parse_topic_specs
@@ -71,17 +72,6 @@ def describe_json(broker, group: str) -> dict:
     return d
 
 
-def wait_for(cond, what: str, timeout: float = DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def make_topic(broker, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(timeout=15)
@@ -123,7 +113,7 @@ def test_groups_lifecycle(broker, protocol):
     c = consumer(broker, group, protocol)
     try:
         c.subscribe([topic])
-        wait_for(lambda: joined(c, 3), "the consumer to get all three partitions")
+        until(lambda: joined(c, 3), DEADLINE, "the consumer to get all three partitions")
         # commit M on two partitions, none on the third
         c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 12)], asynchronous=False)
 
@@ -131,7 +121,7 @@ def test_groups_lifecycle(broker, protocol):
         listed = {g["group"]: g for g in json.loads(ok(shoal_groups(broker, "list", "--output", "json")))}
         assert listed[group]["type"] == protocol and listed[group]["state"] == "Stable"
 
-        d = wait_for(lambda: (d := describe_json(broker, group)) and d["state"] == "Stable" and d, "Stable")
+        d = until(lambda: (d := describe_json(broker, group)) and d["state"] == "Stable" and d, DEADLINE, "Stable")
         assert d["type"] == protocol and d["coordinator"]["port"] == broker.port
         assert len(d["members"]) == 1 and d["members"][0]["client_id"] == f"cli-test-{protocol}"
         rows = {r["partition"]: r for r in d["offsets"]}
@@ -161,7 +151,7 @@ def test_groups_lifecycle(broker, protocol):
     finally:
         c.close()
 
-    wait_for(lambda: describe_json(broker, group)["state"] == "Empty", "the group to be Empty")
+    until(lambda: describe_json(broker, group)["state"] == "Empty", DEADLINE, "the group to be Empty")
 
     # dry runs print the plan and change nothing
     plan = json.loads(ok(shoal_groups(broker, "reset-offsets", group, "--topic", f"{topic}:0,1", "--shift-by", "-3",
@@ -196,7 +186,7 @@ def test_groups_lifecycle(broker, protocol):
         c.close()
     assert first == {0: 3, 1: 12, 2: 7}
 
-    wait_for(lambda: describe_json(broker, group)["state"] == "Empty", "the group to be Empty again")
+    until(lambda: describe_json(broker, group)["state"] == "Empty", DEADLINE, "the group to be Empty again")
     out = ok(shoal_groups(broker, "delete-offsets", group, "--topic", f"{topic}:1"))
     assert f"{topic} 1" in " ".join(out.split()) and "Successful" in out
     assert [r["partition"] for r in describe_json(broker, group)["offsets"]] == [0, 2]

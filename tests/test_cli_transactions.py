@@ -27,6 +27,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from polling import until
 from shoal.cli import main
 from shoal.cli.common import UsageError
 from shoal.cli.transactions import abort_spec, candidates, hanging, ms_or_none, open_transaction_at
@@ -69,17 +70,6 @@ def refused(r: subprocess.CompletedProcess, *words: str) -> str:
     for w in words:
         assert w in r.stderr, r.stderr
     return r.stderr
-
-
-def wait_for(cond, what: str, timeout: float = DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def make_topic(broker, topic: str, partitions: int = 1) -> None:
@@ -203,7 +193,7 @@ def test_hanging_transaction_listed_described_and_aborted(broker):
                        subprocess_=True))
     assert f"producer {pid}" in out and "starting at offset 2" in out
     # the marker is at offset 10; the LSO moves to the high watermark, past the aborted records
-    assert wait_for(lambda: offsets(broker, topic, 1) == 11, "the LSO to move past the abort marker")
+    assert until(lambda: offsets(broker, topic, 1) == 11, DEADLINE, "the LSO to move past the abort marker")
     assert offsets(broker, topic, 0) == 11
     got = read_committed(broker, topic, 5, timeout=DEADLINE)
     assert got == [b"before-0", b"before-1", b"after-0", b"after-1", b"after-2"]

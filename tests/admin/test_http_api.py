@@ -24,21 +24,17 @@ class AdminBroker(BrokerProcess):
     only serves the readiness check."""
 
     def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
-        super().__init__(workdir)
-        self.overrides = overrides or {}
         self.kafka_port = free_port()
         self.admin_port = free_port()
         self.url = f"http://127.0.0.1:{self.admin_port}"
+        super().__init__(workdir, overrides={
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "shoal.sasl.bootstrap.users": "admin:admin-secret",
+            "shoal.admin.listener": self.url,
+            **(overrides or {})})
 
-    def serve_args(self) -> list[str]:
-        args = ["--log-dirs", str(self.data_dir),
-                "--listeners", f"PLAINTEXT://{self.host}:{self.port},SASL_PLAINTEXT://{self.host}:{self.kafka_port}",
-                "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-                "--override", "shoal.sasl.bootstrap.users=admin:admin-secret",
-                "--override", f"shoal.admin.listener={self.url}"]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.kafka_port}"]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
 from broker_process import BrokerProcess
+from polling import until
 from shoal.client import AdminClient
 
 SESSION_MS = 3000
@@ -23,18 +24,15 @@ SESSION_MS = 3000
 
 class EtcdBroker(BrokerProcess):
     def __init__(self, workdir: Path, url: str, node_id: int, rack: str) -> None:
-        super().__init__(workdir)
+        super().__init__(workdir, overrides={
+            "shoal.metadata.store": url, "broker.session.timeout.ms": str(SESSION_MS),
+            # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
+            # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
+            "offsets.topic.replication.factor": "1"})
         self.url, self.node_id, self.rack = url, node_id, rack
 
     def serve_args(self) -> list[str]:
-        return super().serve_args() + [
-            "--node-id", str(self.node_id), "--rack", self.rack,
-            "--override", f"shoal.metadata.store={self.url}",
-            "--override", f"broker.session.timeout.ms={SESSION_MS}",
-            # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
-            # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
-            "--override", "offsets.topic.replication.factor=1",
-        ]
+        return super().serve_args() + ["--node-id", str(self.node_id), "--rack", self.rack]
 
 
 @pytest.fixture
@@ -66,15 +64,6 @@ def cluster_view(bootstrap: str) -> dict:
             return await c.describe_cluster()
 
     return asyncio.run(run())
-
-
-def until(cond, timeout: float = 15.0) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.01)
-    return time.monotonic() - t0
 
 
 def test_one_broker_on_etcd_serves_clients_and_keeps_its_topics_across_a_restart(brokers):

@@ -13,8 +13,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker_process import free_port
-from cluster_harness import Cluster, until
+from cluster_harness import Cluster, running_cluster, until
 from raw_client import RawClient
 from shoal.client import AdminClient, build_entity
 from shoal.protocol import codec
@@ -26,14 +25,8 @@ FETCH = 1
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("ff"), etcd_cluster.url(f"/ff-{uuid.uuid4().hex[:8]}"))
-    for b in c.brokers.values():
-        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "ff", metrics=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 def topic_on(cluster: Cluster, leader: int) -> str:

@@ -53,11 +53,8 @@ class InternalBroker(ClusterBroker):
         super().__init__(*args, **kwargs)
         self.internal_port = free_port()
 
-    def serve_args(self) -> list[str]:
-        args = super().serve_args()
-        i = args.index("--listeners") + 1
-        args[i] = f"INTERNAL://{self.host}:{self.internal_port}," + args[i]
-        return args
+    def listeners(self) -> list[str]:
+        return [f"INTERNAL://{self.host}:{self.internal_port}", *super().listeners()]
 
 
 def tls_overrides(pki, password: str = PASSWORD) -> dict[str, str]:

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
-from cluster_harness import Cluster, until
+from cluster_harness import running_cluster, until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,14 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("racks"), etcd_cluster.url(f"/racks-{uuid.uuid4().hex[:8]}"),
-                racks=["dc1", "dc1", "dc2"],
-                overrides={"replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "racks",
+                         racks=["dc1", "dc1", "dc2"],
+                         overrides={"replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def isr(bootstrap: str, topic: str) -> tuple[int, ...]:

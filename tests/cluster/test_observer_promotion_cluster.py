@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
-from cluster_harness import Cluster, until
+from cluster_harness import running_cluster, until
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -35,14 +35,10 @@ PLACEMENT = {"version": 2,
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("promotion"), etcd_cluster.url(f"/promo-{uuid.uuid4().hex[:8]}"), size=6,
-                racks=["dc1"] * 3 + ["dc2"] * 3,
-                overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "promotion", size=6,
+                         racks=["dc1"] * 3 + ["dc2"] * 3,
+                         overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def layout(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...], tuple[int, ...]]:

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 
-from cluster_harness import Cluster, until
+from cluster_harness import Cluster, running_cluster, until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,13 +31,9 @@ PLACEMENT = {"version": 1, "replicas": [{"count": 1, "constraints": {"rack": "dc
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("observers"), etcd_cluster.url(f"/obs-{uuid.uuid4().hex[:8]}"),
-                overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "observers",
+                         overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def admin(bootstrap: str) -> KafkaAdmin:

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker_process import free_port
-from cluster_harness import Cluster, until
+from cluster_harness import Cluster, running_cluster, until
 from faults.run import replicating
 from raw_client import RawClient
 from shoal.client import AdminClient, build_entity
@@ -39,15 +38,9 @@ DEPTH = 4
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("pipelined"), etcd_cluster.url(f"/pipe-{uuid.uuid4().hex[:8]}"),
-                overrides={"shoal.replica.fetch.pipeline.depth": str(DEPTH), "shoal.metering.enable": "false"})
-    for b in c.brokers.values():
-        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "pipelined", metrics=True,
+                         overrides={"shoal.replica.fetch.pipeline.depth": str(DEPTH), "shoal.metering.enable": "false"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def create(cluster: Cluster, topic: str, assignments: dict[int, list[int]], configs: dict[str, str] | None = None):

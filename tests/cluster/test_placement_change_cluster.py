@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from cluster_harness import Cluster, until
+from cluster_harness import running_cluster, until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,14 +31,10 @@ def placement(version, sync, obs=()):
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("placechange"), etcd_cluster.url(f"/pc-{uuid.uuid4().hex[:8]}"), size=4,
-                racks=[RACK[i] for i in range(1, 5)],
-                overrides={"replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "placechange", size=4,
+                         racks=[RACK[i] for i in range(1, 5)],
+                         overrides={"replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def layout(a: KafkaAdmin, topic: str) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]]:

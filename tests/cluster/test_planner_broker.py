@@ -24,15 +24,10 @@ TOO_FEW = ("Unable to replicate the partition 2 time(s): The target replication 
            "reached because only 1 broker(s) are registered.")
 
 
-class DefaultsAboveBrokers(BrokerProcess):
-    def serve_args(self) -> list[str]:
-        return [*super().serve_args(), "--override", "default.replication.factor=2",
-                "--override", "offsets.topic.replication.factor=2"]
-
-
 @pytest.fixture(scope="module")
 def node():
-    b = DefaultsAboveBrokers(Path(tempfile.mkdtemp(prefix="shoal-planner-")))
+    b = BrokerProcess(Path(tempfile.mkdtemp(prefix="shoal-planner-")),  # replication defaults above the one broker
+                      overrides={"default.replication.factor": "2", "offsets.topic.replication.factor": "2"})
     b.start()
     yield b
     b.stop()

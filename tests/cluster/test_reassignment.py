@@ -20,7 +20,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.errors import NoReassignmentInProgressError
 
-from cluster_harness import Cluster, run, until
+from cluster_harness import run, running_cluster, until
 from shoal.cli import main
 from shoal.client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient
 from test_replication import partitions, produce, read_all, segments
@@ -30,15 +30,11 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("reassign"), etcd_cluster.url(f"/reassign-{uuid.uuid4().hex[:8]}"),
-                overrides={"replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200",
-                           # a throttle's granularity: fetches of 64 KiB, a rate measured over 3 s
-                           "replica.fetch.max.bytes": "65536", "replication.quota.window.num": "3"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "reassign",
+                         overrides={"replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200",
+                                    # a throttle's granularity: fetches of 64 KiB, a rate measured over 3 s
+                                    "replica.fetch.max.bytes": "65536", "replication.quota.window.num": "3"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

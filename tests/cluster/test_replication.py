@@ -22,8 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
-from broker_process import free_port
-from cluster_harness import Cluster, run, until
+from cluster_harness import Cluster, run, running_cluster, until
 from shoal.client import AdminClient
 from shoal.protocol.errors import ErrorCode
 
@@ -35,15 +34,9 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("replication"), etcd_cluster.url(f"/repl-{uuid.uuid4().hex[:8]}"),
-                overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"})
-    for b in c.brokers.values():
-        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "replication", metrics=True,
+                         overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def admin(bootstrap: str) -> KafkaAdmin:

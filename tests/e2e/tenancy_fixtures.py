@@ -67,14 +67,8 @@ class TenantBroker(BrokerProcess):
     def sasl_bootstrap(self) -> str:
         return f"{self.host}:{self.sasl_port}"
 
-    def serve_args(self) -> list[str]:
-        args = [
-            "--listeners", f"PLAINTEXT://{self.host}:{self.port},SASL_PLAINTEXT://{self.host}:{self.sasl_port}",
-            "--log-dirs", str(self.data_dir),
-        ]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}"]
 
     def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One admin API call: (HTTP status, decoded JSON body)."""
@@ -106,11 +100,9 @@ class TlsTenantBroker(TenantBroker):
         }
         super().__init__(workdir, {**tls, **(overrides or {})})
 
-    def serve_args(self) -> list[str]:
-        args = super().serve_args()
-        i = args.index("--listeners") + 1
-        args[i] += f",SASL_SSL://{self.host}:{self.sasl_ssl_port},MTLS://{self.host}:{self.mtls_port}"
-        return args
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_SSL://{self.host}:{self.sasl_ssl_port}",
+                                      f"MTLS://{self.host}:{self.mtls_port}"]
 
     def client_cert(self, user: str) -> tuple[Path, Path]:
         """(certificate, key) of a client certificate whose subject is ``CN=<user>``."""

@@ -39,12 +39,11 @@ class TlsBroker(BrokerProcess):
         self.pki = make_pki(workdir / "pki")
         self.ssl_port = free_port()
         self.admin_url = f"http://127.0.0.1:{free_port()}"
+        self.overrides.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.pki.server_pem),
+                               "shoal.admin.listener": self.admin_url})
 
-    def serve_args(self) -> list[str]:
-        return ["--listeners", f"PLAINTEXT://{self.host}:{self.port},SSL://{self.host}:{self.ssl_port}",
-                "--log-dirs", str(self.data_dir),
-                "--override", "ssl.keystore.type=PEM", "--override", f"ssl.keystore.location={self.pki.server_pem}",
-                "--override", f"shoal.admin.listener={self.admin_url}"]
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SSL://{self.host}:{self.ssl_port}"]
 
 
 @pytest.fixture(scope="module")

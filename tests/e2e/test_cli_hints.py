@@ -26,12 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 class HintBroker(BrokerProcess):
     def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
         self.sasl_port = free_port()
         self.admin_url = f"http://127.0.0.1:{free_port()}"
-
-    def serve_args(self) -> list[str]:
-        overrides = {
+        super().__init__(workdir, overrides={
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
             "authorizer.class.name": "shoal",
@@ -39,12 +36,10 @@ class HintBroker(BrokerProcess):
             "shoal.sasl.bootstrap.users": "admin:admin-secret,bob:bob-secret",
             "shoal.admin.listener": self.admin_url,
             "shoal.admin.authentication": "basic",
-        }
-        args = ["--listeners", f"PLAINTEXT://{self.host}:{self.port},SASL_PLAINTEXT://{self.host}:{self.sasl_port}",
-                "--log-dirs", str(self.data_dir)]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+        })
+
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}"]
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,7 @@ rebalances settle in about a second; the last test restarts it. Every wait is bo
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
-import struct
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -26,12 +20,12 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from broker_process import BrokerProcess
 from e2e_helpers import OP_TIMEOUT, commit_and_count, create_topic
 from e2e_helpers import run_until as _run_until
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 20.0
 OVERRIDES = {
     "group.consumer.heartbeat.interval.ms": "500",
@@ -43,85 +37,9 @@ KIP848_GA = 0x020C0000  # librdkafka 2.12.0: group.protocol=consumer generally a
 # -- a broker of this module's own, with overrides ------------------------------------------------
 
 
-def _api_versions_ok(host: str, port: int) -> bool:
-    from shoal.protocol import codec
-
-    frame = codec.encode_request(18, 0, 1, "shoal-tests", codec.request_type(18, 0)())
-    try:
-        with socket.create_connection((host, port), timeout=1.0) as s:
-            s.sendall(frame)
-            head = s.recv(4)
-            if len(head) < 4:
-                return False
-            size = struct.unpack(">i", head)[0]
-            payload = b""
-            while len(payload) < size:
-                chunk = s.recv(size - len(payload))
-                if not chunk:
-                    return False
-                payload += chunk
-    except OSError:
-        return False
-    _, resp = codec.decode_response(18, 0, payload)
-    return resp.error_code == 0
-
-
-class OverriddenBroker:
-    """``python -m shoal serve`` with ``--override``s, on a fixed port and directory, restartable."""
-
-    def __init__(self, overrides: dict[str, str]) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="shoal-e2e-kip848-"))
-        self.log_path = self.workdir / "broker.log"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.overrides = overrides
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        args = [sys.executable, "-m", "shoal", "serve", "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}",
-                "--log-dirs", str(self.workdir / "data")]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 20
-        while not _api_versions_ok("127.0.0.1", self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"broker did not start\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def log_tail(self, lines: int = 120) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no broker log)"
-
-
 @pytest.fixture(scope="module")
 def kip848_broker(request):
-    b = OverriddenBroker(OVERRIDES)
+    b = BrokerProcess(Path(tempfile.mkdtemp(prefix="shoal-e2e-kip848-")), overrides=OVERRIDES)
     b.start()
     yield b
     b.stop()

@@ -67,17 +67,11 @@ def _second_serve(*log_dirs: Path) -> subprocess.CompletedProcess:
     )
 
 
-class QuietBroker(BrokerProcess):
-    """A broker with no periodic writer beyond its checkpoint: metering (a usage window every
-    10 s) off, so that a difference in its files can only come from the second process."""
-
-    def serve_args(self) -> list[str]:
-        return super().serve_args() + ["--override", "shoal.metering.enable=false"]
-
-
 @pytest.fixture
 def first(tmp_path):
-    b = QuietBroker(tmp_path / "first")
+    # no periodic writer beyond its checkpoint: metering (a usage window every 10 s) off, so that a
+    # difference in its files can only come from the second process
+    b = BrokerProcess(tmp_path / "first", overrides={"shoal.metering.enable": "false"})
     b.start()
     yield b
     b.stop()

@@ -22,14 +22,9 @@ from e2e_helpers import OP_TIMEOUT, consume, create_topic
 pytestmark = pytest.mark.timeout(120)
 
 
-class FsyncBroker(BrokerProcess):
-    def serve_args(self) -> list[str]:
-        return super().serve_args() + ["--override", "log.flush.interval.messages=1"]
-
-
 @pytest.fixture
 def fsync_broker():
-    b = FsyncBroker(Path(tempfile.mkdtemp(prefix="shoal-e2e-fsync-")))
+    b = BrokerProcess(Path(tempfile.mkdtemp(prefix="shoal-e2e-fsync-")), overrides={"log.flush.interval.messages": "1"})
     b.start()
     yield b
     b.stop()

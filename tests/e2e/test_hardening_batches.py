@@ -48,17 +48,10 @@ CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD
 RSS_GROWTH_BOUND = 400 * 1024 * 1024  # the decompression bound is 64 MiB; before the fix: GBs
 
 
-class HardeningBroker(BrokerProcess):
-    """The cleaner wakes every 200 ms (Kafka's log.cleaner.backoff.ms), so a pass starts soon."""
-
-    def serve_args(self) -> list[str]:
-        return super().serve_args() + ["--override", "log.cleaner.backoff.ms=200"]
-
-
 @pytest.fixture(scope="module")
 def hb():
     work = Path(tempfile.mkdtemp(prefix="shoal-hardening-batches-"))
-    b = HardeningBroker(work)
+    b = BrokerProcess(work, overrides={"log.cleaner.backoff.ms": "200"})  # a cleaner pass starts soon
     b.start()
     yield b
     b.stop()

@@ -32,6 +32,7 @@ from confluent_kafka import Producer
 
 from broker_process import BrokerProcess, free_port
 from e2e_helpers import consume, create_topic
+from polling import until
 from raw_client import RawClient
 from shoal.protocol import codec
 
@@ -44,25 +45,19 @@ MIB = 1 << 20
 
 class HardenedBroker(BrokerProcess):
     def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
         self.sasl_port, self.idle_port, self.metrics_port = free_port(), free_port(), free_port()
-
-    def serve_args(self) -> list[str]:
-        h = self.host
-        overrides = {
+        super().__init__(workdir, overrides={
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,IDLE:PLAINTEXT",
             "shoal.sasl.bootstrap.users": f"{USER}:{PASSWORD}",
-            "shoal.metrics.listener": f"http://{h}:{self.metrics_port}",
+            "shoal.metrics.listener": f"http://127.0.0.1:{self.metrics_port}",
             "listener.name.sasl_plaintext.shoal.sasl.authentication.timeout.ms": str(TIMEOUT_MS),
             "listener.name.idle.connections.max.idle.ms": str(TIMEOUT_MS),
             "listener.name.idle.shoal.request.read.timeout.ms": str(TIMEOUT_MS),
-        }
-        args = ["--listeners",
-                f"PLAINTEXT://{h}:{self.port},SASL_PLAINTEXT://{h}:{self.sasl_port},IDLE://{h}:{self.idle_port}",
-                "--log-dirs", str(self.data_dir)]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+        })
+
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}",
+                                      f"IDLE://{self.host}:{self.idle_port}"]
 
     def rss_mib(self) -> float:
         assert self.proc is not None
@@ -97,16 +92,6 @@ def guarded(hb):
     assert hb.running, hb.log_tail()
     yield hb
     assert hb.running, f"the broker exited\n{hb.log_tail()}"
-
-
-def wait_for(cond, what: str, timeout: float = 20.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def closed_by_peer(s: socket.socket, timeout: float = 0.05) -> bool:
@@ -192,8 +177,8 @@ def test_client_that_stops_reading_is_paused_and_memory_stays_bounded(guarded):
     sender.start()
     try:
         # The broker pauses the connection and reports it (and the bytes it holds for it).
-        metrics = wait_for(lambda: (m := b.metrics()).get('shoal_connections_paused{reason="responses"}', 0) >= 1
-                           and m, "the attacker's connection to be paused")
+        metrics = until(lambda: (m := b.metrics()).get('shoal_connections_paused{reason="responses"}', 0) >= 1
+                        and m, 20.0, "the attacker's connection to be paused")
         # At most shoal.connection.queued.response.max.bytes (4 MiB) in the transport plus as much
         # behind an earlier response, and the response being written when it paused (2 MiB).
         queued = metrics['shoal_connection_queued_response_bytes']
@@ -210,8 +195,8 @@ def test_client_that_stops_reading_is_paused_and_memory_stays_bounded(guarded):
         attacker.shutdown(socket.SHUT_RDWR)  # (close alone leaves the blocked sendall's socket open)
         attacker.close()
         sender.join(10)
-    wait_for(lambda: b.metrics().get('shoal_connections_paused{reason="responses"}', 0) == 0,
-             "the paused connection to be gone")
+    until(lambda: b.metrics().get('shoal_connections_paused{reason="responses"}', 0) == 0, 20.0,
+          "the paused connection to be gone")
     round_trip(b)
     print(f"\nstop-reading attack: RSS {rss_before:.0f} MiB before, peak {peak:.0f} MiB; "
           f"queued response bytes while paused: {queued / MIB:.1f} MiB")
@@ -241,13 +226,13 @@ def test_unauthenticated_frames_are_capped_and_memory_is_returned(guarded):
         except OSError:
             pass  # closed by the broker while we were still sending: what we want
     for s in socks:
-        assert wait_for(lambda: closed_by_peer(s), "the broker to close a 100 MB pre-auth frame", 15)
+        assert until(lambda: closed_by_peer(s), 15, "the broker to close a 100 MB pre-auth frame")
         s.close()
     rss_after = b.rss_mib()
     assert rss_after - rss_before < 50, f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
     # Logged as a summary: one line a second at most, with the count (the first one at once).
-    lines = wait_for(lambda: closes_logged(b, log_before, "sasl.server.max.receive.size", 10),
-                     "10 closes to be logged", 10)
+    lines = until(lambda: closes_logged(b, log_before, "sasl.server.max.receive.size", 10), 10,
+                  "10 closes to be logged")
     assert len(lines) <= 4, lines
     # A real SASL client still logs in, produces and consumes (its frames are small).
     round_trip(b, sasl, **sasl_conf(b))
@@ -306,7 +291,7 @@ def test_connection_that_does_not_authenticate_in_time_is_closed(guarded):
     # A real client authenticates meanwhile, and its connection is not cut.
     round_trip(b, f"{b.host}:{b.sasl_port}", **sasl_conf(b))
     for s in silent + [talker.sock]:
-        assert wait_for(lambda: closed_by_peer(s), "an unauthenticated connection to be closed", 20)
+        assert until(lambda: closed_by_peer(s), 20, "an unauthenticated connection to be closed")
     elapsed = time.monotonic() - started
     assert elapsed >= TIMEOUT_MS / 1000 * 0.9, f"closed after {elapsed:.1f} s, before the timeout"
     for s in silent:
@@ -346,9 +331,9 @@ def test_idle_and_slowloris_connections_are_closed_active_ones_are_not(guarded):
             assert active.call(18, 0, {}).error_code == 0
             time.sleep(0.5)
         for s in idle:
-            assert wait_for(lambda: closed_by_peer(s), "an idle connection to be closed", 10)
+            assert until(lambda: closed_by_peer(s), 10, "an idle connection to be closed")
         for s in slow:
-            assert wait_for(lambda: closed_by_peer(s), "a slowloris connection to be closed", 10)
+            assert until(lambda: closed_by_peer(s), 10, "a slowloris connection to be closed")
     finally:
         stop.set()
         t.join(5)
@@ -366,8 +351,8 @@ def test_idle_and_slowloris_connections_are_closed_active_ones_are_not(guarded):
 
     assert closed("idle") >= 300 and closed("read_timeout") == 100, metrics
     # A summary: a line a second at most, not 300 + 100 lines.
-    slow_lines = wait_for(lambda: closes_logged(b, log_before, "shoal.request.read.timeout.ms=3000", 100),
-                          "100 slowloris closes to be logged", 10)
+    slow_lines = until(lambda: closes_logged(b, log_before, "shoal.request.read.timeout.ms=3000", 100), 10,
+                       "100 slowloris closes to be logged")
     assert len(slow_lines) <= 10, slow_lines
     idle_lines = [l for l in b.log_text()[log_before:].splitlines() if "connections.max.idle.ms=3000" in l]
     assert 1 <= len(idle_lines) <= 10, idle_lines

@@ -34,21 +34,15 @@ class ExposedBroker(BrokerProcess):
     """PLAINTEXT on loopback (readiness), SASL_PLAINTEXT and the admin API on ``host``."""
 
     def __init__(self, workdir: Path, host: str, overrides: dict[str, str]) -> None:
-        super().__init__(workdir)
-        self.exposed_host = host
-        self.overrides = {
+        super().__init__(workdir, overrides={
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "shoal.admin.listener": f"http://{host}:{free_port()}",
             **overrides,
-        }
+        })
+        self.exposed_host = host
 
-    def serve_args(self) -> list[str]:
-        args = ["--listeners",
-                f"PLAINTEXT://{self.host}:{self.port},SASL_PLAINTEXT://{self.exposed_host}:{free_port()}",
-                "--log-dirs", str(self.data_dir)]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+    def listeners(self) -> list[str]:
+        return super().listeners() + [f"SASL_PLAINTEXT://{self.exposed_host}:{free_port()}"]
 
 
 def _start_log(host: str, **overrides: str) -> str:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,10 @@ def fault_etcd():
 def proxied3(fault_etcd, tmp_path_factory):
     """Three brokers (racks dc1..dc3) on ``fault_etcd`` (each through etcd proxies of its own),
     clients ``producer`` and ``consumer``."""
-    from cluster_harness import ProxiedCluster
+    from cluster_harness import ProxiedCluster, running_cluster
 
-    c = ProxiedCluster(tmp_path_factory.mktemp("proxied3"), fault_etcd.url(f"/faults-{uuid.uuid4().hex[:8]}"),
-                       clients=["producer", "consumer"], etcd=fault_etcd,
-                       overrides={"leader.imbalance.check.interval.seconds": "5",  # auto rebalance: often
-                                  "replica.lag.time.max.ms": "4000"})  # the ISR checker waits this long
-    try:
-        c.start()
+    with running_cluster(fault_etcd, tmp_path_factory, "proxied3", cls=ProxiedCluster,
+                         clients=["producer", "consumer"], etcd=fault_etcd,
+                         overrides={"leader.imbalance.check.interval.seconds": "5",  # auto rebalance: often
+                                    "replica.lag.time.max.ms": "4000"}) as c:  # the ISR checker waits this long
         yield c
-    finally:
-        c.close()

@@ -4,8 +4,6 @@ property, that following ``next_cursor`` visits every partition once, in order, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +19,7 @@ from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
+from test_admin import FakeBroker
 
 REQ = load_payload_module(KEY, 0, EntityType.request)
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
@@ -28,16 +27,6 @@ TENANT, OTHER = "lkc-aaaaaa", "lkc-bbbbbb"
 # Topics (physical names) and their partition counts.
 TOPICS = {"alpha": 3, "beta": 1, "gamma": 5, "__consumer_offsets": 2,
           f"{TENANT}_orders": 4, f"{TENANT}_users": 2, f"{OTHER}_secret": 3}
-
-
-@dataclass
-class FakeBroker:
-    metadata: EmbeddedMetadataStore
-    config: BrokerConfig
-
-    @property
-    def services(self) -> "FakeBroker":  # what handlers see (shoal.services.Services), duck-typed
-        return self
 
 
 @pytest.fixture
@@ -133,7 +122,7 @@ async def test_limit(broker, limit, page1, cur):
 
 async def test_broker_limit_caps_the_request(broker):
     await super_user(broker)
-    broker.config = BrokerConfig.load(None, {**AUTHORIZER, "max.request.partition.size.limit": "3"})
+    broker.static_config = BrokerConfig.load(None, {**AUTHORIZER, "max.request.partition.size.limit": "3"})
     resp = await call(broker, request(limit=100))
     assert sum(len(p) for _, _, p in pages(resp)) == 3 and cursor(resp) == ("alpha", 1)
 

@@ -5,6 +5,7 @@ prefix are two brokers of one cluster. (The contract suites run on etcd too:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from polling import until_async
 from shoal.metadata import AclEntry, BrokerInfo, IsrChange, MetadataError, MetadataImage, codec
 from shoal.metadata.change import Change, Result
 from shoal.metadata.rules import topics as topic_rules
@@ -36,14 +38,7 @@ async def two(etcd_cluster, etcd_prefix):
     await b.close()
 
 
-async def until(cond, timeout: float = 10.0) -> float:
-    """Seconds until ``cond()`` holds (fails the test after ``timeout``)."""
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout}s")
-        await asyncio.sleep(0.001)
-    return time.monotonic() - t0
+until = functools.partial(until_async, every=0.001)  # a millisecond: propagation delays are measured
 
 
 def test_parse_url():

@@ -19,7 +19,8 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy, until
+from etcd_cluster import EtcdCluster, TcpProxy
+from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataImage
 from shoal.metadata.etcd import OWN_WATCH_WAIT_S, EtcdClient, EtcdMetadataStore, parse_url
 
@@ -50,7 +51,7 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
 
     async def txn_then_quorum_dies(compare, success, failure=None, timeout=None):
         proxy.cut()  # the watch goes blind first
-        await until(lambda: not a.backend.reachable, 10)
+        await until_async(lambda: not a.backend.reachable, 10)
         # a registration lands below the change's revision: the watch has not delivered it either
         await b.register_broker(BrokerInfo(2, "127.0.0.1", 9999, "dc2"))
         resp = await direct.txn(compare, success, failure)  # the change's own transaction: it succeeds
@@ -76,8 +77,8 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
 
         await asyncio.to_thread(cluster.start_all)
         proxy.restore()
-        await until(lambda: 2 in a.image.brokers)  # the watch caught up: the registration applied
-        await until(lambda: a.backend._revision >= b.backend._revision and not a.backend._ahead)
+        await until_async(lambda: 2 in a.image.brokers)  # the watch caught up: the registration applied
+        await until_async(lambda: a.backend._revision >= b.backend._revision and not a.backend._ahead)
         # every change told once, in epoch order; the image never went back
         assert [set(new.topics) - set(old.topics) for old, new in told] == [{"t"}, set()]
         assert set(told[1][1].brokers) - set(told[1][0].brokers) == {2}
@@ -86,7 +87,7 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
         # and the next change commits normally, through the watch
         told.clear()
         await a.create_topic("after", [(1,)], {})
-        await until(lambda: "after" in b.image.topics)
+        await until_async(lambda: "after" in b.image.topics)
         assert len(told) == 1 and a.image.epoch == epoch + 2
         print(f"commit answered {took:.2f} s after its transaction (etcd killed right after it)")
     finally:

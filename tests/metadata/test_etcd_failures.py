@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy, until
+from etcd_cluster import EtcdCluster, TcpProxy
+from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, changed_topics
 from shoal.metadata.etcd import EtcdMetadataStore
 
@@ -38,7 +39,7 @@ async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(c
     await b.start()
     try:
         await a.create_topic("before", [(1,)], {})
-        await until(lambda: "before" in b.image.topics)
+        await until_async(lambda: "before" in b.image.topics)
         image = a.image
         await asyncio.to_thread(cluster.stop_all)
         t0 = time.monotonic()
@@ -57,12 +58,12 @@ async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(c
         assert 1 <= len(logged) <= 8, logged
         await asyncio.to_thread(cluster.start_all)
         # b gets through first (retrying as a client would); a sees it, then writes again
-        await until(lambda: b.backend.reachable)
+        await until_async(lambda: b.backend.reachable)
         await b.create_topic("after-b", [(2,)], {})
-        waited = await until(lambda: "after-b" in a.image.topics)
-        await until(lambda: a.backend.reachable)
+        waited = await until_async(lambda: "after-b" in a.image.topics)
+        await until_async(lambda: a.backend.reachable)
         await a.create_topic("after-a", [(1,)], {})
-        await until(lambda: "after-a" in b.image.topics)
+        await until_async(lambda: "after-a" in b.image.topics)
         assert set(a.image.topics) == set(b.image.topics) == {"before", "after-b", "after-a"}
         assert a.image.epoch == b.image.epoch
         assert any("reachable again" in r.getMessage() for r in caplog.records)
@@ -86,24 +87,24 @@ async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_differe
     try:
         await b.create_topic("kept", [(1,)], {})
         await b.create_topic("deleted", [(1,)], {})
-        await until(lambda: "deleted" in a.image.topics)
+        await until_async(lambda: "deleted" in a.image.topics)
         seen.clear()
         proxy.cut()
-        await until(lambda: not a.backend.reachable)
+        await until_async(lambda: not a.backend.reachable)
         await b.delete_topic("deleted")
         for i in range(5):
             await b.create_topic(f"new{i}", [(2,)], {})
         await asyncio.to_thread(cluster.compact)  # past everything a has seen
         assert "deleted" in a.image.topics and "new0" not in a.image.topics  # a still reads its image
         proxy.restore()
-        await until(lambda: "new4" in a.image.topics)
+        await until_async(lambda: "new4" in a.image.topics)
         assert a.backend.reloads == 1  # the watch's revision was compacted: read again
         assert a.image.topics == b.image.topics and a.image.epoch == b.image.epoch
         assert len(seen) == 1  # one call with the whole difference
         old, new = seen[0]
         assert set(changed_topics(old, new)) == {"deleted"} | {f"new{i}" for i in range(5)}
         await a.create_topic("after", [(1,)], {})  # and a writes again
-        await until(lambda: "after" in b.image.topics)
+        await until_async(lambda: "after" in b.image.topics)
     finally:
         await proxy.close()
         await a.close()
@@ -140,7 +141,7 @@ async def test_a_change_made_while_etcd_elects_gets_through(cluster, url):
     try:
         await asyncio.to_thread(cluster.kill_member, 0)
         await asyncio.to_thread(cluster.kill_member, 1)
-        await until(lambda: not a.backend.reachable)
+        await until_async(lambda: not a.backend.reachable)
         t0 = time.monotonic()
         change = asyncio.ensure_future(a.create_topic("while-electing", [(1,)], {}))
         await asyncio.sleep(1.0)
@@ -212,7 +213,7 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
     paused = cluster.members[leader].proc
     try:
         await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
-        await until(lambda: 1 in watcher.image.brokers)
+        await until_async(lambda: 1 in watcher.image.brokers)
         lease = a.backend.registration.lease_id
         os.kill(paused.pid, signal.SIGSTOP)
         await asyncio.sleep(8)  # an election (1.5-3 s) and more than two sessions
@@ -245,7 +246,7 @@ async def test_a_busy_event_loop_keeps_its_registration(cluster):
     watcher.subscribe(lambda old, new: seen.append(set(new.brokers)))
     try:
         await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
-        await until(lambda: 1 in watcher.image.brokers)
+        await until_async(lambda: 1 in watcher.image.brokers)
         lease = a.backend.registration.lease_id
         end = time.monotonic() + 9.0  # three 3 s sessions of a loop that runs nothing else
         while time.monotonic() < end:

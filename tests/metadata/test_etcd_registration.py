@@ -10,7 +10,8 @@ import logging
 
 import pytest
 
-from etcd_cluster import TcpProxy, until
+from etcd_cluster import TcpProxy
+from polling import until_async
 from shoal.metadata import BrokerInfo
 from shoal.metadata.etcd import EtcdClient, EtcdMetadataStore, parse_url
 
@@ -48,14 +49,14 @@ async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
     caplog.set_level(logging.INFO, "shoal.cluster.registration")
     a, b, direct = pair
     await a.register_broker(info(1))
-    await until(lambda: 1 in b.image.brokers)
+    await until_async(lambda: 1 in b.image.brokers)
     first = a.backend.registration.lease_id
     await direct.lease_revoke(first)  # behind the broker's back
-    await until(lambda: 1 not in b.image.brokers, 5)
-    took = await until(lambda: 1 in b.image.brokers, 10)  # back, within about a keep-alive round
+    await until_async(lambda: 1 not in b.image.brokers, 5)
+    took = await until_async(lambda: 1 in b.image.brokers, 10)  # back, within about a keep-alive round
     assert a.backend.registration.lease_id not in (None, first)
     assert b.image.brokers[1] == info(1) and 1 in a.image.brokers
-    await until(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
+    await until_async(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
     assert len(again_lines(caplog)) == 1, again_lines(caplog)
     # the new lease is kept alive: still registered a few sessions later
     await asyncio.sleep(2 * SESSION_MS / 1000)
@@ -73,14 +74,14 @@ async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(e
     await b.start()
     try:
         await a.register_broker(info(1))
-        await until(lambda: 1 in b.image.brokers)
+        await until_async(lambda: 1 in b.image.brokers)
         proxy.cut()
-        await until(lambda: 1 not in b.image.brokers, 15)  # the lease expired: the cluster sees it gone
+        await until_async(lambda: 1 not in b.image.brokers, 15)  # the lease expired: the cluster sees it gone
         await asyncio.sleep(1.5)  # and some keep-alive rounds fail meanwhile
         proxy.restore()
-        await until(lambda: 1 in b.image.brokers, 15)
-        await until(lambda: 1 in a.image.brokers, 15)
-        await until(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
+        await until_async(lambda: 1 in b.image.brokers, 15)
+        await until_async(lambda: 1 in a.image.brokers, 15)
+        await until_async(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
         assert len(again_lines(caplog)) == 1, again_lines(caplog)
     finally:
         await a.close()
@@ -104,13 +105,13 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
     await b.start()
     try:
         await a.register_broker(info(1))
-        await until(lambda: 1 in b.image.brokers)
+        await until_async(lambda: 1 in b.image.brokers)
         proxy.cut()
         await direct.lease_revoke(a.backend.registration.lease_id)  # behind the broker's back
-        await until(lambda: 1 not in b.image.brokers, 5)
+        await until_async(lambda: 1 not in b.image.brokers, 5)
         await b.register_broker(info(1, 9999))  # another process takes node id 1 first
         proxy.restore()
-        await until(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)
+        await until_async(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)
         assert b.image.brokers[1].port == 9999  # the newcomer keeps it
         assert len(again_lines(caplog)) == 1, again_lines(caplog)
     finally:

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_harness import Cluster, Tenant, until
+from cluster_harness import Cluster, Tenant, running_cluster, until
 from shoal.metering.capacity import Capacity, analyse
 from shoal.metering.record import USAGE_TOPIC, UsageRecord
 
@@ -25,13 +25,9 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def metered3(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("metered3"), etcd_cluster.url(f"/metered-{uuid.uuid4().hex[:8]}"),
-                overrides={"shoal.metering.interval.ms": "300", "shoal.metering.topic.partitions": "1"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "metered3",
+                         overrides={"shoal.metering.interval.ms": "300", "shoal.metering.topic.partitions": "1"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def usage(bootstrap: str) -> list[UsageRecord]:

@@ -6,24 +6,18 @@ checkpoint: each input row is once in the read_committed output (spark_eo_helper
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from spark_eo_helpers import cut_short_then_rerun
 
-from cluster_harness import Cluster
+from cluster_harness import running_cluster
 
 pytestmark = pytest.mark.timeout(400)
 
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("spark-eo-cluster"), etcd_cluster.url(f"/spark-eo-{uuid.uuid4().hex[:8]}"))
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "spark-eo-cluster") as c:
         yield c
-    finally:
-        c.close()
 
 
 def test_exactly_once_sink_on_three_brokers(cluster, uniq, tmp_path):

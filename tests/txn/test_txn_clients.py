@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from broker_thread import ThreadBroker
-from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, end_offsets, read_all, wait_for, wire
+from polling import until
+from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, end_offsets, read_all, wire
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -101,7 +102,7 @@ def test_transaction_timeout_aborts_and_fences(tb):
     p.begin_transaction()
     p.produce(topic, value=b"late")
     p.flush(TXN_TIMEOUT)
-    wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", "the coordinator's abort", 30)
+    until(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", 30, "the coordinator's abort")
     assert describe_txn(bs, txn).producer_epoch == 1  # bumped by the abort: the producer is fenced
     with pytest.raises(KafkaException):
         p.commit_transaction(TXN_TIMEOUT)
@@ -211,7 +212,7 @@ def test_idle_transactional_id_expires(tmp_path):
         p.produce(topic, value=b"kept")
         p.commit_transaction(TXN_TIMEOUT)
         first = describe_txn(bs, txn).producer_id
-        wait_for(lambda: describe_txn(bs, txn).error_code == 105, "the id's expiration", 30)  # TRANSACTIONAL_ID_NOT_FOUND
+        until(lambda: describe_txn(bs, txn).error_code == 105, 30, "the id's expiration")  # TRANSACTIONAL_ID_NOT_FOUND
         again = producer(bs, txn)
         again.init_transactions(TXN_TIMEOUT)
         state = describe_txn(bs, txn)

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 
-from cluster_harness import Cluster, until
+from cluster_harness import running_cluster, until
 from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, read_all, wire
 
 pytestmark = pytest.mark.timeout(300)
@@ -21,14 +21,10 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("txn-cluster"), etcd_cluster.url(f"/txn-{uuid.uuid4().hex[:8]}"),
-                overrides={"transaction.state.log.num.partitions": "3", "replica.fetch.backoff.ms": "200",
-                           "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
-    try:
-        c.start()
+    with running_cluster(etcd_cluster, tmp_path_factory, "txn-cluster",
+                         overrides={"transaction.state.log.num.partitions": "3", "replica.fetch.backoff.ms": "200",
+                                    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:

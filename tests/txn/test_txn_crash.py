@@ -20,25 +20,20 @@ import pytest
 from confluent_kafka import Producer
 
 from broker_process import BrokerProcess
-from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, read_all, wait_for
+from polling import until
+from txn_helpers import TXN_TIMEOUT, create_topic, describe_txn, read_all
 
 pytestmark = pytest.mark.timeout(600)
 PARTITIONS = 64
 RESENT = re.compile(r", [1-9][0-9]* transactions to complete")  # the coordinator's load log line
 
 
-class TxnBroker(BrokerProcess):
-    def serve_args(self) -> list[str]:
-        return super().serve_args() + [
-            "--override", "transaction.state.log.num.partitions=2",
-            "--override", "transaction.abort.timed.out.transaction.cleanup.interval.ms=300",
-            "--override", "offsets.topic.num.partitions=1",
-        ]
-
-
 @pytest.fixture(scope="module")
 def broker():
-    b = TxnBroker(Path(tempfile.mkdtemp(prefix="shoal-txn-crash-")))
+    b = BrokerProcess(Path(tempfile.mkdtemp(prefix="shoal-txn-crash-")),
+                      overrides={"transaction.state.log.num.partitions": "2",
+                                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+                                 "offsets.topic.num.partitions": "1"})
     b.start()
     yield b
     b.stop()
@@ -72,7 +67,7 @@ def test_kill_before_end_txn_aborts_at_timeout(broker):
     p.commit_transaction(TXN_TIMEOUT)
     run_txn(p, topic, b"open")  # never ended
     broker.kill9()
-    wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", "the timed-out abort", 60)
+    until(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", 60, "the timed-out abort")
     assert committed_view(bs, topic) == sorted(done)
     assert len(read_all(bs, topic, PARTITIONS, "read_uncommitted", idle=2.0)) == 2 * PARTITIONS
 
@@ -97,7 +92,7 @@ def test_kill_after_end_txn_before_or_during_markers(broker, commit):
             p.abort_transaction(TXN_TIMEOUT)
         broker.kill9()  # EndTxn was answered: PrepareCommit/PrepareAbort is in __transaction_state
         final = "CompleteCommit" if commit else "CompleteAbort"
-        wait_for(lambda: describe_txn(bs, txn).transaction_state == final, final, 60)
+        until(lambda: describe_txn(bs, txn).transaction_state == final, 60, final)
         assert committed_view(bs, topic) == sorted(expected), f"attempt {attempt}"
         resent += len(RESENT.findall(broker.log_text())) > before
         if resent:

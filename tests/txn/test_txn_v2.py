@@ -13,7 +13,8 @@ import pytest
 
 from broker_thread import ThreadBroker
 from shoal.protocol.errors import ErrorCode as E
-from txn_helpers import create_topic, describe_txn, read_all, wait_for, wire
+from polling import until
+from txn_helpers import create_topic, describe_txn, read_all, wire
 from test_txn_verification import init, produce
 
 pytestmark = pytest.mark.timeout(180)
@@ -35,7 +36,7 @@ def txn_offset_commit(bs: str, txn: str, group: str, topic: str, offset: int, pi
                                                                       "committed_metadata": ""}]}]}, version=5)
         code = r.topics[0].partitions[0].error_code
         return None if code in (E.coordinator_not_available, E.coordinator_load_in_progress) else code
-    return wait_for(lambda: (c := attempt()) is not None and (c,), "TxnOffsetCommit", 30)[0]
+    return until(lambda: (c := attempt()) is not None and (c,), 30, "TxnOffsetCommit")[0]
 
 
 def committed(bs: str, group: str, topic: str) -> int:
@@ -44,7 +45,7 @@ def committed(bs: str, group: str, topic: str) -> int:
                          "require_stable": True}, version=7)
         p = r.topics[0].partitions[0]
         return None if r.error_code or p.error_code else (p.committed_offset,)
-    return wait_for(attempt, "a stable OffsetFetch", 30)[0]
+    return until(attempt, 30, "a stable OffsetFetch")[0]
 
 
 def features(bs: str) -> tuple[dict, dict]:
@@ -74,7 +75,7 @@ def test_tv2_transactions_bump_the_epoch_and_add_partitions_implicitly(tmp_path)
         assert produce(bs, txn, topic, 0, pid, e0, seq=1, version=12) == E.invalid_producer_epoch
         # a retry of the same EndTxn (the epoch before the bump) gets the current id and epoch (while
         # the markers are written, CONCURRENT_TRANSACTIONS, as Kafka answers)
-        wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteCommit", "CompleteCommit", 15)
+        until(lambda: describe_txn(bs, txn).transaction_state == "CompleteCommit", 15, "CompleteCommit")
         r = end(bs, txn, pid, e0, commit=True)
         assert (r.error_code, r.producer_id, r.producer_epoch) == (E.none, pid, e0 + 1)
         assert end(bs, txn, pid, e0, commit=False).error_code == E.invalid_txn_state
@@ -94,7 +95,7 @@ def test_tv2_transactions_bump_the_epoch_and_add_partitions_implicitly(tmp_path)
         e2 = e1 + 1
         r = end(bs, txn, pid, e2, commit=False)
         assert (r.error_code, r.producer_id, r.producer_epoch) == (E.none, pid, e2 + 1)
-        wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", "CompleteAbort", 15)
+        until(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", 15, "CompleteAbort")
         assert end(bs, txn, pid, e2 + 1, commit=True).error_code == E.invalid_txn_state  # nothing ongoing
 
         # offsets committed with the transaction
@@ -104,12 +105,12 @@ def test_tv2_transactions_bump_the_epoch_and_add_partitions_implicitly(tmp_path)
         r = end(bs, txn, pid, e3, commit=True)
         assert (r.error_code, r.producer_epoch) == (E.none, e3 + 1)
         assert committed(bs, group, topic) == 9
-        wait_for(lambda: describe_txn(bs, txn).transaction_state == "CompleteCommit", "CompleteCommit", 15)
+        until(lambda: describe_txn(bs, txn).transaction_state == "CompleteCommit", 15, "CompleteCommit")
 
     # the same id after a restart: its v1 records are read back
     with ThreadBroker(tmp_path, CONF) as tb:
         bs = tb.bootstrap
-        st = wait_for(lambda: (s := describe_txn(bs, txn)).error_code == 0 and s, "the reloaded id", 30)
+        st = until(lambda: (s := describe_txn(bs, txn)).error_code == 0 and s, 30, "the reloaded id")
         assert (st.transaction_state, st.producer_id) == ("CompleteCommit", pid)
         e4 = e3 + 1
         assert produce(bs, txn, topic, 0, pid, e3, seq=5, version=12) == E.invalid_producer_epoch

@@ -12,7 +12,8 @@ import pytest
 from broker_thread import ThreadBroker
 from shoal.protocol.errors import ErrorCode as E
 from shoal.protocol.records import build_batch
-from txn_helpers import create_topic, wait_for, wire
+from polling import until
+from txn_helpers import create_topic, wire
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +28,7 @@ def init(bs: str, txn: str) -> tuple[int, int]:
     def attempt():
         r = wire(bs, 22, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
         return (r.producer_id, r.producer_epoch) if r.error_code == 0 else None
-    return wait_for(attempt, "InitProducerId", 30)
+    return until(attempt, 30, "InitProducerId")
 
 
 def produce(bs: str, txn: str | None, topic: str, partition: int, pid: int, epoch: int, seq: int = 0,
@@ -66,7 +67,7 @@ def test_produce_needs_the_partition_in_the_transaction(tb):
     r = wire(bs, 26, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": True},
              version=4)
     assert r.error_code == E.none
-    wait_for(lambda: produce(bs, txn, topic, 0, pid, epoch, seq=2) == E.invalid_txn_state, "CompleteCommit", 15)
+    until(lambda: produce(bs, txn, topic, 0, pid, epoch, seq=2) == E.invalid_txn_state, 15, "CompleteCommit")
     # a new instance fences the epoch: the old producer's batch is refused by the check
     _, new_epoch = init(bs, txn)
     assert new_epoch == epoch + 1

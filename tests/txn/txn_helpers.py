@@ -53,16 +53,6 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
         c.close()
 
 
-def wait_for(cond, what: str, timeout: float = 30.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def wire(bootstrap: str, key: int, fields: dict[str, Any], version: int | None = None) -> Any:
     """One request with Shoal's own client (plain fields), at ``version`` or the highest common one."""
     from shoal.client import AdminClient as ShoalAdmin, build_entity
