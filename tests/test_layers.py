@@ -91,9 +91,6 @@ BROKER_IMPORT_ALLOWED: dict[str, str] = {
     "shoal.metering.counters": "part 2: ports instead of Broker",
     "shoal.metering.publisher": "part 2: ports instead of Broker",
     "shoal.observability.collector": "part 2: ports instead of Broker",
-    "shoal.server.bounds": "part 2: ports instead of Broker",
-    "shoal.server.connection": "part 2: ports instead of Broker",
-    "shoal.server.limits": "part 2: ports instead of Broker",
 }
 
 # Import cycles today (the modules of one strongly connected component of the runtime imports)
