@@ -134,6 +134,7 @@ class Broker:
             nanos=clock.nanos, weight=self.quotas.scheduling_weight,
         )
         self.metrics_http: Any = None  # shoal.admin.metrics.MetricsHttpServer when configured
+        self.loop_lag: Any = None  # shoal.observability.loop.LoopLagProbe, while metrics_http runs
         # metrics: Kafka's broker metrics, counted while the endpoint is on (shoal.observability)
         from shoal.observability import BrokerMetrics
 

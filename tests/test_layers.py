@@ -87,10 +87,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 # Modules other than the composition root that import shoal.broker today (all for its type) ->
 # the part of issue 26 that removes it.
 BROKER_IMPORT_ALLOWED: dict[str, str] = {
-    "shoal.admin.metrics": "part 2: ports instead of Broker",
-    "shoal.metering.counters": "part 2: ports instead of Broker",
-    "shoal.metering.publisher": "part 2: ports instead of Broker",
-    "shoal.observability.collector": "part 2: ports instead of Broker",
 }
 
 # Import cycles today (the modules of one strongly connected component of the runtime imports)
