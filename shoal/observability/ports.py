@@ -21,5 +21,5 @@ class CollectorHost(Protocol):
     connections: set[Any]  # shoal.server.connection.KafkaConnection
     listeners: list[Any]  # the bound listeners (.name, .host, .port)
     replicas: "ReplicaManager"
-    groups: "GroupCoordinator | None"
+    groups: "GroupCoordinator"
     loop_lag: Any  # shoal.observability.loop.LoopLagProbe, None until the endpoint starts

@@ -49,10 +49,17 @@ class MarkerHost(Protocol):
     """What writing markers uses of the broker: the coordinators' context
     (``shoal.groups.runtime.CoordinatorContext``) or, for WriteTxnMarkers, ``shoal.services``."""
 
-    node_id: int
-    clock: "Clock"
-    metadata: "MetadataStore"
-    replicas: "ReplicaManager"
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def metadata(self) -> "MetadataStore": ...
+
+    @property
+    def replicas(self) -> "ReplicaManager": ...
 
     @property
     def config(self) -> "BrokerConfig": ...
