@@ -136,6 +136,7 @@ class Broker:
             nanos=clock.nanos, weight=self.quotas.scheduling_weight,
         )
         self.metrics_http: Any = None  # shoal.admin.metrics.MetricsHttpServer when configured
+        self.loop_lag: Any = None  # shoal.observability.loop.LoopLagProbe, while metrics_http runs
         # metrics: Kafka's broker metrics, counted while the endpoint is on (shoal.observability)
         from shoal.observability import BrokerMetrics
 
@@ -159,13 +160,28 @@ class Broker:
             samples=int(config.get("controller.quota.window.num")),
             window_ms=int(config.get("controller.quota.window.size.seconds")) * 1000,
         )
-        # What handlers and the group coordinator see of this broker (shoal.services).
+        # -- groups, txn: what the coordinators see of this broker (shoal.groups.runtime), and the
+        # coordinators, built from it before Services; they exist before clients can connect (and
+        # answer COORDINATOR_NOT_AVAILABLE until started in start()).
+        from shoal.groups import GroupCoordinator
+        from shoal.groups.runtime import CoordinatorContext
+        from shoal.txn import TransactionCoordinator
+
+        coordinators = CoordinatorContext(
+            node_id=self.node_id, clock=clock, metadata=self.metadata, replicas=self.replicas,
+            config_source=lambda: self.config, cluster_source=lambda: self.controller is not None,
+            random=self.random, fenced_source=self.fenced_brokers,
+        )
+        self.groups = GroupCoordinator.for_context(coordinators)
+        self.txn = TransactionCoordinator.for_context(coordinators, self.groups, self.producer_ids.next_id)
+        # What handlers see of this broker (shoal.services).
         self.services = Services(
             node_id=self.node_id, clock=clock, metadata=self.metadata, replicas=self.replicas,
             quotas=self.quotas, mutation_quotas=self.mutation_quotas, producer_ids=self.producer_ids,
             fetch_sessions=self.fetch_sessions, registry=self.registry,
             config_source=lambda: self.config, controller_source=lambda: self.controller_id,
-            cluster_source=lambda: self.controller is not None, fenced_source=self.fenced_brokers, random=self.random,
+            cluster_source=lambda: self.controller is not None, fenced_source=self.fenced_brokers, groups=self.groups,
+            txn=self.txn, random=self.random,
         )
 
     def fenced_brokers(self) -> frozenset[int]:
@@ -239,14 +255,6 @@ class Broker:
         self.metadata.subscribe(self.replicas.on_metadata)
         self.quotas.update(self.metadata.image)  # quotas: follow client quotas and leaders
         self.metadata.subscribe(self.quotas.on_metadata)
-        # -- groups: the coordinator exists before clients can connect (it answers
-        # COORDINATOR_NOT_AVAILABLE until started below).
-        from shoal.groups import GroupCoordinator
-
-        self.groups = self.services.groups = GroupCoordinator.for_services(self.services)
-        from shoal.txn import TransactionCoordinator  # txn: the transaction coordinator, like groups
-
-        self.txn = self.services.txn = TransactionCoordinator.for_services(self.services)
         from shoal.server.connection import KafkaConnection
         from shoal.server.limits import ConnectionLimits, create_listener
 

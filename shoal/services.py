@@ -1,4 +1,5 @@
-"""What handlers and the group coordinator may use of their broker: narrow, typed collaborators.
+"""What handlers may use of their broker: narrow, typed collaborators (the coordinators have theirs,
+shoal.groups.runtime.CoordinatorContext).
 
 A handler sees ``ctx.services`` (and the request's own context); nothing reaches back into the
 ``Broker`` object, which only assembles these services, runs the listeners and follows its
@@ -10,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+
+from shoal.groups.runtime import BrokerSources
 
 if TYPE_CHECKING:
     from shoal.clock import Clock
@@ -33,7 +36,7 @@ def _partition_entities() -> "PartitionEntities":
 
 
 @dataclass(eq=False)
-class Services:
+class Services(BrokerSources):
     node_id: int
     clock: "Clock"
     metadata: "MetadataStore"
@@ -46,26 +49,18 @@ class Services:
     config_source: Callable[[], "BrokerConfig"]  # static + dynamic configs as of the image
     controller_source: Callable[[], int]  # the elected controller's id (-1 until known)
     cluster_source: Callable[[], bool]  # True on etcd, once the controller election runs
+    groups: "GroupCoordinator"  # built before Services, from the coordinator context; started by the broker
+    txn: "TransactionCoordinator"  # transactions: built and started like groups
     # registered brokers the controller treats as gone (Controller.fenced_brokers): placement leaves them out
     fenced_source: Callable[[], frozenset[int]] = frozenset
     random: random.Random = field(default_factory=random.Random)  # placement's start index
     listener_security: dict[str, Any] = field(default_factory=dict)  # name -> auth.ListenerSecurity
-    groups: "GroupCoordinator | None" = None  # set at start, before listeners serve
-    txn: "TransactionCoordinator | None" = None  # transactions: set at start, like groups
     # Metadata's partition entities by topic state (thousands of partitions: built once, not per request)
     metadata_partitions: "PartitionEntities" = field(default_factory=lambda: _partition_entities())
 
     @property
-    def config(self) -> "BrokerConfig":
-        return self.config_source()
-
-    @property
     def controller_id(self) -> int:
         return self.controller_source()
-
-    @property
-    def is_cluster(self) -> bool:
-        return self.cluster_source()
 
     @property
     def fenced_brokers(self) -> frozenset[int]:

@@ -68,11 +68,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # part 4 (one wire client): the broker-to-broker transport of shoal/client.py becomes shoal/net/,
     # and the inter-broker client side of security (auth.interbroker) lives in net.
     ("shoal.replica.fetcher", "shoal.auth.interbroker"): "part 4: the inter-broker client side lives in net",
-    # part 2 (a narrow coordinator context, constructed before Services)
-    ("shoal.groups.coordinator", "shoal.services"): "part 2: a narrow coordinator context",
-    ("shoal.groups.runtime", "shoal.services"): "part 2: a narrow coordinator context",
-    ("shoal.txn.coordinator", "shoal.services"): "part 2: a narrow coordinator context",
-    ("shoal.txn.markers", "shoal.services"): "part 2: a narrow coordinator context",
     # part 5 (one place for each decision; internal topics are created in one place): the produce
     # handler lets brokers write the usage topic, whose name is metering's; it goes below handlers
     # with the other internal topics' (groups' and txn's are already there).
@@ -87,13 +82,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 # Modules other than the composition root that import shoal.broker today (all for its type) ->
 # the part of issue 26 that removes it.
 BROKER_IMPORT_ALLOWED: dict[str, str] = {
-    "shoal.admin.metrics": "part 2: ports instead of Broker",
-    "shoal.metering.counters": "part 2: ports instead of Broker",
-    "shoal.metering.publisher": "part 2: ports instead of Broker",
-    "shoal.observability.collector": "part 2: ports instead of Broker",
-    "shoal.server.bounds": "part 2: ports instead of Broker",
-    "shoal.server.connection": "part 2: ports instead of Broker",
-    "shoal.server.limits": "part 2: ports instead of Broker",
 }
 
 # Import cycles today (the modules of one strongly connected component of the runtime imports)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
@@ -55,12 +55,30 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from shoal.admin.http import _REASONS, parse_listener
 from shoal.admin.http_auth import AuthError
 from shoal.quotas.manager import QuotaManagers, QuotaType, effective_bound
+from shoal.observability.ports import CollectorHost
 from shoal.server.bounds import ConnectionCollector
+from shoal.server.ports import GuardHost
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.clock import Clock
+    from shoal.config import BrokerConfig
 
 log = logging.getLogger("shoal.admin.metrics")
+
+
+class MetricsHost(CollectorHost, GuardHost, Protocol):
+    """What the metrics endpoint uses of its broker (``shoal.broker.Broker``, the composition
+    root), and nothing else of it: what the broker metrics (``CollectorHost``) and the connection
+    collector (``GuardHost``) read, and the quota managers, the broker-wide protection, the
+    listeners' security (login back-off, shared with HTTP auth); it sets ``loop_lag``."""
+
+    clock: "Clock"
+    quotas: QuotaManagers
+    protection: Any  # shoal.quotas.autotune.BrokerProtection, None before the broker starts it
+    listener_security: dict[str, Any]  # listener name -> shoal.auth.ListenerSecurity
+
+    @property
+    def config(self) -> "BrokerConfig": ...
 
 MAX_HEADER_BYTES = 16 * 1024
 READ_TIMEOUT_S = 10.0
@@ -142,7 +160,7 @@ def login_metric_values(backoff: Any) -> Iterator[tuple[str, str, Mapping[str, s
 class QuotaCollector:
     """A prometheus_client collector reading the broker's quota managers at scrape time."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "MetricsHost") -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -161,13 +179,13 @@ class QuotaCollector:
         yield from families.values()
 
 
-def _backoff(broker: "Broker") -> Any:
+def _backoff(broker: "MetricsHost") -> Any:
     from shoal.auth import shared_backoff
 
     return shared_backoff(getattr(broker, "listener_security", None) or {})
 
 
-def render(broker: "Broker") -> bytes:
+def render(broker: "MetricsHost") -> bytes:
     """The text exposition of the broker's metrics."""
     from prometheus_client import ProcessCollector
 
@@ -211,7 +229,7 @@ class MetricsHttpServer:
     credentials, 403 for anyone else). A non-loopback address without authentication is logged
     as a warning at start-up."""
 
-    def __init__(self, broker: "Broker", listener: str) -> None:
+    def __init__(self, broker: "MetricsHost", listener: str) -> None:
         from shoal.admin.http_auth import HttpAuth
 
         self.broker = broker

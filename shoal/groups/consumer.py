@@ -707,7 +707,7 @@ class ConsumerGroupManager:
     def config(self) -> ConsumerGroupConfig:
         if self._config is not None:
             return self._config
-        broker = getattr(self.c, "_services", None)
+        broker = getattr(self.c, "_ctx", None)
         if broker is None:
             return ConsumerGroupConfig()
         cfg = broker.config
@@ -724,7 +724,7 @@ class ConsumerGroupManager:
     def image(self) -> "MetadataImage | None":
         if self.image_source is not None:
             return self.image_source()
-        broker = getattr(self.c, "_services", None)
+        broker = getattr(self.c, "_ctx", None)
         return broker.metadata.image if broker is not None else None
 
     @property

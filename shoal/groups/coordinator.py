@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, Sequence
 
 from shoal.clock import Clock
-from shoal.groups.runtime import InternalTopicCoordinator, OwnedPartition, PartitionStatus
+from shoal.groups.runtime import CoordinatorContext, InternalTopicCoordinator, OwnedPartition, PartitionStatus
 from shoal.groups.runtime import coordinator_error  # noqa: F401  (shoal.handlers.offsets imports it from here)
 from shoal.groups.classic import ClassicGroup, ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from shoal.groups.config import GroupConfig
@@ -102,7 +102,6 @@ from shoal.protocol.errors import ErrorCode
 from shoal.replica.purgatory import Purgatory
 
 if TYPE_CHECKING:
-    from shoal.services import Services
     from shoal.metadata import MetadataImage
 
 log = logging.getLogger("shoal.groups")
@@ -177,8 +176,8 @@ class GroupCoordinator(InternalTopicCoordinator[GroupConfig, _Loaded]):
         self._commit_waiters = Purgatory()  # keyed by group id: a commit finished
 
     @classmethod
-    def for_services(cls, services: "Services") -> "GroupCoordinator":
-        return cls._for_services(services, GroupConfig.from_broker_config)
+    def for_context(cls, ctx: "CoordinatorContext") -> "GroupCoordinator":
+        return cls._for_context(ctx, GroupConfig.from_broker_config)
 
     @property
     def write_timeout_s(self) -> float:
@@ -217,7 +216,7 @@ class GroupCoordinator(InternalTopicCoordinator[GroupConfig, _Loaded]):
     def request_topic(self) -> None:
         """On a cluster, create ``__consumer_offsets`` in the background (see the base); one
         broker created it at start(), or said once why it cannot."""
-        if self._services is not None and self._services.is_cluster:
+        if self._ctx is not None and self._ctx.is_cluster:
             super().request_topic()
 
     request_offsets_topic = request_topic
@@ -252,11 +251,11 @@ class GroupCoordinator(InternalTopicCoordinator[GroupConfig, _Loaded]):
         for producer_id, commit in self._txn_ended_while_loading.pop(partition, ()):
             # a marker the replay may have read already: completing again finds nothing pending
             self.on_txn_completed(producer_id, [partition], commit)
-        if self._services is not None:  # tenancy: groups of tenants deleted while we did not own them
-            self.delete_tenant_groups(self._services.metadata.image.tenants, [partition])
+        if self._ctx is not None:  # tenancy: groups of tenants deleted while we did not own them
+            self.delete_tenant_groups(self._ctx.metadata.image.tenants, [partition])
             # tenancy: offsets of topics moved while this partition was not loaded, or just
             # before a crash, follow them now
-            self.follow_renamed_topics(former_topic_names(self._services.metadata.image), [partition])
+            self.follow_renamed_topics(former_topic_names(self._ctx.metadata.image), [partition])
         n_groups = sum(1 for g in self.groups.values() if g.partition == partition)
         if loaded.records or n_groups:
             log.info(
@@ -683,10 +682,10 @@ class GroupCoordinator(InternalTopicCoordinator[GroupConfig, _Loaded]):
         if done:
             log.debug("producer %d: %d transactional offsets %s", producer_id, len(done),
                       "committed" if commit else "aborted")
-        if commit and done and self._services is not None:
+        if commit and done and self._ctx is not None:
             # tenancy: offsets committed under the former name of a topic renamed (KIP-37) while the
             # transaction was open follow it now, as a load would move them
-            former = former_topic_names(self._services.metadata.image)
+            former = former_topic_names(self._ctx.metadata.image)
             if former and any(topic in former for _g, topic, _p in done):
                 self.follow_renamed_topics(former, now_active)
 

@@ -22,6 +22,8 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass
+import random
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Self, Sequence, TypeVar
 
 from shoal.asyncutil import cancel_and_wait
@@ -32,8 +34,49 @@ from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
 from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from shoal.metadata import MetadataImage
-    from shoal.services import Services
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataImage, MetadataStore
+    from shoal.replica import ReplicaManager
+
+
+class BrokerSources:
+    """``config`` and ``is_cluster`` read through the broker's sources, as of now (the coordinator
+    context's and ``shoal.services.Services``')."""
+
+    config_source: Callable[[], "BrokerConfig"]
+    cluster_source: Callable[[], bool]
+
+    @property
+    def config(self) -> "BrokerConfig":
+        return self.config_source()
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.cluster_source()
+
+
+@dataclass(frozen=True)
+class CoordinatorContext(BrokerSources):
+    """What the group and transaction coordinators use of their broker, and nothing else of it:
+    this node, the time, the metadata store (the image, its changes, creating their topics), the
+    replicas (their logs, markers' partitions, other brokers' endpoints), the configs as of the
+    image, whether this is an etcd cluster, and the planner's random start. The composition root
+    (``shoal.broker``) builds it before ``Services``, and the coordinators from it."""
+
+    node_id: int
+    clock: Clock
+    metadata: "MetadataStore"
+    replicas: "ReplicaManager"
+    config_source: Callable[[], "BrokerConfig"]  # static + dynamic configs as of the image
+    cluster_source: Callable[[], bool]  # True on etcd, once the controller election runs
+    random: random.Random  # the planner's start index (its topics' placement)
+    # registered brokers the controller treats as gone (Controller.fenced_brokers): placement leaves them out
+    fenced_source: Callable[[], frozenset[int]] = frozenset
+
+    @property
+    def fenced_brokers(self) -> frozenset[int]:
+        return self.fenced_source()
+
 
 # an internal topic's replication factor left at its default, on an etcd cluster (one node: 1)
 CLUSTER_REPLICATION_FACTOR = 3
@@ -90,7 +133,7 @@ class InternalTopicCoordinator(Generic[C, L]):
         self.node_id = node_id
         self.num_partitions = num_partitions or 0
         self.active = num_partitions is not None
-        self._services: Services | None = None  # its broker's services (_for_services)
+        self._ctx: CoordinatorContext | None = None  # its broker's (_for_context)
         self._topic_id = None
         self._owned: dict[int, OwnedPartition] = {}
         self._loads = 0
@@ -101,20 +144,20 @@ class InternalTopicCoordinator(Generic[C, L]):
         self._refused = ""  # why the topic could not be created, as last logged
 
     @classmethod
-    def _for_services(cls, services: "Services", parse: Callable[[Any], C], **kw: Any) -> Self:
+    def _for_context(cls, ctx: "CoordinatorContext", parse: Callable[[Any], C], **kw: Any) -> Self:
         """The coordinator of a broker: its settings ``parse``-d from the broker's config (again
         only when that object changes), its log the replica manager's partitions of ``TOPIC``."""
         cache: list = [None, None]
 
         def config() -> C:
-            cfg = services.config
+            cfg = ctx.config
             if cache[0] is not cfg:
                 cache[0], cache[1] = cfg, parse(cfg)
             return cache[1]
 
-        log = BrokerCoordinatorLog(services.replicas, lambda: services.metadata.image, services.clock, topic=cls.TOPIC)
-        c = cls(clock=services.clock, log=log, config=config, node_id=services.node_id, **kw)
-        c._services = services
+        log = BrokerCoordinatorLog(ctx.replicas, lambda: ctx.metadata.image, ctx.clock, topic=cls.TOPIC)
+        c = cls(clock=ctx.clock, log=log, config=config, node_id=ctx.node_id, **kw)
+        c._ctx = ctx
         return c
 
     @property
@@ -129,9 +172,9 @@ class InternalTopicCoordinator(Generic[C, L]):
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _broker(self) -> "Services":
-        assert self._services is not None, "start() is for a broker-bound coordinator (for_services)"
-        return self._services
+    def _broker(self) -> "CoordinatorContext":
+        assert self._ctx is not None, "start() is for a broker-bound coordinator (for_context)"
+        return self._ctx
 
     def _follow_metadata(self) -> None:
         """Load the partitions this node leads now, and follow the metadata image from then on."""
@@ -163,7 +206,7 @@ class InternalTopicCoordinator(Generic[C, L]):
     def request_topic(self) -> None:
         """Create the topic in the background (once at a time): a FindCoordinator while it is
         missing is answered COORDINATOR_NOT_AVAILABLE, and the client asks again."""
-        if self._services is None or not self.active or self._creating is not None:
+        if self._ctx is None or not self.active or self._creating is not None:
             return
         self._creating = asyncio.get_running_loop().create_task(self._ensure_topic())
 

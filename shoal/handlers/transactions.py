@@ -218,7 +218,7 @@ async def handle_write_txn_markers(ctx, req):
         if not allowed:
             codes = {tp: ErrorCode.cluster_authorization_failed for tp in wanted}
         else:
-            codes = await write_local_markers(svc, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+            codes = await write_local_markers(svc, svc.groups, m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                               bool(m.transaction_result), wanted, timeout_s)
         by_topic: dict[str, list] = {}
         for (name, p), code in codes.items():

@@ -45,7 +45,7 @@ from shoal.observability.requests import (BYTES_IN, BYTES_OUT, FETCH, MESSAGES_I
                                          fetched_topic, is_follower_fetch, produce_failures)
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.metering.ports import SamplerHost
 
 
 class UsageMetrics(BrokerMetrics):
@@ -166,7 +166,7 @@ class Sampler:
     """Reads a broker's usage per tenant (:meth:`sample`); its counters never go down while the
     broker runs. Runs on the broker's event loop."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "SamplerHost") -> None:
         self.broker = broker
         self._topic_seen: dict[str, tuple[int, int, int]] = {}  # physical topic -> (in, msgs, out)
         self._bytes: dict[str, list[int]] = {}  # tenant -> [bytes in, messages in, bytes out]

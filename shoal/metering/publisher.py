@@ -34,7 +34,7 @@ from shoal.metering.counters import Sampler
 from shoal.metering.record import USAGE_TOPIC, UsageRecord, window_records
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.metering.ports import MeteringHost
 
 log = logging.getLogger("shoal.metering")
 
@@ -72,7 +72,7 @@ def save_state(path: Path, seq: int, window_end: int) -> None:
 class UsagePublisher:
     """Cuts and publishes windows (see the module doc). ``run()`` is the broker's task."""
 
-    def __init__(self, broker: "Broker", writer: UsageWriter | None = None) -> None:
+    def __init__(self, broker: "MeteringHost", writer: UsageWriter | None = None) -> None:
         self.broker = broker
         self.clock = broker.clock
         self.sampler = Sampler(broker)
@@ -158,7 +158,7 @@ def topic_configs(config: Any) -> dict[str, str]:
     return {"cleanup.policy": "delete", "retention.ms": str(int(config.get("shoal.metering.topic.retention.ms")))}
 
 
-async def ensure_topic(broker: "Broker") -> str | None:
+async def ensure_topic(broker: "MeteringHost") -> str | None:
     """Create ``__shoal_usage`` if missing; None when it exists, else why it cannot be created."""
     from shoal.cluster import planner
     from shoal.config import ConfigSource
@@ -189,7 +189,7 @@ async def ensure_topic(broker: "Broker") -> str | None:
 class BrokerUsageWriter:
     """Writes usage records into ``__shoal_usage`` from inside a broker (see the module doc)."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "MeteringHost") -> None:
         self.broker = broker
         self._conn: Any = None
         self._conn_node = -1

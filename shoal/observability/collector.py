@@ -24,7 +24,7 @@ from shoal.observability.requests import (
 )
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.observability.ports import CollectorHost
 
 TOPIC_COUNTERS = (
     ("shoal_topic_bytes_in", BYTES_IN, "record bytes appended by Produce (Kafka's BytesInPerSec)"),
@@ -88,7 +88,7 @@ class BrokerCollector:
     """Reads ``broker.metrics`` (BrokerMetrics), its connections, replicas and groups at scrape time
     and writes them as Prometheus text (:meth:`exposition`)."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "CollectorHost") -> None:
         self.broker = broker
 
     def exposition(self) -> str:

@@ -60,9 +60,12 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, TenantUsage, broker_request_quota, dynamic_quotas
+
+if TYPE_CHECKING:
+    from shoal.quotas.ports import ProtectionHost
 
 log = logging.getLogger("shoal.quotas.autotune")
 
@@ -273,7 +276,7 @@ class BrokerProtection:
         self._apply_config(cfg)
 
     @classmethod
-    def for_broker(cls, broker: Any) -> "BrokerProtection":
+    def for_broker(cls, broker: "ProtectionHost") -> "BrokerProtection":
         """Wired to the broker's quota managers (``broker.quotas``, shoal.quotas.manager): usage
         from their tenant sensors, configured slices from them, dynamic quotas pushed to them."""
         managers = broker.quotas
@@ -367,7 +370,7 @@ class BrokerLoad:
     exempt sensor, % of a thread) and the requests in flight on its connections or waiting in its
     request scheduler."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: "ProtectionHost") -> None:
         self.broker = broker
 
     def exempt_time(self) -> float:

@@ -71,9 +71,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Hashable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Mapping, TypeVar
 
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, water_fill
+
+if TYPE_CHECKING:
+    from shoal.quotas.ports import DemandHost
 
 log = logging.getLogger("shoal.quotas.demand")
 
@@ -333,7 +336,7 @@ class DemandExchange:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    def for_broker(cls, broker: Any) -> "DemandExchange":
+    def for_broker(cls, broker: "DemandHost") -> "DemandExchange":
         backend = getattr(broker.metadata, "backend", None)
         if not hasattr(backend, "registration"):  # the embedded store: one node
             backend = None

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.server.ports import GuardHost
     from shoal.config import BrokerConfig
 
 log = logging.getLogger("shoal.server")
@@ -214,7 +214,7 @@ class RequestMemory:
 class ConnectionGuard:
     """A broker's request memory, connection sweep, close counters and close log lines."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "GuardHost") -> None:
         self.broker = broker
         config = broker.config
         self.memory = RequestMemory(int(config.get("queued.max.request.bytes")),
@@ -229,7 +229,7 @@ class ConnectionGuard:
         self._log_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def for_broker(cls, broker: "Broker") -> "ConnectionGuard":
+    def for_broker(cls, broker: "GuardHost") -> "ConnectionGuard":
         guard = getattr(broker, "connection_guard", None)
         if guard is None:
             guard = broker.connection_guard = cls(broker)  # type: ignore[attr-defined]
@@ -332,7 +332,7 @@ class ConnectionCollector:
     """A prometheus_client collector: what connections hold, which are paused and why, the request
     memory, and the connections the broker closed, by reason (see shoal.admin.metrics)."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "GuardHost") -> None:
         self.broker = broker
 
     def collect(self) -> Any:

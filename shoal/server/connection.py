@@ -65,7 +65,7 @@ from shoal.quotas.manager import client_throttles, with_throttle_time
 from shoal.server.bounds import FRAME_TOO_LARGE, ConnectionGuard, Liveness, Timeouts
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.server.ports import ConnectionHost
 
 log = logging.getLogger("shoal.server")
 
@@ -133,7 +133,7 @@ async def _finish(coro: Any, first: Any, ctx: RequestContext | None = None) -> A
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker: "Broker", listener: str) -> None:
+    def __init__(self, broker: "ConnectionHost", listener: str) -> None:
         self.broker = broker
         self.listener = listener
         self.transport: asyncio.Transport | None = None

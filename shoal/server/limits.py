@@ -43,7 +43,7 @@ from shoal.quotas.entities import CONNECTION_RATE_KEY
 from shoal.quotas.rate import RateConfig
 
 if TYPE_CHECKING:
-    from shoal.broker import Broker
+    from shoal.server.ports import LimitsHost
     from shoal.config import BrokerConfig
 
 log = logging.getLogger("shoal.server.limits")
@@ -136,7 +136,7 @@ class ConnectionLimits:
     """The broker's connection accounting, shared by its listeners; follows config and quota
     changes in the metadata image. Lives on the broker as ``broker.connection_limits``."""
 
-    def __init__(self, broker: "Broker", listeners: list[str]) -> None:
+    def __init__(self, broker: "LimitsHost", listeners: list[str]) -> None:
         self.broker = broker
         self.listener_names = list(listeners)
         self._resolved: dict[str, str | None] = {}

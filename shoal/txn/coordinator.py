@@ -59,7 +59,8 @@ from shoal.txn.records import (
 )
 
 if TYPE_CHECKING:
-    from shoal.services import Services
+    from shoal.groups import GroupCoordinator
+    from shoal.groups.runtime import CoordinatorContext
 
 log = logging.getLogger("shoal.txn")
 
@@ -162,9 +163,11 @@ class TransactionCoordinator(InternalTopicCoordinator[TxnConfig, "dict[str, TxnL
     # -- construction for a broker ------------------------------------------------------------
 
     @classmethod
-    def for_services(cls, services: "Services") -> "TransactionCoordinator":
-        c = cls._for_services(services, TxnConfig.from_broker_config, next_producer_id=services.producer_ids.next_id)
-        c.markers = MarkerWriter(services, timeout_s=lambda: c.config.request_timeout_ms / 1000.0)
+    def for_context(cls, ctx: "CoordinatorContext", groups: "GroupCoordinator",
+                    next_producer_id: Callable[[], Awaitable[int]]) -> "TransactionCoordinator":
+        """The broker's: ``groups`` is told of the offsets its markers commit or abort."""
+        c = cls._for_context(ctx, TxnConfig.from_broker_config, next_producer_id=next_producer_id)
+        c.markers = MarkerWriter(ctx, groups, timeout_s=lambda: c.config.request_timeout_ms / 1000.0)
         return c
 
     @property
@@ -431,7 +434,7 @@ class TransactionCoordinator(InternalTopicCoordinator[TxnConfig, "dict[str, TxnL
         with ``addPartition``): the partitions are added to the transaction instead, as a version
         2 transaction (AddPartitionsToTxn v5 without ``verify_only`` to a remote coordinator)."""
         parts = list(partitions)
-        if self.status(transactional_id) != ErrorCode.none and self._services is not None:
+        if self.status(transactional_id) != ErrorCode.none and self._ctx is not None:
             node = self._coordinator_node(transactional_id)
             if node is not None and node != self.node_id and self.markers is not None:
                 return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, parts, add)
@@ -441,8 +444,8 @@ class TransactionCoordinator(InternalTopicCoordinator[TxnConfig, "dict[str, TxnL
         return self.verify_partitions(transactional_id, producer_id, producer_epoch, parts)
 
     def _coordinator_node(self, transactional_id: str) -> int | None:
-        assert self._services is not None
-        topic = self._services.metadata.image.topic(TXN_STATE_TOPIC)
+        assert self._ctx is not None
+        topic = self._ctx.metadata.image.topic(TXN_STATE_TOPIC)
         if topic is None or not topic.partitions:
             return None
         leader = topic.partitions[partition_for(transactional_id, len(topic.partitions))].leader

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from shoal.protocol.errors import ErrorCode, error_code
 
 if TYPE_CHECKING:
-    from shoal.services import Services
+    from shoal.clock import Clock
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataStore
+    from shoal.replica import ReplicaManager
 
 log = logging.getLogger("shoal.txn")
 
@@ -42,8 +45,34 @@ RETRIABLE = {
 FENCED = {ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced, ErrorCode.producer_fenced}
 
 
+class MarkerHost(Protocol):
+    """What writing markers uses of the broker: the coordinators' context
+    (``shoal.groups.runtime.CoordinatorContext``) or, for WriteTxnMarkers, ``shoal.services``."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def metadata(self) -> "MetadataStore": ...
+
+    @property
+    def replicas(self) -> "ReplicaManager": ...
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+
+class OffsetsCompletion(Protocol):
+    """The group coordinator, told of the ``__consumer_offsets`` markers written."""
+
+    def on_txn_completed(self, producer_id: int, partitions: list[int], commit: bool) -> None: ...
+
+
 async def write_local_markers(
-    svc: "Services", producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+    svc: MarkerHost, groups: "OffsetsCompletion | None", producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
     partitions: Iterable[tuple[str, int]], timeout_s: float,
 ) -> dict[tuple[str, int], ErrorCode]:
     """Append one marker to each partition (physical names) this broker leads, wait for acks=all,
@@ -83,9 +112,9 @@ async def write_local_markers(
         for topic, index, _o, _m in waits:
             out[(topic, index)] = failed.get((topic, index), ErrorCode.none)
     offsets = [i for (t, i), code in out.items() if t == OFFSETS_TOPIC and code == ErrorCode.none]
-    if offsets and svc.groups is not None and hasattr(svc.groups, "on_txn_completed"):
+    if offsets and groups is not None:
         try:
-            svc.groups.on_txn_completed(producer_id, offsets, commit)
+            groups.on_txn_completed(producer_id, offsets, commit)
         except Exception:
             log.exception("group coordinator failed to complete the offsets of producer %d", producer_id)
     return out
@@ -95,7 +124,7 @@ class BrokerChannel:
     """Connections to the other brokers (inter-broker listener and security), one per broker,
     opened at first use and replaced when it broke or the broker moved."""
 
-    def __init__(self, services: "Services", timeout_s: Callable[[], float]) -> None:
+    def __init__(self, services: MarkerHost, timeout_s: Callable[[], float]) -> None:
         self.services = services
         self.timeout_s = timeout_s
         self._conns: dict[int, tuple[tuple[str, int], Any]] = {}
@@ -147,9 +176,10 @@ class BrokerChannel:
 class MarkerWriter:
     """Sends the markers of finished transactions; one task per transaction."""
 
-    def __init__(self, services: "Services", *, backoff_s: float = 0.1, timeout_s: Callable[[], float] = lambda: 30.0,
+    def __init__(self, services: MarkerHost, groups: "OffsetsCompletion | None" = None, *, backoff_s: float = 0.1, timeout_s: Callable[[], float] = lambda: 30.0,
                  channel: "BrokerChannel | None" = None) -> None:
         self.services = services
+        self.groups = groups
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.channel = channel or BrokerChannel(services, timeout_s)
@@ -186,7 +216,7 @@ class MarkerWriter:
             jobs = []
             for leader, parts in by_leader.items():
                 if leader == svc.node_id:
-                    jobs.append(write_local_markers(svc, producer_id, producer_epoch, coordinator_epoch, commit,
+                    jobs.append(write_local_markers(svc, self.groups, producer_id, producer_epoch, coordinator_epoch, commit,
                                                     parts, self.timeout_s()))
                 else:
                     jobs.append(self._remote(leader, producer_id, producer_epoch, coordinator_epoch, commit, parts))

@@ -188,7 +188,7 @@ async def test_writes_need_an_active_partition_and_map_errors():
     assert c.owned_partitions() == {} and not c.active
 
 
-async def test_for_services_parses_the_broker_config_once_per_config_object():
+async def test_for_context_parses_the_broker_config_once_per_config_object():
     parsed = []
 
     def parse(cfg):
@@ -197,8 +197,8 @@ async def test_for_services_parses_the_broker_config_once_per_config_object():
 
     svc = SimpleNamespace(config={"t": 1.0}, replicas=None, metadata=SimpleNamespace(image=None),
                           clock=ManualClock(), node_id=7)
-    c = Toy._for_services(svc, parse)
-    assert (c.node_id, c.log.topic, c._services) == (7, "__toy", svc)
+    c = Toy._for_context(svc, parse)
+    assert (c.node_id, c.log.topic, c._ctx) == (7, "__toy", svc)
     assert c.write_timeout_s == 1.0 and c.write_timeout_s == 1.0 and len(parsed) == 1
     svc.config = {"t": 2.0}
     assert c.write_timeout_s == 2.0 and len(parsed) == 2

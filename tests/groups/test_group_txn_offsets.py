@@ -208,7 +208,7 @@ async def test_offsets_of_a_topic_renamed_during_the_transaction_follow_it_at_co
     await txn_commit(env, offsets=[("old", 0, 8), ("t", 0, 9)])
     image = SimpleNamespace(renamed_topics={"old": "id-1"}, topics={"new": None},
                             topics_by_id={"id-1": SimpleNamespace(name="new")})
-    env.coord._services = SimpleNamespace(metadata=SimpleNamespace(image=image))  # a KIP-37 move happened
+    env.coord._ctx = SimpleNamespace(metadata=SimpleNamespace(image=image))  # a KIP-37 move happened
     env.coord.on_txn_completed(PID, [0], True)
     await settle()
     assert await fetch(env, "g", [("old", [0]), ("new", [0]), ("t", [0])]) == {

@@ -59,7 +59,7 @@ class FakeServices:
 
 async def test_local_markers_wait_and_complete_group_offsets():
     svc = FakeServices({"t": [1, 1], "__consumer_offsets": [1]})
-    out = await write_local_markers(svc, 7, 2, 5, True, [("t", 0), ("t", 1), ("__consumer_offsets", 0), ("gone", 0)], 1.0)
+    out = await write_local_markers(svc, svc.groups, 7, 2, 5, True, [("t", 0), ("t", 1), ("__consumer_offsets", 0), ("gone", 0)], 1.0)
     assert out == {("t", 0): E.none, ("t", 1): E.none, ("__consumer_offsets", 0): E.none,
                    ("gone", 0): E.unknown_topic_or_partition}
     assert svc.parts[("t", 0)].markers == [(7, 2, 5, True)]
@@ -70,7 +70,7 @@ async def test_local_markers_wait_and_complete_group_offsets():
 async def test_refused_marker_carries_the_partitions_error():
     svc = FakeServices({"t": [1]})
     svc.parts[("t", 0)].fail = [ProducerStateError("INVALID_PRODUCER_EPOCH", "old epoch")]
-    assert await write_local_markers(svc, 7, 1, 0, False, [("t", 0)], 1.0) == {("t", 0): E.invalid_producer_epoch}
+    assert await write_local_markers(svc, svc.groups, 7, 1, 0, False, [("t", 0)], 1.0) == {("t", 0): E.invalid_producer_epoch}
 
 
 async def test_writer_retries_drops_deleted_topics_and_stops_when_fenced():
@@ -83,7 +83,7 @@ async def test_writer_retries_drops_deleted_topics_and_stops_when_fenced():
             return {tp: E.not_leader_or_follower for tp in parts}  # retried
         return {tp: E.none for tp in parts}
 
-    w = MarkerWriter(svc, backoff_s=0.001)
+    w = MarkerWriter(svc, svc.groups, backoff_s=0.001)
     w._remote = remote
     svc.parts[("t", 0)].fail = [OSError("disk")]  # KAFKA_STORAGE_ERROR: retried
     assert await w.send(7, 0, 3, True, [("t", 0), ("t", 1), ("u", 0), ("deleted", 4)], lambda: True)
