@@ -63,7 +63,6 @@ COMPOSITION_ROOT = frozenset({"broker", "startup", "cli"})
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # part 3 (one etcd session): the etcd package owns URL parsing and the session; registration
     # and the metadata backend meet there instead of in each other.
-    ("shoal.config", "shoal.metadata.etcd"): "part 3: etcd URL parsing moves to shoal/etcd/",
     ("shoal.metadata.etcd", "shoal.cluster.registration"): "part 3: registration goes through the etcd session",
     # part 4 (one wire client): the broker-to-broker transport of shoal/client.py becomes shoal/net/,
     # and the inter-broker client side of security (auth.interbroker) lives in net.
@@ -104,7 +103,6 @@ BROKER_IMPORT_ALLOWED: dict[str, str] = {
 # Import cycles today (the modules of one strongly connected component of the runtime imports)
 # -> the part of issue 26 that removes it.
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({"shoal.metadata.etcd", "shoal.cluster.registration"}): "part 3: one etcd session",
     frozenset({"shoal.cli_hints", "shoal.cli_users"}): "part 4: no private cross-imports between command modules",
 }
 

@@ -10,7 +10,7 @@ error for it), after waiting up to one session timeout for that lease to expire:
 right after a ``kill -9`` finds its former registration still there, and takes the id once it
 goes, while a live broker keeps its lease alive and the newcomer is refused.
 
-The lease is refreshed from a thread of its own (``shoal.metadata.etcd.LeaseKeeper``), not the
+The lease is refreshed from a thread of its own (``shoal.etcd.client.LeaseKeeper``), not the
 event loop: a broker whose loop is busy (a restart rejoining thousands of partitions) is alive and
 keeps its registration, and the controller's key on the same lease; a refresh from the loop ran
 late behind the busy loop and the lease expired (two brokers lost theirs rejoining 6,000
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from shoal.metadata import BrokerInfo, MetadataError
 
 if TYPE_CHECKING:
-    from shoal.metadata.etcd import EtcdClient, LeaseKeeper
+    from shoal.etcd.client import EtcdClient, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class Registration:
         if self.lease_id is None:
             self.lease_id = await self.client.lease_grant(self.ttl_s)
             if self.keeper is None:
-                from shoal.metadata.etcd import LeaseKeeper
+                from shoal.etcd.client import LeaseKeeper
 
                 loop = asyncio.get_running_loop()
                 self.keeper = LeaseKeeper(self.client, max(0.3, self.ttl_s / 3),

@@ -462,6 +462,6 @@ class DemandExchange:
 
 
 def _why(e: BaseException) -> str:
-    from shoal.metadata.etcd import _why as etcd_why
+    from shoal.etcd.client import why as etcd_why
 
     return "timed out" if isinstance(e, asyncio.TimeoutError) else etcd_why(e)

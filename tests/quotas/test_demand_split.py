@@ -266,7 +266,7 @@ def test_codec_refuses_anything_else(value: bytes) -> None:
 def test_key_prefix_is_outside_the_metadata_watch() -> None:
     key = demand_key_prefix("/shoal") + b"1"
     assert key == b"/shoal.quota-demand/1"
-    assert not (b"/shoal/" <= key < b"/shoal0")  # the watch's range (shoal.metadata.etcd._range_end)
+    assert not (b"/shoal/" <= key < b"/shoal0")  # the watch's range (shoal.etcd.client.range_end)
     assert demand_key_prefix("/a/b/") == b"/a/b.quota-demand/"
 
 

@@ -1,0 +1,250 @@
+"""The etcd client: the one place Shoal speaks etcd v3's gRPC (issue 26, part 3).
+
+``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` (``parse_url``); ``EtcdClient``, the few calls Shoal
+makes over one asyncio gRPC channel to all the endpoints; ``LeaseKeeper``, which keeps a lease
+alive from a thread of its own on a blocking channel; and the classification of a failed call
+(``why``: one line saying why; ``transient``: worth another try). Both channels are made by
+``open_channel`` (one place for their target and options: where TLS goes, issue 28).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/shoal"
+REQUEST_TIMEOUT_S = 5.0
+
+
+def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
+    """``etcd://h1:p1,h2:p2/prefix`` -> ([(h1, p1), (h2, p2)], "/prefix"); the prefix defaults
+    to ``/shoal``. ValueError for anything else."""
+    if not url.startswith("etcd://"):
+        raise ValueError(f"not an etcd:// URL: {url!r}")
+    rest = url[len("etcd://"):]
+    hosts, slash, prefix = rest.partition("/")
+    endpoints = []
+    for hp in hosts.split(","):
+        host, colon, port = hp.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{url!r}: expected HOST:PORT, got {hp!r}")
+        endpoints.append((host.strip("[]"), int(port)))
+    prefix = "/" + prefix.strip("/") if slash and prefix.strip("/") else DEFAULT_PREFIX
+    return endpoints, prefix
+
+
+def why(e: BaseException) -> str:
+    """One line saying why an etcd call failed (a gRPC error's details)."""
+    details = getattr(e, "details", None)
+    why = (details() if callable(details) else None) or str(e) or type(e).__name__
+    return why.splitlines()[0][:200]
+
+
+def transient(e: BaseException) -> bool:
+    """An etcd call that failed in transit (member gone, no leader, a timeout): worth another try."""
+    code = getattr(e, "code", None)
+    name = getattr(code() if callable(code) else None, "name", "")
+    return name in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The end of etcd's range of keys starting with ``prefix``."""
+    b = bytearray(prefix)
+    while b:
+        if b[-1] < 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    return b"\0"
+
+
+class EtcdClient:
+    """The few etcd v3 calls Shoal makes, over one gRPC channel to all endpoints (gRPC's
+    pick_first over the list: a member going away moves the channel to the next one). Uses the
+    generated stubs of ``aetcd``."""
+
+    def __init__(self, endpoints: Sequence[tuple[str, int]], *, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        from aetcd import rpc
+
+        self.rpc = rpc
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self._channel: Any = None
+        self.kv: Any = None
+        self.watch_stub: Any = None
+        self.lease: Any = None
+
+    @property
+    def where(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.endpoints)
+
+    def _target(self) -> str:
+        addrs = []
+        for host, port in self.endpoints:
+            try:
+                infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+                addrs.append(f"{infos[0][4][0]}:{port}")
+            except OSError:
+                pass
+        if addrs:
+            return "ipv4:" + ",".join(addrs)
+        host, port = self.endpoints[0]
+        return f"{host}:{port}"
+
+    def connect(self) -> None:
+        if self._channel is not None:
+            return
+        self._channel = self.open_channel()
+        self.kv = self.rpc.KVStub(self._channel)
+        self.watch_stub = self.rpc.WatchStub(self._channel)
+        self.lease = self.rpc.LeaseStub(self._channel)
+
+    def open_channel(self, *, blocking: bool = False) -> Any:
+        """A new channel to the endpoints: asyncio's (the client's calls) or, with ``blocking``,
+        gRPC's blocking one (``LeaseKeeper``'s thread). The one place channels are made."""
+        import grpc
+
+        make = grpc.insecure_channel if blocking else grpc.aio.insecure_channel
+        return make(self._target(), options=self.channel_options())
+
+    @staticmethod
+    def channel_options() -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+            # notice a member that stopped answering; etcd's --grpc-keepalive-min-time is 5 s
+            ("grpc.keepalive_time_ms", 10000),
+            ("grpc.keepalive_timeout_ms", 5000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None,
+                  timeout: float | None = None) -> Any:
+        self.connect()
+        req = self.rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
+        # hasleader: a member without a leader answers at once instead of holding the request
+        return await self.kv.Txn(req, timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
+
+    async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0, timeout: float | None = None,
+                    require_leader: bool = False) -> Any:
+        """A linearizable read (etcd's ReadIndex: no raft proposal, nothing written); with
+        ``require_leader`` a member without a leader answers at once instead of holding it."""
+        self.connect()
+        req = self.rpc.RangeRequest(key=key, range_end=range_end, revision=revision)
+        return await self.kv.Range(req, timeout=timeout or max(self.timeout, 30.0),
+                                   metadata=(("hasleader", "true"),) if require_leader else None)
+
+    async def lease_grant(self, ttl_s: int) -> int:
+        self.connect()
+        resp = await self.lease.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout)
+        return int(resp.ID)
+
+    async def lease_keepalive(self, lease_id: int, timeout: float | None = None) -> int:
+        """Refresh a lease; its TTL after, 0 when it has expired. ``hasleader``: a member without
+        a leader (etcd electing) answers at once instead of holding the refresh past ``timeout``."""
+        self.connect()
+        call = self.lease.LeaseKeepAlive(iter([self.rpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                                         timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
+        async for reply in call:
+            return int(reply.TTL)
+        return 0
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        self.connect()
+        await self.lease.LeaseRevoke(self.rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout)
+
+
+class LeaseKeeper:
+    """Keeps one lease alive from a thread of its own, on a channel of its own (gRPC's blocking
+    API: the wait for etcd releases the GIL), so that a busy event loop cannot starve it: a
+    broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
+    lose its registration, or the controller's key that rides on the same lease, because its
+    loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
+    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
+    answers at once), a failed one sent again ``retry_s`` later. When etcd answers TTL 0 (the
+    lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
+    its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
+
+    ``max_gap`` is the longest time between two successful refreshes (a metric and the tests'
+    proof); ``refreshes`` counts them."""
+
+    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], None],
+                 retry_s: float = 0.2) -> None:
+        self._client = client
+        self.interval = interval
+        self.retry_s = retry_s
+        self._on_lost = on_lost
+        self.lease_id: int | None = None
+        self.refreshes = 0
+        self.max_gap = 0.0
+        self._last = 0.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, lease_id: int | None) -> None:
+        """Keep ``lease_id`` alive from now on (None: none), refreshing it at once."""
+        self.lease_id = lease_id
+        self._last = time.monotonic()
+        if self._thread is None and lease_id is not None:
+            self._thread = threading.Thread(target=self._run, name="etcd-lease-keepalive", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop refreshing (blocks up to one interval for the thread; call it off the loop)."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(self.interval + 1.0)
+
+    def _run(self) -> None:
+        import grpc
+
+        rpc = self._client.rpc
+        channel = self._client.open_channel(blocking=True)
+        stub = rpc.LeaseStub(channel)
+        wait = 0.0
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(wait)
+                self._wake.clear()
+                wait = self.interval
+                lease = self.lease_id
+                if self._stop.is_set() or lease is None:
+                    continue
+                try:
+                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.interval,
+                                                  metadata=(("hasleader", "true"),))
+                    ttl = next((int(r.TTL) for r in replies), 0)
+                except grpc.RpcError as e:  # etcd unreachable or electing: the watch logs it
+                    log.debug("lease %x keep-alive failed: %s", lease, e.code() if hasattr(e, "code") else e)
+                    wait = min(self.interval, self.retry_s)
+                    continue
+                if ttl > 0:
+                    now = time.monotonic()
+                    if self._last:
+                        self.max_gap = max(self.max_gap, now - self._last)
+                    self._last = now
+                    self.refreshes += 1
+                elif self.lease_id == lease:
+                    self.lease_id = None
+                    self._on_lost(lease)
+        except Exception:  # never silently: a registration without a keeper would expire
+            log.exception("the lease keep-alive thread failed")
+        finally:
+            channel.close()
