@@ -61,9 +61,6 @@ COMPOSITION_ROOT = frozenset({"broker", "startup", "cli"})
 # Imports that point up a layer today: (importing module, imported module) -> the part of issue 26
 # that removes it. Imports of shoal.broker are the next list's.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    # part 3 (one etcd session): the etcd package owns URL parsing and the session; registration
-    # and the metadata backend meet there instead of in each other.
-    ("shoal.metadata.etcd", "shoal.cluster.registration"): "part 3: registration goes through the etcd session",
     # part 4 (one wire client): the broker-to-broker transport of shoal/client.py becomes shoal/net/,
     # and the inter-broker client side of security (auth.interbroker) lives in net.
     ("shoal.cluster.controller", "shoal.client"): "part 4: the transport moves to shoal/net/",

@@ -17,7 +17,7 @@ Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.
     /meta/cluster_id          created once, by the first broker (create-if-absent)
     /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
     /meta/next_producer_id    the first producer id no block was given out for
-    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.cluster.registration)
+    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.metadata.registration)
     /configs/broker           the dynamic cluster-wide broker configs
     /topics/<name>            a topic with all its partitions (one key: a topic is one put)
     /scram/<user>             the user's SCRAM credentials, by mechanism
@@ -81,6 +81,7 @@ from shoal.etcd.client import DEFAULT_PREFIX, REQUEST_TIMEOUT_S, EtcdClient, par
 from shoal.etcd.client import range_end as _range_end
 from shoal.etcd.client import transient as _transient
 from shoal.etcd.client import why as _why
+from shoal.etcd.session import EtcdSession
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
@@ -91,6 +92,7 @@ from shoal.metadata import (
 )
 from shoal.metadata import codec
 from shoal.metadata.change import Change
+from shoal.metadata.registration import Registration
 from shoal.metadata.store import CommitConflict, DecidingStore, MetadataBackend, new_tenant_id
 
 log = logging.getLogger(__name__)
@@ -173,7 +175,11 @@ class EtcdBackend(MetadataBackend):
         # own changes published before the watch delivered them: etcd revision -> token
         self._ahead: dict[int, str] = {}
         self._last_log = 0.0
-        self.registration: Any = None  # shoal.cluster.registration.Registration, on first register()
+        # this broker's etcd session: its lease (broker.session.timeout.ms; etcd's leases are whole
+        # seconds, and etcd raises a TTL below its minimum, about 2 s), and the registration under it
+        self.session = EtcdSession(self.client, ttl_s=max(1, -(-int(session_timeout_ms) // 1000)))
+        self.registration = Registration(self.session, lambda node: self.key("brokers", str(node)),
+                                         on_change=self._wait_revision)
         self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
         self.batch_max_ops = BATCH_MAX_OPS  # txn_budget's bounds (tests make them small)
         self.batch_max_bytes = BATCH_MAX_BYTES
@@ -240,8 +246,7 @@ class EtcdBackend(MetadataBackend):
         if self._closed:
             return
         self._closed = True
-        if self.registration is not None:
-            await self.registration.close()
+        await self.session.close()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -416,8 +421,6 @@ class EtcdBackend(MetadataBackend):
     def _decode_events(self, events: Sequence[tuple[bool, Any]]) -> tuple[Change, int | None, int, str | None]:
         """(put?, kv) events -> the Change they make, the epoch and its mod revision (None, 0 if
         the epoch key is not among them) and the token of the writer."""
-        from shoal.cluster.registration import broker_from_json
-
         c = Change()
         epoch: int | None = None
         epoch_mod = 0
@@ -438,7 +441,7 @@ class EtcdBackend(MetadataBackend):
                     elif name == "next_producer_id" and put:
                         c.next_producer_id = int(kv.value)
                 elif section == b"brokers":
-                    c.brokers[int(name)] = broker_from_json(value) if put else None  # type: ignore[assignment]
+                    c.brokers[int(name)] = codec.broker_from_json(value) if put else None  # type: ignore[assignment]
                 elif section == b"configs" and name == "broker":
                     c.broker_configs = MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
                 elif section == b"broker_configs":  # per-broker dynamic configs, by node id
@@ -675,15 +678,9 @@ class EtcdBackend(MetadataBackend):
     # -- broker registration ----------------------------------------------------------------------
 
     async def register(self, info: BrokerInfo) -> None:
-        """Register this broker under its lease (``shoal.cluster.registration``); returns once
+        """Register this broker under its lease (``shoal.metadata.registration``); returns once
         the image shows it. DUPLICATE_BROKER_REGISTRATION when a live broker holds the id."""
-        from shoal.cluster.registration import Registration
-
         self.writable()
-        if self.registration is None:
-            self.registration = Registration(
-                self.client, lambda node: self.key("brokers", str(node)),
-                session_timeout_ms=self.session_timeout_ms, on_change=self._wait_revision)
         try:
             revision = await self.registration.register(info)
         except MetadataError:

@@ -46,15 +46,15 @@ def again_lines(caplog) -> list[str]:
 
 
 async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     a, b, direct = pair
     await a.register_broker(info(1))
     await until(lambda: 1 in b.image.brokers)
-    first = a.backend.registration.lease_id
+    first = a.backend.session.lease_id
     await direct.lease_revoke(first)  # behind the broker's back
     await until(lambda: 1 not in b.image.brokers, 5)
     took = await until(lambda: 1 in b.image.brokers, 10)  # back, within about a keep-alive round
-    assert a.backend.registration.lease_id not in (None, first)
+    assert a.backend.session.lease_id not in (None, first)
     assert b.image.brokers[1] == info(1) and 1 in a.image.brokers
     await until(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
     assert len(again_lines(caplog)) == 1, again_lines(caplog)
@@ -65,7 +65,7 @@ async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
 
 
 async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(etcd_cluster, etcd_prefix, caplog):
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     proxy = TcpProxy(etcd_cluster.members[0].endpoint)
     await proxy.start()
     a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
@@ -90,10 +90,10 @@ async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(e
 
 
 async def test_a_node_id_taken_meanwhile_is_not_taken_back(pair, caplog):
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     a, b, direct = pair
     await a.register_broker(info(1))
-    await direct.lease_revoke(a.backend.registration.lease_id)
+    await direct.lease_revoke(a.backend.session.lease_id)
     await until(lambda: 1 not in b.image.brokers, 5)
     await b.register_broker(info(1, 9999))  # another process takes node id 1 first
     await until(lambda: any("stays unregistered" in line for line in again_lines(caplog)), 20)

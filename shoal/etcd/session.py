@@ -1,0 +1,214 @@
+"""This broker's etcd session: one lease, kept alive, and the keys that ride on it.
+
+The lease (``ttl_s``, etcd's whole seconds) is granted on first use and refreshed from a thread
+of its own (``shoal.etcd.client.LeaseKeeper``), not the event loop: a broker whose loop is busy
+(a restart rejoining thousands of partitions) is alive and keeps its registration, and the
+controller's key on the same lease; a refresh from the loop ran late behind the busy loop and the
+lease expired (two brokers lost theirs rejoining 6,000 partitions, and the controller moved every
+leadership off a live broker and back).
+
+If the lease is lost (this broker could not reach etcd for longer than the session, or the lease
+was revoked behind its back), the keeper notices it at its next round (etcd answers TTL 0) and
+tells the loop, which forgets the lease and awaits ``on_lease_lost`` (the owner of the ephemeral
+keys makes them again under a new lease), retrying every ``RETRY_S`` while that fails. An outage
+of the whole quorum loses no lease: etcd's new leader extends every lease by its TTL. A refresh
+waits one keep-alive interval at most and carries ``hasleader``, and a failed one is sent again
+``RETRY_S`` later: a refresh held by a member while etcd elects (its leader paused or cut off, not
+killed) had waited the whole request timeout (5 s), longer than a 3 s session, and brokers in the
+surviving datacenter lost their registrations in a datacenter-loss drill.
+
+What rides on the lease: ephemeral keys (``claim``: created only if absent, or replaced when ours;
+``put_ephemeral``), and an election key (``campaign``: its creation revision is the holder's epoch;
+``fence`` the compare that a commit holds it still; ``delete_if_created`` to take a dead holder's
+key away). ``close`` revokes the lease: its keys go at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any, Awaitable, Callable
+
+from shoal.etcd.client import EtcdClient, LeaseKeeper, range_end
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.2  # a failed keep-alive or renewal after a lost lease is tried again this soon
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """An etcd key as a transaction found it: its value, lease and creation revision."""
+
+    value: bytes
+    lease: int
+    create_revision: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What ``EtcdSession.claim`` did: created (or replaced) the key at ``revision``, or found it
+    held (``holder``; None when it went between the compare and the read)."""
+
+    succeeded: bool
+    revision: int = 0
+    holder: Held | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Campaign:
+    """What one election transaction saw: this session took the key at ``revision``, or
+    ``holder`` holds it (None: it went between the compare and the read)."""
+
+    took: bool
+    revision: int = 0
+    holder: Held | None = None
+
+
+def _held(kvs: Any) -> Held | None:
+    return Held(kvs[0].value, int(kvs[0].lease), int(kvs[0].create_revision)) if kvs else None
+
+
+class EtcdSession:
+    """One lease over an ``EtcdClient`` and the keys under it. Use from one event loop."""
+
+    def __init__(self, client: EtcdClient, *, ttl_s: int,
+                 on_lease_lost: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.client = client
+        self.ttl_s = ttl_s
+        self.on_lease_lost = on_lease_lost
+        self.lease_id: int | None = None
+        self.keeper: LeaseKeeper | None = None
+        self._renewing: asyncio.Task[None] | None = None  # awaits on_lease_lost when the keeper says the lease went
+        self._lost = asyncio.Event()
+        self._closed = False
+
+    async def lease(self) -> int:
+        """The lease, granted now if there is none, kept alive from the keeper's thread."""
+        if self.lease_id is None:
+            self.lease_id = await self.client.lease_grant(self.ttl_s)
+            if self.keeper is None:
+                loop = asyncio.get_running_loop()
+                self.keeper = LeaseKeeper(self.client, max(0.3, self.ttl_s / 3),
+                                          lambda lease: loop.call_soon_threadsafe(self._lease_lost, lease), RETRY_S)
+                self._renewing = loop.create_task(self._renew())
+            self.keeper.keep(self.lease_id)
+        return self.lease_id
+
+    def forget_lease(self) -> None:
+        """Take a new lease at the next ``lease()`` (one granted meanwhile may expire first)."""
+        self.lease_id = None
+
+    def _lease_lost(self, lease: int) -> None:
+        """From the keeper (on the loop): etcd says the lease is gone."""
+        if self.lease_id == lease:
+            self._lost.set()
+
+    async def _renew(self) -> None:
+        """When the keeper finds the lease lost (expired while this broker could not reach etcd,
+        or revoked), forget it and await ``on_lease_lost``, again until it works."""
+        while not self._closed:
+            await self._lost.wait()
+            self._lost.clear()
+            self.lease_id = None
+            while not self._closed and self.on_lease_lost is not None:
+                try:
+                    await self.on_lease_lost()
+                    break
+                except Exception as e:  # etcd unreachable or electing: the watch logs it; try again soon
+                    log.debug("renewal after a lost lease failed: %s", e)
+                    self.lease_id = None  # a lease granted meanwhile may expire before the next try
+                    await asyncio.sleep(RETRY_S)
+
+    # -- keys under the lease --------------------------------------------------------------------
+
+    async def claim(self, key: bytes, value: bytes, *, replace_own: bool) -> Claim:
+        """Create ``key`` under the lease if it is absent (``If(create_revision == 0)``), or,
+        with ``replace_own``, put it if it is under our lease already."""
+        rpc = self.client.rpc
+        lease = await self.lease()
+        mine = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.LEASE, key=key, lease=lease)
+        absent = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=0)
+        resp = await self.client.txn(
+            [mine if replace_own else absent],
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
+            [rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
+        )
+        if resp.succeeded:
+            return Claim(True, int(resp.header.revision))
+        return Claim(False, holder=_held(resp.responses[0].response_range.kvs))
+
+    async def put_ephemeral(self, key: bytes, value: bytes) -> None:
+        """Put ``key`` under the lease as it stands (None: not granted yet, so nothing is put)."""
+        rpc = self.client.rpc
+        if self.lease_id is not None:
+            await self.client.txn([], [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value,
+                                                                               lease=self.lease_id))])
+
+    async def read_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes, int]]:
+        """``(key, value, mod revision)`` of the keys starting with ``prefix``."""
+        resp = await self.client.range(prefix, range_end(prefix))
+        return [(kv.key, kv.value, int(kv.mod_revision)) for kv in resp.kvs]
+
+    # -- an election key -------------------------------------------------------------------------
+
+    async def campaign(self, key: bytes, value: bytes) -> Campaign | None:
+        """One election round: take ``key`` under the lease if it is free, else learn its holder.
+        None when this session has no lease (nothing to campaign with)."""
+        lease = self.lease_id
+        if lease is None:
+            return None
+        client = self.client
+        rpc = client.rpc
+        # While the key is held (nearly always) a read says by whom: the transaction, which writes
+        # (a raft proposal and an fsync on every etcd member, whichever branch it takes), only
+        # when it is free. Every broker asks twice a second: 6 etcd writes a second on 3 brokers.
+        kvs = (await client.range(key, timeout=client.timeout, require_leader=True)).kvs
+        if kvs:
+            return Campaign(False, holder=_held(kvs))
+        resp = await client.txn(
+            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=0)],
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
+            [rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
+        )
+        if resp.succeeded:
+            return Campaign(True, revision=int(resp.header.revision))
+        return Campaign(False, holder=_held(resp.responses[0].response_range.kvs))
+
+    def fence(self, key: bytes, revision: int) -> list[Any]:
+        """The compares that hold ``key`` still has creation revision ``revision`` (the election
+        key's holder's epoch: -1 compares false)."""
+        rpc = self.client.rpc
+        return [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=revision)]
+
+    async def delete_if_created(self, key: bytes, revision: int) -> None:
+        """Delete ``key`` if it still has creation revision ``revision`` (that holder's, not a
+        successor's)."""
+        rpc = self.client.rpc
+        await self.client.txn(self.fence(key, revision),
+                              [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))])
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop the keep-alive and revoke the lease: its keys go at once."""
+        self._closed = True
+        if self.keeper is not None:
+            await asyncio.to_thread(self.keeper.stop)
+        if self._renewing is not None:
+            self._renewing.cancel()
+            try:
+                await self._renewing
+            except BaseException:
+                pass
+            self._renewing = None
+        if self.lease_id is not None:
+            try:
+                await asyncio.wait_for(self.client.lease_revoke(self.lease_id), 2.0)
+            except (Exception, asyncio.CancelledError) as e:  # it will expire by itself
+                task = asyncio.current_task()
+                if isinstance(e, asyncio.CancelledError) and task is not None and task.cancelling():
+                    raise
+                log.info("could not revoke the registration lease (it expires by itself): %r", e)
+            self.lease_id = None
