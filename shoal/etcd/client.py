@@ -166,6 +166,51 @@ class EtcdClient:
         self.connect()
         await self.lease.LeaseRevoke(self.rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout)
 
+    def watch(self, key: bytes, range_end: bytes, start_revision: int, stop: Any) -> Any:
+        """Watch the range from ``start_revision``: the call (an async iterator of etcd's watch
+        responses; cancel it to end it), whose request stream stays open until ``stop`` (an
+        ``asyncio.Event``) is set. ``hasleader``: etcd cancels the watch when its member loses the
+        quorum's leader."""
+        rpc = self.rpc
+        self.connect()
+        create = rpc.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision)
+
+        async def requests() -> Any:
+            yield rpc.WatchRequest(create_request=create)
+            await stop.wait()
+
+        return self.watch_stub.Watch(requests(), metadata=(("hasleader", "true"),))
+
+    # -- the messages of a transaction ------------------------------------------------------------
+
+    def put_op(self, key: bytes, value: bytes, lease: int = 0) -> Any:
+        return self.rpc.RequestOp(request_put=self.rpc.PutRequest(key=key, value=value, lease=lease))
+
+    def delete_op(self, key: bytes) -> Any:
+        return self.rpc.RequestOp(request_delete_range=self.rpc.DeleteRangeRequest(key=key))
+
+    def get_op(self, key: bytes) -> Any:
+        return self.rpc.RequestOp(request_range=self.rpc.RangeRequest(key=key))
+
+    def created_at(self, key: bytes, revision: int) -> Any:
+        """The compare ``create_revision(key) == revision`` (0: the key is absent)."""
+        rpc = self.rpc
+        return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=revision)
+
+    def modified_at(self, key: bytes, revision: int) -> Any:
+        """The compare ``mod_revision(key) == revision``."""
+        rpc = self.rpc
+        return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=key, mod_revision=revision)
+
+    def under_lease(self, key: bytes, lease: int) -> Any:
+        """The compare ``lease(key) == lease``."""
+        rpc = self.rpc
+        return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.LEASE, key=key, lease=lease)
+
+    def is_put(self, event: Any) -> bool:
+        """A watch event that puts its key (else it deletes it)."""
+        return bool(event.type == self.rpc.Event.PUT)
+
 
 class LeaseKeeper:
     """Keeps one lease alive from a thread of its own, on a channel of its own (gRPC's blocking

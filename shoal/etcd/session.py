@@ -126,25 +126,18 @@ class EtcdSession:
     async def claim(self, key: bytes, value: bytes, *, replace_own: bool) -> Claim:
         """Create ``key`` under the lease if it is absent (``If(create_revision == 0)``), or,
         with ``replace_own``, put it if it is under our lease already."""
-        rpc = self.client.rpc
+        client = self.client
         lease = await self.lease()
-        mine = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.LEASE, key=key, lease=lease)
-        absent = rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=0)
-        resp = await self.client.txn(
-            [mine if replace_own else absent],
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
-            [rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
-        )
+        resp = await client.txn([client.under_lease(key, lease) if replace_own else client.created_at(key, 0)],
+                                [client.put_op(key, value, lease)], [client.get_op(key)])
         if resp.succeeded:
             return Claim(True, int(resp.header.revision))
         return Claim(False, holder=_held(resp.responses[0].response_range.kvs))
 
     async def put_ephemeral(self, key: bytes, value: bytes) -> None:
         """Put ``key`` under the lease as it stands (None: not granted yet, so nothing is put)."""
-        rpc = self.client.rpc
         if self.lease_id is not None:
-            await self.client.txn([], [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value,
-                                                                               lease=self.lease_id))])
+            await self.client.txn([], [self.client.put_op(key, value, self.lease_id)])
 
     async def read_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes, int]]:
         """``(key, value, mod revision)`` of the keys starting with ``prefix``."""
@@ -160,18 +153,13 @@ class EtcdSession:
         if lease is None:
             return None
         client = self.client
-        rpc = client.rpc
         # While the key is held (nearly always) a read says by whom: the transaction, which writes
         # (a raft proposal and an fsync on every etcd member, whichever branch it takes), only
         # when it is free. Every broker asks twice a second: 6 etcd writes a second on 3 brokers.
         kvs = (await client.range(key, timeout=client.timeout, require_leader=True)).kvs
         if kvs:
             return Campaign(False, holder=_held(kvs))
-        resp = await client.txn(
-            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=0)],
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
-            [rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
-        )
+        resp = await client.txn([client.created_at(key, 0)], [client.put_op(key, value, lease)], [client.get_op(key)])
         if resp.succeeded:
             return Campaign(True, revision=int(resp.header.revision))
         return Campaign(False, holder=_held(resp.responses[0].response_range.kvs))
@@ -179,15 +167,12 @@ class EtcdSession:
     def fence(self, key: bytes, revision: int) -> list[Any]:
         """The compares that hold ``key`` still has creation revision ``revision`` (the election
         key's holder's epoch: -1 compares false)."""
-        rpc = self.client.rpc
-        return [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=revision)]
+        return [self.client.created_at(key, revision)]
 
     async def delete_if_created(self, key: bytes, revision: int) -> None:
         """Delete ``key`` if it still has creation revision ``revision`` (that holder's, not a
         successor's)."""
-        rpc = self.client.rpc
-        await self.client.txn(self.fence(key, revision),
-                              [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))])
+        await self.client.txn(self.fence(key, revision), [self.client.delete_op(key)])
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

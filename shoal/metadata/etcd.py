@@ -333,15 +333,12 @@ class EtcdBackend(MetadataBackend):
 
     async def _load(self) -> None:
         """Create the cluster id if absent, read the whole prefix at one revision, publish."""
-        rpc = self.client.rpc
+        client = self.client
         cid_key, epoch_key = self.key("meta", "cluster_id"), self._epoch_key
         cluster_id = _new_cluster_id(self._new_uuid)
-        await self.client.txn(
-            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=cid_key, create_revision=0)],
-            [
-                rpc.RequestOp(request_put=rpc.PutRequest(key=cid_key, value=cluster_id.encode())),
-                rpc.RequestOp(request_put=rpc.PutRequest(key=epoch_key, value=_json({"epoch": 0, "by": "init"}))),
-            ],
+        await client.txn(
+            [client.created_at(cid_key, 0)],
+            [client.put_op(cid_key, cluster_id.encode()), client.put_op(epoch_key, _json({"epoch": 0, "by": "init"}))],
         )
         resp = await self.client.range(self._root, _range_end(self._root))
         revision = int(resp.header.revision)
@@ -365,18 +362,8 @@ class EtcdBackend(MetadataBackend):
             self._tell(old, image)
 
     async def _watch(self) -> None:
-        rpc = self.client.rpc
-        self.client.connect()
-        create = rpc.WatchCreateRequest(key=self._root, range_end=_range_end(self._root),
-                                        start_revision=self._revision + 1)
         stop = asyncio.Event()
-
-        async def requests():
-            yield rpc.WatchRequest(create_request=create)
-            await stop.wait()
-
-        # hasleader: etcd cancels the watch when its member loses the quorum's leader
-        call = self.client.watch_stub.Watch(requests(), metadata=(("hasleader", "true"),))
+        call = self.client.watch(self._root, _range_end(self._root), self._revision + 1, stop)
         self._watch_call = call
         try:
             async for resp in call:
@@ -493,8 +480,7 @@ class EtcdBackend(MetadataBackend):
         if self._ahead.pop(revision, None) is not None:  # our own change, published already
             self._revision = revision
             return
-        put = self.client.rpc.Event.PUT
-        change, epoch, epoch_mod, token = self._decode_events([(ev.type == put, ev.kv) for ev in events])
+        change, epoch, epoch_mod, token = self._decode_events([(self.client.is_put(ev), ev.kv) for ev in events])
         old = self.image
         own = self._own.pop(token, None) if token is not None else None
         if own is not None:
@@ -523,18 +509,16 @@ class EtcdBackend(MetadataBackend):
         if change.brokers:
             raise ValueError("broker registrations go through EtcdBackend.register()")
         change = change.settle(old)  # persisted with the former names it makes stale
-        rpc = self.client.rpc
+        client = self.client
         token = f"{self._token_base}-{next(self._tokens)}"
         ops = self._ops(change, old)
-        ops.append(rpc.RequestOp(request_put=rpc.PutRequest(
-            key=self._epoch_key, value=_json({"epoch": expected_epoch + 1, "by": token}))))
-        compare = [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._epoch_key,
-                               mod_revision=self._epoch_mod)]
+        ops.append(client.put_op(self._epoch_key, _json({"epoch": expected_epoch + 1, "by": token})))
+        compare = [client.modified_at(self._epoch_key, self._epoch_mod)]
         fenced = self.fence() if self.fence is not None else []
         fut: asyncio.Future[MetadataImage] = asyncio.get_running_loop().create_future()
         rev: list[int] = []
         self._own[token] = (change, fut, rev)
-        read_epoch = [rpc.RequestOp(request_range=rpc.RangeRequest(key=self._epoch_key))]
+        read_epoch = [client.get_op(self._epoch_key)]
         deadline = time.monotonic() + COMMIT_DEADLINE_S
         while True:
             try:
@@ -627,14 +611,14 @@ class EtcdBackend(MetadataBackend):
 
     def _ops(self, c: Change, old: MetadataImage) -> list[Any]:
         """The puts and deletes of a change (not its epoch)."""
-        rpc = self.client.rpc
+        client = self.client
         ops: list[Any] = []
 
         def put(key: bytes, value: bytes) -> None:
-            ops.append(rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value)))
+            ops.append(client.put_op(key, value))
 
         def delete(key: bytes) -> None:
-            ops.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+            ops.append(client.delete_op(key))
 
         def section(name: str, entries: dict[Any, Any], encode: Callable[[Any], bytes]) -> None:
             for k, v in entries.items():
