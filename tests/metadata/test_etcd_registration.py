@@ -11,8 +11,8 @@ import logging
 import pytest
 
 from etcd_cluster import TcpProxy, until
-from shoal.metadata import BrokerInfo
 from shoal.etcd.client import EtcdClient, parse_url
+from shoal.metadata import BrokerInfo
 from shoal.metadata.etcd import EtcdMetadataStore
 
 SESSION_MS = 3000  # a lease of 3 s, kept alive every second
