@@ -1,21 +1,16 @@
 """The etcd client: the one place Shoal speaks etcd v3's gRPC (issue 26, part 3).
 
 ``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` (``parse_url``); ``EtcdClient``, the few calls Shoal
-makes over one asyncio gRPC channel to all the endpoints; ``LeaseKeeper``, which keeps a lease
-alive from a thread of its own on a blocking channel; and the classification of a failed call
-(``why``: one line saying why; ``transient``: worth another try). Both channels are made by
-``open_channel`` (one place for their target and options: where TLS goes, issue 28).
+makes over one asyncio gRPC channel to all the endpoints; and the classification of a failed call
+(``why``: one line saying why; ``transient``: worth another try). Both channels, the client's and
+the blocking one of the session's ``LeaseKeeper``, are made by ``open_channel`` (one place for
+their target and options: where TLS goes, issue 28).
 """
 
 from __future__ import annotations
 
-import logging
 import socket
-import threading
-import time
-from typing import Any, Callable, Sequence
-
-log = logging.getLogger(__name__)
+from typing import Any, Sequence
 
 DEFAULT_PREFIX = "/shoal"
 REQUEST_TIMEOUT_S = 5.0
@@ -210,86 +205,3 @@ class EtcdClient:
     def is_put(self, event: Any) -> bool:
         """A watch event that puts its key (else it deletes it)."""
         return bool(event.type == self.rpc.Event.PUT)
-
-
-class LeaseKeeper:
-    """Keeps one lease alive from a thread of its own, on a channel of its own (gRPC's blocking
-    API: the wait for etcd releases the GIL), so that a busy event loop cannot starve it: a
-    broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
-    lose its registration, or the controller's key that rides on the same lease, because its
-    loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
-    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
-    answers at once), a failed one sent again ``retry_s`` later. When etcd answers TTL 0 (the
-    lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
-    its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
-
-    ``max_gap`` is the longest time between two successful refreshes (a metric and the tests'
-    proof); ``refreshes`` counts them."""
-
-    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], None],
-                 retry_s: float = 0.2) -> None:
-        self._client = client
-        self.interval = interval
-        self.retry_s = retry_s
-        self._on_lost = on_lost
-        self.lease_id: int | None = None
-        self.refreshes = 0
-        self.max_gap = 0.0
-        self._last = 0.0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def keep(self, lease_id: int | None) -> None:
-        """Keep ``lease_id`` alive from now on (None: none), refreshing it at once."""
-        self.lease_id = lease_id
-        self._last = time.monotonic()
-        if self._thread is None and lease_id is not None:
-            self._thread = threading.Thread(target=self._run, name="etcd-lease-keepalive", daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Stop refreshing (blocks up to one interval for the thread; call it off the loop)."""
-        self._stop.set()
-        self._wake.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(self.interval + 1.0)
-
-    def _run(self) -> None:
-        import grpc
-
-        rpc = self._client.rpc
-        channel = self._client.open_channel(blocking=True)
-        stub = rpc.LeaseStub(channel)
-        wait = 0.0
-        try:
-            while not self._stop.is_set():
-                self._wake.wait(wait)
-                self._wake.clear()
-                wait = self.interval
-                lease = self.lease_id
-                if self._stop.is_set() or lease is None:
-                    continue
-                try:
-                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.interval,
-                                                  metadata=(("hasleader", "true"),))
-                    ttl = next((int(r.TTL) for r in replies), 0)
-                except grpc.RpcError as e:  # etcd unreachable or electing: the watch logs it
-                    log.debug("lease %x keep-alive failed: %s", lease, e.code() if hasattr(e, "code") else e)
-                    wait = min(self.interval, self.retry_s)
-                    continue
-                if ttl > 0:
-                    now = time.monotonic()
-                    if self._last:
-                        self.max_gap = max(self.max_gap, now - self._last)
-                    self._last = now
-                    self.refreshes += 1
-                elif self.lease_id == lease:
-                    self.lease_id = None
-                    self._on_lost(lease)
-        except Exception:  # never silently: a registration without a keeper would expire
-            log.exception("the lease keep-alive thread failed")
-        finally:
-            channel.close()

@@ -1,7 +1,7 @@
 """This broker's etcd session: one lease, kept alive, and the keys that ride on it.
 
 The lease (``ttl_s``, etcd's whole seconds) is granted on first use and refreshed from a thread
-of its own (``shoal.etcd.client.LeaseKeeper``), not the event loop: a broker whose loop is busy
+of its own (``LeaseKeeper``), not the event loop: a broker whose loop is busy
 (a restart rejoining thousands of partitions) is alive and keeps its registration, and the
 controller's key on the same lease; a refresh from the loop ran late behind the busy loop and the
 lease expired (two brokers lost theirs rejoining 6,000 partitions, and the controller moved every
@@ -28,13 +28,98 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
+import time
 from typing import Any, Awaitable, Callable
 
-from shoal.etcd.client import EtcdClient, LeaseKeeper, range_end
+from shoal.etcd.client import EtcdClient, range_end
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.2  # a failed keep-alive or renewal after a lost lease is tried again this soon
+
+
+class LeaseKeeper:
+    """Keeps one lease alive from a thread of its own, on a channel of its own (gRPC's blocking
+    API: the wait for etcd releases the GIL), so that a busy event loop cannot starve it: a
+    broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
+    lose its registration, or the controller's key that rides on the same lease, because its
+    loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
+    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
+    answers at once), a failed one sent again ``retry_s`` later. When etcd answers TTL 0 (the
+    lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
+    its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
+
+    ``max_gap`` is the longest time between two successful refreshes (a metric and the tests'
+    proof); ``refreshes`` counts them."""
+
+    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], None],
+                 retry_s: float = 0.2) -> None:
+        self._client = client
+        self.interval = interval
+        self.retry_s = retry_s
+        self._on_lost = on_lost
+        self.lease_id: int | None = None
+        self.refreshes = 0
+        self.max_gap = 0.0
+        self._last = 0.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, lease_id: int | None) -> None:
+        """Keep ``lease_id`` alive from now on (None: none), refreshing it at once."""
+        self.lease_id = lease_id
+        self._last = time.monotonic()
+        if self._thread is None and lease_id is not None:
+            self._thread = threading.Thread(target=self._run, name="etcd-lease-keepalive", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop refreshing (blocks up to one interval for the thread; call it off the loop)."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(self.interval + 1.0)
+
+    def _run(self) -> None:
+        import grpc
+
+        rpc = self._client.rpc
+        channel = self._client.open_channel(blocking=True)
+        stub = rpc.LeaseStub(channel)
+        wait = 0.0
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(wait)
+                self._wake.clear()
+                wait = self.interval
+                lease = self.lease_id
+                if self._stop.is_set() or lease is None:
+                    continue
+                try:
+                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.interval,
+                                                  metadata=(("hasleader", "true"),))
+                    ttl = next((int(r.TTL) for r in replies), 0)
+                except grpc.RpcError as e:  # etcd unreachable or electing: the watch logs it
+                    log.debug("lease %x keep-alive failed: %s", lease, e.code() if hasattr(e, "code") else e)
+                    wait = min(self.interval, self.retry_s)
+                    continue
+                if ttl > 0:
+                    now = time.monotonic()
+                    if self._last:
+                        self.max_gap = max(self.max_gap, now - self._last)
+                    self._last = now
+                    self.refreshes += 1
+                elif self.lease_id == lease:
+                    self.lease_id = None
+                    self._on_lost(lease)
+        except Exception:  # never silently: a registration without a keeper would expire
+            log.exception("the lease keep-alive thread failed")
+        finally:
+            channel.close()
 
 
 @dataclasses.dataclass(frozen=True)
