@@ -181,10 +181,6 @@ class EtcdSession:
             self.keeper.keep(self.lease_id)
         return self.lease_id
 
-    def forget_lease(self) -> None:
-        """Take a new lease at the next ``lease()`` (one granted meanwhile may expire first)."""
-        self.lease_id = None
-
     def _lease_lost(self, lease: int) -> None:
         """From the keeper (on the loop): etcd says the lease is gone."""
         if self.lease_id == lease:
