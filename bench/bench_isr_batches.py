@@ -44,7 +44,8 @@ import broker_process  # noqa: E402
 from cluster_harness import Cluster, until  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 from shoal.client import AdminClient  # noqa: E402
-from shoal.metadata.etcd import EtcdClient, _range_end  # noqa: E402
+from shoal.etcd.client import EtcdClient  # noqa: E402
+from shoal.etcd.client import range_end as _range_end  # noqa: E402
 
 PREFIX = "/isr-bench"
 

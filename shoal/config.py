@@ -196,7 +196,7 @@ def one_of(*allowed: str, case_sensitive: bool = True) -> Validator:
 def _metadata_store(name: str, v: Any) -> None:
     if v == "embedded":
         return
-    from shoal.metadata.etcd import parse_url
+    from shoal.etcd.client import parse_url
 
     try:
         parse_url(str(v))

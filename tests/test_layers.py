@@ -61,10 +61,6 @@ COMPOSITION_ROOT = frozenset({"broker", "startup", "cli"})
 # Imports that point up a layer today: (importing module, imported module) -> the part of issue 26
 # that removes it. Imports of shoal.broker are the next list's.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    # part 3 (one etcd session): the etcd package owns URL parsing and the session; registration
-    # and the metadata backend meet there instead of in each other.
-    ("shoal.config", "shoal.metadata.etcd"): "part 3: etcd URL parsing moves to shoal/etcd/",
-    ("shoal.metadata.etcd", "shoal.cluster.registration"): "part 3: registration goes through the etcd session",
     # part 4 (one wire client): the broker-to-broker transport of shoal/client.py becomes shoal/net/,
     # and the inter-broker client side of security (auth.interbroker) lives in net.
     ("shoal.replica.fetcher", "shoal.auth.interbroker"): "part 4: the inter-broker client side lives in net",
@@ -87,7 +83,6 @@ BROKER_IMPORT_ALLOWED: dict[str, str] = {
 # Import cycles today (the modules of one strongly connected component of the runtime imports)
 # -> the part of issue 26 that removes it.
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({"shoal.metadata.etcd", "shoal.cluster.registration"}): "part 3: one etcd session",
 }
 
 
@@ -258,6 +253,24 @@ def runtime_cycles(imports: dict[str, list[Import]] = IMPORTS) -> list[frozenset
     return out
 
 
+def etcd_speech(source: str) -> list[int]:
+    """The lines of ``source`` that speak etcd's RPC themselves (issue 26, part 3: only
+    ``shoal/etcd/`` does): an import of ``aetcd`` or ``grpc`` (at any depth), or the generated
+    messages reached through a client's ``.rpc``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        if any(n.split(".")[0] in ("aetcd", "grpc") for n in names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr == "rpc":
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
 def _path(module: str) -> str:
     return str(MODULES[module].relative_to(SHOAL.parent))
 
@@ -338,3 +351,22 @@ def test_no_import_cycles():
         f"  {sorted(c)}" for c in new)
     gone = [sorted(c) for c in CYCLES_ALLOWED if c not in found]
     assert not gone, f"no longer cycles: remove these from CYCLES_ALLOWED: {gone}"
+
+
+def test_the_etcd_speech_finder_finds_it():
+    source = """
+import grpc
+def f(client):
+    from aetcd import rpc
+    return client.rpc.PutRequest(key=b"k")
+def g(x):
+    return x.rpcs, x.client.txn
+"""
+    assert etcd_speech(source) == [2, 4, 5]
+
+
+def test_only_the_etcd_package_speaks_etcd():
+    found = {m: etcd_speech(p.read_text()) for m, p in MODULES.items() if top_name(m) != "etcd"}
+    speakers = {m: lines for m, lines in found.items() if lines}
+    assert not speakers, "etcd's RPC messages are built in shoal/etcd/ only; also:\n" + "\n".join(
+        f"  {_path(m)}:{','.join(map(str, lines))}" for m, lines in sorted(speakers.items()))

@@ -1,7 +1,7 @@
 """The controller: one broker of an etcd cluster, elected through etcd, that moves leadership.
 
 **Election.** The key ``<prefix>/controller`` holds the controller's node id, under the broker's
-registration lease (``shoal.cluster.registration``). Every broker reads it every ``POLL_S`` and,
+registration lease (the broker's etcd session, ``shoal.etcd.session``). Every broker reads it every ``POLL_S`` and,
 when it is absent, tries the transaction ``If(create_revision(key) == 0) Then(put key = node id,
 lease = my lease) Else(get key)`` (the read first: the transaction is an etcd write whichever
 branch it takes): while the key exists nothing changes and the broker learns who holds it; when it
@@ -11,7 +11,8 @@ is the **controller epoch**: it changes with every election, and only the holder
 own. ``controller_id`` (what Metadata and DescribeCluster report) is the last holder seen.
 
 **Fence.** Every change the controller writes is committed with the extra compare
-``create_revision(key) == my epoch`` (``EtcdBackend.fence``, only inside ``fenced()``): a
+``create_revision(key) == my epoch`` (``EtcdSession.fence`` given to ``EtcdBackend.fence``, only
+inside ``fenced()``): a
 controller that lost the key (a long pause, a partition from etcd) and has not noticed yet cannot
 write; its commit fails inside etcd and answers NOT_CONTROLLER. Changes made by admin requests on
 any broker are not controller changes and are not fenced (they are compare-and-swapped against
@@ -488,9 +489,7 @@ class Controller:
     def _fence(self) -> list[Any]:
         if not _fencing.get():
             return []
-        rpc = self.backend.client.rpc
-        return [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key,
-                            create_revision=self.epoch if self.epoch is not None else -1)]
+        return self.backend.session.fence(self.key, self.epoch if self.epoch is not None else -1)
 
     async def _run(self) -> None:
         while True:
@@ -519,35 +518,23 @@ class Controller:
 
     async def campaign(self) -> None:
         """One election transaction: take the key if it is free, else learn its holder."""
-        registration = self.backend.registration
-        lease = registration.lease_id if registration is not None else None
-        if lease is None:
+        session = self.backend.session
+        lease = session.lease_id
+        c = await session.campaign(self.key, str(self.node_id).encode())
+        if c is None or lease is None:
             return
-        client = self.backend.client
-        rpc = client.rpc
-        # While the key is held (nearly always) a read says by whom: the transaction, which writes
-        # (a raft proposal and an fsync on every etcd member, whichever branch it takes), only
-        # when it is free. Every broker asks twice a second: 6 etcd writes a second on 3 brokers.
-        kvs = (await client.range(self.key, timeout=client.timeout, require_leader=True)).kvs
-        if not kvs:
-            resp = await client.txn(
-                [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=0)],
-                [rpc.RequestOp(request_put=rpc.PutRequest(key=self.key, value=str(self.node_id).encode(), lease=lease))],
-                [rpc.RequestOp(request_range=rpc.RangeRequest(key=self.key))],
-            )
-            kvs = None if resp.succeeded else resp.responses[0].response_range.kvs
-            if kvs is not None and not kvs:
-                return  # it went between the compare and the read: next round
-        if kvs is None:
-            o = Observation(True, revision=int(resp.header.revision))
+        if c.took:
+            o = Observation(True, revision=c.revision)
+        elif c.holder is None:
+            return  # it went between the compare and the read: next round
         else:
-            kv = kvs[0]
-            o = Observation(False, revision=int(kv.create_revision), holder=int(kv.value), holder_lease=int(kv.lease))
+            o = Observation(False, revision=c.holder.create_revision, holder=int(c.holder.value),
+                            holder_lease=c.holder.lease)
         was, before = self.epoch, self.controller_id
         self._holder_lease, self._holder_revision = o.holder_lease, o.revision
         self.controller_id, self.epoch = observe(o, self.node_id, lease)
         if self.epoch is not None and was != self.epoch:
-            self._grace_until = self._monotonic() + registration.ttl_s
+            self._grace_until = self._monotonic() + session.ttl_s
             self._published = frozenset()  # what an earlier controller published names its epoch
             log.info("broker %d is the controller (controller epoch %d)", self.node_id, self.epoch)
         elif self.epoch is None and was is not None:
@@ -561,28 +548,20 @@ class Controller:
         """The controller: write ``refused`` to ``fenced_key`` when it changed (under this
         broker's lease, only while it holds the controller key), for the other brokers' planners."""
         fenced = frozenset(self.refused)
-        registration = self.backend.registration
-        lease = registration.lease_id if registration is not None else None
-        if fenced == self._published or self.epoch is None or lease is None:
+        if fenced == self._published or self.epoch is None:
             return
-        client = self.backend.client
-        rpc = client.rpc
         value = json.dumps({"epoch": self.epoch, "brokers": sorted(fenced)}).encode()
-        resp = await client.txn(
-            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key, create_revision=self.epoch)],
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=self.fenced_key, value=value, lease=lease))])
-        if resp.succeeded:
+        if await self.backend.session.put_while_held(self.fenced_key, value, self.key, self.epoch):
             self._published = fenced
 
     async def _read_fenced(self) -> None:
         """Another broker: what the controller now holding the key published (an earlier
         controller's list, which names another epoch, counts for nothing)."""
-        client = self.backend.client
-        kvs = (await client.range(self.fenced_key, timeout=client.timeout)).kvs
+        raw = await self.backend.session.get(self.fenced_key)
         view: frozenset[int] = frozenset()
-        if kvs:
+        if raw is not None:
             try:
-                d = json.loads(kvs[0].value)
+                d = json.loads(raw)
                 if int(d["epoch"]) == self._holder_revision:
                     view = frozenset(int(n) for n in d["brokers"])
             except (ValueError, KeyError, TypeError) as e:
@@ -706,13 +685,8 @@ class Controller:
                 log.warning("broker %d: the controller, broker %d, refuses connections on %s:%d%s: deleting its "
                             "key so that a live broker takes over now", self.node_id, holder, info.host, info.port,
                             " (the connection held to it ended)" if dropped else "")
-                client = self.backend.client
-                rpc = client.rpc
                 with contextlib.suppress(Exception):  # only that holder's key: not a successor's
-                    await client.txn(
-                        [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=self.key,
-                                     create_revision=self._holder_revision)],
-                        [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=self.key))])
+                    await self.backend.session.delete_if_created(self.key, self._holder_revision)
                 self.refused.add(holder)  # gone already if this broker is elected next
                 self._wake.set()
             return

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from shoal.metadata import (
     AclEntry,
+    BrokerInfo,
     PartitionInfo,
     QuotaEntity,
     ScramCredential,
@@ -165,3 +166,21 @@ def quotas_from_json(items: Any) -> dict[QuotaEntity, Mapping[str, float]]:
     return {entity_from_json(d["entity"]): quota_values_from_json(d["values"]) for d in items}
 
 
+def broker_to_json(b: BrokerInfo) -> dict[str, Any]:
+    return {
+        "node_id": b.node_id,
+        "host": b.host,
+        "port": b.port,
+        "rack": b.rack,
+        "endpoints": [list(e) for e in b.endpoints],
+    }
+
+
+def broker_from_json(d: dict[str, Any]) -> BrokerInfo:
+    return BrokerInfo(
+        node_id=int(d["node_id"]),
+        host=str(d["host"]),
+        port=int(d["port"]),
+        rack=None if d.get("rack") is None else str(d["rack"]),
+        endpoints=tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints", [])),
+    )

@@ -1,6 +1,6 @@
 """The etcd metadata backend: the brokers of a cluster share one image, kept in etcd.
 
-``shoal.metadata.store=etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` (``parse_url``). Every broker
+``shoal.metadata.store=etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` (``shoal.etcd.client.parse_url``). Every broker
 holds the whole image in memory, built from the keys under the prefix and kept current by a watch;
 a change is decided on it by the shared rules (``shoal.metadata.store.DecidingStore``) and
 committed by ``EtcdBackend.commit`` as ONE etcd transaction::
@@ -17,7 +17,7 @@ Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.
     /meta/cluster_id          created once, by the first broker (create-if-absent)
     /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
     /meta/next_producer_id    the first producer id no block was given out for
-    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.cluster.registration)
+    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.metadata.registration)
     /configs/broker           the dynamic cluster-wide broker configs
     /topics/<name>            a topic with all its partitions (one key: a topic is one put)
     /scram/<user>             the user's SCRAM credentials, by mechanism
@@ -72,13 +72,16 @@ import itertools
 import json
 import logging
 import os
-import socket
-import threading
 import time
 import uuid
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Sequence
 
+from shoal.etcd.client import DEFAULT_PREFIX, REQUEST_TIMEOUT_S, EtcdClient, parse_url
+from shoal.etcd.client import range_end as _range_end
+from shoal.etcd.client import transient as _transient
+from shoal.etcd.client import why as _why
+from shoal.etcd.session import EtcdSession
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
@@ -89,12 +92,11 @@ from shoal.metadata import (
 )
 from shoal.metadata import codec
 from shoal.metadata.change import Change
+from shoal.metadata.registration import Registration
 from shoal.metadata.store import CommitConflict, DecidingStore, MetadataBackend, new_tenant_id
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "/shoal"
-REQUEST_TIMEOUT_S = 5.0
 # How long refresh() waits for the watch to bring a newer image before reading the prefix again.
 REFRESH_TIMEOUT_S = 10.0
 LOG_EVERY_S = 5.0
@@ -120,229 +122,8 @@ BATCH_MAX_OPS = 128
 BATCH_MAX_BYTES = 1536 * 1024 - 32 * 1024
 
 
-def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
-    """``etcd://h1:p1,h2:p2/prefix`` -> ([(h1, p1), (h2, p2)], "/prefix"); the prefix defaults
-    to ``/shoal``. ValueError for anything else."""
-    if not url.startswith("etcd://"):
-        raise ValueError(f"not an etcd:// URL: {url!r}")
-    rest = url[len("etcd://"):]
-    hosts, slash, prefix = rest.partition("/")
-    endpoints = []
-    for hp in hosts.split(","):
-        host, colon, port = hp.strip().rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{url!r}: expected HOST:PORT, got {hp!r}")
-        endpoints.append((host.strip("[]"), int(port)))
-    prefix = "/" + prefix.strip("/") if slash and prefix.strip("/") else DEFAULT_PREFIX
-    return endpoints, prefix
-
-
-def _why(e: BaseException) -> str:
-    """One line saying why an etcd call failed (a gRPC error's details)."""
-    details = getattr(e, "details", None)
-    why = (details() if callable(details) else None) or str(e) or type(e).__name__
-    return why.splitlines()[0][:200]
-
-
-def _transient(e: BaseException) -> bool:
-    """An etcd call that failed in transit (member gone, no leader, a timeout): worth another try."""
-    code = getattr(e, "code", None)
-    name = getattr(code() if callable(code) else None, "name", "")
-    return name in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-
-
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=False).encode()
-
-
-def _range_end(prefix: bytes) -> bytes:
-    """The end of etcd's range of keys starting with ``prefix``."""
-    b = bytearray(prefix)
-    while b:
-        if b[-1] < 0xFF:
-            b[-1] += 1
-            return bytes(b)
-        b.pop()
-    return b"\0"
-
-
-class EtcdClient:
-    """The few etcd v3 calls Shoal makes, over one gRPC channel to all endpoints (gRPC's
-    pick_first over the list: a member going away moves the channel to the next one). Uses the
-    generated stubs of ``aetcd``."""
-
-    def __init__(self, endpoints: Sequence[tuple[str, int]], *, timeout: float = REQUEST_TIMEOUT_S) -> None:
-        from aetcd import rpc
-
-        self.rpc = rpc
-        self.endpoints = list(endpoints)
-        self.timeout = timeout
-        self._channel: Any = None
-        self.kv: Any = None
-        self.watch_stub: Any = None
-        self.lease: Any = None
-
-    @property
-    def where(self) -> str:
-        return ",".join(f"{h}:{p}" for h, p in self.endpoints)
-
-    def _target(self) -> str:
-        addrs = []
-        for host, port in self.endpoints:
-            try:
-                infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-                addrs.append(f"{infos[0][4][0]}:{port}")
-            except OSError:
-                pass
-        if addrs:
-            return "ipv4:" + ",".join(addrs)
-        host, port = self.endpoints[0]
-        return f"{host}:{port}"
-
-    def connect(self) -> None:
-        if self._channel is not None:
-            return
-        self._channel = self.rpc.insecure_channel(self._target(), options=self.channel_options())
-        self.kv = self.rpc.KVStub(self._channel)
-        self.watch_stub = self.rpc.WatchStub(self._channel)
-        self.lease = self.rpc.LeaseStub(self._channel)
-
-    @staticmethod
-    def channel_options() -> list[tuple[str, int]]:
-        return [
-            ("grpc.max_receive_message_length", -1),
-            ("grpc.max_send_message_length", -1),
-            # notice a member that stopped answering; etcd's --grpc-keepalive-min-time is 5 s
-            ("grpc.keepalive_time_ms", 10000),
-            ("grpc.keepalive_timeout_ms", 5000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ]
-
-    async def close(self) -> None:
-        channel, self._channel = self._channel, None
-        if channel is not None:
-            await channel.close()
-
-    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None,
-                  timeout: float | None = None) -> Any:
-        self.connect()
-        req = self.rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
-        # hasleader: a member without a leader answers at once instead of holding the request
-        return await self.kv.Txn(req, timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
-
-    async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0, timeout: float | None = None,
-                    require_leader: bool = False) -> Any:
-        """A linearizable read (etcd's ReadIndex: no raft proposal, nothing written); with
-        ``require_leader`` a member without a leader answers at once instead of holding it."""
-        self.connect()
-        req = self.rpc.RangeRequest(key=key, range_end=range_end, revision=revision)
-        return await self.kv.Range(req, timeout=timeout or max(self.timeout, 30.0),
-                                   metadata=(("hasleader", "true"),) if require_leader else None)
-
-    async def lease_grant(self, ttl_s: int) -> int:
-        self.connect()
-        resp = await self.lease.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout)
-        return int(resp.ID)
-
-    async def lease_keepalive(self, lease_id: int, timeout: float | None = None) -> int:
-        """Refresh a lease; its TTL after, 0 when it has expired. ``hasleader``: a member without
-        a leader (etcd electing) answers at once instead of holding the refresh past ``timeout``."""
-        self.connect()
-        call = self.lease.LeaseKeepAlive(iter([self.rpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                                         timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
-        async for reply in call:
-            return int(reply.TTL)
-        return 0
-
-    async def lease_revoke(self, lease_id: int) -> None:
-        self.connect()
-        await self.lease.LeaseRevoke(self.rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout)
-
-
-class LeaseKeeper:
-    """Keeps one lease alive from a thread of its own, on a channel of its own (gRPC's blocking
-    API: the wait for etcd releases the GIL), so that a busy event loop cannot starve it: a
-    broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
-    lose its registration, or the controller's key that rides on the same lease, because its
-    loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
-    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
-    answers at once), a failed one sent again ``retry_s`` later. When etcd answers TTL 0 (the
-    lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
-    its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
-
-    ``max_gap`` is the longest time between two successful refreshes (a metric and the tests'
-    proof); ``refreshes`` counts them."""
-
-    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], None],
-                 retry_s: float = 0.2) -> None:
-        self._client = client
-        self.interval = interval
-        self.retry_s = retry_s
-        self._on_lost = on_lost
-        self.lease_id: int | None = None
-        self.refreshes = 0
-        self.max_gap = 0.0
-        self._last = 0.0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def keep(self, lease_id: int | None) -> None:
-        """Keep ``lease_id`` alive from now on (None: none), refreshing it at once."""
-        self.lease_id = lease_id
-        self._last = time.monotonic()
-        if self._thread is None and lease_id is not None:
-            self._thread = threading.Thread(target=self._run, name="etcd-lease-keepalive", daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Stop refreshing (blocks up to one interval for the thread; call it off the loop)."""
-        self._stop.set()
-        self._wake.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(self.interval + 1.0)
-
-    def _run(self) -> None:
-        import grpc
-
-        rpc = self._client.rpc
-        channel = grpc.insecure_channel(self._client._target(), options=EtcdClient.channel_options())
-        stub = rpc.LeaseStub(channel)
-        wait = 0.0
-        try:
-            while not self._stop.is_set():
-                self._wake.wait(wait)
-                self._wake.clear()
-                wait = self.interval
-                lease = self.lease_id
-                if self._stop.is_set() or lease is None:
-                    continue
-                try:
-                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.interval,
-                                                  metadata=(("hasleader", "true"),))
-                    ttl = next((int(r.TTL) for r in replies), 0)
-                except grpc.RpcError as e:  # etcd unreachable or electing: the watch logs it
-                    log.debug("lease %x keep-alive failed: %s", lease, e.code() if hasattr(e, "code") else e)
-                    wait = min(self.interval, self.retry_s)
-                    continue
-                if ttl > 0:
-                    now = time.monotonic()
-                    if self._last:
-                        self.max_gap = max(self.max_gap, now - self._last)
-                    self._last = now
-                    self.refreshes += 1
-                elif self.lease_id == lease:
-                    self.lease_id = None
-                    self._on_lost(lease)
-        except Exception:  # never silently: a registration without a keeper would expire
-            log.exception("the lease keep-alive thread failed")
-        finally:
-            channel.close()
 
 
 class _Compacted(Exception):
@@ -394,7 +175,11 @@ class EtcdBackend(MetadataBackend):
         # own changes published before the watch delivered them: etcd revision -> token
         self._ahead: dict[int, str] = {}
         self._last_log = 0.0
-        self.registration: Any = None  # shoal.cluster.registration.Registration, on first register()
+        # this broker's etcd session: its lease (broker.session.timeout.ms; etcd's leases are whole
+        # seconds, and etcd raises a TTL below its minimum, about 2 s), and the registration under it
+        self.session = EtcdSession(self.client, ttl_s=max(1, -(-int(session_timeout_ms) // 1000)))
+        self.registration = Registration(self.session, lambda node: self.key("brokers", str(node)),
+                                         on_change=self._wait_revision)
         self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
         self.batch_max_ops = BATCH_MAX_OPS  # txn_budget's bounds (tests make them small)
         self.batch_max_bytes = BATCH_MAX_BYTES
@@ -461,8 +246,7 @@ class EtcdBackend(MetadataBackend):
         if self._closed:
             return
         self._closed = True
-        if self.registration is not None:
-            await self.registration.close()
+        await self.session.close()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -549,15 +333,12 @@ class EtcdBackend(MetadataBackend):
 
     async def _load(self) -> None:
         """Create the cluster id if absent, read the whole prefix at one revision, publish."""
-        rpc = self.client.rpc
+        client = self.client
         cid_key, epoch_key = self.key("meta", "cluster_id"), self._epoch_key
         cluster_id = _new_cluster_id(self._new_uuid)
-        await self.client.txn(
-            [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=cid_key, create_revision=0)],
-            [
-                rpc.RequestOp(request_put=rpc.PutRequest(key=cid_key, value=cluster_id.encode())),
-                rpc.RequestOp(request_put=rpc.PutRequest(key=epoch_key, value=_json({"epoch": 0, "by": "init"}))),
-            ],
+        await client.txn(
+            [client.created_at(cid_key, 0)],
+            [client.put_op(cid_key, cluster_id.encode()), client.put_op(epoch_key, _json({"epoch": 0, "by": "init"}))],
         )
         resp = await self.client.range(self._root, _range_end(self._root))
         revision = int(resp.header.revision)
@@ -581,18 +362,8 @@ class EtcdBackend(MetadataBackend):
             self._tell(old, image)
 
     async def _watch(self) -> None:
-        rpc = self.client.rpc
-        self.client.connect()
-        create = rpc.WatchCreateRequest(key=self._root, range_end=_range_end(self._root),
-                                        start_revision=self._revision + 1)
         stop = asyncio.Event()
-
-        async def requests():
-            yield rpc.WatchRequest(create_request=create)
-            await stop.wait()
-
-        # hasleader: etcd cancels the watch when its member loses the quorum's leader
-        call = self.client.watch_stub.Watch(requests(), metadata=(("hasleader", "true"),))
+        call = self.client.watch(self._root, _range_end(self._root), self._revision + 1, stop)
         self._watch_call = call
         try:
             async for resp in call:
@@ -637,8 +408,6 @@ class EtcdBackend(MetadataBackend):
     def _decode_events(self, events: Sequence[tuple[bool, Any]]) -> tuple[Change, int | None, int, str | None]:
         """(put?, kv) events -> the Change they make, the epoch and its mod revision (None, 0 if
         the epoch key is not among them) and the token of the writer."""
-        from shoal.cluster.registration import broker_from_json
-
         c = Change()
         epoch: int | None = None
         epoch_mod = 0
@@ -659,7 +428,7 @@ class EtcdBackend(MetadataBackend):
                     elif name == "next_producer_id" and put:
                         c.next_producer_id = int(kv.value)
                 elif section == b"brokers":
-                    c.brokers[int(name)] = broker_from_json(value) if put else None  # type: ignore[assignment]
+                    c.brokers[int(name)] = codec.broker_from_json(value) if put else None  # type: ignore[assignment]
                 elif section == b"configs" and name == "broker":
                     c.broker_configs = MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
                 elif section == b"broker_configs":  # per-broker dynamic configs, by node id
@@ -711,8 +480,7 @@ class EtcdBackend(MetadataBackend):
         if self._ahead.pop(revision, None) is not None:  # our own change, published already
             self._revision = revision
             return
-        put = self.client.rpc.Event.PUT
-        change, epoch, epoch_mod, token = self._decode_events([(ev.type == put, ev.kv) for ev in events])
+        change, epoch, epoch_mod, token = self._decode_events([(self.client.is_put(ev), ev.kv) for ev in events])
         old = self.image
         own = self._own.pop(token, None) if token is not None else None
         if own is not None:
@@ -741,18 +509,16 @@ class EtcdBackend(MetadataBackend):
         if change.brokers:
             raise ValueError("broker registrations go through EtcdBackend.register()")
         change = change.settle(old)  # persisted with the former names it makes stale
-        rpc = self.client.rpc
+        client = self.client
         token = f"{self._token_base}-{next(self._tokens)}"
         ops = self._ops(change, old)
-        ops.append(rpc.RequestOp(request_put=rpc.PutRequest(
-            key=self._epoch_key, value=_json({"epoch": expected_epoch + 1, "by": token}))))
-        compare = [rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._epoch_key,
-                               mod_revision=self._epoch_mod)]
+        ops.append(client.put_op(self._epoch_key, _json({"epoch": expected_epoch + 1, "by": token})))
+        compare = [client.modified_at(self._epoch_key, self._epoch_mod)]
         fenced = self.fence() if self.fence is not None else []
         fut: asyncio.Future[MetadataImage] = asyncio.get_running_loop().create_future()
         rev: list[int] = []
         self._own[token] = (change, fut, rev)
-        read_epoch = [rpc.RequestOp(request_range=rpc.RangeRequest(key=self._epoch_key))]
+        read_epoch = [client.get_op(self._epoch_key)]
         deadline = time.monotonic() + COMMIT_DEADLINE_S
         while True:
             try:
@@ -845,14 +611,14 @@ class EtcdBackend(MetadataBackend):
 
     def _ops(self, c: Change, old: MetadataImage) -> list[Any]:
         """The puts and deletes of a change (not its epoch)."""
-        rpc = self.client.rpc
+        client = self.client
         ops: list[Any] = []
 
         def put(key: bytes, value: bytes) -> None:
-            ops.append(rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value)))
+            ops.append(client.put_op(key, value))
 
         def delete(key: bytes) -> None:
-            ops.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+            ops.append(client.delete_op(key))
 
         def section(name: str, entries: dict[Any, Any], encode: Callable[[Any], bytes]) -> None:
             for k, v in entries.items():
@@ -896,15 +662,9 @@ class EtcdBackend(MetadataBackend):
     # -- broker registration ----------------------------------------------------------------------
 
     async def register(self, info: BrokerInfo) -> None:
-        """Register this broker under its lease (``shoal.cluster.registration``); returns once
+        """Register this broker under its lease (``shoal.metadata.registration``); returns once
         the image shows it. DUPLICATE_BROKER_REGISTRATION when a live broker holds the id."""
-        from shoal.cluster.registration import Registration
-
         self.writable()
-        if self.registration is None:
-            self.registration = Registration(
-                self.client, lambda node: self.key("brokers", str(node)),
-                session_timeout_ms=self.session_timeout_ms, on_change=self._wait_revision)
         try:
             revision = await self.registration.register(info)
         except MetadataError:

@@ -73,10 +73,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Mapping, TypeVar
 
+from shoal.etcd.client import DEFAULT_PREFIX
+from shoal.etcd.client import why as etcd_why
 from shoal.quotas.fairshare import DEFAULT_HEADROOM, water_fill
 
 if TYPE_CHECKING:
     from shoal.quotas.ports import DemandHost
+    from shoal.etcd.session import EtcdSession
 
 log = logging.getLogger("shoal.quotas.demand")
 
@@ -313,19 +316,19 @@ def build_table(kvs: Collection[tuple[bytes, bytes, int]], key_prefix: bytes, fr
 
 class DemandExchange:
     """A broker's side of the exchange (see the module doc). ``managers``: the broker's
-    :class:`shoal.quotas.manager.QuotaManagers`; ``backend``: its :class:`shoal.metadata.etcd.
-    EtcdBackend` (client, prefix, registration lease), or None on the embedded store, where only
-    the split config is followed."""
+    :class:`shoal.quotas.manager.QuotaManagers`; ``session``: its etcd session
+    (:class:`shoal.etcd.session.EtcdSession`: the registration lease) and ``prefix`` the cluster's
+    etcd prefix, or None on the embedded store, where only the split config is followed."""
 
-    def __init__(self, managers: Any, backend: Any, node_id: int, config: Callable[[], Any],
-                 now_ms: Callable[[], int]) -> None:
+    def __init__(self, managers: Any, session: "EtcdSession | None", node_id: int, config: Callable[[], Any],
+                 now_ms: Callable[[], int], prefix: str = DEFAULT_PREFIX) -> None:
         self.managers = managers
-        self.backend = backend
+        self.session = session
         self.node_id = node_id
         self.config = config
         self.now_ms = now_ms
         self.freshness = Freshness()
-        self.key_prefix = demand_key_prefix(backend.prefix) if backend is not None else b""
+        self.key_prefix = demand_key_prefix(prefix) if session is not None else b""
         self.last_ok_ms: int | None = None
         self.last_step_ms: int | None = None
         self._steps_ms: list[int] = []  # times of the last HELD_INTERVALS steps
@@ -338,9 +341,9 @@ class DemandExchange:
     @classmethod
     def for_broker(cls, broker: "DemandHost") -> "DemandExchange":
         backend = getattr(broker.metadata, "backend", None)
-        if not hasattr(backend, "registration"):  # the embedded store: one node
-            backend = None
-        return cls(broker.quotas, backend, broker.node_id, lambda: broker.config, broker.clock.now_ms)
+        session = getattr(backend, "session", None)  # None: the embedded store, one node
+        return cls(broker.quotas, session, broker.node_id, lambda: broker.config, broker.clock.now_ms,
+                   getattr(backend, "prefix", DEFAULT_PREFIX))
 
     # -- settings ----------------------------------------------------------------------------------
 
@@ -393,7 +396,7 @@ class DemandExchange:
         snapshot = {kind: getattr(self.managers, kind).tenant_muted_ms() for kind in KINDS}
         self._muted_hist = (self._muted_hist + [snapshot])[-HELD_INTERVALS:]
         self.last_step_ms = now_ms
-        if split != "demand" or self.backend is None or not self.managers.has_tenant_byte_quotas():
+        if split != "demand" or self.session is None or not self.managers.has_tenant_byte_quotas():
             self.managers.set_demand(None)
             return
         value = encode_reports(self.own_reports(now_ms, since, headroom, max(RECENT_SPAN_MS, 2 * interval_ms),
@@ -413,17 +416,10 @@ class DemandExchange:
         self.managers.set_demand(table)
 
     async def _put_and_read(self, value: bytes) -> list[tuple[bytes, bytes, int]]:
-        client = self.backend.client
-        rpc = client.rpc
-        registration = self.backend.registration
-        lease = getattr(registration, "lease_id", None)
-        if lease is not None:  # not registered (yet): read only
-            key = self.key_prefix + str(self.node_id).encode()
-            await client.txn([], [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))])
-        end = bytearray(self.key_prefix)
-        end[-1] += 1  # "/" -> "0": the end of the prefix's range
-        resp = await client.range(self.key_prefix, bytes(end))
-        return [(kv.key, kv.value, int(kv.mod_revision)) for kv in resp.kvs]
+        assert self.session is not None
+        # under the registration lease; not registered (yet): read only
+        await self.session.put_ephemeral(self.key_prefix + str(self.node_id).encode(), value)
+        return await self.session.read_prefix(self.key_prefix)
 
     def _failed(self, e: BaseException, now_ms: int, stale_ms: int) -> None:
         stale = self.last_ok_ms is None or now_ms - self.last_ok_ms > stale_ms
@@ -465,6 +461,4 @@ class DemandExchange:
 
 
 def _why(e: BaseException) -> str:
-    from shoal.metadata.etcd import _why as etcd_why
-
     return "timed out" if isinstance(e, asyncio.TimeoutError) else etcd_why(e)

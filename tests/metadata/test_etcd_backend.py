@@ -21,7 +21,8 @@ from polling import until_async
 from shoal.metadata import AclEntry, BrokerInfo, IsrChange, MetadataError, MetadataImage, codec
 from shoal.metadata.change import Change, Result
 from shoal.metadata.rules import topics as topic_rules
-from shoal.metadata.etcd import EtcdMetadataStore, parse_url
+from shoal.etcd.client import parse_url
+from shoal.metadata.etcd import EtcdMetadataStore
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ import pytest
 from etcd_cluster import EtcdCluster, TcpProxy
 from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataImage
-from shoal.metadata.etcd import OWN_WATCH_WAIT_S, EtcdClient, EtcdMetadataStore, parse_url
+from shoal.etcd.client import EtcdClient, parse_url
+from shoal.metadata.etcd import OWN_WATCH_WAIT_S, EtcdMetadataStore
 
 
 @pytest.fixture(scope="module")

@@ -214,15 +214,15 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
     try:
         await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
         await until_async(lambda: 1 in watcher.image.brokers)
-        lease = a.backend.registration.lease_id
+        lease = a.backend.session.lease_id
         os.kill(paused.pid, signal.SIGSTOP)
         await asyncio.sleep(8)  # an election (1.5-3 s) and more than two sessions
-        assert a.backend.registration.lease_id == lease  # never lost, so never registered again
+        assert a.backend.session.lease_id == lease  # never lost, so never registered again
         assert 1 in watcher.image.brokers
         await asyncio.to_thread(cluster.kill_member, leader)  # never resumed (see above)
         await asyncio.to_thread(cluster.start_member, leader)
         await asyncio.sleep(2)
-        assert a.backend.registration.lease_id == lease
+        assert a.backend.session.lease_id == lease
         assert 1 in watcher.image.brokers
     finally:
         if paused.poll() is None:
@@ -247,14 +247,14 @@ async def test_a_busy_event_loop_keeps_its_registration(cluster):
     try:
         await a.register_broker(BrokerInfo(1, "127.0.0.1", 9092))
         await until_async(lambda: 1 in watcher.image.brokers)
-        lease = a.backend.registration.lease_id
+        lease = a.backend.session.lease_id
         end = time.monotonic() + 9.0  # three 3 s sessions of a loop that runs nothing else
         while time.monotonic() < end:
             sum(range(10_000))
         await asyncio.sleep(1.0)  # the watcher hears of what happened meanwhile
-        assert a.backend.registration.lease_id == lease  # never lost, so never registered again
+        assert a.backend.session.lease_id == lease  # never lost, so never registered again
         assert 1 in watcher.image.brokers and all(1 in brokers for brokers in seen), seen
-        assert a.backend.registration.keeper.max_gap < 2.5  # refreshed every second or so throughout
+        assert a.backend.session.keeper.max_gap < 2.5  # refreshed every second or so throughout
     finally:
         await a.close()
         await watcher.close()

@@ -12,8 +12,9 @@ import pytest
 
 from etcd_cluster import TcpProxy
 from polling import until_async
+from shoal.etcd.client import EtcdClient, parse_url
 from shoal.metadata import BrokerInfo
-from shoal.metadata.etcd import EtcdClient, EtcdMetadataStore, parse_url
+from shoal.metadata.etcd import EtcdMetadataStore
 
 SESSION_MS = 3000  # a lease of 3 s, kept alive every second
 
@@ -46,15 +47,15 @@ def again_lines(caplog) -> list[str]:
 
 
 async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     a, b, direct = pair
     await a.register_broker(info(1))
     await until_async(lambda: 1 in b.image.brokers)
-    first = a.backend.registration.lease_id
+    first = a.backend.session.lease_id
     await direct.lease_revoke(first)  # behind the broker's back
     await until_async(lambda: 1 not in b.image.brokers, 5)
     took = await until_async(lambda: 1 in b.image.brokers, 10)  # back, within about a keep-alive round
-    assert a.backend.registration.lease_id not in (None, first)
+    assert a.backend.session.lease_id not in (None, first)
     assert b.image.brokers[1] == info(1) and 1 in a.image.brokers
     await until_async(lambda: again_lines(caplog), 5)  # said once registered (the watch may show it first)
     assert len(again_lines(caplog)) == 1, again_lines(caplog)
@@ -65,7 +66,7 @@ async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
 
 
 async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(etcd_cluster, etcd_prefix, caplog):
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     proxy = TcpProxy(etcd_cluster.members[0].endpoint)
     await proxy.start()
     a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
@@ -94,7 +95,7 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
     process registers node id 1 before broker 1 can notice: when etcd is back, broker 1 finds its
     lease gone and the id held by a live broker, says so, and stays unregistered. (Revoking it
     while it was connected raced with its keep-alive, which notices within a second.)"""
-    caplog.set_level(logging.INFO, "shoal.cluster.registration")
+    caplog.set_level(logging.INFO, "shoal.metadata.registration")
     proxy = TcpProxy(etcd_cluster.members[0].endpoint)
     await proxy.start()
     url = etcd_cluster.url(etcd_prefix)
@@ -107,7 +108,7 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
         await a.register_broker(info(1))
         await until_async(lambda: 1 in b.image.brokers)
         proxy.cut()
-        await direct.lease_revoke(a.backend.registration.lease_id)  # behind the broker's back
+        await direct.lease_revoke(a.backend.session.lease_id)  # behind the broker's back
         await until_async(lambda: 1 not in b.image.brokers, 5)
         await b.register_broker(info(1, 9999))  # another process takes node id 1 first
         proxy.restore()

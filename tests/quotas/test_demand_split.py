@@ -266,7 +266,7 @@ def test_codec_refuses_anything_else(value: bytes) -> None:
 def test_key_prefix_is_outside_the_metadata_watch() -> None:
     key = demand_key_prefix("/shoal") + b"1"
     assert key == b"/shoal.quota-demand/1"
-    assert not (b"/shoal/" <= key < b"/shoal0")  # the watch's range (shoal.metadata.etcd._range_end)
+    assert not (b"/shoal/" <= key < b"/shoal0")  # the watch's range (shoal.etcd.client.range_end)
     assert demand_key_prefix("/a/b/") == b"/a/b.quota-demand/"
 
 
@@ -338,21 +338,16 @@ def test_exchange_reports_held_tenants_and_falls_back_to_equal() -> None:
     managers.update(img)
     now = [1_700_000_000_000]
 
-    class Unreachable:
-        rpc = None
+    class UnreachableSession:  # an EtcdSession whose etcd cannot be reached
+        lease_id = None
 
-        async def txn(self, *a, **k):
+        async def put_ephemeral(self, *a, **k):
             raise ConnectionError("etcd unreachable")
 
-        async def range(self, *a, **k):
+        async def read_prefix(self, *a, **k):
             raise ConnectionError("etcd unreachable")
 
-    class Backend:
-        prefix = "/p"
-        client = Unreachable()
-        registration = None
-
-    ex = DemandExchange(managers, Backend(), 1, lambda: config, lambda: now[0])
+    ex = DemandExchange(managers, UnreachableSession(), 1, lambda: config, lambda: now[0], "/p")
     # 3000 B at once against a 200 B/s slice: throttled, so held
     assert managers.produce.record(T, "u", "c", 3000, now[0])[0] > 0
     reports = ex.own_reports(now[0], now[0] - 1000, 1.1)
