@@ -45,6 +45,18 @@ session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, another 
 closes the connection, and the next opens a new session. A leader that opens none (``session_id``
 0) is sent full fetches without one, as before.
 
+**Catching up at a bounded rate** (``replica.fetch.max.catchup.partitions``; Kafka has no such
+cap): a partition this broker follows but is not in the ISR of (a restarted broker's, a reassigned
+replica's; observers excepted: they never join) is *catching up*. At most that many are fetched at
+once per broker; the others wait, left out of every fetch, and take the free places as the ones
+in flight join the ISR (the image says so), the least behind first (``catch_up_admissions``: the
+leader's high watermark last seen minus this log's end, unknown counted as 0; ties in topic and
+partition order). A restarted broker with thousands of partitions so catches up a few hundred at a
+time, each finishing, instead of all of them at once; and at most that many ISR expansions are
+pending at its leaders at any time, a handful of batched ISR changes (``shoal.replica.isr``), not
+thousands racing for etcd and the controller. Partitions in the ISR are always fetched: in a
+session they cost nothing while idle.
+
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
 leader's do).
 """
@@ -54,13 +66,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import heapq
 import logging
 import sys
 import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.protocol.errors import ErrorCode
@@ -80,6 +93,22 @@ INITIAL_EPOCH = 0  # a full fetch that opens a session (KIP-227)
 FINAL_EPOCH = -1  # a full fetch without a session
 SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 RECHECK_S = 10.0  # a session's request compares every partition's fetch state this often
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def catch_up_admissions(waiting: Mapping[K, int], in_flight: int, cap: int) -> list[K]:
+    """Which of the partitions ``waiting`` to catch up (key -> how far behind the leader it is
+    thought to be) start fetching now, beside the ``in_flight`` ones already catching up: the
+    least behind first, ties in key order, as many as ``cap`` leaves room for; every one with a
+    cap of 0 (none)."""
+    if cap <= 0:
+        return sorted(waiting, key=lambda k: (waiting[k], k))
+    free = cap - in_flight
+    if free <= 0 or not waiting:
+        return []
+    return heapq.nsmallest(free, waiting, key=lambda k: (waiting[k], k))
 
 
 @functools.cache
@@ -252,7 +281,11 @@ class ReplicaFetcher:
         return max(2, min(8, int(rtt / 4) + 1))
 
     def _ready(self, now: float) -> dict[tuple[str, int], _Fetching]:
-        ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
+        waiting = self.manager.waiting
+        if waiting:  # catching up, not yet admitted (``catch_up_admissions``): left out
+            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now and k not in waiting}
+        else:
+            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
         return self.manager.replicas.throttle.follower_ready(ready, self.manager._image(), now)
 
     async def _run(self) -> None:
@@ -489,6 +522,8 @@ class ReplicaFetcher:
                 return True
             f.lagging_retries = 0
             f.diverged, f.stuck = None, False
+            if p.high_watermark >= 0:
+                self.manager.leader_hw[part.key] = p.high_watermark
             records = p.records
             if records:
                 if not self._starts_at_end(part, records):
@@ -580,6 +615,12 @@ class FetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> the fetcher that has it
         self._running = False
+        # catching up (followed, not in the ISR): fetched now, or waiting for a place
+        # (``replica.fetch.max.catchup.partitions``)
+        self.catching_up: set[tuple[str, int]] = set()
+        self.waiting: set[tuple[str, int]] = set()
+        self.leader_hw: dict[tuple[str, int], int] = {}  # the leader's high watermark last seen
+        self.catching_up_peak = 0  # the most in ``catching_up`` at once (tests, metrics)
 
     def now_ms(self) -> int:
         return self.replicas.clock.now_ms()
@@ -606,6 +647,8 @@ class FetcherManager:
         self._running = False
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         self._where.clear()
+        self.catching_up.clear()
+        self.waiting.clear()
         for f in fetchers:
             await f.stop()
 
@@ -617,8 +660,11 @@ class FetcherManager:
         looked at (None: all)."""
         if not self._running:
             return
-        fetchers = int(self.config().get("num.replica.fetchers"))
+        cfg = self.config()
+        fetchers = int(cfg.get("num.replica.fetchers"))
         where = self._where
+        node = self.node_id
+        catching_up, waiting = self.catching_up, self.waiting
         if keys is None:
             keys = set(where) | {p.key for p in self.replicas.hosted()}
         emptied = False
@@ -627,8 +673,16 @@ class FetcherManager:
             want = None
             if part is not None:
                 leader = part.info.leader
-                if leader >= 0 and leader != self.node_id:
+                if leader >= 0 and leader != node:
                     want = (leader, fetcher_index(key[0], key[1], fetchers))
+            if want is not None and node not in part.info.isr and node not in part.info.observers:
+                if key not in catching_up:
+                    waiting.add(key)
+            else:
+                catching_up.discard(key)
+                waiting.discard(key)
+                if want is None:
+                    self.leader_hw.pop(key, None)
             fid = where.get(key)
             if fid is not None:
                 fetcher = self.fetchers.get(fid)
@@ -650,7 +704,29 @@ class FetcherManager:
                 fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
                 fetcher.touched(key)
                 where[key] = want
+        if waiting:
+            self._admit(int(cfg.get("replica.fetch.max.catchup.partitions")))
         if emptied:
             for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
                 fetcher = self.fetchers.pop(fid)
                 asyncio.get_running_loop().create_task(fetcher.stop())
+
+    def _admit(self, cap: int) -> None:
+        """Partitions waiting to catch up take the places free under ``cap``
+        (``catch_up_admissions``) and are fetched from the next request on."""
+        waiting, catching_up = self.waiting, self.catching_up
+        if 0 < cap <= len(catching_up):
+            return
+        hw = self.leader_hw
+        behind: dict[tuple[str, int], int] = {}
+        for key in waiting:
+            part = self.replicas.partition(*key)
+            end = part.log.log_end_offset if part is not None else 0
+            behind[key] = max(0, hw.get(key, end) - end)
+        for key in catch_up_admissions(behind, len(catching_up), cap):
+            waiting.discard(key)
+            catching_up.add(key)
+            fetcher = self.fetchers.get(self._where.get(key))  # type: ignore[arg-type]
+            if fetcher is not None:
+                fetcher.touched(key)
+        self.catching_up_peak = max(self.catching_up_peak, len(catching_up))
