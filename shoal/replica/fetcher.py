@@ -48,13 +48,15 @@ closes the connection, and the next opens a new session. A leader that opens non
 **Catching up at a bounded rate** (``replica.fetch.max.catchup.partitions``; Kafka has no such
 cap): a partition this broker follows but is not in the ISR of (a restarted broker's, a reassigned
 replica's; observers excepted: they never join) is *catching up*. At most that many are fetched at
-once per broker; the others wait, left out of every fetch, and take the free places as the ones
-in flight join the ISR (the image says so), the least behind first (``catch_up_admissions``: the
+once per broker; the others wait, left out of every fetch, and take the places the ones in flight
+give back when they reach the leader's high watermark (an answer without records: they are
+fetched on until the image puts them in the ISR, the leader's batched ISR change), the least
+behind first (``catch_up_admissions``: the
 leader's high watermark last seen minus this log's end, unknown counted as 0; ties in topic and
 partition order). A restarted broker with thousands of partitions so catches up a few hundred at a
-time, each finishing, instead of all of them at once; and at most that many ISR expansions are
-pending at its leaders at any time, a handful of batched ISR changes (``shoal.replica.isr``), not
-thousands racing for etcd and the controller. Partitions in the ISR are always fetched: in a
+time, each finishing, instead of all of them at once; its leaders' ISR expansions come as the
+partitions catch up, in batches (``shoal.replica.isr``: a few etcd transactions for thousands),
+not thousands racing for etcd and the controller. Partitions in the ISR are always fetched: in a
 session they cost nothing while idle.
 
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
@@ -194,6 +196,7 @@ class ReplicaFetcher:
         self._recheck_at = 0.0  # loop time of the next request that compares every partition
         self.full_fetches = 0  # fetches that named every partition (opened a session, or none)
         self.named = 0  # partitions named by fetches since start (tests, metrics)
+        self._released = False  # an answer let partitions catching up give their places back
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index}, partitions={len(self.partitions)})"
@@ -462,6 +465,7 @@ class ReplicaFetcher:
         now_ms = self.manager.now_ms()
         in_step = True
         touched = self._touched
+        self._released = False
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
@@ -476,6 +480,8 @@ class ReplicaFetcher:
                     log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
                     f.delayed_until = retry_at
                     in_step = in_step and not p.records
+        if self._released:  # partitions caught up: others take their places
+            self.manager.admit()
         return in_step
 
     def _append(self, part: "Partition", records: Any, now_ms: int) -> None:
@@ -522,8 +528,6 @@ class ReplicaFetcher:
                 return True
             f.lagging_retries = 0
             f.diverged, f.stuck = None, False
-            if p.high_watermark >= 0:
-                self.manager.leader_hw[part.key] = p.high_watermark
             records = p.records
             if records:
                 if not self._starts_at_end(part, records):
@@ -532,6 +536,10 @@ class ReplicaFetcher:
                 if f.throttled:
                     self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
+            if p.high_watermark >= 0:
+                self.manager.leader_hw[part.key] = p.high_watermark
+                if not records and plog.log_end_offset >= p.high_watermark and self.manager.caught_up_to(part.key):
+                    self._released = True
             if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:  # Kafka's LeaderOffsetIncremented
                 plog.delete_records_before(p.log_start_offset)  # the leader's DeleteRecords or retention
             return True
@@ -619,6 +627,7 @@ class FetcherManager:
         # (``replica.fetch.max.catchup.partitions``)
         self.catching_up: set[tuple[str, int]] = set()
         self.waiting: set[tuple[str, int]] = set()
+        self.caught_up: set[tuple[str, int]] = set()  # caught up, still out of the ISR: place given back
         self.leader_hw: dict[tuple[str, int], int] = {}  # the leader's high watermark last seen
         self.catching_up_peak = 0  # the most in ``catching_up`` at once (tests, metrics)
 
@@ -649,6 +658,7 @@ class FetcherManager:
         self._where.clear()
         self.catching_up.clear()
         self.waiting.clear()
+        self.caught_up.clear()
         for f in fetchers:
             await f.stop()
 
@@ -664,7 +674,7 @@ class FetcherManager:
         fetchers = int(cfg.get("num.replica.fetchers"))
         where = self._where
         node = self.node_id
-        catching_up, waiting = self.catching_up, self.waiting
+        catching_up, waiting, caught_up = self.catching_up, self.waiting, self.caught_up
         if keys is None:
             keys = set(where) | {p.key for p in self.replicas.hosted()}
         emptied = False
@@ -676,11 +686,12 @@ class FetcherManager:
                 if leader >= 0 and leader != node:
                     want = (leader, fetcher_index(key[0], key[1], fetchers))
             if want is not None and node not in part.info.isr and node not in part.info.observers:
-                if key not in catching_up:
+                if key not in catching_up and key not in caught_up:
                     waiting.add(key)
             else:
                 catching_up.discard(key)
                 waiting.discard(key)
+                caught_up.discard(key)
                 if want is None:
                     self.leader_hw.pop(key, None)
             fid = where.get(key)
@@ -705,16 +716,30 @@ class FetcherManager:
                 fetcher.touched(key)
                 where[key] = want
         if waiting:
-            self._admit(int(cfg.get("replica.fetch.max.catchup.partitions")))
+            self.admit()
         if emptied:
             for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
                 fetcher = self.fetchers.pop(fid)
                 asyncio.get_running_loop().create_task(fetcher.stop())
 
-    def _admit(self, cap: int) -> None:
-        """Partitions waiting to catch up take the places free under ``cap``
-        (``catch_up_admissions``) and are fetched from the next request on."""
+    def caught_up_to(self, key: tuple[str, int]) -> bool:
+        """``key``, catching up, reached the leader's high watermark (an answer with no records):
+        it gives its place back (it stays fetched until the image puts it in the ISR). True when
+        it did (the caller then calls :meth:`admit`)."""
+        if key not in self.catching_up:
+            return False
+        self.catching_up.discard(key)
+        self.caught_up.add(key)
+        return True
+
+    def admit(self) -> None:
+        """Partitions waiting to catch up take the places free under
+        ``replica.fetch.max.catchup.partitions`` (``catch_up_admissions``) and are fetched from
+        the next request on."""
         waiting, catching_up = self.waiting, self.catching_up
+        if not waiting:
+            return
+        cap = int(self.config().get("replica.fetch.max.catchup.partitions"))
         if 0 < cap <= len(catching_up):
             return
         hw = self.leader_hw
