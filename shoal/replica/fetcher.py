@@ -415,6 +415,12 @@ class ReplicaFetcher:
                 del held[k]
                 forgotten.setdefault(k[0], []).append(k[1])
         self.named += len(named)
+        wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
+        catching_up = self.manager.catching_up
+        if catching_up and not catching_up.isdisjoint(named):
+            # partitions catching up named: answered at once, not parked, so that the ones already
+            # at the leader's high watermark give their places back now (``caught_up_to``)
+            wait_ms = 0
         topics: dict[str, list[Any]] = {}
         for (name, index), f in named.items():
             plog = f.partition.log
@@ -428,7 +434,7 @@ class ReplicaFetcher:
             ))
         return m.FetchRequest(
             replica_id=self.manager.node_id,
-            max_wait=datetime.timedelta(milliseconds=int(cfg.get("replica.fetch.wait.max.ms"))),
+            max_wait=datetime.timedelta(milliseconds=wait_ms),
             min_bytes=int(cfg.get("replica.fetch.min.bytes")),
             max_bytes=int(cfg.get("replica.fetch.response.max.bytes")),
             isolation_level=0,
