@@ -4,7 +4,9 @@ Kafka's ``ReplicaManager`` is the model. It follows the metadata image: when a p
 assigned to this node it opens (or creates) its log and a :class:`~shoal.replica.partition.Partition`
 for it, when a topic goes away it deletes its logs, when configs change it re-derives the
 partitions' ``LogConfig``, when a topic is renamed (a KIP-37 namespace move) its logs move. So
-handlers only change metadata; storage follows, on one node as on many.
+handlers only change metadata; storage follows, on one node as on many. A change that brings many
+new logs of a topic (``CREATE_OFF_LOOP_MIN``) has them made in a worker thread, and their
+partitions are hosted once they exist (``_create_off_loop``).
 
 Handlers and the group coordinator reach partitions only through it:
 

@@ -6,7 +6,8 @@ Files in the data directory besides the ``<topic>-<partition>`` directories:
   recovery point, and (trusted only after a clean shutdown) log end offset and active segment
   base and size. Kafka keeps the first three in ``log-start-offset-checkpoint``,
   ``replication-offset-checkpoint`` and ``recovery-point-offset-checkpoint``. Written atomically
-  by ``run_periodic`` (every ``checkpoint_interval_ms``, or soon after a DeleteRecords) and ``close``.
+  by ``run_periodic`` (every ``checkpoint_interval_ms``, or soon after a DeleteRecords) and ``close``,
+  when it would change (only the changed partitions' lines formatted again).
 - ``.shoal-clean-shutdown``: written last by ``close``, removed by ``load``. Its presence lets
   ``load`` trust the state file and read no data; without it every partition verifies its
   segments from its recovery point on.
