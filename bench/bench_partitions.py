@@ -10,8 +10,10 @@ and three broker processes on it (tests/cluster_harness.py: racks dc1-dc3; the b
 (``shoal.metrics.listener``). Then, in order:
 
 1. **create**: ``size / --per-topic`` topics of ``--per-topic`` partitions at RF 3 (CreateTopics,
-   eight at a time, spread over the brokers): the time until every create is answered, and until
-   Metadata lists every partition with a leader and its whole ISR;
+   eight at a time, spread over the brokers): the time until every create is answered, until
+   Metadata lists every partition with a leader and its whole ISR (the image's: full from a
+   partition's creation), and until every broker hosts all its partitions (``shoal_replica_partitions``:
+   their logs made, which a broker may do after the create is answered);
 2. **idle**: after ``--settle`` s, each broker's RSS (``VmRSS``) and its CPU over ``--idle-seconds``
    (``/proc/PID/stat`` deltas, percent of one core; target at 6,000: under 5%), and etcd's;
 3. **full Metadata**: ``--metadata-samples`` Metadata requests naming no topic (all of them) to one
@@ -222,8 +224,14 @@ class Bench:
 
     # -- phases ---------------------------------------------------------------------------------
 
-    def create(self) -> tuple[float, float]:
-        """(seconds to every CreateTopics answered, to every ISR full). A create answered
+    def hosted(self, node: int) -> int:
+        """Partitions ``node`` hosts (``shoal_replica_partitions``: their logs made, -1 unanswered)."""
+        return int(metrics(self.cluster[node].metrics_url, "shoal_replica_partitions ").get("shoal_replica_partitions", -1))
+
+    def create(self) -> tuple[float, float, float]:
+        """(seconds to every CreateTopics answered, to every ISR full, to every broker hosting
+        every partition: its log made; the image's ISR is full from a partition's creation, the
+        brokers make the logs after). A create answered
         REQUEST_TIMED_OUT (its etcd transaction unanswered in time: at 8,500 partitions a loop
         saturated by follower fetches read etcd's answers too late) may or may not have been
         made: it is sent again, as a client would, and TOPIC_ALREADY_EXISTS then means done;
@@ -260,10 +268,14 @@ class Bench:
                 await c.close()
             return elapsed
 
+        before = {n: self.hosted(n) for n in self.cluster.brokers}  # internal topics' partitions
         t0 = time.monotonic()
         answered = self.run(go())
         until(lambda: self.isr_full(1) == self.size, 600, "every partition led, its ISR full")
-        return answered, time.monotonic() - t0
+        full = time.monotonic() - t0
+        until(lambda: all(self.hosted(n) >= before[n] + self.size for n in self.cluster.brokers), 600,
+              "every log made")
+        return answered, full, time.monotonic() - t0
 
     def full_metadata(self, node: int, samples: int) -> list[float]:
         async def go() -> list[float]:
@@ -349,10 +361,10 @@ def one_size(size: int, args: argparse.Namespace) -> None:
     try:
         b.start()
         b.mark_logs()
-        answered, all_full = b.create()
+        answered, all_full, hosted = b.create()
         print(f"  create: {answered:.1f} s to every answer ({ratio(answered, 'create_s', size)}), "
-              f"{all_full:.1f} s to every ISR full; {b.create_retries} CreateTopics sent again after "
-              f"REQUEST_TIMED_OUT")
+              f"{all_full:.1f} s to every ISR full, {hosted:.1f} s to every broker hosting all its partitions; "
+              f"{b.create_retries} CreateTopics sent again after REQUEST_TIMED_OUT")
 
         time.sleep(args.settle)
         pids = {n: [br.proc.pid] for n, br in b.cluster.brokers.items()}

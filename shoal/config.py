@@ -608,6 +608,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
         _d("replica.socket.timeout.ms", "int", 30000, "Socket timeout for follower requests."),
         _d("num.replica.fetchers", "int", 1, "Number of fetcher threads per source broker.", None, True),
+        _d("replica.fetch.max.catchup.partitions", "int", 500,
+           "Shoal: partitions this broker fetches at once while they catch up to join the ISR (a restarted "
+           "broker rejoining thousands), the least behind first; the others wait their turn. Partitions in the "
+           "ISR are always fetched. 0: no cap.", at_least(0), True),
         _d("shoal.replica.fetch.pipeline.depth", "int", 0,
            "Shoal: Fetch requests a follower keeps in flight to one leader (pipelined replication: each answer "
            "carries what came after the one before, so a write reaches a far follower in one round trip, not "

@@ -160,7 +160,14 @@ class BrokerCollector:
         replicas = getattr(self.broker, "replicas", None)
         if replicas is None:
             return
-        fetchers = sorted(replicas.fetchers.fetchers.items())
+        manager = replicas.fetchers
+        out.gauge("shoal_replica_catching_up_partitions", "followed partitions out of the ISR fetched now "
+                  "(at most replica.fetch.max.catchup.partitions)", (), [((), len(manager.catching_up))])
+        out.gauge("shoal_replica_catching_up_waiting_partitions", "followed partitions out of the ISR waiting for "
+                  "a place to catch up (not fetched)", (), [((), len(manager.waiting))])
+        out.gauge("shoal_replica_catching_up_peak_partitions", "the most partitions catching up at once since start",
+                  (), [((), manager.catching_up_peak)])
+        fetchers = sorted(manager.fetchers.items())
         labels = ("leader", "fetcher")
 
         def rows(value: Any) -> list[tuple[tuple[str, str], float]]:

@@ -45,6 +45,20 @@ session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, another 
 closes the connection, and the next opens a new session. A leader that opens none (``session_id``
 0) is sent full fetches without one, as before.
 
+**Catching up at a bounded rate** (``replica.fetch.max.catchup.partitions``; Kafka has no such
+cap): a partition this broker follows but is not in the ISR of (a restarted broker's, a reassigned
+replica's; observers excepted: they never join) is *catching up*. At most that many are fetched at
+once per broker; the others wait, left out of every fetch, and take the places the ones in flight
+give back when they reach the leader's high watermark (an answer without records: they are
+fetched on until the image puts them in the ISR, the leader's batched ISR change), the least
+behind first (``catch_up_admissions``: the
+leader's high watermark last seen minus this log's end, unknown counted as 0; ties in topic and
+partition order). A restarted broker with thousands of partitions so catches up a few hundred at a
+time, each finishing, instead of all of them at once; its leaders' ISR expansions come as the
+partitions catch up, in batches (``shoal.replica.isr``: a few etcd transactions for thousands),
+not thousands racing for etcd and the controller. Partitions in the ISR are always fetched: in a
+session they cost nothing while idle.
+
 A fetcher runs as one task on the broker's event loop; appends happen on the loop (as the
 leader's do).
 """
@@ -54,12 +68,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import heapq
 import logging
 import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.protocol.errors import ErrorCode
@@ -79,6 +94,22 @@ INITIAL_EPOCH = 0  # a full fetch that opens a session (KIP-227)
 FINAL_EPOCH = -1  # a full fetch without a session
 SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 RECHECK_S = 10.0  # a session's request compares every partition's fetch state this often
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def catch_up_admissions(waiting: Mapping[K, int], in_flight: int, cap: int) -> list[K]:
+    """Which of the partitions ``waiting`` to catch up (key -> how far behind the leader it is
+    thought to be) start fetching now, beside the ``in_flight`` ones already catching up: the
+    least behind first, ties in key order, as many as ``cap`` leaves room for; every one with a
+    cap of 0 (none)."""
+    if cap <= 0:
+        return sorted(waiting, key=lambda k: (waiting[k], k))
+    free = cap - in_flight
+    if free <= 0 or not waiting:
+        return []
+    return heapq.nsmallest(free, waiting, key=lambda k: (waiting[k], k))
 
 
 @functools.cache
@@ -164,6 +195,7 @@ class ReplicaFetcher:
         self._recheck_at = 0.0  # loop time of the next request that compares every partition
         self.full_fetches = 0  # fetches that named every partition (opened a session, or none)
         self.named = 0  # partitions named by fetches since start (tests, metrics)
+        self._released = False  # an answer let partitions catching up give their places back
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index}, partitions={len(self.partitions)})"
@@ -251,7 +283,11 @@ class ReplicaFetcher:
         return max(2, min(8, int(rtt / 4) + 1))
 
     def _ready(self, now: float) -> dict[tuple[str, int], _Fetching]:
-        ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
+        waiting = self.manager.waiting
+        if waiting:  # catching up, not yet admitted (``catch_up_admissions``): left out
+            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now and k not in waiting}
+        else:
+            ready = {k: f for k, f in self.partitions.items() if f.delayed_until <= now}
         return self.manager.replicas.throttle.follower_ready(ready, self.manager._image(), now)
 
     async def _run(self) -> None:
@@ -378,6 +414,12 @@ class ReplicaFetcher:
                 del held[k]
                 forgotten.setdefault(k[0], []).append(k[1])
         self.named += len(named)
+        wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
+        catching_up = self.manager.catching_up
+        if catching_up and not catching_up.isdisjoint(named):
+            # partitions catching up named: answered at once, not parked, so that the ones already
+            # at the leader's high watermark give their places back now (``caught_up_to``)
+            wait_ms = 0
         topics: dict[str, list[Any]] = {}
         for (name, index), f in named.items():
             plog = f.partition.log
@@ -391,7 +433,7 @@ class ReplicaFetcher:
             ))
         return m.FetchRequest(
             replica_id=self.manager.node_id,
-            max_wait=datetime.timedelta(milliseconds=int(cfg.get("replica.fetch.wait.max.ms"))),
+            max_wait=datetime.timedelta(milliseconds=wait_ms),
             min_bytes=int(cfg.get("replica.fetch.min.bytes")),
             max_bytes=int(cfg.get("replica.fetch.response.max.bytes")),
             isolation_level=0,
@@ -428,6 +470,7 @@ class ReplicaFetcher:
         now_ms = self.manager.now_ms()
         in_step = True
         touched = self._touched
+        self._released = False
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
@@ -442,6 +485,8 @@ class ReplicaFetcher:
                     log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
                     f.delayed_until = retry_at
                     in_step = in_step and not p.records
+        if self._released:  # partitions caught up: others take their places
+            self.manager.admit()
         return in_step
 
     def _append(self, part: "Partition", records: Any, now_ms: int) -> None:
@@ -496,6 +541,10 @@ class ReplicaFetcher:
                 if f.throttled:
                     self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
+            if p.high_watermark >= 0:
+                self.manager.leader_hw[part.key] = p.high_watermark
+                if not records and plog.log_end_offset >= p.high_watermark and self.manager.caught_up_to(part.key):
+                    self._released = True
             if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:  # Kafka's LeaderOffsetIncremented
                 plog.delete_records_before(p.log_start_offset)  # the leader's DeleteRecords or retention
             return True
@@ -579,6 +628,13 @@ class FetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> the fetcher that has it
         self._running = False
+        # catching up (followed, not in the ISR): fetched now, or waiting for a place
+        # (``replica.fetch.max.catchup.partitions``)
+        self.catching_up: set[tuple[str, int]] = set()
+        self.waiting: set[tuple[str, int]] = set()
+        self.caught_up: set[tuple[str, int]] = set()  # caught up, still out of the ISR: place given back
+        self.leader_hw: dict[tuple[str, int], int] = {}  # the leader's high watermark last seen
+        self.catching_up_peak = 0  # the most in ``catching_up`` at once (tests, metrics)
 
     def now_ms(self) -> int:
         return self.replicas.clock.now_ms()
@@ -605,6 +661,9 @@ class FetcherManager:
         self._running = False
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         self._where.clear()
+        self.catching_up.clear()
+        self.waiting.clear()
+        self.caught_up.clear()
         for f in fetchers:
             await f.stop()
 
@@ -616,8 +675,11 @@ class FetcherManager:
         looked at (None: all)."""
         if not self._running:
             return
-        fetchers = int(self.config().get("num.replica.fetchers"))
+        cfg = self.config()
+        fetchers = int(cfg.get("num.replica.fetchers"))
         where = self._where
+        node = self.node_id
+        catching_up, waiting, caught_up = self.catching_up, self.waiting, self.caught_up
         if keys is None:
             keys = set(where) | {p.key for p in self.replicas.hosted()}
         emptied = False
@@ -626,8 +688,17 @@ class FetcherManager:
             want = None
             if part is not None:
                 leader = part.info.leader
-                if leader >= 0 and leader != self.node_id:
+                if leader >= 0 and leader != node:
                     want = (leader, fetcher_index(key[0], key[1], fetchers))
+            if want is not None and node not in part.info.isr and node not in part.info.observers:
+                if key not in catching_up and key not in caught_up:
+                    waiting.add(key)
+            else:
+                catching_up.discard(key)
+                waiting.discard(key)
+                caught_up.discard(key)
+                if want is None:
+                    self.leader_hw.pop(key, None)
             fid = where.get(key)
             if fid is not None:
                 fetcher = self.fetchers.get(fid)
@@ -649,7 +720,43 @@ class FetcherManager:
                 fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
                 fetcher.touched(key)
                 where[key] = want
+        if waiting:
+            self.admit()
         if emptied:
             for fid in [fid for fid, f in self.fetchers.items() if not f.partitions]:
                 fetcher = self.fetchers.pop(fid)
                 asyncio.get_running_loop().create_task(fetcher.stop())
+
+    def caught_up_to(self, key: tuple[str, int]) -> bool:
+        """``key``, catching up, reached the leader's high watermark (an answer with no records):
+        it gives its place back (it stays fetched until the image puts it in the ISR). True when
+        it did (the caller then calls :meth:`admit`)."""
+        if key not in self.catching_up:
+            return False
+        self.catching_up.discard(key)
+        self.caught_up.add(key)
+        return True
+
+    def admit(self) -> None:
+        """Partitions waiting to catch up take the places free under
+        ``replica.fetch.max.catchup.partitions`` (``catch_up_admissions``) and are fetched from
+        the next request on."""
+        waiting, catching_up = self.waiting, self.catching_up
+        if not waiting:
+            return
+        cap = int(self.config().get("replica.fetch.max.catchup.partitions"))
+        if 0 < cap <= len(catching_up):
+            return
+        hw = self.leader_hw
+        behind: dict[tuple[str, int], int] = {}
+        for key in waiting:
+            part = self.replicas.partition(*key)
+            end = part.log.log_end_offset if part is not None else 0
+            behind[key] = max(0, hw.get(key, end) - end)
+        for key in catch_up_admissions(behind, len(catching_up), cap):
+            waiting.discard(key)
+            catching_up.add(key)
+            fetcher = self.fetchers.get(self._where.get(key))  # type: ignore[arg-type]
+            if fetcher is not None:
+                fetcher.touched(key)
+        self.catching_up_peak = max(self.catching_up_peak, len(catching_up))

@@ -4,7 +4,9 @@ Kafka's ``ReplicaManager`` is the model. It follows the metadata image: when a p
 assigned to this node it opens (or creates) its log and a :class:`~shoal.replica.partition.Partition`
 for it, when a topic goes away it deletes its logs, when configs change it re-derives the
 partitions' ``LogConfig``, when a topic is renamed (a KIP-37 namespace move) its logs move. So
-handlers only change metadata; storage follows, on one node as on many.
+handlers only change metadata; storage follows, on one node as on many. A change that brings many
+new logs of a topic (``CREATE_OFF_LOOP_MIN``) has them made in a worker thread, and their
+partitions are hosted once they exist (``_create_off_loop``).
 
 Handlers and the group coordinator reach partitions only through it:
 
@@ -48,6 +50,9 @@ log = logging.getLogger("shoal.replica")
 NAMED = 5  # partitions a summary line names (the rest are counted; each is at DEBUG)
 
 
+CREATE_OFF_LOOP_MIN = 32  # new logs of one topic in one change made in a worker thread (``_create_off_loop``)
+
+
 def log_removed(removed: list[str]) -> None:
     """One INFO line for the partitions a change took off this broker (a reassignment, a broker
     drained): a line per partition was thousands of lines for one event, which cost the loop
@@ -88,6 +93,10 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
+        # topic -> partitions whose logs a worker thread creates (``_create_off_loop``)
+        self._creating: dict[str, set[int]] = {}
+        self._creators: set[asyncio.Task[None]] = set()
+        self._started = False
         self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
         self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
         self.replica_waiters = Purgatory()  # keyed by (topic, partition): log end, leader or epoch moved
@@ -300,6 +309,7 @@ class ReplicaManager:
         await self.fetchers.stop()
 
     async def stop(self) -> None:
+        await cancel_and_wait(list(self._creators))
         await self.fetchers.stop()
         await cancel_and_wait([self._isr_task])
         if self.isr_changes is not None:
@@ -369,6 +379,7 @@ class ReplicaManager:
     def start(self) -> None:
         """Host what the current image assigns to this node (after :meth:`load`)."""
         self.reconcile(None, self._image())
+        self._started = True
 
     # -- following metadata ---------------------------------------------------------------
 
@@ -441,7 +452,12 @@ class ReplicaManager:
         ``Partition`` following the partition's current state. The partitions no longer hosted
         here go into ``removed`` (``log_removed`` says so in one line)."""
         cfg = self.log_config_for(topic)
+        creating = self._creating.get(topic.name)
+        if creating is None and self._started:
+            creating = self._create_off_loop(topic, cfg)
         for p in topic.partitions:
+            if creating and p.partition in creating:
+                continue  # its log is being made in a worker thread: reconciled when it is
             key = (topic.name, p.partition)
             if self.node_id not in p.replicas:
                 # reassigned away (KIP-455): stop hosting it and delete the log (StopReplica delete=true)
@@ -467,6 +483,63 @@ class ReplicaManager:
                 part.update(p, plog)
                 if p.isr != isr and part.is_leader:  # a follower that left may rejoin: read at its session's next fetch
                     self.sessions.changed(key, False)
+
+    def _create_off_loop(self, topic: TopicInfo, cfg: LogConfig) -> set[int] | None:
+        """When a change brings at least ``CREATE_OFF_LOOP_MIN`` new logs of ``topic`` to this
+        broker (a topic of thousands of partitions: each log is a directory and files, ~1 ms of
+        system calls, which held the event loop for seconds), a worker thread makes them and the
+        partitions are hosted when it is done (``_created``); the partitions whose logs exist are
+        reconciled as ever. Returns the partitions being created (None: none, made here)."""
+        missing = {p.partition for p in topic.partitions
+                   if self.node_id in p.replicas and self.logs.get(topic.name, p.partition) is None}
+        if len(missing) < CREATE_OFF_LOOP_MIN:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        self._creating[topic.name] = missing
+        task = loop.create_task(self._created(topic.name, topic.topic_id, sorted(missing), cfg),
+                                name=f"create-logs-{topic.name}")
+        self._creators.add(task)
+        task.add_done_callback(self._creators.discard)
+        return missing
+
+    def _make_logs(self, name: str, topic_id: Any, indexes: list[int], cfg: LogConfig) -> None:
+        """In a worker thread: the logs of ``name`` (created empty) with their topic id."""
+        for index in indexes:
+            self.logs.get_or_create(name, index, cfg)
+            self.logs.write_topic_id(name, index, topic_id)
+
+    async def _created(self, name: str, topic_id: Any, indexes: list[int], cfg: LogConfig) -> None:
+        """Make the logs off the loop, then host them as the image says now: the topic may have
+        been deleted (or deleted and created again) meanwhile, its logs then deleted again."""
+        failed = False
+        try:
+            await asyncio.to_thread(self._make_logs, name, topic_id, indexes, cfg)
+        except OSError:
+            log.exception("cannot create the logs of %s; will retry", name)
+            failed = True
+        finally:
+            self._creating.pop(name, None)
+        topic = self._image().topics.get(name)
+        if topic is None or topic.topic_id != topic_id:
+            for index in indexes:
+                if self.partition(name, index) is None:
+                    self.logs.delete_partition(name, index)
+        if topic is None:
+            return
+        if failed:
+            self._unreconciled.add(name)
+            return
+        removed: list[str] = []
+        try:
+            self._reconcile_topic(topic, removed)
+        except OSError:
+            log.exception("cannot create or reconfigure the logs of %s; will retry", name)
+            self._unreconciled.add(name)
+        log_removed(removed)
+        self.fetchers.sync([(name, i) for i in range(len(topic.partitions))])
 
     def retry_unreconciled(self) -> None:
         """Topics whose logs could not be created or reconfigured at their change: try again."""

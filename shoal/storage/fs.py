@@ -60,6 +60,17 @@ class FileSystem:
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
+    def make_new_dir(self, path: str) -> bool:
+        """Create the directory (and its parents) if absent: True when this call created it (it
+        is then empty, nothing to read in it), False when it was there."""
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            self.makedirs(path)
+        return True
+
     def rmtree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 

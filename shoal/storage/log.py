@@ -438,13 +438,16 @@ class PartitionLog:
 
     def _load(self, state: PartitionState | None, clean: bool, now_ms: int) -> None:
         fs = self._fs
-        fs.makedirs(self.directory)
-        recover_swaps(fs, self.directory)  # a compaction's swap the last run left half done
-        self._cleaner_checkpoint = read_checkpoint(fs, self.directory)
+        # a directory this call created is empty: none of the reads below (a topic's creation at
+        # thousands of partitions paid them for each, on the event loop: issue 25)
+        fresh = fs.make_new_dir(self.directory)
+        if not fresh:
+            recover_swaps(fs, self.directory)  # a compaction's swap the last run left half done
+            self._cleaner_checkpoint = read_checkpoint(fs, self.directory)
         logs: dict[int, int] = {}
         indexes: list[tuple[int, str]] = []
         snapshots: list[int] = []
-        for e in fs.scandir(self.directory):
+        for e in () if fresh else fs.scandir(self.directory):
             if e.is_dir:
                 continue
             name = e.name
@@ -478,7 +481,7 @@ class PartitionLog:
             self._make_ready_empty(seg)
             self._snapshots = sorted(snapshots)
             self._load_producer_state(False)
-            if self._read_epoch_checkpoint():
+            if not fresh and self._read_epoch_checkpoint():
                 self._epoch_seq += 1  # entries of segments that are gone: rewrite it empty
             return
         for base in sorted(logs):

@@ -6,7 +6,8 @@ Files in the data directory besides the ``<topic>-<partition>`` directories:
   recovery point, and (trusted only after a clean shutdown) log end offset and active segment
   base and size. Kafka keeps the first three in ``log-start-offset-checkpoint``,
   ``replication-offset-checkpoint`` and ``recovery-point-offset-checkpoint``. Written atomically
-  by ``run_periodic`` (every ``checkpoint_interval_ms``, or soon after a DeleteRecords) and ``close``.
+  by ``run_periodic`` (every ``checkpoint_interval_ms``, or soon after a DeleteRecords) and ``close``,
+  when it would change (only the changed partitions' lines formatted again).
 - ``.shoal-clean-shutdown``: written last by ``close``, removed by ``load``. Its presence lets
   ``load`` trust the state file and read no data; without it every partition verifies its
   segments from its recovery point on.
@@ -95,14 +96,9 @@ def read_state_file(data: bytes | None) -> dict[tuple[str, int], PartitionState]
     return out
 
 
-def format_state_file(states: list[tuple[str, int, PartitionState]]) -> bytes:
-    lines = [_STATE_HEADER]
-    for topic, partition, s in states:
-        lines.append(
-            f"{topic} {partition} {s.log_start_offset} {s.high_watermark} {s.recovery_point} "
-            f"{s.log_end_offset} {s.active_base} {s.active_size}"
-        )
-    return ("\n".join(lines) + "\n").encode("utf-8")
+def _state_line(topic: str, partition: int, s: PartitionState) -> str:
+    return (f"{topic} {partition} {s.log_start_offset} {s.high_watermark} {s.recovery_point} "
+            f"{s.log_end_offset} {s.active_base} {s.active_size}")
 
 
 class LogManager:
@@ -150,6 +146,8 @@ class LogManager:
         self._lock = threading.Lock()  # creation and deletion of logs
         self._checkpoint_lock = threading.Lock()
         self._state_dirty = False
+        # what the state file holds: each partition's state and its line (``checkpoint``)
+        self._checkpointed: dict[tuple[str, int], tuple[PartitionState, str]] | None = None
         self._last_checkpoint_ms: int | None = None
         self._last_retention_ms: int | None = None
         self.loaded_cleanly: bool | None = None
@@ -431,14 +429,29 @@ class LogManager:
         return best
 
     def checkpoint(self) -> None:
-        """Write ``shoal-log-state`` atomically (one writer at a time)."""
+        """Write ``shoal-log-state`` atomically (one writer at a time), when it would change:
+        only the partitions whose state changed since the last write are formatted again, and a
+        file that would be written as it is is not (a topic's creation at thousands of partitions
+        checkpointed them all every second, each time formatting every one: issue 25)."""
         with self._checkpoint_lock:
             self._state_dirty = False
-            states = []
-            for (topic, partition), plog in list(self._logs.items()):
-                states.append((topic, partition, plog.state()))
+            before = self._checkpointed
+            lines: dict[tuple[str, int], tuple[PartitionState, str]] = {}
+            changed = before is None
+            for key, plog in list(self._logs.items()):
+                s = plog.state()
+                old = before.get(key) if before is not None else None
+                if old is not None and old[0] == s:
+                    lines[key] = old
+                else:
+                    lines[key] = (s, _state_line(key[0], key[1], s))
+                    changed = True
+            if not changed and before is not None and len(before) == len(lines):
+                return
+            data = "\n".join([_STATE_HEADER, *(line for _, line in lines.values())]) + "\n"
             self.fs.makedirs(self.data_dir)
-            self.fs.write_file_atomic(os.path.join(self.data_dir, STATE_FILE), format_state_file(states))
+            self.fs.write_file_atomic(os.path.join(self.data_dir, STATE_FILE), data.encode("utf-8"))
+            self._checkpointed = lines  # only once written: a failed write is tried again in full
 
     def close(self) -> None:
         """Flush and close every log, write the state and the clean-shutdown marker."""

@@ -445,3 +445,42 @@ def test_a_restarted_brokers_rejoin_of_many_partitions_goes_in_few_isr_batches(c
                if "ISR changes (batch" in line]
     assert commits <= 40, (commits, batches[-10:])
     assert batches, "the leaders log one line per batch"
+
+
+def metric(cluster: Cluster, node: int, name: str) -> float:
+    """An unlabelled metric of ``node``."""
+    url = cluster[node].overrides["shoal.metrics.listener"] + "/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert values, f"broker {node} has no {name}"
+    return values[0]
+
+
+def test_a_restarted_broker_catches_up_a_few_partitions_at_a_time_and_rejoins_every_isr(cluster):
+    """Issue 25: a restarted broker under ``replica.fetch.max.catchup.partitions`` 4 rejoins the
+    ISR of all 60 partitions it follows or leads, records written while it was down included
+    (byte for byte), never fetching more than 4 of those out of its ISR at once."""
+    name = f"catchup-{uuid.uuid4().hex[:6]}"
+    create(cluster[1].bootstrap, name, 60)
+    controller = cluster.wait_controller()
+    survivor = cluster[controller].bootstrap
+    until(lambda: all(len(isr) == 3 for _, _, isr in partitions(survivor, name).values()), 60, "every ISR full")
+    victim = next(n for n in (3, 2, 1) if n != controller)
+    cluster.kill(victim)
+    until(lambda: all(victim not in isr for _, _, isr in partitions(survivor, name).values()), 60,
+          f"broker {victim} out of every ISR")
+    acked = produce(survivor, name, [f"v{i}".encode() for i in range(600)])
+    cluster[victim].overrides["replica.fetch.max.catchup.partitions"] = "4"
+    try:
+        cluster.start_one(victim)
+        until(lambda: all(len(isr) == 3 for _, _, isr in partitions(survivor, name).values()), 120,
+              "every ISR full again")
+        # the other tests' topics too (the kill took the victim out of their ISRs as well)
+        until(lambda: metric(cluster, victim, "shoal_replica_catching_up_waiting_partitions") == 0
+              and metric(cluster, victim, "shoal_replica_catching_up_partitions") == 0, 120, "none catching up")
+        peak = metric(cluster, victim, "shoal_replica_catching_up_peak_partitions")
+        assert 1 <= peak <= 4, peak
+    finally:
+        del cluster[victim].overrides["replica.fetch.max.catchup.partitions"]
+    for p in sorted(partition_sizes(acked)):
+        until(lambda p=p: replicas_identical(cluster, name, p, (1, 2, 3)), 30, f"replicas of partition {p}")

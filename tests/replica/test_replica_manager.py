@@ -260,3 +260,47 @@ def test_partitions_moved_away_are_one_log_line(rm, caplog) -> None:
     assert info == ["300 partition(s) no longer replicas here, their logs deleted: t-0, t-1, t-2, t-3, t-4 "
                     "and 295 more"]
     assert len([r for r in caplog.records if r.levelname == "DEBUG" and "no longer a replica" in r.getMessage()]) == 300
+
+
+def many(n: int) -> list[PartitionInfo]:
+    return [PartitionInfo(i, (1,), (1,), leader=1, leader_epoch=0) for i in range(n)]
+
+
+async def test_a_topic_of_many_partitions_gets_its_logs_from_a_worker_thread(rm) -> None:
+    """Issue 25: a change bringing CREATE_OFF_LOOP_MIN or more new logs of a topic has them made
+    off the event loop; the partitions are hosted (and lead) once they exist."""
+    from shoal.replica.manager import CREATE_OFF_LOOP_MIN
+
+    n = CREATE_OFF_LOOP_MIN + 8
+    rm.publish(image(many(n)))
+    assert rm.partition("t", 0) is None  # not made on the loop...
+    rm.publish(image(many(n), epoch=2))  # a change meanwhile: the partitions being made wait
+    for _ in range(500):
+        if len(list(rm.hosted())) == n:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(p.index for p in rm.hosted()) == list(range(n))  # ...but soon after
+    assert all(rm.leader("t", p) is not None for p in many(n))
+    assert rm.logs.read_topic_id("t", 3) == TOPIC_ID
+    p = rm.leader("t", many(n)[5])
+    p.append_as_leader(batch(2), 0)
+    assert p.high_watermark == 2
+
+
+async def test_a_topic_deleted_while_its_logs_are_made_leaves_no_log(rm, tmp_path) -> None:
+    from shoal.replica.manager import CREATE_OFF_LOOP_MIN
+
+    n = CREATE_OFF_LOOP_MIN + 8
+    rm.publish(image(many(n)))
+    rm.publish(image([], epoch=2, topic=False))  # deleted before the thread is done
+    for _ in range(500):
+        if not rm._creators:
+            break
+        await asyncio.sleep(0.01)
+    assert not rm._creators and list(rm.hosted()) == []
+    assert rm.logs.partitions() == [] and not any(d.name.startswith("t-") for d in tmp_path.iterdir())
+
+
+def test_a_topic_of_a_few_partitions_is_hosted_at_once(rm) -> None:
+    rm.publish(image(many(3)))
+    assert sorted(p.index for p in rm.hosted()) == [0, 1, 2]

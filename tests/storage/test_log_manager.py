@@ -10,6 +10,7 @@ from storage_helpers import T0, batch, read_all
 
 from shoal.clock import ManualClock
 from shoal.storage import LogConfig, LogManager, parse_partition_dir
+from shoal.storage.fs import FileSystem
 
 
 def manager(tmp_path, **kw) -> tuple[LogManager, ManualClock]:
@@ -216,4 +217,83 @@ def test_flush_ms_is_honoured_by_run_periodic(tmp_path) -> None:
     clock.sleep(1)
     assert m.run_periodic(clock.now_ms()).flushed == 1
     assert log.recovery_point == 2
+    m.close()
+
+
+class _CountingFS(FileSystem):
+    """Counts the state file's writes and the reads of partition directories."""
+
+    def __init__(self) -> None:
+        self.state_writes: list[bytes] = []
+        self.scans = 0
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        if os.path.basename(path) == "shoal-log-state":
+            self.state_writes.append(data)
+        super().write_file_atomic(path, data)
+
+    def scandir(self, path: str):
+        self.scans += 1
+        return super().scandir(path)
+
+
+def test_the_state_checkpoint_is_written_only_when_a_partitions_state_changed(tmp_path) -> None:
+    """Issue 25: a creation of thousands of partitions checkpointed every one every second."""
+    fs = _CountingFS()
+    m, clock = manager(tmp_path, fs=fs)
+    logs = [m.get_or_create("t", i) for i in range(3)]
+    m.checkpoint()
+    assert len(fs.state_writes) == 1
+    m.checkpoint()
+    m.checkpoint()
+    assert len(fs.state_writes) == 1  # nothing changed: not written again
+    logs[1].append(batch(2), now_ms=T0)
+    logs[1].high_watermark = 2
+    m.checkpoint()
+    assert len(fs.state_writes) == 2
+    assert b"t 1 0 2 0 2 0 " in fs.state_writes[-1] and b"t 0 0 0 0 0 0 0\n" in fs.state_writes[-1]
+    m.delete_partition("t", 2)
+    m.checkpoint()
+    assert len(fs.state_writes) == 3 and b"t 2 " not in fs.state_writes[-1]
+    m.close()
+    m2, _ = manager(tmp_path)
+    assert m2.loaded_cleanly
+    assert sorted(m2.partitions()) == [("t", 0), ("t", 1)]
+    assert (m2.get("t", 1).log_end_offset, m2.get("t", 1).high_watermark) == (2, 2)
+    m2.close()
+
+
+def test_a_failed_state_write_is_written_again_in_full(tmp_path) -> None:
+    class Failing(_CountingFS):
+        fail = True
+
+        def write_file_atomic(self, path: str, data: bytes) -> None:
+            if self.fail and os.path.basename(path) == "shoal-log-state":
+                raise OSError("disk full")
+            super().write_file_atomic(path, data)
+
+    fs = Failing()
+    m, _ = manager(tmp_path, fs=fs)
+    m.get_or_create("t", 0)
+    try:
+        m.checkpoint()
+    except OSError:
+        pass
+    fs.fail = False
+    m.checkpoint()  # nothing changed since the failed write: written all the same
+    assert len(fs.state_writes) == 1 and b"t 0 0 0 0 0 0 0\n" in fs.state_writes[0]
+    m.close()
+
+
+def test_a_new_partitions_directory_is_not_read_but_an_existing_one_is(tmp_path) -> None:
+    fs = _CountingFS()
+    m, _ = manager(tmp_path, fs=fs)
+    scans = fs.scans
+    m.get_or_create("new", 0)
+    assert fs.scans == scans  # created here: empty, nothing to read
+    (tmp_path / "old-0").mkdir()  # an existing directory (a crash between mkdir and the manager's state)
+    (tmp_path / "old-0" / "00000000000000000000.index").write_bytes(b"")  # an index without its log
+    m.get_or_create("old", 0)
+    assert fs.scans > scans
+    assert not (tmp_path / "old-0" / "00000000000000000000.index").exists()  # read and cleaned up
     m.close()
