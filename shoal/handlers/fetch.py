@@ -670,10 +670,10 @@ def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
             results[key] = _Read(ErrorCode.not_leader_or_follower, pinfo=pinfo)
             must_answer = True
             continue
-        known = sp.current_leader_epoch
-        epoch = pinfo.leader_epoch if part.info.leader != svc.node_id else part.leader_epoch
-        if known >= 0 and known != epoch:  # KIP-320: the client's leader is not this one
-            code = ErrorCode.fenced_leader_epoch if known < epoch else ErrorCode.unknown_leader_epoch
+        # KIP-320: the client's leader is not this one (a follower serving judges by the image)
+        code = part.check_leader_epoch(sp.current_leader_epoch,
+                                       pinfo.leader_epoch if part.info.leader != svc.node_id else None)
+        if code != ErrorCode.none:
             results[key] = _Read(code)
             must_answer = True
             continue

@@ -184,7 +184,7 @@ class ReplicaManager:
                 if p is None or not p.is_leader or p.leader_epoch != epochs[key]:
                     failed[key] = ErrorCode.not_leader_or_follower
                 elif p.high_watermark >= offset:
-                    if len(p.info.isr or (self.node_id,)) < min_isr or not self.enough_racks(p):
+                    if not self.enough_replicas(p, min_isr):
                         failed[key] = ErrorCode.not_enough_replicas_after_append
                 else:
                     still.append(w)
@@ -200,6 +200,12 @@ class ReplicaManager:
         for t, i, _, _ in pending:
             failed[(t, i)] = ErrorCode.request_timed_out
         return failed
+
+    def enough_replicas(self, part: Partition, min_isr: int) -> bool:
+        """The one acks=all rule, before the append (NOT_ENOUGH_REPLICAS) and after it
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND): ``min.insync.replicas`` (:meth:`Partition.enough_isr`)
+        and ``min.insync.racks`` (:meth:`enough_racks`)."""
+        return part.enough_isr(min_isr) and self.enough_racks(part)
 
     def enough_racks(self, part: Partition) -> bool:
         """``min.insync.racks`` (``shoal.replica.racks``): the partition's ISR spans at least the

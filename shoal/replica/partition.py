@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.metadata import PartitionInfo
 from shoal.placement.promotion import observer_isr
+from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from shoal.storage import AppendInfo, PartitionLog
@@ -136,6 +137,24 @@ class Partition:
     def _sole_member(self) -> bool:
         isr = self.info.isr
         return not isr or isr == (self.node_id,)
+
+    def check_leader_epoch(self, known: int, epoch: int | None = None) -> ErrorCode:
+        """KIP-320 (Kafka's ``Partition.checkCurrentLeaderEpoch``): the leader epoch a client or
+        follower knows (``known``, -1 when it sent none) against this partition's (or ``epoch``,
+        the caller's image's, when given): FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH
+        when newer. The one check Fetch, ListOffsets and OffsetsForLeaderEpoch use."""
+        if epoch is None:
+            epoch = self.info.leader_epoch
+        if known < 0 or known == epoch:
+            return ErrorCode.none
+        return ErrorCode.fenced_leader_epoch if known < epoch else ErrorCode.unknown_leader_epoch
+
+    def enough_isr(self, min_isr: int) -> bool:
+        """``min.insync.replicas`` (Kafka's ``inSyncReplicaCount >= minIsr``), checked before an
+        acks=all append (NOT_ENOUGH_REPLICAS) and again when the high watermark reaches it
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND). An empty ISR has no member, so it is never enough,
+        as in Kafka (``min.insync.replicas`` is at least 1)."""
+        return len(self.info.isr) >= min_isr
 
     def update(self, info: PartitionInfo, log: "PartitionLog") -> None:
         """Follow the image: a new leader or epoch resets what this leader knows of followers."""
