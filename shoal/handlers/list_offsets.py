@@ -109,14 +109,10 @@ async def handle_delete_records(ctx, req):
             part, _pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DELETE)
             low = -1
             if code == ErrorCode.none:
-                plog = part.log
-                target = plog.high_watermark if p.offset == -1 else p.offset
                 try:
-                    low = plog.delete_records_before(target)
+                    low = ctx.services.replicas.delete_records(part, p.offset)
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
-                else:  # followers' fetch sessions tell them at their next answer
-                    ctx.services.replicas.log_start_moved((ctx.scope.physical(t.name), p.partition_index))
             parts.append(
                 build(
                     mod.DeleteRecordsPartitionResult,

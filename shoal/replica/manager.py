@@ -143,10 +143,13 @@ class ReplicaManager:
             self.replica_waiters.notify(key)
         self.sessions.changed(key, wake)  # told at the sessions' next answer; answered now on ``wake``
 
-    def log_start_moved(self, key: tuple[str, int]) -> None:
-        """DeleteRecords moved a led partition's log start: its followers' sessions tell them at
-        their next answer (they delete up to it too)."""
-        self.sessions.changed(key, False)
+    def delete_records(self, part: Partition, offset: int) -> int:
+        """DeleteRecords on a led partition (:meth:`Partition.delete_records`); returns the low
+        watermark. Its followers' sessions tell them at their next answer (they delete up to it
+        too). Raises ``OffsetOutOfRange`` above the high watermark."""
+        low = part.delete_records(offset)
+        self.sessions.changed(part.key, False)
+        return low
 
     def _forget_session(self, session: ReplicaSession, key: tuple[str, int]) -> None:
         part = self._partitions.get(key)

@@ -126,7 +126,7 @@ async def test_progress_reaches_the_sessions_holding_the_partition_and_answers_o
     assert await parked is False
     # DeleteRecords moving the log start: told at the next answer too
     s1.take_dirty()
-    rm.log_start_moved(KEY)
+    assert rm.delete_records(p, 1) == 1 == p.log_start_offset
     assert list(s1.dirty) == [KEY]
     # a closed session answers its parked fetch at once and holds nothing
     parked = asyncio.ensure_future(s1.wait(5))
@@ -182,7 +182,7 @@ async def test_the_fetcher_names_only_what_changed_in_its_session(rm) -> None:  
     assert p3.log_end_offset == 2
     moved = fetcher._request(cfg, ready)
     assert moved.session_epoch == 2 and named(moved) == {p3.key: 2}
-    p2.log.append_as_follower(batch(1), now_ms=0)  # a change no answer reported (there is none)...
+    p2.append_as_follower(batch(1), now_ms=0)  # a change no answer reported (there is none)...
     assert named(fetcher._request(cfg, ready)) == {}  # ...is not looked for at every request...
     fetcher._recheck_at = 0.0
     assert named(fetcher._request(cfg, ready)) == {p2.key: 1}  # ...but every RECHECK_S
