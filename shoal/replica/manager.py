@@ -106,6 +106,14 @@ class ReplicaManager:
 
     # -- lookup ----------------------------------------------------------------------------
 
+    def image(self) -> MetadataImage:
+        """The metadata image as of now."""
+        return self._image()
+
+    def config(self) -> BrokerConfig:
+        """The broker's configuration as of now (static and dynamic)."""
+        return self._config()
+
     def partition(self, name: str, index: int) -> Partition | None:
         """The hosted partition ``index`` of (physical) topic ``name``, whatever its role."""
         return self._partitions.get((name, index))
