@@ -45,7 +45,6 @@ Deviations from Kafka:
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import secrets
 import uuid
@@ -284,8 +283,7 @@ async def handle_fetch(ctx, req):
     targets = wanted if rsession is not None else session.partitions if session is not None else wanted
 
     # -- read, waiting in the purgatory for min_bytes ----------------------------------------
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _timedelta_s(req.max_wait)
+    deadline = svc.clock.monotonic() + _timedelta_s(req.max_wait)  # the replica layer's clock
     min_bytes = max(req.min_bytes, 0)
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, int(svc.config.get("fetch.max.bytes")))

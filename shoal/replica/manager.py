@@ -88,9 +88,9 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._unreconciled: set[str] = set()  # topics whose logs failed to follow a change (retried)
-        self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
-        self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
-        self.replica_waiters = Purgatory()  # keyed by (topic, partition): log end, leader or epoch moved
+        self.fetch_waiters = Purgatory(clock)  # keyed by (topic, partition): new data or HWM moved
+        self.hwm_waiters = Purgatory(clock)  # keyed by (topic, partition): the high watermark moved
+        self.replica_waiters = Purgatory(clock)  # keyed by (topic, partition): log end, leader or epoch moved
         self._replica_seen: dict[tuple[str, int], tuple[int, int, int]] = {}  # (leader, epoch, log end) woken for
         # ISR changes in batches to the metadata store's ``alter_isrs`` (Kafka's AlterPartitionManager
         # and AlterPartition); None: ISRs never change
@@ -177,8 +177,8 @@ class ReplicaManager:
         got there but the ISR had shrunk below ``min.insync.replicas`` (Kafka's
         ``checkEnoughReplicasReachOffset``) or below ``min.insync.racks`` racks (:meth:`enough_racks`).
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        clock = self.clock  # the deadline and the purgatory's timers (a ManualClock's in tests)
+        deadline = clock.monotonic() + timeout
         epochs = {}
         for topic, index, _offset, _min_isr in waits:
             p = self._partitions.get((topic, index))
@@ -203,7 +203,7 @@ class ReplicaManager:
 
         settle()
         while pending:
-            remaining = deadline - loop.time()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break
             await self.hwm_waiters.wait([(t, i) for t, i, _, _ in pending], remaining)

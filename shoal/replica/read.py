@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import selector_kind
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.purgatory import expire
@@ -45,7 +46,7 @@ async def fetch_messages(
     order: ReplicaOrder | None = None, conn_id: str = "", client_rack: str = "", committed: bool = False,
 ) -> tuple[dict[tuple[str, int], ReadResult], int, dict[tuple[str, int], int]]:
     """Read ``targets`` (partition -> what the fetch asks of it: offset, byte limit, epochs),
-    waiting until ``min_bytes`` are there or ``deadline`` (the event loop's time) passes (Kafka's
+    waiting until ``min_bytes`` are there or ``deadline`` (``replicas.clock.monotonic()`` time) passes (Kafka's
     ``ReplicaManager.fetchMessages``). Returns the results, their total record bytes and the
     preferred read replicas (KIP-392) of the partitions whose consumer should read elsewhere.
 
@@ -56,8 +57,8 @@ async def fetch_messages(
     fetch its number ``my_seq``), reads too what changed in the session and waits on it. A
     consumer that sent its ``client_rack`` may be sent to a replica in its rack, and may read
     from a follower; ``committed``: READ_COMMITTED, up to the last stable offset."""
-    loop = asyncio.get_running_loop()
-    fetch_ms = replicas.clock.now_ms()
+    clock = replicas.clock  # the deadline and the timers (a ManualClock's in tests)
+    fetch_ms = clock.now_ms()
     if follower:  # replica: what the follower has (its fetch offset) may move the HW / ISR
         replicas.follower_fetched(replica_id, image, targets.items(), fetch_ms, rsession)
     # reassignment (KIP-73): throttled replicas get no records while over the leader's rate
@@ -75,7 +76,7 @@ async def fetch_messages(
     pipeline = (replica_id, conn_id) if follower else None
     seq = order.take() if order is not None else 0
     try:
-        my_turn = order is None or await order.turn(seq, deadline - loop.time())
+        my_turn = order is None or await order.turn(seq, deadline - clock.monotonic(), clock)
         if not my_turn:
             skip = targets.keys()  # an earlier fetch of the connection still waits: no records
         while True:
@@ -87,15 +88,15 @@ async def fetch_messages(
                     skip = throttled
             results, total, must_answer = read_from_log(replicas, targets, max_bytes, follower, skip, from_followers,
                                                         committed, pipeline)
-            if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not (
+            if must_answer or preferred or total >= min_bytes or clock.monotonic() >= deadline or not (
                     rsession.partitions if rsession is not None else targets):
                 break
             if rsession is not None:
-                notified = await rsession.wait(deadline - loop.time())
+                notified = await rsession.wait(deadline - clock.monotonic(), clock)
                 if not notified and not rsession.dirty:
                     break
                 continue  # what changed meanwhile is read at the top
-            notified = await replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
+            notified = await replicas.wait_for_data(list(targets.keys()), deadline - clock.monotonic(), follower)
             if not notified:
                 results, total, _ = read_from_log(replicas, targets, max_bytes, follower, skip, from_followers,
                                                   committed, pipeline)
@@ -182,15 +183,15 @@ class ReplicaOrder:
     def _head(self) -> int:
         return next(iter(self.open), 0)
 
-    async def turn(self, seq: int, timeout: float) -> bool:
-        """Wait until ``seq`` is the oldest unanswered, at most ``timeout`` s; True if it is."""
+    async def turn(self, seq: int, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
+        """Wait until ``seq`` is the oldest unanswered, at most ``timeout`` s of ``clock``; True
+        if it is."""
         if self._head() == seq:
             return True
         if timeout <= 0:
             return False
-        loop = asyncio.get_running_loop()
-        fut = self.turns[seq] = loop.create_future()
-        timer = loop.call_later(timeout, expire, fut)
+        fut = self.turns[seq] = asyncio.get_running_loop().create_future()
+        timer = clock.call_later(timeout, expire, fut)
         try:
             await fut
         finally:

@@ -54,6 +54,18 @@ def rm(tmp_path):
     logs.close()
 
 
+async def wait_out(rm, waits, timeout: float) -> dict:
+    """``rm.wait_committed(waits, timeout)`` on the manager's ManualClock: still waiting just
+    before the deadline, answered once the clock passes it (the purgatory's timer fires)."""
+    waiter = asyncio.ensure_future(rm.wait_committed(waits, timeout))
+    await asyncio.sleep(0)
+    rm.clock.sleep(timeout * 0.99)
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    rm.clock.sleep(timeout * 0.02)
+    return await asyncio.wait_for(waiter, 1)
+
+
 SOLE = PartitionInfo(0, (1,), (1,), leader=1, leader_epoch=0)
 WITH_FOLLOWER = PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=0)
 FOLLOWING = PartitionInfo(2, (2, 1), (2, 1), leader=2, leader_epoch=0)
@@ -84,7 +96,7 @@ async def test_acks_all_waits_for_every_isr_member(rm) -> None:
     p = rm.leader("t", WITH_FOLLOWER)
     p.append_as_leader(batch(2), 0)
     assert p.high_watermark == 0  # follower 2 has not fetched in this epoch
-    assert await rm.wait_committed([("t", 1, 2, 1)], 0.01) == {("t", 1): ErrorCode.request_timed_out}
+    assert await wait_out(rm, [("t", 1, 2, 1)], 30) == {("t", 1): ErrorCode.request_timed_out}
     waiter = asyncio.ensure_future(rm.wait_committed([("t", 1, 2, 2)], 5))
     await asyncio.sleep(0)
     p.update_follower_fetch(2, 1, now_ms=10)  # has offset 0 only: HW 1, not yet 2
