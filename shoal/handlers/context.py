@@ -22,7 +22,7 @@ class ConnectionControls(Protocol):
     sasl: "SaslSession | None"  # SASL listeners: the connection's login
     client_software: tuple[str, str] | None  # ApiVersions v3+: (name, version)
     replica_session: "ReplicaSession | None"  # a follower's fetch session (shoal.replica.sessions)
-    replica_order: Any  # the fetch handler's order of a follower's pipelined fetches
+    replica_order: Any  # the order of a follower's pipelined fetches (shoal.replica.read)
     closers: list[Callable[[], None]]  # called when the connection closes
 
     def bind_principal(self, principal: str) -> None:

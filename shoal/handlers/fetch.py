@@ -1,5 +1,9 @@
 """Fetch (key 1), v4-v18: long-poll in a purgatory, fetch sessions (KIP-227), topic ids (v13+).
 
+This handler resolves the request (topic names or ids, the session, authorization, the quota's
+cap) and builds the answer; the reads, the wait for ``min_bytes`` and everything a follower's
+fetch does on the leader are the replica layer's (``shoal.replica.read.fetch_messages``).
+
 Reads return whole stored batches (as producers wrote them, compressed or not) from the batch that
 holds the fetch offset, up to the high watermark. ``partition_max_bytes`` and ``max_bytes`` bound
 the answer, except that the first partition with data always gets one whole batch so a consumer
@@ -41,10 +45,8 @@ Deviations from Kafka:
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import secrets
-import struct
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -54,9 +56,8 @@ from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
-from shoal.replica.purgatory import expire
+from shoal.replica.read import ReplicaOrder, fetch_messages
 from shoal.replica.sessions import ReplicaSession
-from shoal.storage import OffsetOutOfRange
 from shoal.tenancy.acl import Operation, ResourceType
 
 KEY = 1
@@ -242,6 +243,7 @@ async def handle_fetch(ctx, req):
     # a follower's session lives on its connection, apart from the consumers' cache
     # (``shoal.replica.sessions``); one that asks for none is served in full, as before
     rsession: ReplicaSession | None = None
+    my_seq = 0
     conn = ctx.connection
     if follower and v >= 7 and conn is not None and (session_id != 0 or session_epoch == INITIAL_EPOCH):
         rsession, code = _replica_session(svc, conn, replica_id, session_id, session_epoch, wanted,
@@ -281,8 +283,7 @@ async def handle_fetch(ctx, req):
     targets = wanted if rsession is not None else session.partitions if session is not None else wanted
 
     # -- read, waiting in the purgatory for min_bytes ----------------------------------------
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _timedelta_s(req.max_wait)
+    deadline = svc.clock.monotonic() + _timedelta_s(req.max_wait)  # the replica layer's clock
     min_bytes = max(req.min_bytes, 0)
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, int(svc.config.get("fetch.max.bytes")))
@@ -292,62 +293,13 @@ async def handle_fetch(ctx, req):
     if cap is not None:
         max_bytes = min(max_bytes, cap)
         min_bytes = min(min_bytes, max_bytes)
-    fetch_ms = svc.clock.now_ms()
-    if follower:  # replica: what the follower has (its fetch offset) may move the HW / ISR
-        svc.replicas.follower_fetched(replica_id, image, targets.items(), fetch_ms, rsession)
-    # reassignment (KIP-73): throttled replicas get no records while over the leader's rate
-    throttle = svc.replicas.throttle
-    throttled = throttle.leader_keys(image, replica_id, targets) if follower else set()
-    skip: Any = throttled if throttled and throttle.exceeded("leader") else frozenset()
-    # follower fetching (KIP-392): a v11+ consumer that gives its rack may be sent, by the leader,
-    # to a replica in that rack (answered at once, no records), and may read from a follower
-    client_rack = (getattr(req, "rack_id", "") or "") if not follower and v >= 11 else ""
-    from_followers = bool(client_rack)
-    preferred = _preferred_replicas(svc, image, targets, client_rack) if from_followers else {}
-    if preferred:
-        skip = frozenset(skip) | preferred.keys()
-    committed = not follower and getattr(req, "isolation_level", 0) == 1
-    # a follower may have several fetches in flight on its connection (pipelined replication,
-    # ``shoal.replica.fetch.pipeline.depth``): each reads past what an earlier one was sent
-    pipeline = (replica_id, ctx.client_address) if follower else None
-    order = _ReplicaOrder.of(ctx) if follower else None
-    seq = order.take() if order is not None else 0
-    try:
-        my_turn = order is None or await order.turn(seq, deadline - loop.time())
-        if not my_turn:
-            skip = targets.keys()  # an earlier fetch of the connection still waits: no records
-        while True:
-            if rsession is not None and (more := _changed(rsession, targets, my_seq)):
-                svc.replicas.follower_fetched(replica_id, image, more.items(), fetch_ms, rsession)
-                targets.update(more)
-                throttled |= throttle.leader_keys(image, replica_id, more)
-                if my_turn and throttled and throttle.exceeded("leader"):
-                    skip = throttled
-            results, total, must_answer = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed,
-                                                    pipeline)
-            if must_answer or preferred or total >= min_bytes or loop.time() >= deadline or not (
-                    rsession.partitions if rsession is not None else targets):
-                break
-            if rsession is not None:
-                notified = await rsession.wait(deadline - loop.time())
-                if not notified and not rsession.dirty:
-                    break
-                continue  # what changed meanwhile is read at the top
-            notified = await svc.replicas.wait_for_data(list(targets.keys()), deadline - loop.time(), follower)
-            if not notified:
-                results, total, _ = _read_all(svc, targets, max_bytes, follower, skip, from_followers, committed, pipeline)
-                break
-        if rsession is not None:
-            _keep_pending(rsession, targets, results)
-        if pipeline is not None and total:
-            for r in results.values():
-                if r.records and r.part is not None:
-                    r.part.follower_sent(replica_id, pipeline[1], _end_offset(r.records))
-    finally:
-        if order is not None:
-            order.done(seq)
-    if throttled:
-        throttle.record("leader", sum(len(results[k].records or b"") for k in throttled if k in results))
+    # the replica layer reads, waiting for min_bytes (a v11+ consumer's rack: KIP-392)
+    results, total, preferred = await fetch_messages(
+        svc.replicas, image, targets, deadline=deadline, min_bytes=min_bytes, max_bytes=max_bytes,
+        replica_id=replica_id, follower=follower, rsession=rsession, my_seq=my_seq,
+        order=ReplicaOrder.of(ctx.connection) if follower else None, conn_id=ctx.client_address,
+        client_rack=(getattr(req, "rack_id", "") or "") if not follower and v >= 11 else "",
+        committed=not follower and getattr(req, "isolation_level", 0) == 1)
 
     # quotas: over the consumer's quota, the bytes are taken back and the answer is empty, with
     # the throttle time (Kafka's getThrottledResponse: a new session is not kept)
@@ -491,42 +443,6 @@ def _replica_session(svc, conn, replica_id: int, session_id: int, session_epoch:
     return current, ErrorCode.none
 
 
-def _changed(session: ReplicaSession, targets, mine: int) -> dict:
-    """The session's partitions that changed here and fetch number ``mine`` does not read yet,
-    but for those a later fetch named (it reads them; they stay dirty until it does)."""
-    held = session.partitions
-    more = {}
-    for key in session.take_dirty():
-        sp = held[key]
-        if sp.since > mine:
-            session.keep_dirty(key)
-        elif key not in targets:
-            more[key] = sp
-    return more
-
-
-def _keep_pending(session: ReplicaSession, targets, results) -> None:
-    """After a session's fetch read ``targets``: the partitions still pending stay dirty, to be
-    read (and their follower state updated) at its next fetch; the rest were told and cost
-    nothing until they change again. Pending: the follower has not got to the log end (records on
-    their way, or held back by a byte limit or a throttle); or it is a sync replica outside the
-    ISR (each fetch may let it rejoin, ``Partition._expansion``, as Kafka's walk of the session
-    would); or its follower state does not follow this session's clock (it was not led here when
-    the fetch arrived, or a new leader epoch reset it)."""
-    replica = session.replica_id
-    for key, sp in targets.items():
-        r = results[key]
-        part = r.part
-        if part is None or r.code != ErrorCode.none:
-            continue
-        info = part.info
-        f = part.followers.get(replica)
-        if (part.log.log_end_offset > sp.fetch_offset
-                or (replica not in info.isr and replica in info.replicas and replica not in info.observers)
-                or (f is not None and f.session is not session)):
-            session.keep_dirty(key)
-
-
 def _replica_id(req) -> int:
     """The fetching replica's broker id (v15+: in replica_state), -1 for a consumer. A replica's
     fetch is exempt from client quotas and reads up to the log end, not the high watermark."""
@@ -535,224 +451,3 @@ def _replica_id(req) -> int:
     return replica if replica is not None else -1
 
 
-class _ReplicaOrder:
-    """The Fetch requests of one follower connection, oldest first (pipelined replication): only
-    the oldest unanswered one reads, the others wait for their turn. Otherwise a fetch arriving
-    between an append and the wake-up of the fetch parked before it would take the new records,
-    and its answer would wait behind the earlier one, which finds nothing left: the follower would
-    get them out of order (and the earlier answer only at its ``max_wait``)."""
-
-    __slots__ = ("issued", "open", "turns")
-
-    def __init__(self) -> None:
-        self.issued = 0
-        self.open: dict[int, None] = {}  # unanswered, in order
-        self.turns: dict[int, asyncio.Future[None]] = {}
-
-    @staticmethod
-    def of(ctx) -> "_ReplicaOrder | None":
-        conn = ctx.connection
-        if conn is None:
-            return None
-        order = conn.replica_order
-        if order is None:
-            order = conn.replica_order = _ReplicaOrder()
-        return order
-
-    def take(self) -> int:
-        self.issued += 1
-        self.open[self.issued] = None
-        return self.issued
-
-    def _head(self) -> int:
-        return next(iter(self.open), 0)
-
-    async def turn(self, seq: int, timeout: float) -> bool:
-        """Wait until ``seq`` is the oldest unanswered, at most ``timeout`` s; True if it is."""
-        if self._head() == seq:
-            return True
-        if timeout <= 0:
-            return False
-        loop = asyncio.get_running_loop()
-        fut = self.turns[seq] = loop.create_future()
-        timer = loop.call_later(timeout, expire, fut)
-        try:
-            await fut
-        finally:
-            timer.cancel()
-            self.turns.pop(seq, None)
-        return self._head() == seq
-
-    def done(self, seq: int) -> None:
-        self.open.pop(seq, None)
-        fut = self.turns.get(self._head())
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-
-@dataclass(slots=True)
-class _Read:
-    code: ErrorCode
-    records: bytes | None = None
-    hwm: int = -1
-    log_start: int = -1
-    lso: int = -1
-    aborted: list[tuple[int, int]] | None = None  # read_committed: aborted transactions in the records
-    pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
-    diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
-    part: Any = None  # a follower's fetch: the leader's Partition its records come from
-
-
-def _preferred_replicas(svc, image, targets, client_rack: str) -> dict[tuple[str, int], int]:
-    """KIP-392 on the leader: for the partitions this broker leads, the replica in the consumer's
-    rack it should read from instead (``shoal.replica.selector``); absent when the leader stays."""
-    from shoal.config import selector_kind
-    from shoal.replica.selector import ReplicaView, select_read_replica
-
-    if not client_rack:
-        return {}
-    kind = selector_kind(svc.config.get("replica.selector.class"))
-    if kind != "rack-aware":
-        return {}
-    out: dict[tuple[str, int], int] = {}
-    for key, sp in targets.items():
-        topic = image.topic(key[0])
-        if topic is None or not 0 <= key[1] < len(topic.partitions):
-            continue
-        pinfo = topic.partitions[key[1]]
-        part = svc.replicas.leader(key[0], pinfo)
-        if part is None:
-            continue
-
-        def rack(node: int) -> str | None:
-            b = image.brokers.get(node)
-            return b.rack if b is not None else None
-
-        others = [ReplicaView(node, rack(node), f.log_end_offset, f.caught_up_ms)
-                  for node, f in part.followers.items()
-                  if (node in pinfo.isr or node in pinfo.observers) and node in image.brokers
-                  and sp.fetch_offset >= part.log.log_start_offset]
-        chosen = select_read_replica(kind, client_rack, ReplicaView(svc.node_id, rack(svc.node_id),
-                                                                    part.log.log_end_offset), others, sp.fetch_offset)
-        if chosen != svc.node_id:
-            out[key] = chosen
-    return out
-
-
-def _read_all(svc, targets, max_bytes: int, follower: bool, skip=frozenset(),
-              from_followers: bool = False, committed: bool = False,
-              pipeline: tuple[int, str] | None = None) -> tuple[dict, int, bool]:
-    """Read every partition once. Returns results, total bytes, and whether to answer at once.
-    A consumer reads up to the high watermark (``committed``, READ_COMMITTED: the last stable
-    offset, with the aborted transactions of what it returns), a follower up to the log end; ``skip``: partitions
-    answered without records (a throttled reassignment, a preferred read replica elsewhere).
-    ``from_followers`` (KIP-392, a v11+ consumer that sent its rack): a partition this broker
-    follows (or observes) is served too, up to the high watermark this follower knows.
-    ``pipeline``: a replica's fetch, ``(replica id, connection)``: read past what this leader
-    already sent that replica on that connection (``Partition.follower_read_offset``)."""
-    image = svc.metadata.image
-    results: dict[tuple[str, int], _Read] = {}
-    total = 0
-    must_answer = False
-    remaining = max_bytes
-    for key, sp in targets.items():
-        name, index = key
-        topic = image.topic(name)
-        if topic is None or not 0 <= index < len(topic.partitions):
-            results[key] = _Read(ErrorCode.unknown_topic_or_partition)
-            must_answer = True
-            continue
-        pinfo = topic.partitions[index]
-        part = svc.replicas.leader(name, pinfo)
-        if part is None and from_followers:
-            part = _serving_follower(svc, name, pinfo)
-        if part is None:  # cluster: another broker leads it
-            results[key] = _Read(ErrorCode.not_leader_or_follower, pinfo=pinfo)
-            must_answer = True
-            continue
-        known = sp.current_leader_epoch
-        epoch = pinfo.leader_epoch if part.info.leader != svc.node_id else part.leader_epoch
-        if known >= 0 and known != epoch:  # KIP-320: the client's leader is not this one
-            code = ErrorCode.fenced_leader_epoch if known < epoch else ErrorCode.unknown_leader_epoch
-            results[key] = _Read(code)
-            must_answer = True
-            continue
-        plog = part.log
-        hwm = plog.high_watermark
-        lso = plog.last_stable_offset
-        r = _Read(ErrorCode.none, hwm=hwm, log_start=plog.log_start_offset, lso=lso)
-        upto = plog.log_end_offset if follower else lso if committed else hwm
-        if follower and sp.last_fetched_epoch >= 0 and sp.fetch_offset > plog.log_start_offset:
-            diverging = _divergence(plog, sp.last_fetched_epoch, sp.fetch_offset)
-            if diverging is not None:
-                r.diverging = diverging
-                results[key] = r
-                must_answer = True
-                continue
-        limit = min(sp.max_bytes, remaining)
-        start = sp.fetch_offset
-        if pipeline is not None:
-            start = part.follower_read_offset(pipeline[0], pipeline[1], start)
-            r.part = part
-        if key not in skip and start < upto and (limit > 0 or total == 0):
-            try:
-                info = plog.read(start, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
-            except OffsetOutOfRange:
-                r.code = ErrorCode.offset_out_of_range
-                must_answer = True
-            else:
-                if info.records:
-                    r.records = info.records
-                    total += len(info.records)
-                    remaining -= len(info.records)
-                    if committed:
-                        r.aborted = plog.aborted_transactions(sp.fetch_offset, _end_offset(info.records))
-        elif sp.fetch_offset > plog.log_end_offset or sp.fetch_offset < plog.log_start_offset:
-            r.code = ErrorCode.offset_out_of_range
-            must_answer = True
-        results[key] = r
-    return results, total, must_answer
-
-
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
-
-def _end_offset(records: bytes) -> int:
-    """The offset after the last of the whole batches ``records`` (as the log returns them):
-    a walk over the batch lengths only, about 0.1 ms for a MiB of 1 KiB batches."""
-    length = _I32.unpack_from
-    pos, n = 0, len(records)
-    while True:
-        nxt = pos + length(records, pos + 8)[0] + 12  # baseOffset int64, batchLength int32
-        if nxt >= n:
-            break
-        pos = nxt
-    return _I64.unpack_from(records, pos)[0] + length(records, pos + 23)[0] + 1  # + lastOffsetDelta + 1
-
-
-def _serving_follower(svc, name: str, pinfo) -> Any:
-    """The hosted follower (or observer) of a partition led by another live broker, to serve a
-    consumer's fetch (KIP-392); None when this broker holds no replica of it, leads it (a leader
-    not ready yet answers NOT_LEADER_OR_FOLLOWER, as before), or has not followed that leader yet."""
-    if pinfo.leader < 0 or pinfo.leader == svc.node_id or svc.node_id not in pinfo.replicas:
-        return None
-    part = svc.replicas.partition(name, pinfo.partition)
-    if part is None or part.log is None or part.is_leader or part.info.leader != pinfo.leader:
-        return None
-    return part
-
-
-def _divergence(plog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
-    """KIP-320 on the leader: where a follower whose last batch has ``last_fetched_epoch`` and
-    whose log ends at ``fetch_offset`` diverges from this log, or None when it does not. The
-    follower's epoch ends earlier here, is unknown here (above every epoch here: the answer is this
-    log's latest epoch and end), or is older than every epoch here: it must truncate to the
-    answer, bounded by its own end of that epoch (``shoal.replica.fetcher``)."""
-    epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
-    if epoch < 0 or end < 0:  # an epoch above every epoch here: agree up to the end of the latest
-        latest = plog.latest_epoch
-        return (latest, plog.log_end_offset) if latest >= 0 else (last_fetched_epoch, plog.log_start_offset)
-    if epoch < last_fetched_epoch or end < fetch_offset:
-        return epoch, end
-    return None

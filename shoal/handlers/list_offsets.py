@@ -35,7 +35,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 
 def _resolve(ctx, name: str, index: int, operation: int):
-    """(partition log, partition info, error) for a partition this broker must lead; ``name`` is
+    """(partition, partition info, error) for a partition this broker must lead; ``name`` is
     the scope's, ``operation`` the one the caller needs on the topic."""
     scope = ctx.scope
     if not scope.allowed(operation, ResourceType.TOPIC, name):
@@ -49,7 +49,7 @@ def _resolve(ctx, name: str, index: int, operation: int):
     part = svc.replicas.leader(name, pinfo)
     if part is None:  # cluster: another broker leads it
         return None, pinfo, ErrorCode.not_leader_or_follower
-    return part.log, pinfo, ErrorCode.none
+    return part, pinfo, ErrorCode.none
 
 
 @api(LIST_OFFSETS, 1, 10)
@@ -60,13 +60,13 @@ async def handle_list_offsets(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DESCRIBE)
+            part, pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DESCRIBE)
             offset, ts = -1, -1
             epoch = pinfo.leader_epoch if pinfo is not None else -1
-            current = getattr(p, "current_leader_epoch", -1)
-            if code == ErrorCode.none and current >= 0 and current != epoch:
-                code = ErrorCode.fenced_leader_epoch if current < epoch else ErrorCode.unknown_leader_epoch
             if code == ErrorCode.none:
+                code = part.check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
+            if code == ErrorCode.none:
+                plog = part.log
                 target = p.timestamp
                 fetchable = plog.last_stable_offset if committed else plog.high_watermark
                 if target == LATEST:
@@ -106,16 +106,13 @@ async def handle_delete_records(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, _pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DELETE)
+            part, _pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DELETE)
             low = -1
             if code == ErrorCode.none:
-                target = plog.high_watermark if p.offset == -1 else p.offset
                 try:
-                    low = plog.delete_records_before(target)
+                    low = ctx.services.replicas.delete_records(part, p.offset)
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
-                else:  # followers' fetch sessions tell them at their next answer
-                    ctx.services.replicas.log_start_moved((ctx.scope.physical(t.name), p.partition_index))
             parts.append(
                 build(
                     mod.DeleteRecordsPartitionResult,

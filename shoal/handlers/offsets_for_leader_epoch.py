@@ -48,14 +48,12 @@ async def handle_offsets_for_leader_epoch(ctx, req):
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 part = svc.replicas.leader(name, topic.partitions[p.partition])
-                known = p.current_leader_epoch
                 if part is None:
                     code = ErrorCode.not_leader_or_follower
-                elif known >= 0 and known != part.leader_epoch:
-                    code = ErrorCode.fenced_leader_epoch if known < part.leader_epoch else ErrorCode.unknown_leader_epoch
                 else:
-                    code = ErrorCode.none
-                    epoch, end = part.log.end_offset_for_epoch(p.leader_epoch)
+                    code = part.check_leader_epoch(p.current_leader_epoch)
+                    if code == ErrorCode.none:
+                        epoch, end = part.log.end_offset_for_epoch(p.leader_epoch)
             parts.append(build(mod.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch,
                                end_offset=end))
         topics.append(build(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))

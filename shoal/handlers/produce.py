@@ -233,7 +233,7 @@ async def handle_produce(ctx, req):
                 continue
             if acks == -1:
                 min_isr = int(part.log.config.min_insync_replicas)  # the topic's, or inherited
-                if len(pinfo.isr) < min_isr or not svc.replicas.enough_racks(part):  # and min.insync.racks
+                if not svc.replicas.enough_replicas(part, min_isr):  # and min.insync.racks
                     parts.append(_partition_response(mod, p.index, ErrorCode.not_enough_replicas))
                     failed = True
                     continue

@@ -4,7 +4,7 @@ For every partition this broker follows, one :class:`ReplicaFetcher` per (leader
 (``num.replica.fetchers`` per leader, a partition's index picked by hashing it) sends Fetch
 requests to the leader's endpoint on ``inter.broker.listener.name`` with this broker's id as
 ``replica_id``, its log end offset as fetch offset and the epoch of its last batch as
-``last_fetched_epoch``; it appends what comes back unchanged (``PartitionLog.append_as_follower``)
+``last_fetched_epoch``; it appends what comes back unchanged (``Partition.append_as_follower``)
 and learns the high watermark from the leader.
 
 - ``replica.fetch.max.bytes`` per partition, ``replica.fetch.response.max.bytes`` per response,
@@ -489,26 +489,6 @@ class ReplicaFetcher:
             self.manager.admit()
         return in_step
 
-    def _append(self, part: "Partition", records: Any, now_ms: int) -> None:
-        """Append the leader's batches. An empty log (a new replica, started at the leader's log
-        start) whose first batch holds its start but begins below it (DeleteRecords cut inside a
-        batch) starts again at that batch's base offset, as Kafka's
-        ``appendRecordsToFollowerOrFutureReplica`` does; the leader's log start is learnt after."""
-        from shoal.storage.log import UnexpectedAppendOffset
-
-        plog = part.log
-        try:
-            plog.append_as_follower(records, now_ms=now_ms)
-        except UnexpectedAppendOffset as e:
-            end = plog.log_end_offset
-            last = e.first_offset + int.from_bytes(bytes(records[23:27]), "big", signed=True)  # lastOffsetDelta
-            if not (end == plog.log_start_offset and e.first_offset < end <= last):
-                raise
-            log.info("%s-%d: the leader's first batch starts at %d, below this empty log's start %d: starting there",
-                     part.topic, part.index, e.first_offset, end)
-            self.manager.truncate_fully(part, e.first_offset)
-            plog.append_as_follower(records, now_ms=now_ms)
-
     def _starts_at_end(self, part: "Partition", records: Any) -> bool:
         """The leader's records start at this log's end (or, for an empty log, in a batch that
         holds its start: ``_append``); a pipelined answer may not, when this broker dropped an
@@ -537,16 +517,15 @@ class ReplicaFetcher:
             if records:
                 if not self._starts_at_end(part, records):
                     return False
-                self._append(part, records, now_ms)
+                part.append_as_follower(records, now_ms)
                 if f.throttled:
                     self.manager.replicas.throttle.record("follower", len(records))
             part.observe_leader_high_watermark(p.high_watermark)
             if p.high_watermark >= 0:
                 self.manager.leader_hw[part.key] = p.high_watermark
-                if not records and plog.log_end_offset >= p.high_watermark and self.manager.caught_up_to(part.key):
+                if not records and part.log_end_offset >= p.high_watermark and self.manager.caught_up_to(part.key):
                     self._released = True
-            if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:  # Kafka's LeaderOffsetIncremented
-                plog.delete_records_before(p.log_start_offset)  # the leader's DeleteRecords or retention
+            part.observe_leader_log_start(p.log_start_offset)  # the leader's DeleteRecords or retention
             return True
         if code == ErrorCode.offset_out_of_range:
             leader_start = p.log_start_offset
@@ -648,10 +627,10 @@ class FetcherManager:
         return inter_broker_endpoint(self.config(), b)
 
     def truncate(self, part: "Partition", offset: int) -> None:
-        part.log.truncate_to(offset)  # at or past the end too: it drops an empty epoch taken there
+        part.truncate_to(offset)
 
     def truncate_fully(self, part: "Partition", offset: int) -> None:
-        part.log.truncate_fully_and_start_at(offset)
+        part.truncate_fully(offset)
 
     def start(self) -> None:
         self._running = True

@@ -97,9 +97,9 @@ class ReplicaManager:
         self._creating: dict[str, set[int]] = {}
         self._creators: set[asyncio.Task[None]] = set()
         self._started = False
-        self.fetch_waiters = Purgatory()  # keyed by (topic, partition): new data or HWM moved
-        self.hwm_waiters = Purgatory()  # keyed by (topic, partition): the high watermark moved
-        self.replica_waiters = Purgatory()  # keyed by (topic, partition): log end, leader or epoch moved
+        self.fetch_waiters = Purgatory(clock)  # keyed by (topic, partition): new data or HWM moved
+        self.hwm_waiters = Purgatory(clock)  # keyed by (topic, partition): the high watermark moved
+        self.replica_waiters = Purgatory(clock)  # keyed by (topic, partition): log end, leader or epoch moved
         self._replica_seen: dict[tuple[str, int], tuple[int, int, int]] = {}  # (leader, epoch, log end) woken for
         # ISR changes in batches to the metadata store's ``alter_isrs`` (Kafka's AlterPartitionManager
         # and AlterPartition); None: ISRs never change
@@ -114,6 +114,14 @@ class ReplicaManager:
         self.throttle = ReplicationThrottle(node_id, config, clock.now_ms)  # reassignment: KIP-73 throttles
 
     # -- lookup ----------------------------------------------------------------------------
+
+    def image(self) -> MetadataImage:
+        """The metadata image as of now."""
+        return self._image()
+
+    def config(self) -> BrokerConfig:
+        """The broker's configuration as of now (static and dynamic)."""
+        return self._config()
 
     def partition(self, name: str, index: int) -> Partition | None:
         """The hosted partition ``index`` of (physical) topic ``name``, whatever its role."""
@@ -152,10 +160,13 @@ class ReplicaManager:
             self.replica_waiters.notify(key)
         self.sessions.changed(key, wake)  # told at the sessions' next answer; answered now on ``wake``
 
-    def log_start_moved(self, key: tuple[str, int]) -> None:
-        """DeleteRecords moved a led partition's log start: its followers' sessions tell them at
-        their next answer (they delete up to it too)."""
-        self.sessions.changed(key, False)
+    def delete_records(self, part: Partition, offset: int) -> int:
+        """DeleteRecords on a led partition (:meth:`Partition.delete_records`); returns the low
+        watermark. Its followers' sessions tell them at their next answer (they delete up to it
+        too). Raises ``OffsetOutOfRange`` above the high watermark."""
+        low = part.delete_records(offset)
+        self.sessions.changed(part.key, False)
+        return low
 
     def _forget_session(self, session: ReplicaSession, key: tuple[str, int]) -> None:
         part = self._partitions.get(key)
@@ -175,8 +186,8 @@ class ReplicaManager:
         got there but the ISR had shrunk below ``min.insync.replicas`` (Kafka's
         ``checkEnoughReplicasReachOffset``) or below ``min.insync.racks`` racks (:meth:`enough_racks`).
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        clock = self.clock  # the deadline and the purgatory's timers (a ManualClock's in tests)
+        deadline = clock.monotonic() + timeout
         epochs = {}
         for topic, index, _offset, _min_isr in waits:
             p = self._partitions.get((topic, index))
@@ -193,7 +204,7 @@ class ReplicaManager:
                 if p is None or not p.is_leader or p.leader_epoch != epochs[key]:
                     failed[key] = ErrorCode.not_leader_or_follower
                 elif p.high_watermark >= offset:
-                    if len(p.info.isr or (self.node_id,)) < min_isr or not self.enough_racks(p):
+                    if not self.enough_replicas(p, min_isr):
                         failed[key] = ErrorCode.not_enough_replicas_after_append
                 else:
                     still.append(w)
@@ -201,7 +212,7 @@ class ReplicaManager:
 
         settle()
         while pending:
-            remaining = deadline - loop.time()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break
             await self.hwm_waiters.wait([(t, i) for t, i, _, _ in pending], remaining)
@@ -209,6 +220,12 @@ class ReplicaManager:
         for t, i, _, _ in pending:
             failed[(t, i)] = ErrorCode.request_timed_out
         return failed
+
+    def enough_replicas(self, part: Partition, min_isr: int) -> bool:
+        """The one acks=all rule, before the append (NOT_ENOUGH_REPLICAS) and after it
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND): ``min.insync.replicas`` (:meth:`Partition.enough_isr`)
+        and ``min.insync.racks`` (:meth:`enough_racks`)."""
+        return part.enough_isr(min_isr) and self.enough_racks(part)
 
     def enough_racks(self, part: Partition) -> bool:
         """``min.insync.racks`` (``shoal.replica.racks``): the partition's ISR spans at least the

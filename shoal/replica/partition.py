@@ -20,14 +20,18 @@ Single-threaded: called on the event loop only (the log's own lock covers its wo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.metadata import PartitionInfo
 from shoal.placement.promotion import observer_isr
+from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from shoal.storage import AppendInfo, PartitionLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -137,6 +141,24 @@ class Partition:
         isr = self.info.isr
         return not isr or isr == (self.node_id,)
 
+    def check_leader_epoch(self, known: int, epoch: int | None = None) -> ErrorCode:
+        """KIP-320 (Kafka's ``Partition.checkCurrentLeaderEpoch``): the leader epoch a client or
+        follower knows (``known``, -1 when it sent none) against this partition's (or ``epoch``,
+        the caller's image's, when given): FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH
+        when newer. The one check Fetch, ListOffsets and OffsetsForLeaderEpoch use."""
+        if epoch is None:
+            epoch = self.info.leader_epoch
+        if known < 0 or known == epoch:
+            return ErrorCode.none
+        return ErrorCode.fenced_leader_epoch if known < epoch else ErrorCode.unknown_leader_epoch
+
+    def enough_isr(self, min_isr: int) -> bool:
+        """``min.insync.replicas`` (Kafka's ``inSyncReplicaCount >= minIsr``), checked before an
+        acks=all append (NOT_ENOUGH_REPLICAS) and again when the high watermark reaches it
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND). An empty ISR has no member, so it is never enough,
+        as in Kafka (``min.insync.replicas`` is at least 1)."""
+        return len(self.info.isr) >= min_isr
+
     def update(self, info: PartitionInfo, log: "PartitionLog") -> None:
         """Follow the image: a new leader or epoch resets what this leader knows of followers."""
         old = self.info
@@ -193,6 +215,13 @@ class Partition:
         self._end_moved()
         self.maybe_increment_high_watermark(appended=True)
         return info
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords on the leader (Kafka's ``Partition.deleteRecordsOnLeader``): move the log
+        start to ``offset`` (-1: the high watermark); returns the new log start (the low
+        watermark). Raises ``OffsetOutOfRange`` above the high watermark."""
+        plog = self.log
+        return plog.delete_records_before(plog.high_watermark if offset == -1 else offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -378,6 +407,43 @@ class Partition:
         return tuple(r for r in self.info.isr if r not in out)
 
     # -- follower --------------------------------------------------------------------------
+
+    def append_as_follower(self, records: Any, now_ms: int) -> None:
+        """Append the leader's batches unchanged (Kafka's ``appendRecordsToFollowerOrFutureReplica``).
+        An empty log (a new replica, started at the leader's log start) whose first batch holds
+        its start but begins below it (DeleteRecords cut inside a batch) starts again at that
+        batch's base offset, as Kafka's does; the leader's log start is learnt after
+        (:meth:`observe_leader_log_start`). Raises what ``PartitionLog.append_as_follower`` raises."""
+        from shoal.storage.log import UnexpectedAppendOffset
+
+        plog = self.log
+        try:
+            plog.append_as_follower(records, now_ms=now_ms)
+        except UnexpectedAppendOffset as e:
+            end = plog.log_end_offset
+            last = e.first_offset + int.from_bytes(bytes(records[23:27]), "big", signed=True)  # lastOffsetDelta
+            if not (end == plog.log_start_offset and e.first_offset < end <= last):
+                raise
+            log.info("%s-%d: the leader's first batch starts at %d, below this empty log's start %d: starting there",
+                     self.topic, self.index, e.first_offset, end)
+            self.truncate_fully(e.first_offset)
+            plog.append_as_follower(records, now_ms=now_ms)
+
+    def truncate_to(self, offset: int) -> None:
+        """A follower cuts its log at ``offset`` (divergence, or ahead of the leader); at or past
+        the end too: it drops an empty epoch taken there."""
+        self.log.truncate_to(offset)
+
+    def truncate_fully(self, offset: int) -> None:
+        """A follower empties its log and starts again at ``offset`` (behind the leader's log start)."""
+        self.log.truncate_fully_and_start_at(offset)
+
+    def observe_leader_log_start(self, leader_log_start: int) -> None:
+        """A follower follows the leader's log start (its DeleteRecords or retention; Kafka's
+        ``LeaderOffsetIncremented``), never past its own high watermark."""
+        plog = self.log
+        if plog.log_start_offset < leader_log_start <= plog.high_watermark:
+            plog.delete_records_before(leader_log_start)
 
     def observe_leader_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, capped at this log's end."""

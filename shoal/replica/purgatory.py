@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Hashable, Iterable
 
+from shoal.clock import SYSTEM_CLOCK, Clock
+
 
 _TIMED_OUT = object()
 
@@ -22,7 +24,8 @@ def expire(fut: "asyncio.Future[Any]") -> None:
 
 
 class Purgatory:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock  # its timers (``ManualClock`` fires them in tests)
         # key -> the waiters on it, as an ordered set (a dict of futures to None)
         self._watchers: dict[Hashable, dict[asyncio.Future[None], None]] = {}
 
@@ -61,7 +64,7 @@ class Purgatory:
         if timeout <= 0:
             return False
         fut = self.watch(keys)
-        timer = asyncio.get_running_loop().call_later(timeout, expire, fut)
+        timer = self._clock.call_later(timeout, expire, fut)
         try:
             await fut
         finally:

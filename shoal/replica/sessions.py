@@ -49,6 +49,7 @@ import asyncio
 import secrets
 from typing import Any, Callable, Hashable, Iterable
 
+from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.replica.purgatory import expire
 
 Key = tuple[str, int]
@@ -95,15 +96,14 @@ class ReplicaSession:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait(self, timeout: float) -> bool:
+    async def wait(self, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
         """Park until a partition of the session has something to fetch (:meth:`changed` with
-        ``wake``) or ``timeout`` s pass; True when woken."""
+        ``wake``) or ``timeout`` s of ``clock`` pass; True when woken."""
         if timeout <= 0 or self.closed:
             return False
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
-        timer = loop.call_later(timeout, expire, fut)
+        timer = clock.call_later(timeout, expire, fut)
         try:
             await fut
         finally:

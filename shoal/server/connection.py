@@ -173,7 +173,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closers: list[Callable[[], None]] = []
         self.client_software: tuple[str, str] | None = None  # ApiVersions v3+
         self.replica_session: Any = None  # a follower's fetch session (shoal.handlers.fetch)
-        self.replica_order: Any = None  # its pipelined fetches' order (shoal.handlers.fetch)
+        self.replica_order: Any = None  # its pipelined fetches' order (shoal.replica.read)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from shoal.clock import ManualClock
-from shoal.handlers.fetch import _divergence
+from shoal.replica.read import divergence
 from shoal.protocol.records import build_batch
 from shoal.replica.fetcher import _truncation_offset
 from shoal.storage import LogManager
@@ -39,12 +39,12 @@ def test_a_follower_with_a_tail_of_a_lost_epoch_truncates_and_converges(tmp_path
     write(follower, [0] * 5 + [1] * 3)
     fetch_offset, last_epoch = follower.log_end_offset, follower.latest_epoch
     assert (fetch_offset, last_epoch) == (8, 1)
-    diverging = _divergence(leader, last_epoch, fetch_offset)
+    diverging = divergence(leader, last_epoch, fetch_offset)
     assert diverging == (0, 5)  # epoch 1 is unknown here: the largest below it, 0, ends at 5
     cut = _truncation_offset(SimpleNamespace(log=follower), *diverging)
     assert cut == 5
     follower.truncate_to(cut)
-    assert _divergence(leader, follower.latest_epoch, follower.log_end_offset) is None  # agrees now
+    assert divergence(leader, follower.latest_epoch, follower.log_end_offset) is None  # agrees now
     data = leader.read(follower.log_end_offset, 1 << 20, max_offset=leader.log_end_offset).records
     follower.append_as_follower(data, now_ms=0)
     assert follower.log_end_offset == leader.log_end_offset == 10
@@ -59,10 +59,10 @@ def test_a_follower_behind_in_the_same_epoch_does_not_diverge(tmp_path) -> None:
     logs = LogManager(tmp_path, clock=clock)
     leader = logs.get_or_create("t", 0)
     write(leader, [3] * 6)
-    assert _divergence(leader, 3, 4) is None  # it has a prefix of epoch 3: fetch on
-    assert _divergence(leader, 3, 6) is None
-    assert _divergence(leader, 3, 7) == (3, 6)  # more of epoch 3 than the leader: cut to 6
-    assert _divergence(leader, 4, 7) == (3, 6)  # an epoch the leader never had: agree up to its end
+    assert divergence(leader, 3, 4) is None  # it has a prefix of epoch 3: fetch on
+    assert divergence(leader, 3, 6) is None
+    assert divergence(leader, 3, 7) == (3, 6)  # more of epoch 3 than the leader: cut to 6
+    assert divergence(leader, 4, 7) == (3, 6)  # an epoch the leader never had: agree up to its end
     logs.close()
 
 
@@ -77,13 +77,13 @@ def test_an_empty_epoch_at_the_log_end_is_dropped_and_the_logs_agree(tmp_path) -
     write(follower, [0] * 5)
     follower.assign_epoch_start_offset(1)
     leader.assign_epoch_start_offset(2)
-    diverging = _divergence(leader, follower.latest_epoch, follower.log_end_offset)
+    diverging = divergence(leader, follower.latest_epoch, follower.log_end_offset)
     assert diverging == (0, 5)
     cut = _truncation_offset(SimpleNamespace(log=follower), *diverging)
     assert cut == 5 == follower.log_end_offset
     follower.truncate_to(cut)
     assert follower.latest_epoch == 0
-    assert _divergence(leader, follower.latest_epoch, follower.log_end_offset) is None
+    assert divergence(leader, follower.latest_epoch, follower.log_end_offset) is None
     leader_logs.close()
     follower_logs.close()
 

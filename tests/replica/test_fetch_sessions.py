@@ -11,7 +11,7 @@ import asyncio
 from types import SimpleNamespace
 
 from shoal.config import BrokerConfig
-from shoal.handlers.fetch import _changed
+from shoal.replica.read import changed
 from shoal.metadata import PartitionInfo
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.fetcher import ReplicaFetcher, _Fetching
@@ -126,7 +126,7 @@ async def test_progress_reaches_the_sessions_holding_the_partition_and_answers_o
     assert await parked is False
     # DeleteRecords moving the log start: told at the next answer too
     s1.take_dirty()
-    rm.log_start_moved(KEY)
+    assert rm.delete_records(p, 1) == 1 == p.log_start_offset
     assert list(s1.dirty) == [KEY]
     # a closed session answers its parked fetch at once and holds nothing
     parked = asyncio.ensure_future(s1.wait(5))
@@ -144,9 +144,9 @@ def test_a_parked_fetch_does_not_read_what_a_later_fetch_named() -> None:
     s = ReplicaSession(2)
     s.partitions = {a: at(0, since=0), b: at(0, since=2), c: at(0, since=1)}
     s.dirty = dict.fromkeys([a, b, c])
-    assert _changed(s, {c: s.partitions[c]}, 1) == {a: s.partitions[a]}  # c it reads already
+    assert changed(s, {c: s.partitions[c]}, 1) == {a: s.partitions[a]}  # c it reads already
     assert list(s.dirty) == [b]  # left for fetch 2
-    assert _changed(s, {}, 2) == {b: s.partitions[b]} and s.dirty == {}
+    assert changed(s, {}, 2) == {b: s.partitions[b]} and s.dirty == {}
 
 
 FOLLOWING = PartitionInfo(2, (2, 1), (2, 1), leader=2, leader_epoch=0)
@@ -182,7 +182,7 @@ async def test_the_fetcher_names_only_what_changed_in_its_session(rm) -> None:  
     assert p3.log_end_offset == 2
     moved = fetcher._request(cfg, ready)
     assert moved.session_epoch == 2 and named(moved) == {p3.key: 2}
-    p2.log.append_as_follower(batch(1), now_ms=0)  # a change no answer reported (there is none)...
+    p2.append_as_follower(batch(1), now_ms=0)  # a change no answer reported (there is none)...
     assert named(fetcher._request(cfg, ready)) == {}  # ...is not looked for at every request...
     fetcher._recheck_at = 0.0
     assert named(fetcher._request(cfg, ready)) == {p2.key: 1}  # ...but every RECHECK_S
@@ -221,7 +221,7 @@ async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it
     change): the ISR change marks the partition in its session, and the partition stays marked,
     read at each fetch, until the follower is back in the ISR."""
     from shoal.clock import ManualClock
-    from shoal.handlers.fetch import _keep_pending, _Read
+    from shoal.replica.read import ReadResult, keep_pending
     from shoal.replica import ReplicaManager
     from shoal.storage import LogManager
 
@@ -251,11 +251,11 @@ async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it
     m.follower_fetched(2, holder["image"], [(KEY, at(2))], clock.now_ms(), s)  # the full fetch: caught up
 
     def fetch() -> list:
-        """One of the session's fetches naming nothing: what it reads (``_changed``), then what
-        stays marked after (``_keep_pending``)."""
-        more = _changed(s, {}, s.seq)
+        """One of the session's fetches naming nothing: what it reads (``changed``), then what
+        stays marked after (``keep_pending``)."""
+        more = changed(s, {}, s.seq)
         m.follower_fetched(2, holder["image"], more.items(), clock.now_ms(), s)
-        _keep_pending(s, more, {k: _Read(ErrorCode.none, part=p) for k in more})
+        keep_pending(s, more, {k: ReadResult(ErrorCode.none, part=p) for k in more})
         return list(more)
 
     assert fetch() == [KEY]  # the high watermark its full fetch moved, to tell it
@@ -280,21 +280,21 @@ def test_a_partition_whose_follower_state_does_not_follow_the_session_stays_mark
     """A follower state reset (a new leader epoch here) or not updated (the partition was not led
     here yet when the fetch arrived) would leave an idle follower's ISR clock standing: the
     partition is read again at the next fetch, which attaches it."""
-    from shoal.handlers.fetch import _keep_pending, _Read
+    from shoal.replica.read import ReadResult, keep_pending
 
     p, f, s, t0 = caught_up_in_session(rm, 3)
-    read = {KEY: _Read(ErrorCode.none, part=p)}
+    read = {KEY: ReadResult(ErrorCode.none, part=p)}
     s.dirty.clear()  # (the high watermark its full fetch moved)
-    _keep_pending(s, {KEY: at(3)}, read)
+    keep_pending(s, {KEY: at(3)}, read)
     assert s.dirty == {}  # attached, at the log end, in the ISR: told
-    _keep_pending(s, {KEY: at(2)}, read)
+    keep_pending(s, {KEY: at(2)}, read)
     assert list(s.dirty) == [KEY]  # behind the log end: records on their way
     s.dirty.clear()
     p.followers[2].session = None  # reset
-    _keep_pending(s, {KEY: at(3)}, read)
+    keep_pending(s, {KEY: at(3)}, read)
     assert list(s.dirty) == [KEY]
     s.dirty.clear()
-    _keep_pending(s, {KEY: at(3)}, {KEY: _Read(ErrorCode.not_leader_or_follower)})
+    keep_pending(s, {KEY: at(3)}, {KEY: ReadResult(ErrorCode.not_leader_or_follower)})
     assert s.dirty == {}  # an error is told once; the follower names it again after
 
 

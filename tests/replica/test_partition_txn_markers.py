@@ -3,7 +3,7 @@ watermark and the purgatories progress as for a produce, and the LSO follows the
 
 from __future__ import annotations
 
-from test_replica_manager import SOLE, WITH_FOLLOWER, image, rm  # noqa: F401 (the fixture)
+from test_replica_manager import SOLE, WITH_FOLLOWER, image, rm, wait_out  # noqa: F401 (the fixture)
 
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch, parse_batches
@@ -36,7 +36,7 @@ async def test_marker_waits_for_the_followers_like_a_produce(rm) -> None:  # noq
     p.update_follower_fetch(2, 1, 0)
     p.append_marker(PID, 0, 0, False, 0)
     assert (p.log_end_offset, p.high_watermark, p.last_stable_offset) == (2, 1, 0)
-    assert await rm.wait_committed([("t", 1, 2, 1)], 0.01) == {("t", 1): ErrorCode.request_timed_out}
+    assert await wait_out(rm, [("t", 1, 2, 1)], 0.01) == {("t", 1): ErrorCode.request_timed_out}
     p.update_follower_fetch(2, 2, 0)
     assert (p.high_watermark, p.last_stable_offset) == (2, 2)
     assert p.log.aborted_transactions(0, 2) == [(PID, 0)]

@@ -1,7 +1,7 @@
 """Pipelined replication, the policy parts: what a leader sends a follower that keeps several
 fetches in flight (``Partition.follower_read_offset`` / ``follower_sent``), when such a follower
 counts as caught up (the ISR clock), the order in which one connection's fetches may read
-(``_ReplicaOrder``), and how a fetcher picks its depth from the round trip. The wire and the
+(``shoal.replica.read.ReplicaOrder``), and how a fetcher picks its depth from the round trip. The wire and the
 brokers are in tests/cluster/test_pipelined_replication.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from shoal.config import BrokerConfig
-from shoal.handlers.fetch import _ReplicaOrder
+from shoal.replica.read import ReplicaOrder
 from shoal.metadata import PartitionInfo
 from shoal.replica.fetcher import ReplicaFetcher
 from shoal.replica.partition import JOIN_WAIT_MIN_MS
@@ -95,7 +95,7 @@ def test_a_follower_falling_further_behind_stops_being_caught_up(rm) -> None:  #
 
 
 async def test_only_the_oldest_unanswered_fetch_of_a_connection_reads() -> None:
-    order = _ReplicaOrder()
+    order = ReplicaOrder()
     a, b, c = order.take(), order.take(), order.take()
     assert await order.turn(a, 1.0) is True
     turns: list[int] = []
@@ -119,7 +119,7 @@ async def test_only_the_oldest_unanswered_fetch_of_a_connection_reads() -> None:
 
 
 async def test_a_fetch_whose_turn_does_not_come_in_time_answers_without_reading() -> None:
-    order = _ReplicaOrder()
+    order = ReplicaOrder()
     a, b = order.take(), order.take()
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -133,7 +133,7 @@ async def test_a_fetch_whose_turn_does_not_come_in_time_answers_without_reading(
 
 
 async def test_a_cancelled_fetch_gives_its_turn_away() -> None:
-    order = _ReplicaOrder()
+    order = ReplicaOrder()
     a, b = order.take(), order.take()
     task = asyncio.ensure_future(order.turn(b, 10))
     await asyncio.sleep(0)

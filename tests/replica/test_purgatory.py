@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from shoal.clock import ManualClock
 from shoal.replica.purgatory import Purgatory
 
 
@@ -86,3 +87,30 @@ def test_a_notification_before_the_timeout_wins_and_the_timer_is_harmless() -> N
         return results
 
     assert asyncio.run(main()) == [True, True, True]
+
+
+def test_a_manual_clock_drives_the_timers() -> None:
+    """On a ManualClock a waiter times out when the clock passes its timeout, not before, and
+    whatever the real time; a notified waiter's timer is cancelled and fires nothing later."""
+    async def main() -> None:
+        clock = ManualClock()
+        p = Purgatory(clock)
+        task = asyncio.ensure_future(p.wait([("t", 0)], 5.0))
+        await asyncio.sleep(0.05)  # real time passes: nothing happens
+        clock.sleep(4.9)
+        await asyncio.sleep(0)
+        assert not task.done()
+        clock.sleep(0.2)
+        assert await asyncio.wait_for(task, 1) is False and len(p) == 0
+        fired = []
+        clock.call_later(1.0, fired.append, "b")
+        clock.call_later(0.5, fired.append, "a")
+        clock.call_later(0.7, fired.append, "x").cancel()
+        task = asyncio.ensure_future(p.wait([("t", 0)], 0.6))
+        await asyncio.sleep(0)
+        p.notify(("t", 0))
+        assert await task is True
+        clock.sleep(2.0)
+        assert fired == ["a", "b"]  # in order, the cancelled one not at all
+
+    asyncio.run(main())

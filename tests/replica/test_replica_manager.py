@@ -54,6 +54,18 @@ def rm(tmp_path):
     logs.close()
 
 
+async def wait_out(rm, waits, timeout: float) -> dict:
+    """``rm.wait_committed(waits, timeout)`` on the manager's ManualClock: still waiting just
+    before the deadline, answered once the clock passes it (the purgatory's timer fires)."""
+    waiter = asyncio.ensure_future(rm.wait_committed(waits, timeout))
+    await asyncio.sleep(0)
+    rm.clock.sleep(timeout * 0.99)
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    rm.clock.sleep(timeout * 0.02)
+    return await asyncio.wait_for(waiter, 1)
+
+
 SOLE = PartitionInfo(0, (1,), (1,), leader=1, leader_epoch=0)
 WITH_FOLLOWER = PartitionInfo(1, (1, 2), (1, 2), leader=1, leader_epoch=0)
 FOLLOWING = PartitionInfo(2, (2, 1), (2, 1), leader=2, leader_epoch=0)
@@ -84,7 +96,7 @@ async def test_acks_all_waits_for_every_isr_member(rm) -> None:
     p = rm.leader("t", WITH_FOLLOWER)
     p.append_as_leader(batch(2), 0)
     assert p.high_watermark == 0  # follower 2 has not fetched in this epoch
-    assert await rm.wait_committed([("t", 1, 2, 1)], 0.01) == {("t", 1): ErrorCode.request_timed_out}
+    assert await wait_out(rm, [("t", 1, 2, 1)], 30) == {("t", 1): ErrorCode.request_timed_out}
     waiter = asyncio.ensure_future(rm.wait_committed([("t", 1, 2, 2)], 5))
     await asyncio.sleep(0)
     p.update_follower_fetch(2, 1, now_ms=10)  # has offset 0 only: HW 1, not yet 2
@@ -112,6 +124,29 @@ async def test_acks_all_fails_when_leadership_moves_or_the_isr_shrinks_meanwhile
     # leadership moves before the follower has it: the producer must retry elsewhere, at once
     rm.publish(image([PartitionInfo(1, (1, 2), (2,), leader=2, leader_epoch=1, partition_epoch=3)], epoch=4))
     assert await asyncio.wait_for(waiter, 1) == {("t", 1): ErrorCode.not_leader_or_follower}
+
+
+async def test_an_empty_isr_is_not_enough_replicas_before_or_after_the_append(rm) -> None:
+    """Kafka's rule (inSyncReplicaCount < minIsr) with no ISR member: acks=all is refused before
+    the append and, had it got in, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (the produce handler
+    and the acks=all purgatory once disagreed here: the purgatory counted the leader)."""
+    empty = PartitionInfo(0, (1,), (), leader=1, leader_epoch=0)
+    rm.publish(image([empty]))
+    p = rm.leader("t", empty)
+    assert not p.enough_isr(1) and not rm.enough_replicas(p, 1)
+    p.append_as_leader(batch(1), 0)
+    assert p.high_watermark == 1  # the leader alone commits (metadata from before ISRs were kept)
+    assert await rm.wait_committed([("t", 0, 1, 1)], 1) == {("t", 0): ErrorCode.not_enough_replicas_after_append}
+    rm.publish(image([SOLE], epoch=2))
+    assert p.enough_isr(1) and not p.enough_isr(2)
+
+
+def test_the_leader_epoch_check_fences_older_and_refuses_newer(rm) -> None:
+    rm.publish(image([PartitionInfo(0, (1,), (1,), leader=1, leader_epoch=5)]))
+    p = rm.partition("t", 0)
+    assert [p.check_leader_epoch(k) for k in (-1, 5, 4, 6)] == [
+        ErrorCode.none, ErrorCode.none, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch]
+    assert p.check_leader_epoch(5, 6) == ErrorCode.fenced_leader_epoch  # judged by the caller's image
 
 
 async def test_isr_expands_when_a_follower_catches_up_and_shrinks_when_it_lags(tmp_path) -> None:
