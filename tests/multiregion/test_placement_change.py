@@ -120,14 +120,14 @@ def test_the_admin_decision_refuses_tenants_and_placements_the_brokers_cannot_ho
     topic = img.topics["t"]
     dc2_heavy = spec([("dc2", 2), ("dc1", 1)]).to_json()
     with pytest.raises(AdminError) as e:
-        _placement_change(Scope(False), img, topic, dc2_heavy)
+        _placement_change(Scope(False), img, topic, dc2_heavy, frozenset())
     assert e.value.code == "POLICY_VIOLATION" and "operator actions" in str(e.value.message)
-    assert _placement_change(Scope(True), img, topic, dc2_heavy) == [((3, 4, 1), ())]
+    assert _placement_change(Scope(True), img, topic, dc2_heavy, frozenset()) == [((3, 4, 1), ())]
     with pytest.raises(AdminError) as e:
-        _placement_change(Scope(True), img, topic, spec([("dc3", 2)]).to_json())
+        _placement_change(Scope(True), img, topic, spec([("dc3", 2)]).to_json(), frozenset())
     assert e.value.code == "INVALID_REPLICATION_FACTOR" and "rack 'dc3' has 1 broker" in e.value.message
     with pytest.raises(AdminError) as e:
-        _placement_change(Scope(True), img, topic, '{"version": 7}')
+        _placement_change(Scope(True), img, topic, '{"version": 7}', frozenset())
     assert e.value.code == "INVALID_CONFIG"
 
 
