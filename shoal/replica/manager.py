@@ -327,10 +327,8 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await cancel_and_wait(list(self._creators))
-        await self.fetchers.stop()
+        await self.stop_replication()
         await cancel_and_wait([self._isr_task])
-        if self.isr_changes is not None:
-            await self.isr_changes.stop()
 
     # -- metrics ---------------------------------------------------------------------------
 
