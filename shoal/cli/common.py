@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from shoal.cli.hints import client_props  # noqa: F401  (the commands take it from here)
+
 if TYPE_CHECKING:
     from shoal.client import AdminClient
 
@@ -35,16 +37,6 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--command-config", metavar="FILE",
                    help="Kafka client properties for SSL/SASL listeners (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
-
-
-def client_props(path: str | None) -> dict[str, str]:
-    """The Kafka client properties in the ``--command-config`` file (``{}`` without one)."""
-    if path is None:
-        return {}
-    from shoal.config import parse_properties
-
-    with open(path, encoding="utf-8") as f:
-        return parse_properties(f.read())
 
 
 def run_admin(args: argparse.Namespace, name: str, client_id: str,

@@ -36,14 +36,21 @@ SASL_PROPS = "security.protocol=SASL_PLAINTEXT (SASL_SSL on TLS), sasl.mechanism
 
 def props_of(args: Any) -> dict[str, str]:
     """The ``--command-config`` properties of ``args`` ({} when none or unreadable)."""
-    from shoal.config import parse_properties  # (not cli.common's reader: common imports this module)
-
-    path = getattr(args, "command_config", None)
     try:
-        with open(path, encoding="utf-8") as f:
-            return parse_properties(f.read())
-    except (TypeError, OSError, ValueError):  # (TypeError: no path)
+        return client_props(getattr(args, "command_config", None))
+    except (OSError, ValueError):
         return {}
+
+
+def client_props(path: str | None) -> dict[str, str]:
+    """The Kafka client properties in the ``--command-config`` file (``{}`` without one). Here,
+    not in ``cli.common`` (which re-exports it): common imports this module."""
+    if path is None:
+        return {}
+    from shoal.config import parse_properties
+
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
 
 
 def _principal(props: Mapping[str, str]) -> str:
