@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shoal.storage.fs import FileSystem
-    from shoal.storage.log import Segment
+    from shoal.storage.segment import Segment
 
 
 def default_max_open_files() -> int:

@@ -101,7 +101,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import zlib
 from bisect import bisect_left, bisect_right
@@ -148,7 +147,7 @@ from shoal.storage.epochs import (
     encode_checkpoint,
 )
 from shoal.storage.fs import DEFAULT_FS, FileSystem
-from shoal.storage.index import TIME_ENTRY, OffsetIndex, TimeIndex
+from shoal.storage.index import OffsetIndex, TimeIndex
 from shoal.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     BatchMetadata,
@@ -157,6 +156,15 @@ from shoal.storage.producer_state import (
     SnapshotError,
     last_sequence,
     snapshot_name,
+)
+from shoal.storage.segment import (
+    INT32_MAX,
+    LAST_OFFSET_DELTA,
+    LOD_AT,
+    PREFIX,
+    Segment,
+    iter_headers,
+    whole_batches,
 )
 from shoal.storage.txn_index import (
     SUFFIX as TXN_SUFFIX,
@@ -169,27 +177,7 @@ from shoal.storage.txn_index import (
 
 log = logging.getLogger("shoal.storage.log")
 
-INT32_MAX = 2**31 - 1
-_READ_CHUNK = 64 * 1024
 _MIN_READ = 16 * 1024
-_RECOVERY_CHUNK = 8 * 1024 * 1024
-_PREFIX = struct.Struct(">qi")
-_LOD = struct.Struct(">i")
-_LAST_TIME_ENTRY = struct.Struct(">qI")
-_LOD_AT = 23  # lastOffsetDelta's position in a batch
-
-
-def _whole_batches(buf: bytes, i: int, avail: int, limit: int) -> int:
-    """End of the whole batches from ``i`` that fit before ``avail`` and end below offset ``limit``."""
-    unpack = _PREFIX.unpack_from
-    lod = _LOD.unpack_from
-    while i + HEADER_SIZE <= avail:
-        b, length = unpack(buf, i)
-        size = length + LOG_OVERHEAD
-        if length < HEADER_SIZE - LOG_OVERHEAD or i + size > avail or b + lod(buf, i + _LOD_AT)[0] >= limit:
-            break
-        i += size
-    return i
 
 
 class _PassAbandoned(Exception):
@@ -276,69 +264,6 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not part.isdigit() or (len(part) > 1 and part[0] == "0"):
         return None
     return topic, int(part)
-
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}"
-
-
-class Segment:
-    """One ``.log`` file and its indexes. ``None`` fields are not loaded yet."""
-
-    __slots__ = (
-        "base",
-        "size",
-        "prefix",
-        "lock",
-        "oi",
-        "ti",
-        "max_ts",
-        "max_ts_offset",
-        "rolling_ts",
-        "created_ms",
-        "jitter_ms",
-        "bytes_since_index",
-        "fd",
-        "fd_writable",
-        "ready",
-        "txn",
-    )
-
-    def __init__(self, directory: str, base: int, size: int, lock: threading.Lock, created_ms: int, jitter_ms: int):
-        self.base = base
-        self.size = size
-        self.prefix = os.path.join(directory, segment_name(base))
-        self.lock = lock
-        self.oi: OffsetIndex | None = None
-        self.ti: TimeIndex | None = None
-        self.max_ts: int | None = None  # largest batch maxTimestamp, -1 if none
-        self.max_ts_offset = base  # last offset of the first batch that reached max_ts
-        self.rolling_ts: int | None = None  # first batch's maxTimestamp, -1 if empty
-        self.created_ms = created_ms
-        self.jitter_ms = jitter_ms
-        self.bytes_since_index = 0
-        self.fd = -1
-        self.fd_writable = False
-        self.ready = False  # active and prepared: indexes pinned in memory, stats known
-        self.txn: TxnIndex | None = None  # aborted transactions, loaded on demand
-
-    def __repr__(self) -> str:
-        return f"Segment({self.prefix}, size={self.size})"
-
-
-@dataclass(slots=True)
-class _Scan:
-    """What a full scan of a segment found (recovery and index rebuild)."""
-
-    oi: OffsetIndex
-    ti: TimeIndex
-    valid_bytes: int
-    file_size: int
-    next_offset: int
-    max_ts: int
-    max_ts_offset: int
-    rolling_ts: int
-    bytes_since_index: int
 
 
 class PartitionLog:
@@ -478,7 +403,7 @@ class PartitionLog:
             self._log_start = start
             self._recovery_point = start
             self._hw = start
-            self._make_ready_empty(seg)
+            seg.make_ready_empty()
             self._snapshots = sorted(snapshots)
             self._load_producer_state(False)
             if not fresh and self._read_epoch_checkpoint():
@@ -550,7 +475,7 @@ class PartitionLog:
             if seg.size == 0:
                 continue
             fd = self._handles.get(seg)
-            for _p, h in self._iter_headers(fd, 0, seg.size):
+            for _p, h in iter_headers(self._fs, fd, 0, seg.size):
                 if h.partition_leader_epoch > epochs.latest_epoch:
                     epochs.assign(h.partition_leader_epoch, h.base_offset)
 
@@ -629,10 +554,10 @@ class PartitionLog:
         j = first
         while j < len(segs):
             seg = segs[j]
-            scan = self._scan_segment(seg, truncate=True, min_offset=next_offset, epochs=epochs)
+            scan = seg.scan(self._fs, self._interval, truncate=True, min_offset=next_offset, epochs=epochs)
             self._size += scan.valid_bytes - seg.size
             seg.size = scan.valid_bytes
-            self._adopt_scan(seg, scan)
+            seg.adopt(scan)
             next_offset = scan.next_offset
             if scan.valid_bytes < scan.file_size and j + 1 < len(segs):
                 # Everything after a corrupt batch goes, as in Kafka's recovery.
@@ -643,7 +568,7 @@ class PartitionLog:
                 del segs[j + 1 :]
                 del self._bases[j + 1 :]
             if j + 1 < len(segs):
-                self._write_indexes(seg)
+                seg.write_indexes(self._fs)
                 seg.oi = seg.ti = None  # loaded again on demand, into the shared cache
             j += 1
         active = segs[-1]
@@ -833,7 +758,7 @@ class PartitionLog:
                 offset = base
                 for i, (p, h) in enumerate(zip(positions, validated.headers)):
                     blast = offset + h.last_offset_delta
-                    self._track_batch(seg, blast, pos + p, h.size, lat if lat is not None else h.max_timestamp)
+                    seg.track_batch(blast, pos + p, h.size, lat if lat is not None else h.max_timestamp, self._interval)
                     if lat is None and i == validated.max_timestamp_index:
                         offset_of_max = blast
                     offset = blast + 1
@@ -1056,7 +981,7 @@ class PartitionLog:
                 if not run:
                     run_from, run_pos = p, seg.size
                 run.append(h)
-                self._track_batch(seg, last, seg.size, size, bmax)
+                seg.track_batch(last, seg.size, size, bmax, self._interval)
                 if seg.size == 0:
                     seg.rolling_ts = bmax
                 seg.size += size
@@ -1078,8 +1003,8 @@ class PartitionLog:
             self._write_at(seg, data, pos)
         except OSError:
             try:
-                scan = self._scan_segment(seg, truncate=True, min_offset=seg.base)
-                self._adopt_scan(seg, scan)
+                scan = seg.scan(self._fs, self._interval, truncate=True, min_offset=seg.base)
+                seg.adopt(scan)
                 seg.size = scan.valid_bytes
             except OSError:
                 pass
@@ -1126,17 +1051,6 @@ class PartitionLog:
             or self._time_to_roll(seg, msg_ts, now_ms)
         )
 
-    def _track_batch(self, seg: Segment, last: int, pos: int, size: int, max_ts: int) -> None:
-        """The segment's largest timestamp and sparse indexes learn a batch written at ``pos``."""
-        if max_ts > seg.max_ts:  # type: ignore[operator]
-            seg.max_ts = max_ts
-            seg.max_ts_offset = last
-        if seg.bytes_since_index > self._interval:
-            seg.oi.append(last - seg.base, pos)  # type: ignore[union-attr]
-            seg.ti.maybe_append(seg.max_ts, seg.max_ts_offset - seg.base)  # type: ignore[union-attr,arg-type]
-            seg.bytes_since_index = 0
-        seg.bytes_since_index += size
-
     def _time_to_roll(self, seg: Segment, msg_ts: int, now_ms: int) -> bool:
         rts = seg.rolling_ts
         waited = msg_ts - rts if rts is not None and rts >= 0 else now_ms - seg.created_ms
@@ -1150,15 +1064,6 @@ class PartitionLog:
             key = f"{self.topic}-{self.partition}-{base}".encode()
             jitter = zlib.crc32(key) % min(cfg.segment_jitter_ms, max(cfg.segment_ms, 1))
         return Segment(self.directory, base, 0, self._lock, now_ms, jitter)
-
-    def _make_ready_empty(self, seg: Segment) -> None:
-        seg.oi = OffsetIndex()
-        seg.ti = TimeIndex()
-        seg.max_ts = -1
-        seg.max_ts_offset = seg.base
-        seg.rolling_ts = -1
-        seg.bytes_since_index = 0
-        seg.ready = True
 
     def _prepare_active(self, seg: Segment) -> None:
         """Pin the active segment's indexes and learn what appends need (under the lock)."""
@@ -1189,11 +1094,11 @@ class PartitionLog:
                 self._prepare_active(old)
             if old.max_ts is not None and old.max_ts >= 0:
                 old.ti.maybe_append(old.max_ts, old.max_ts_offset - old.base)  # type: ignore[union-attr]
-            self._write_indexes(old)
+            old.write_indexes(self._fs)
         base = self._leo
         new = self._new_segment(base, now_ms)
         fd = self._fs.open(new.prefix + ".log", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        self._make_ready_empty(new)
+        new.make_ready_empty()
         self._handles.adopt(new, fd, writable=True)
         old.ready = False
         if old.oi is not None and old.ti is not None:
@@ -1258,10 +1163,10 @@ class PartitionLog:
                 if oi.is_sane(seg.size, max_rel) and ti.is_sane(max_rel):
                     loaded = (oi, ti)
         if loaded is None:
-            scan = self._scan_segment(seg, truncate=False, min_offset=seg.base)
-            self._adopt_scan(seg, scan)
+            scan = seg.scan(self._fs, self._interval, truncate=False, min_offset=seg.base)
+            seg.adopt(scan)
             if not seg.ready:
-                self._write_indexes(seg)
+                seg.write_indexes(self._fs)
             oi, ti = scan.oi, scan.ti
         else:
             oi, ti = loaded
@@ -1275,53 +1180,17 @@ class PartitionLog:
             self._index_cache.add(seg, oi.nbytes() + ti.nbytes())
         return oi, ti
 
-    def _adopt_scan(self, seg: Segment, scan: _Scan) -> None:
-        seg.oi = scan.oi
-        seg.ti = scan.ti
-        seg.max_ts = scan.max_ts
-        seg.max_ts_offset = scan.max_ts_offset
-        seg.rolling_ts = scan.rolling_ts
-        seg.bytes_since_index = scan.bytes_since_index
-
-    def _write_indexes(self, seg: Segment) -> None:
-        if seg.oi is None or seg.ti is None:
-            return
-        self._fs.write_file(seg.prefix + ".index", seg.oi.to_bytes())
-        self._fs.write_file(seg.prefix + ".timeindex", seg.ti.to_bytes())
-
     def _segment_max_ts(self, seg: Segment) -> int:
         """Largest timestamp in the segment (-1 if none), from memory or the time index's tail."""
         if seg.max_ts is not None:
             return seg.max_ts
-        entry = self._read_last_time_entry(seg)
+        entry = seg.read_last_time_entry(self._fs, self._next_offset_of(seg) - 1 - seg.base)
         if entry is not None:
             seg.max_ts, rel = entry
             seg.max_ts_offset = seg.base + rel
             return seg.max_ts
         self._ensure_indexes(seg)
         return seg.max_ts if seg.max_ts is not None else -1
-
-    def _read_last_time_entry(self, seg: Segment) -> tuple[int, int] | None:
-        fs = self._fs
-        try:
-            fd = fs.open(seg.prefix + ".timeindex", os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            size = fs.fsize(fd)
-            if size % TIME_ENTRY:
-                return None
-            if size == 0:
-                return (-1, 0) if seg.size > 0 else None
-            data = fs.pread(fd, TIME_ENTRY, size - TIME_ENTRY)
-        finally:
-            fs.close(fd)
-        if len(data) != TIME_ENTRY:
-            return None
-        ts, rel = _LAST_TIME_ENTRY.unpack(data)
-        if rel > self._next_offset_of(seg) - 1 - seg.base:
-            return None
-        return ts, rel
 
     def _largest_timestamp(self, seg: Segment) -> int:
         """Kafka's ``LogSegment.largestTimestamp``: the max timestamp, else the file's mtime."""
@@ -1334,86 +1203,6 @@ class PartitionLog:
             return 0
 
     # -- scanning --------------------------------------------------------------------------------
-
-    def _scan_segment(
-        self, seg: Segment, *, truncate: bool, min_offset: int, epochs: LeaderEpochCache | None = None
-    ) -> _Scan:
-        """Read the whole segment, verifying every batch; rebuild its indexes. With ``truncate``,
-        cut the file at the first torn or corrupt batch. ``epochs`` learns the batches' epochs."""
-        fs = self._fs
-        fd = fs.open(seg.prefix + ".log", os.O_RDWR if truncate else os.O_RDONLY)
-        try:
-            file_size = fs.fsize(fd)
-            base = seg.base
-            oi = OffsetIndex()
-            ti = TimeIndex()
-            interval = self._interval
-            pos = 0
-            last_entry = 0
-            max_ts = -1
-            max_ts_offset = base
-            rolling = -1
-            expected = max(min_offset, base)
-            next_offset = base
-            chunk = _RECOVERY_CHUNK
-            bad = False
-            while pos < file_size and not bad:
-                data = fs.pread(fd, min(chunk, file_size - pos), pos)
-                if not data:
-                    break
-                batches, end, problem = scan_batches(data, 0, verify_crc=True)
-                for bpos, h in batches:
-                    if h.base_offset < expected or h.last_offset - base > INT32_MAX:
-                        end = bpos
-                        problem = InvalidRecords("CORRUPT_MESSAGE", "offsets out of order")
-                        break
-                    p = pos + bpos
-                    if p == 0:
-                        rolling = h.max_timestamp
-                    if h.max_timestamp > max_ts:
-                        max_ts = h.max_timestamp
-                        max_ts_offset = h.last_offset
-                    if p - last_entry > interval:
-                        oi.append(h.last_offset - base, p)
-                        ti.maybe_append(max_ts, max_ts_offset - base)
-                        last_entry = p
-                    expected = next_offset = h.last_offset + 1
-                    if epochs is not None and h.partition_leader_epoch > epochs.latest_epoch:
-                        epochs.assign(h.partition_leader_epoch, h.base_offset)
-                chunk_end = pos + len(data)
-                pos += end
-                if problem is None:
-                    continue
-                if is_truncation(problem) and chunk_end < file_size:
-                    # Cut by our read, not by the file: read again from the batch, whole.
-                    if len(data) - end >= LOG_OVERHEAD:
-                        declared = _PREFIX.unpack_from(data, end)[1] + LOG_OVERHEAD
-                        chunk = max(chunk, declared)
-                    continue
-                bad = True
-            if truncate and pos < file_size:
-                fs.ftruncate(fd, pos)
-        finally:
-            fs.close(fd)
-        ti.maybe_append(max_ts, max_ts_offset - base)
-        return _Scan(oi, ti, pos, file_size, next_offset, max_ts, max_ts_offset, rolling, pos - last_entry)
-
-    def _iter_headers(self, fd: int, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of each batch from ``pos`` to ``end``, reading only around headers."""
-        pread = self._fs.pread
-        while pos + HEADER_SIZE <= end:
-            data = pread(fd, min(_READ_CHUNK, end - pos), pos)
-            n = len(data)
-            rel = 0
-            while rel + HEADER_SIZE <= n:
-                h = read_header(data, rel)
-                if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-                    return
-                yield pos + rel, h
-                rel += h.batch_length + LOG_OVERHEAD
-            if rel == 0:
-                return
-            pos += rel
 
     # -- read ------------------------------------------------------------------------------------
 
@@ -1495,10 +1284,10 @@ class PartitionLog:
                 n = len(buf)
                 if n < HEADER_SIZE:
                     return None
-            b, length = _PREFIX.unpack_from(buf, rel)
+            b, length = PREFIX.unpack_from(buf, rel)
             if length < HEADER_SIZE - LOG_OVERHEAD:
                 return None  # garbage: nothing readable past here
-            last = b + _LOD.unpack_from(buf, rel + _LOD_AT)[0]
+            last = b + LAST_OFFSET_DELTA.unpack_from(buf, rel + LOD_AT)[0]
             if last >= offset:
                 break
             rel += length + LOG_OVERHEAD
@@ -1512,17 +1301,17 @@ class PartitionLog:
         start = cstart + rel
         stop_at = min(start + budget, end)
         if stop_at <= cstart + n:
-            stop = _whole_batches(buf, rel, stop_at - cstart, limit)
+            stop = whole_batches(buf, rel, stop_at - cstart, limit)
             return buf if rel == 0 and stop == n else buf[rel:stop]
         # A long read: skip to the last indexed batch that is inside the range and below limit.
         i = min(bisect_right(oi.pos, stop_at), bisect_left(oi.rel, limit - base)) - 1
         q = oi.pos[i] if i >= 0 else 0
         if q <= start:
             data = pread(fd, stop_at - start, start)
-            stop = _whole_batches(data, 0, len(data), limit)
+            stop = whole_batches(data, 0, len(data), limit)
             return data if stop == len(data) else data[:stop]
         tail = pread(fd, stop_at - q, q)
-        stop = q + _whole_batches(tail, 0, len(tail), limit)
+        stop = q + whole_batches(tail, 0, len(tail), limit)
         return pread(fd, stop - start, start)
 
     # -- timestamps ------------------------------------------------------------------------------
@@ -1566,7 +1355,7 @@ class PartitionLog:
             start_offset = max(seg.base + ti.lookup(timestamp), log_start, after + 1)
             fd = self._handles.get(seg)
             pos = oi.lookup(max(start_offset - seg.base, 0))
-            for p, h in self._iter_headers(fd, pos, seg.size):
+            for p, h in iter_headers(self._fs, fd, pos, seg.size):
                 if h.max_timestamp < timestamp or h.last_offset < log_start or h.last_offset <= after:
                     continue
                 return self._fs.pread(fd, h.size, p), h, log_start
@@ -1610,7 +1399,7 @@ class PartitionLog:
             oi, _ti = self._ensure_indexes(best)
             fd = self._handles.get(best)
             pos = oi.lookup(best.max_ts_offset - best.base)
-            for p, h in self._iter_headers(fd, pos, best.size):
+            for p, h in iter_headers(self._fs, fd, pos, best.size):
                 if h.max_timestamp == best_ts:
                     break
             else:
@@ -1792,10 +1581,10 @@ class PartitionLog:
             fd = self._handles.get(seg, writable=True)
             self._fs.ftruncate(fd, cut)
             self._index_cache.forget(seg)
-            scan = self._scan_segment(seg, truncate=True, min_offset=seg.base)
+            scan = seg.scan(self._fs, self._interval, truncate=True, min_offset=seg.base)
             self._size += scan.valid_bytes - seg.size
             seg.size = scan.valid_bytes
-            self._adopt_scan(seg, scan)
+            seg.adopt(scan)
             seg.ready = True
             self._leo = scan.next_offset if seg.size else seg.base
             self._txn_of(seg).truncate_to(self._fs, self._leo)
@@ -1815,7 +1604,7 @@ class PartitionLog:
             self._retire_segment(seg, self._now_ms)
         seg = self._new_segment(offset, self._now_ms)
         fd = self._fs.open(seg.prefix + ".log", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        self._make_ready_empty(seg)
+        seg.make_ready_empty()
         self._handles.adopt(seg, fd, writable=True)
         self._segments = [seg]
         self._bases = [offset]
@@ -1855,7 +1644,7 @@ class PartitionLog:
         """Position of the first batch in ``seg`` whose last offset reaches ``offset``, else its size."""
         oi, _ti = self._ensure_indexes(seg)
         fd = self._handles.get(seg)
-        for p, h in self._iter_headers(fd, oi.lookup(offset - seg.base), seg.size):
+        for p, h in iter_headers(self._fs, fd, oi.lookup(offset - seg.base), seg.size):
             if h.last_offset >= offset:
                 return p
         return seg.size
@@ -2218,7 +2007,7 @@ class PartitionLog:
             return
         if active.max_ts is not None and active.max_ts >= 0:
             active.ti.maybe_append(active.max_ts, active.max_ts_offset - active.base)
-        self._write_indexes(active)
+        active.write_indexes(self._fs)
         self._persisted = (active.base, active.size, len(active.oi), len(active.ti))
 
     def close(self, *, flush: bool = True, synced: bool = False) -> None:
@@ -2387,7 +2176,7 @@ class PartitionLog:
                 continue
             pos = seg.oi.lookup(start - seg.base) if seg.oi is not None and start > seg.base else 0
             fd = self._handles.get(seg)
-            for p, h in self._iter_headers(fd, pos, seg.size):
+            for p, h in iter_headers(self._fs, fd, pos, seg.size):
                 if h.base_offset >= end:
                     return
                 if h.base_offset < start:
