@@ -14,13 +14,13 @@ from shoal.storage.log import (
     OffsetOutOfRange,
     PartitionLog,
     PartitionState,
-    ProducerInfo,
     ReadInfo,
     UnexpectedAppendOffset,
     parse_partition_dir,
 )
 from shoal.storage.manager import LogManager, MaintenanceReport
 from shoal.storage.producer_state import ProducerStateError
+from shoal.storage.transactions import ProducerInfo
 
 __all__ = [
     "AppendInfo",
