@@ -2,8 +2,10 @@
 
 Kafka's ``Partition`` is the model. A ``Partition`` exists on every broker that is one of the
 partition's replicas (``PartitionInfo.replicas``); the metadata image says who leads, in which
-epoch, and who is in the ISR, and :meth:`Partition.update` follows it. Everything else in the
-broker reaches the partition's log through this object.
+epoch, and who is in the ISR, and :meth:`Partition.update` follows it. The rest of the broker
+reaches the partition's log through this object: only the replica layer writes it
+(``PartitionStorage``); handlers and other layers read it through :attr:`Partition.view`
+(``LogView``).
 
 Invariants:
 
@@ -29,7 +31,7 @@ from shoal.placement.promotion import observer_isr
 from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from shoal.storage import AppendInfo, PartitionLog
+    from shoal.storage import AppendInfo, LogView, PartitionStorage
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class Partition:
         topic: str,
         index: int,
         node_id: int,
-        log: "PartitionLog",
+        log: "PartitionStorage",
         info: PartitionInfo,
         on_progress: Callable[["Partition", bool], None],
         now_ms: Callable[[], int],
@@ -137,6 +139,12 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    @property
+    def view(self) -> "LogView":
+        """The log, read-only: what handlers and other layers read (offsets, sizes, epochs,
+        producers, timestamp lookups); only this layer writes it, through this object."""
+        return self.log
+
     def _sole_member(self) -> bool:
         isr = self.info.isr
         return not isr or isr == (self.node_id,)
@@ -159,7 +167,7 @@ class Partition:
         as in Kafka (``min.insync.replicas`` is at least 1)."""
         return len(self.info.isr) >= min_isr
 
-    def update(self, info: PartitionInfo, log: "PartitionLog") -> None:
+    def update(self, info: PartitionInfo, log: "PartitionStorage") -> None:
         """Follow the image: a new leader or epoch resets what this leader knows of followers."""
         old = self.info
         self.log = log

@@ -21,6 +21,7 @@ from shoal.storage.log import (
 from shoal.storage.manager import LogManager, MaintenanceReport
 from shoal.storage.producer_state import ProducerStateError
 from shoal.storage.transactions import ProducerInfo
+from shoal.storage.view import LogView, PartitionStorage
 
 __all__ = [
     "AppendInfo",
@@ -31,10 +32,12 @@ __all__ = [
     "LogClosed",
     "LogConfig",
     "LogManager",
+    "LogView",
     "MaintenanceReport",
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionState",
+    "PartitionStorage",
     "ProducerInfo",
     "ProducerStateError",
     "ReadInfo",
