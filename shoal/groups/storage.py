@@ -133,7 +133,7 @@ class BrokerCoordinatorLog:
         part = self._replicas.partition(self.topic, partition)
         if part is None:
             return
-        plog = part.log
+        plog = part.view
         offset = plog.log_start_offset
         end = plog.log_end_offset  # Kafka's loader reads to the log end offset too
         while offset < end:
@@ -153,7 +153,7 @@ class BrokerCoordinatorLog:
         part = self._replicas.partition(self.topic, partition)
         if part is None:
             return
-        plog = part.log
+        plog = part.view
         offset = plog.log_start_offset
         end = plog.log_end_offset
         while offset < end:

@@ -44,7 +44,7 @@ async def handle_describe_log_dirs(ctx, req):
         visible = scope.visible(part.topic)
         if visible is None or (wanted is not None and part.key not in wanted):
             continue
-        plog = part.log
+        plog = part.view
         by_topic.setdefault(visible, []).append(build(
             mod.DescribeLogDirsPartition, partition_index=part.index, partition_size=plog.size_bytes,
             offset_lag=max(0, plog.high_watermark - plog.log_end_offset), is_future_key=False))

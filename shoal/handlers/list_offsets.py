@@ -66,7 +66,7 @@ async def handle_list_offsets(ctx, req):
             if code == ErrorCode.none:
                 code = part.check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
             if code == ErrorCode.none:
-                plog = part.log
+                plog = part.view
                 target = p.timestamp
                 fetchable = plog.last_stable_offset if committed else plog.high_watermark
                 if target == LATEST:

@@ -243,7 +243,7 @@ async def _verify_txn(ctx, req, coord) -> ErrorCode:
     partition = coord.partition_for(group)
     topic = svc.metadata.image.topic(OFFSETS_TOPIC)
     part = svc.replicas.leader(OFFSETS_TOPIC, topic.partitions[partition]) if topic is not None else None
-    if part is not None and part.log.ongoing_txn_first_offset(req.producer_id) is not None:
+    if part is not None and part.view.ongoing_txn_first_offset(req.producer_id) is not None:
         return ErrorCode.none
     from shoal.handlers.produce import verification_error  # the producer's view of a refusal
 

@@ -53,7 +53,7 @@ async def handle_offsets_for_leader_epoch(ctx, req):
                 else:
                     code = part.check_leader_epoch(p.current_leader_epoch)
                     if code == ErrorCode.none:
-                        epoch, end = part.log.end_offset_for_epoch(p.leader_epoch)
+                        epoch, end = part.view.end_offset_for_epoch(p.leader_epoch)
             parts.append(build(mod.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch,
                                end_offset=end))
         topics.append(build(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))

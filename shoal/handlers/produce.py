@@ -143,7 +143,7 @@ async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorC
             pid, epoch = _BATCH_PRODUCER.unpack_from(data, 43)
             # Kafka's hasOngoingTransaction(producerId, epoch): an ongoing transaction of this
             # producer at this epoch needs no check; another epoch (a bump, a zombie) does
-            if part.log.ongoing_txn_first_offset(pid) is not None and part.log.producer_epoch(pid) == epoch:
+            if part.view.ongoing_txn_first_offset(pid) is not None and part.view.producer_epoch(pid) == epoch:
                 continue
             need.setdefault((pid, epoch), []).append((physical, p.index))
     if not need:
@@ -232,7 +232,7 @@ async def handle_produce(ctx, req):
                 failed = True
                 continue
             if acks == -1:
-                min_isr = int(part.log.config.min_insync_replicas)  # the topic's, or inherited
+                min_isr = int(part.view.config.min_insync_replicas)  # the topic's, or inherited
                 if not svc.replicas.enough_replicas(part, min_isr):  # and min.insync.racks
                     parts.append(_partition_response(mod, p.index, ErrorCode.not_enough_replicas))
                     failed = True

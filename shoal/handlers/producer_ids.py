@@ -244,7 +244,7 @@ async def handle_describe_producers(ctx, req):
                             coordinator_epoch=p.coordinator_epoch,
                             current_txn_start_offset=p.current_txn_start_offset,
                         )
-                        for p in sorted(part.log.active_producers(), key=lambda p: p.producer_id)
+                        for p in sorted(part.view.active_producers(), key=lambda p: p.producer_id)
                     )
             parts.append(
                 build(

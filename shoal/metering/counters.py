@@ -233,7 +233,7 @@ class Sampler:
         for p in broker.replicas.hosted():
             tenant = owner_tenant(p.topic, image.tenants) or ""
             d = g(tenant)
-            size = p.log.size_bytes
+            size = p.view.size_bytes
             d["replica_storage_bytes"] += size
             if p.is_leader:
                 d["partitions_led"] += 1

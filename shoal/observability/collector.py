@@ -197,7 +197,7 @@ class BrokerCollector:
         rows: dict[str, list[tuple[tuple[str, str, str], int]]] = {
             k: [] for k in ("size", "segments", "start", "end", "hw", "leader", "isr")}
         for p in sorted(replicas.hosted(), key=lambda p: p.key):
-            log = p.log
+            log = p.view
             tenant, topic = split_name(p.topic, image.tenants)
             values = (tenant, topic, str(p.index))
             rows["size"].append((values, log.size_bytes))

@@ -40,7 +40,7 @@ from shoal.replica.partition import Partition
 from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
 from shoal.replica.sessions import ReplicaSession, SessionIndex
-from shoal.storage import LogConfig, LogManager, PartitionLog
+from shoal.storage import LogConfig, LogManager, LogView
 from shoal.tenancy.namespaces import changed_config_prefixes, topic_overrides
 
 if TYPE_CHECKING:
@@ -138,8 +138,8 @@ class ReplicaManager:
     def hosted(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def partition_logs(self) -> list[PartitionLog]:
-        """Every local log (leaders' and followers')."""
+    def partition_logs(self) -> list[LogView]:
+        """Every local log (leaders' and followers'), read-only."""
         return self.logs.logs()
 
     # -- delayed operations ----------------------------------------------------------------
