@@ -120,10 +120,7 @@ class BrokerCoordinatorLog:
         part, code = self._leader(partition)
         if part is None:
             return code
-        plog = part.log
-        now_ms = self._clock.now_ms()
-        if plog.flush_due(now_ms):
-            await asyncio.to_thread(plog.maybe_flush, now_ms)
+        await part.flush_if_due(self._clock.now_ms())
         if part.high_watermark >= offset:
             return ErrorCode.none
         failed = await self._replicas.wait_committed([(self.topic, partition, offset, 1)], timeout_s)

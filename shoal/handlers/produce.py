@@ -38,7 +38,6 @@ Deviations from Kafka:
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import struct
@@ -170,7 +169,7 @@ async def handle_produce(ctx, req):
     waits: list[tuple[str, int, int, int]] = []  # (topic, partition, offset the HWM must pass, min ISR)
     failed = False
     leaders: list[int] = []  # of partitions this broker does not lead (KIP-951 node_endpoints)
-    to_flush = []  # logs whose flush.messages / flush.ms is due: fsync before answering
+    to_flush = []  # partitions whose flush.messages / flush.ms is due: fsync before answering
     scope = ctx.scope
     txn_id = req.transactional_id
     if txn_id is not None and not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
@@ -300,8 +299,8 @@ async def handle_produce(ctx, req):
                     physical, p.index, ctx.client_address, info.base_offset, info.last_offset,
                 )
             else:
-                if part.log.flush_due(now_ms):
-                    to_flush.append(part.log)
+                if part.flush_due(now_ms):
+                    to_flush.append(part)
             if acks == -1:
                 waits.append((physical, p.index, info.last_offset + 1, min_isr))
             parts.append((p.index, info))
@@ -318,8 +317,8 @@ async def handle_produce(ctx, req):
             ctx.close_after = True
         return None
 
-    for plog in to_flush:
-        await asyncio.to_thread(plog.maybe_flush, now_ms)
+    for part in to_flush:
+        await part.flush_if_due(now_ms)
     failed_waits: dict[tuple[str, int], ErrorCode] = {}
     if waits:
         failed_waits = await svc.replicas.wait_committed(waits, req.timeout.total_seconds())

@@ -224,13 +224,11 @@ class BrokerUsageWriter:
             info = part.append_as_leader(batch, now, client=False)
         except (InvalidRecords, OSError) as e:
             return f"cannot append to {USAGE_TOPIC}-{index}: {e}"
-        plog = part.log
-        if plog.flush_due(now):
-            await asyncio.to_thread(plog.maybe_flush, now)
+        await part.flush_if_due(now)
         end = info.last_offset + 1
         if part.high_watermark >= end:
             return None
-        min_isr = int(plog.config.min_insync_replicas)
+        min_isr = int(part.view.config.min_insync_replicas)
         failed = await self.broker.replicas.wait_committed([(USAGE_TOPIC, index, end, min_isr)], WRITE_TIMEOUT_S)
         code = failed.get((USAGE_TOPIC, index), ErrorCode.none)
         return None if code == ErrorCode.none else f"{USAGE_TOPIC}-{index}: {ErrorCode(code).name}"

@@ -22,6 +22,7 @@ Single-threaded: called on the event loop only (the log's own lock covers its wo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -230,6 +231,20 @@ class Partition:
         watermark). Raises ``OffsetOutOfRange`` above the high watermark."""
         plog = self.log
         return plog.delete_records_before(plog.high_watermark if offset == -1 else offset)
+
+    def flush_due(self, now_ms: int) -> bool:
+        """The flush policy: whether the records appended here must be fsynced before the write
+        is acknowledged (the topic's flush.messages or flush.ms is due, or a segment rolled;
+        Kafka's ``UnifiedLog.append`` flush). Never, with the defaults (Long.MAX: the page cache
+        and replication carry durability); the log manager's periodic flush applies the same
+        bounds to every log, followers' included."""
+        return self.log.flush_due(now_ms)
+
+    async def flush_if_due(self, now_ms: int) -> None:
+        """fsync, in a worker thread, if :meth:`flush_due`: before answering a producer (or a
+        coordinator's write)."""
+        if self.log.flush_due(now_ms):
+            await asyncio.to_thread(self.log.maybe_flush, now_ms)
 
     @property
     def last_stable_offset(self) -> int:
