@@ -45,3 +45,19 @@ def test_broker_modules_use_net_not_the_admin_client():
             if module.startswith("shoal.net"):
                 assert not [n for n in names if n.startswith("_")], f"{path} imports private names of {module}: {names}"
         assert "__import__(" not in path.read_text(), f"{path}: import it by name"
+
+
+def test_only_the_replica_layer_reaches_a_partitions_log():
+    """Issue 26 (part 1): the log is private to ``Partition``; handlers and the other layers read
+    it through ``Partition.view`` and flush through ``Partition.flush_if_due``."""
+    import re
+
+    reach = re.compile(r"\b(?:part|p|partition|leader)\.log\b(?!_)")
+    checked = 0
+    for path in SHOAL.rglob("*.py"):
+        if path.relative_to(SHOAL).parts[0] in ("replica", "storage"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            assert not reach.search(line), f"{path}:{n}: use Partition.view (read-only) or a Partition method: {line.strip()}"
+        checked += 1
+    assert checked > 100
