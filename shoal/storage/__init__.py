@@ -2,6 +2,13 @@
 
 ``LogManager`` owns every ``PartitionLog`` of a data directory; ``LogConfig`` carries a topic's
 log settings; ``FileSystem`` is the seam where tests inject torn writes and crashes.
+
+``PartitionLog`` (``log``: the segment list, append, read, retention, truncation, flush) is split
+along Kafka's seams: ``segment`` (one segment's files, ``LogSegment``), ``loader`` (opening and
+recovery, ``LogLoader``), ``leader_epochs`` (the epoch cache's checkpoint), ``transactions`` (the
+last stable offset, aborted-transaction indexes, producer state) and ``compaction`` (the hooks of
+the ``cleaner``). Above storage it is seen through ``view``'s protocols: ``PartitionStorage``
+for the replica layer, read-only ``LogView`` for everything else.
 """
 
 from shoal.storage.cache import FileHandles, IndexCache

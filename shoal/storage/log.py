@@ -4,7 +4,7 @@ Modelled on Kafka's ``UnifiedLog``/``LocalLog``/``LogSegment``:
 
 - a directory ``<topic>-<partition>`` holds segments ``<20-digit base offset>.log`` with their
   ``.index`` (relative offset → position, every index.interval.bytes) and ``.timeindex``
-  (max timestamp so far → relative offset);
+  (max timestamp so far → relative offset) (``shoal.storage.segment``);
 - appends go to the last (active) segment in one ``pwrite``; it rolls on segment.bytes,
   segment.ms (+ jitter, measured from the first batch's max timestamp, or the creation time),
   a full index, or relative offsets that would overflow 32 bits;
@@ -13,7 +13,7 @@ Modelled on Kafka's ``UnifiedLog``/``LocalLog``/``LogSegment``:
 - after an unclean shutdown, segments from the one holding the recovery point (the offset up to
   which everything was fsynced) are scanned: CRCs and lengths checked, the log truncated at the
   first torn or corrupt batch, indexes rebuilt. A clean start trusts the state checkpoint and
-  reads no data.
+  reads no data (``shoal.storage.loader``).
 
 Durability is Kafka's: nothing is fsynced on append (flush.messages/flush.ms are Long.MAX by
 default); a rolled segment is fsynced by the next ``flush`` (``flush_due`` says when), which

@@ -15,7 +15,7 @@ Files in the data directory besides the ``<topic>-<partition>`` directories:
 Inside each partition directory, next to the segments, ``<offset>.snapshot`` files hold the
 idempotent producers' state (see ``shoal.storage.producer_state``); ``close`` writes one at each
 log end offset so the next start replays nothing; ``leader-epoch-checkpoint`` holds the
-leader-epoch cache (see ``shoal.storage.log``), written by flushes and ``close``.
+leader-epoch cache (see ``shoal.storage.leader_epochs``), written by flushes and ``close``.
 ``run_periodic`` forgets producers idle for ``producer_id_expiration_ms``
 (producer.id.expiration.ms), checked every
 ``producer_id_expiration_check_interval_ms`` (Kafka's producer.id.expiration.check.interval.ms).

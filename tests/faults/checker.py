@@ -224,7 +224,7 @@ _I32 = struct.Struct(">i")
 
 def batches_upto(segment: bytes, hw: int) -> bytes:
     """The whole batches of one segment's bytes whose last offset is below ``hw``, concatenated
-    (Shoal's segment files are RecordBatch v2 back to back: shoal/storage/log.py). A torn tail
+    (Shoal's segment files are RecordBatch v2 back to back: shoal/storage/segment.py). A torn tail
     ends the scan."""
     out = []
     pos = 0
