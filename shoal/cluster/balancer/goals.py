@@ -29,8 +29,9 @@ above soft ones): every action the planner takes lowers it.
 
 from __future__ import annotations
 
+import bisect
 import math
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from shoal.cluster.balancer.model import (
     ACTIVE,
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 EPS = 1e-12
+# How many of a hot broker's partitions a soft goal tries (largest that can help first) before it
+# turns to the next broker: bounds a planning round's cost at thousands of partitions.
+CANDIDATES_PER_SOURCE = 64
 Accept = Callable[[Action], bool]
 
 
@@ -158,6 +162,8 @@ class PlacementGoal(Goal):
 
     def change(self, model: ClusterModel, action: Action) -> float:
         p = model.parts[action.tp]
+        if _same_place(model, p.info, action):
+            return 0.0
         return float(placement_violations(model, p.info, model.replicas_after(action))
                      - placement_violations(model, p.info, p.replicas))
 
@@ -175,9 +181,15 @@ class PlacementGoal(Goal):
                 for d in model.eligible(info):
                     if d not in reps:
                         candidates += [ReplicaMove(info.tp, s, d, self.name) for s in reps]
+                over_budget = False
                 for a in candidates:
                     after = placement_violations(model, info, model.replicas_after(a))
-                    if after >= now or not budget.allows(a) or not allowed(a):
+                    if after >= now:
+                        continue
+                    if not budget.allows(a):
+                        over_budget = True
+                        continue
+                    if not allowed(a):
                         continue
                     # fewest violations left, then a leadership move before a replica move, then
                     # the emptiest destination (disk, then replicas), then the lowest ids
@@ -185,10 +197,24 @@ class PlacementGoal(Goal):
                     if best is None or key < best[0]:
                         best = (key, a)
                 if best is None:
-                    self.unfixable[info.tp] = _why_unfixable(model, info, reps)
+                    if not over_budget:  # else the next plan repairs it
+                        self.unfixable[info.tp] = _why_unfixable(model, info, reps)
                     break
                 model.apply(best[1])
                 budget.spend(best[1])
+
+
+def _same_place(model: ClusterModel, info: PartitionInfo, action: Action) -> bool:
+    """Whether ``action`` leaves every placement rule as it is, without counting: a leadership
+    move with no ``replica.placement`` (the replicas and the sync replicas' racks stay), or a
+    replica moved between two active brokers of the partition's cell in one rack (each rack's
+    sync replicas and observers stay, and so do the usable brokers)."""
+    if isinstance(action, LeadershipMove):
+        return info.placement is None
+    brokers = model.brokers
+    s, d = brokers[action.source], brokers[action.dest]
+    return (s.state == ACTIVE and d.state == ACTIVE and s.rack == d.rack
+            and (info.allowed is None or (s.id in info.allowed and d.id in info.allowed)))
 
 
 def _fill(model: ClusterModel, b: int) -> tuple[float, float]:
@@ -231,14 +257,14 @@ class CapacityGoal(Goal):
 
     def change(self, model: ClusterModel, action: Action) -> float:
         out = 0.0
-        for b, d in model.delta(action).items():
+        for b, d in model.delta(action):
             if model.brokers[b].state == ACTIVE:
                 now = model.load[b][self.resource]
                 out += self._over(model, b, now + d[self.resource]) - self._over(model, b, now)
         return out
 
     def accepts(self, model: ClusterModel, action: Action) -> bool:
-        for b, d in model.delta(action).items():
+        for b, d in model.delta(action):
             if d[self.resource] > EPS and model.load[b][self.resource] + d[self.resource] > self.limit(model, b) + EPS:
                 return False
         return True
@@ -246,7 +272,7 @@ class CapacityGoal(Goal):
     def optimize(self, model: ClusterModel, allowed: Accept, budget: Budget) -> None:
         r = self.resource
         for b in sorted(model.active(), key=lambda b: -self._over(model, b, model.load[b][r])):
-            for info, reps in _hosted_by_load(model, b, r):
+            for _, info, reps in _hosted_by_load(model, b, r):
                 if model.load[b][r] <= self.limit(model, b) + EPS:
                     break
                 if info.moving:
@@ -258,11 +284,15 @@ class CapacityGoal(Goal):
                         break
 
 
-def _hosted_by_load(model: ClusterModel, b: int, r: Resource) -> list[tuple[PartitionInfo, list[int]]]:
-    """The partitions ``b`` hosts, those that give it most of ``r`` first."""
-    parts = [model.parts[tp] for tp in model.hosted[b]]
-    parts.sort(key=lambda p: (-model.replica_load(p.info, p.replicas[0] == b)[r], p.info.tp))
-    return [(p.info, p.replicas) for p in parts]
+def _hosted_by_load(model: ClusterModel, b: int, r: Resource, below: float = math.inf
+                    ) -> Iterator[tuple[float, PartitionInfo, list[int]]]:
+    """The partitions ``b`` hosts whose replica there gives it less than ``below`` of ``r``, as
+    (that load, info, replicas), the heaviest first; a copy, so actions may apply meanwhile."""
+    entries = model.by_load(b, r)
+    start = bisect.bisect_right(entries, -below, key=lambda e: e[0]) if below != math.inf else 0
+    for neg, tp in entries[start:]:
+        p = model.parts[tp]
+        yield -neg, p.info, p.replicas
 
 
 def _actions_off(model: ClusterModel, info: PartitionInfo, reps: Sequence[int], b: int, leadership: bool,
@@ -292,19 +322,23 @@ class DistributionGoal(Goal):
         self.name = name
         self.resource = resource
         self.threshold = threshold
+        self._cached: tuple[ClusterModel, dict[int, float], float] | None = None
 
-    def _caps(self, model: ClusterModel, active: Sequence[int]) -> dict[int, float]:
+    def _caps(self, model: ClusterModel) -> tuple[dict[int, float], float]:
+        """Each active broker's capacity (1 each unless every one's is known), and their sum."""
+        if self._cached is not None and self._cached[0] is model:
+            return self._cached[1], self._cached[2]
+        active = model.active()
         caps = {b: model.brokers[b].capacity.of(self.resource) for b in active}
         if not caps or min(caps.values()) <= 0:
-            return {b: 1.0 for b in active}
-        return caps
+            caps = {b: 1.0 for b in active}
+        self._cached = (model, caps, sum(caps.values()))
+        return caps, self._cached[2]
 
     def _frame(self, model: ClusterModel) -> tuple[dict[int, float], float]:
-        """Each active broker's capacity share, and the load per unit of capacity if even."""
-        active = model.active()
-        caps = self._caps(model, active)
-        total = sum(model.load[b][self.resource] for b in active)
-        return caps, (total / sum(caps.values()) if caps else 0.0)
+        """Each active broker's capacity, and the load per unit of capacity if even."""
+        caps, total_cap = self._caps(model)
+        return caps, (model.active_total[self.resource] / total_cap if caps else 0.0)
 
     def band(self, target: float, cap: float) -> tuple[float, float]:
         even = target * cap
@@ -332,7 +366,7 @@ class DistributionGoal(Goal):
         if target <= 0:
             return 0.0
         out = 0.0
-        for b, d in model.delta(action).items():
+        for b, d in model.delta(action):
             if b in caps:
                 now = model.load[b][self.resource]
                 out += self._term(now + d[self.resource], caps[b], target) - self._term(now, caps[b], target)
@@ -340,7 +374,7 @@ class DistributionGoal(Goal):
 
     def accepts(self, model: ClusterModel, action: Action) -> bool:
         caps, target = self._frame(model)
-        for b, d in model.delta(action).items():
+        for b, d in model.delta(action):
             if b in caps and d[self.resource]:
                 band = self.band(target, caps[b])
                 now = model.load[b][self.resource]
@@ -389,9 +423,19 @@ class DistributionGoal(Goal):
                 targets = [d for d in targets if d in cold]
             if not targets:
                 continue
-            for info, reps in _hosted_by_load(model, b, r):
-                if info.moving or model.replica_load(info, reps[0] == b)[r] <= 0:
+            # Moving l from b to d lowers the sum of squares only while l is below this gap
+            # (with equal capacities: l < load(b) - load(d)): larger partitions cannot help.
+            ub = model.load[b][r] / caps[b]
+            gap = max((ub - model.load[d][r] / caps[d]) / (1 / caps[b] + 1 / caps[d]) for d in targets)
+            tried = 0
+            for load, info, reps in _hosted_by_load(model, b, r, below=gap):
+                if load <= 0:
+                    break
+                if info.moving:
                     continue
+                tried += 1
+                if tried > CANDIDATES_PER_SOURCE:
+                    break
                 for a in _actions_off(model, info, reps, b, leadership, targets):
                     if budget.allows(a) and self.change(model, a) < -EPS and allowed(a):
                         model.apply(a)
@@ -438,13 +482,21 @@ class TenantSpreadGoal(Goal):
         return tenant, counts
 
     def change(self, model: ClusterModel, action: Action) -> float:
-        after = self._after(model, action)
-        if after is None:
+        if not isinstance(action, ReplicaMove):
             return 0.0
-        tenant, counts = after
-        n = sum(1 for c in model.tenant_replicas.values() if any(c.values()))
-        return (self._tenant_term(model, tenant, counts)
-                - self._tenant_term(model, tenant, model.tenant_replicas[tenant])) / max(n, 1)
+        tenant = model.parts[action.tp].info.tenant
+        now = model.tenant_replicas[tenant]
+        brokers = model.tenant_broker_set.get(tenant, frozenset())
+        n = max(1, sum(1 for c in model.tenant_replicas.values() if any(c.values())))
+        if action.source in brokers and action.dest in brokers:
+            # the tenant's total on its brokers stays: only two terms of the sum change
+            mean = sum(now.get(b, 0) for b in brokers) / len(brokers)
+            cs, cd = now.get(action.source, 0), now.get(action.dest, 0)
+            d = (((cs - 1) / mean - 1) ** 2 - (cs / mean - 1) ** 2 + ((cd + 1) / mean - 1) ** 2 - (cd / mean - 1) ** 2)
+            return d / len(brokers) / n
+        after = self._after(model, action)
+        assert after is not None
+        return (self._tenant_term(model, tenant, after[1]) - self._tenant_term(model, tenant, now)) / n
 
     def accepts(self, model: ClusterModel, action: Action) -> bool:
         after = self._after(model, action)
@@ -486,12 +538,14 @@ class TenantSpreadGoal(Goal):
                     break
                 if budget.dests is not None and dst not in budget.dests:
                     continue
-                for tp in sorted(model.hosted[src]):
+                tried = 0
+                for tp in sorted(model.tenant_hosted[tenant].get(src, ())):
                     p = model.parts[tp]
-                    if p.info.tenant != tenant or p.info.moving or dst in p.replicas:
+                    if p.info.moving or dst in p.replicas or dst not in model.eligible(p.info):
                         continue
-                    if dst not in model.eligible(p.info):
-                        continue
+                    tried += 1
+                    if tried > CANDIDATES_PER_SOURCE:
+                        break
                     a = ReplicaMove(tp, src, dst, self.name)
                     if budget.allows(a) and self.change(model, a) < -EPS and allowed(a):
                         model.apply(a)

@@ -26,6 +26,7 @@ nothing: every replica on it is a hard-goal violation that the planner moves.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -194,10 +195,20 @@ class ClusterModel:
                 if r not in self.brokers:
                     self.brokers[r] = BrokerInfo(r, None, EXCLUDED)
         self.brokers = dict(sorted(self.brokers.items()))
+        self._active = [b for b, info in self.brokers.items() if info.state == ACTIVE]
+        self._eligible: dict[frozenset[int] | None, list[int]] = {}
+        # resource -> its load summed over the active brokers
+        self.active_total = [0.0] * len(RESOURCES)
         self.load: dict[int, list[float]] = {b: [0.0] * len(RESOURCES) for b in self.brokers}
         self.hosted: dict[int, set[TopicPartition]] = {b: set() for b in self.brokers}
+        # (broker, resource) -> (-load, tp) of its replicas, ascending (the heaviest first), kept
+        # as actions apply once asked for (by_load)
+        self._by_load: dict[tuple[int, Resource], list[tuple[float, TopicPartition]]] = {}
+        self._sorted_resources: dict[int, list[Resource]] = {}
         # tenant -> broker -> replicas of the tenant's partitions there
         self.tenant_replicas: dict[str, dict[int, int]] = {}
+        # tenant -> broker -> the tenant's partitions with a replica there
+        self.tenant_hosted: dict[str, dict[int, set[TopicPartition]]] = {}
         for part in self.parts.values():
             self._account(part, +1)
         # tenant -> the active brokers its partitions may use (the union of their cells)
@@ -213,6 +224,7 @@ class ClusterModel:
         active = self.active()
         for t, cell in cells.items():
             self.tenant_brokers[t] = active if cell is None else [b for b in active if b in cell]
+        self.tenant_broker_set = {t: frozenset(bs) for t, bs in self.tenant_brokers.items()}
         self.moved: set[TopicPartition] = set()
         self.actions: list[Action] = []
         self.in_flight: dict[int, int] = {b: 0 for b in self.brokers}
@@ -238,13 +250,29 @@ class ClusterModel:
         for i, b in enumerate(p.replicas):
             vec = self.replica_load(p.info, i == 0)
             row = self.load[b]
+            active = self.brokers[b].state == ACTIVE
             for k, v in enumerate(vec):
                 row[k] += sign * v
+                if active:
+                    self.active_total[k] += sign * v
+            tp = p.info.tp
             if sign > 0:
-                self.hosted[b].add(p.info.tp)
+                self.hosted[b].add(tp)
             else:
-                self.hosted[b].discard(p.info.tp)
+                self.hosted[b].discard(tp)
             tenant[b] = tenant.get(b, 0) + sign
+            held = self.tenant_hosted.setdefault(p.info.tenant, {}).setdefault(b, set())
+            if sign > 0:
+                held.add(tp)
+            else:
+                held.discard(tp)
+            for r in self._sorted_resources.get(b, ()):
+                entries = self._by_load[(b, r)]
+                entry = (-vec[r], tp)
+                if sign > 0:
+                    bisect.insort(entries, entry)
+                else:
+                    del entries[bisect.bisect_left(entries, entry)]
 
     def apply(self, action: Action) -> None:
         p = self.parts[action.tp]
@@ -259,18 +287,18 @@ class ClusterModel:
         self.moved.add(action.tp)
         self.actions.append(action)
 
-    def delta(self, action: Action) -> dict[int, list[float]]:
-        """broker -> its load change per resource if ``action`` were applied."""
+    def delta(self, action: Action) -> list[tuple[int, list[float]]]:
+        """(broker, its load change per resource) for the two brokers ``action`` changes."""
         p = self.parts[action.tp]
-        before = {b: self.replica_load(p.info, i == 0) for i, b in enumerate(p.replicas)}
-        after = {b: self.replica_load(p.info, k == 0) for k, b in enumerate(self.replicas_after(action))}
-        out: dict[int, list[float]] = {}
-        for b in set(before) | set(after):
-            zero = [0.0] * len(RESOURCES)
-            d = [a - c for a, c in zip(after.get(b, zero), before.get(b, zero))]
-            if any(d):
-                out[b] = d
-        return out
+        info = p.info
+        if isinstance(action, ReplicaMove):
+            vec = self.replica_load(info, p.replicas[0] == action.source)
+            return [(action.source, [-v for v in vec]), (action.dest, vec)]
+        # leadership: what a leader carries beyond a follower's replica
+        lead = self.replica_load(info, True)
+        follow = self.replica_load(info, False)
+        diff = [a - c for a, c in zip(lead, follow)]
+        return [(action.source, [-v for v in diff]), (action.dest, diff)]
 
     def replicas_after(self, action: Action) -> list[int]:
         p = self.parts[action.tp]
@@ -286,14 +314,30 @@ class ClusterModel:
     # -- views ------------------------------------------------------------------------------
 
     def active(self) -> list[int]:
-        return [b for b, info in self.brokers.items() if info.state == ACTIVE]
+        """The active brokers, in id order (states do not change while a plan is made)."""
+        return self._active
+
+    def by_load(self, b: int, r: Resource) -> list[tuple[float, TopicPartition]]:
+        """``b``'s replicas as (-load of ``r``, partition), the heaviest first. The list is kept
+        up to date as actions apply: copy it to apply actions while walking it."""
+        got = self._by_load.get((b, r))
+        if got is None:
+            parts = self.parts
+            got = sorted((-self.replica_load(parts[tp].info, parts[tp].replicas[0] == b)[r], tp) for tp in self.hosted[b])
+            self._by_load[(b, r)] = got
+            self._sorted_resources.setdefault(b, []).append(r)
+        return got
 
     def rack(self, b: int) -> str | None:
         return self.brokers[b].rack
 
     def eligible(self, info: PartitionInfo) -> list[int]:
         """The brokers that may take a replica of ``info``: active, in its cell."""
-        return [b for b in self.active() if info.allowed is None or b in info.allowed]
+        got = self._eligible.get(info.allowed)
+        if got is None:
+            got = self._eligible[info.allowed] = [b for b in self._active
+                                                  if info.allowed is None or b in info.allowed]
+        return got
 
     def assignment(self) -> dict[TopicPartition, tuple[int, ...]]:
         return {tp: tuple(p.replicas) for tp, p in self.parts.items()}
