@@ -446,11 +446,9 @@ class Broker:
         if self.controller is not None:  # cluster: the key goes with the lease, at close
             await self.controller.stop()
         step[0] = "the transaction coordinator"
-        if getattr(self, "txn", None) is not None:
-            await self.txn.stop()  # txn
+        await self.txn.stop()  # txn
         step[0] = "the group coordinator"
-        if getattr(self, "groups", None) is not None:
-            await self.groups.stop()  # groups
+        await self.groups.stop()  # groups
         step[0] = "the logs' close"
         await asyncio.to_thread(self.logs.close)
         step[0] = "the metadata store's close"

@@ -46,10 +46,6 @@ ZERO = datetime.timedelta(0)
 MEMBER_TYPE_CONSUMER = 1
 
 
-def _coordinator(ctx):
-    return ctx.services.groups
-
-
 def _ms(td: datetime.timedelta) -> int:
     return int(td / datetime.timedelta(milliseconds=1))
 
@@ -69,9 +65,7 @@ def _topic_filter(scope):
 async def handle_consumer_group_heartbeat(ctx, req):
     v = ctx.api_version
     mod = response_module(CONSUMER_GROUP_HEARTBEAT, v)
-    coord = _coordinator(ctx)
-    if coord is None:
-        return _heartbeat_error(mod, ErrorCode.coordinator_not_available)
+    coord = ctx.services.groups
     scope = ctx.scope
     names = req.subscribed_topic_names
     if coord.consumer.config.enabled:  # disabled: UNSUPPORTED_VERSION first, as Kafka
@@ -144,7 +138,7 @@ def _assignment(mod, manager, tps, scope) -> tuple[object, set[str]]:
 @api(CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def handle_consumer_group_describe(ctx, req):
     mod = response_module(CONSUMER_GROUP_DESCRIBE, ctx.api_version)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     scope = ctx.scope
 
     def error_row(gid: str, code: ErrorCode, message: str | None = None):
@@ -160,12 +154,8 @@ async def handle_consumer_group_describe(ctx, req):
         else:
             denied.append(error_row(gid, ErrorCode.group_authorization_failed))  # first, as Kafka
     out = []
-    described = coord.consumer.describe([scope.physical(g) for g in ids]) if coord is not None else []
-    for i, gid in enumerate(ids):
-        if coord is None:
-            out.append(error_row(gid, ErrorCode.coordinator_not_available))
-            continue
-        d = described[i]
+    described = coord.consumer.describe([scope.physical(g) for g in ids])
+    for gid, d in zip(ids, described):
         members = []
         topics: set[str] = set()
         for dm in d.members:

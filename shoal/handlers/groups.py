@@ -65,10 +65,6 @@ def _ms(td: datetime.timedelta) -> int:
     return int(td / datetime.timedelta(milliseconds=1))
 
 
-def _coordinator(ctx):
-    return ctx.services.groups
-
-
 # -- tenancy: names, messages, authorization -------------------------------------------------------
 
 
@@ -123,9 +119,8 @@ def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, 
     image = svc.metadata.image
     topic = image.topic(OFFSETS_TOPIC)
     if topic is None or not topic.partitions:
-        coordinator = svc.groups
-        if topic is None and coordinator is not None:  # cluster: created at first use
-            coordinator.request_offsets_topic()
+        if topic is None:  # cluster: created at first use
+            svc.groups.request_offsets_topic()
         return -1, "", -1, ErrorCode.coordinator_not_available, None
     pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
     node = image.brokers.get(pinfo.leader)
@@ -143,7 +138,7 @@ def _transaction_coordinator(svc, listener: str, key: str) -> tuple[int, str, in
     image = svc.metadata.image
     topic = image.topic(TXN_STATE_TOPIC)
     if topic is None or not topic.partitions:
-        if topic is None and svc.txn is not None:
+        if topic is None:
             svc.txn.request_topic()
         return -1, "", -1, ErrorCode.coordinator_not_available, None
     pinfo = topic.partitions[partition_for(key, len(topic.partitions))]
@@ -222,14 +217,12 @@ def _join_response(mod, v: int, r: JoinResult, scope=None):
 async def handle_join_group(ctx, req):
     v = ctx.api_version
     mod = response_module(JOIN_GROUP, v)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     scope = ctx.scope
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return _join_response(mod, v, JoinResult(ErrorCode.group_authorization_failed, ""))
     if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
         return _join_response(mod, v, JoinResult(ErrorCode.invalid_group_id, req.member_id))
-    if coord is None:
-        return _join_response(mod, v, JoinResult(ErrorCode.coordinator_not_available, req.member_id))
     session_ms = _ms(req.session_timeout)
     rebalance_ms = _ms(req.rebalance_timeout) if v >= 1 else session_ms
     fut = coord.join_group(
@@ -261,12 +254,10 @@ async def handle_join_group(ctx, req):
 async def handle_sync_group(ctx, req):
     v = ctx.api_version
     mod = response_module(SYNC_GROUP, v)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     scope = ctx.scope
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return build(mod.SyncGroupResponse, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed, assignment=b"")
-    if coord is None:
-        return build(mod.SyncGroupResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, assignment=b"")
     group_id = scope.physical(req.group_id)
     group = coord.groups.get(group_id)
     protocol_type = group.protocol_type if group is not None else getattr(req, "protocol_type", None)
@@ -300,12 +291,10 @@ async def handle_sync_group(ctx, req):
 @api(HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx, req):
     mod = response_module(HEARTBEAT, ctx.api_version)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     scope = ctx.scope
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         code = ErrorCode.group_authorization_failed
-    elif coord is None:
-        code = ErrorCode.coordinator_not_available
     else:
         code = coord.heartbeat(
             scope.physical(req.group_id), req.member_id, getattr(req, "group_instance_id", None), req.generation_id
@@ -320,7 +309,7 @@ async def handle_heartbeat(ctx, req):
 async def handle_leave_group(ctx, req):
     v = ctx.api_version
     mod = response_module(LEAVE_GROUP, v)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     if v >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
@@ -328,8 +317,6 @@ async def handle_leave_group(ctx, req):
     scope = ctx.scope
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         top, codes = ErrorCode.group_authorization_failed, []
-    elif coord is None:
-        top, codes = ErrorCode.coordinator_not_available, []
     else:
         top, codes = coord.leave_group(scope.physical(req.group_id), leaving)
     if v < 3:
@@ -350,7 +337,7 @@ async def handle_leave_group(ctx, req):
 async def handle_describe_groups(ctx, req):
     v = ctx.api_version
     mod = response_module(DESCRIBE_GROUPS, v)
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     scope = ctx.scope
     want_ops = v >= 3 and getattr(req, "include_authorized_operations", False)
 
@@ -365,10 +352,7 @@ async def handle_describe_groups(ctx, req):
         if not scope.allowed(Operation.DESCRIBE, ResourceType.GROUP, gid):
             denied.append(error_row(gid, ErrorCode.group_authorization_failed, "", None))
             continue
-        if coord is None:
-            code, group = ErrorCode.coordinator_not_available, None
-        else:
-            code, group = coord.describe_group(scope.physical(gid))
+        code, group = coord.describe_group(scope.physical(gid))
         if group is None:
             not_found = code == ErrorCode.group_id_not_found
             out.append(error_row(
@@ -417,9 +401,7 @@ async def handle_describe_groups(ctx, req):
 async def handle_list_groups(ctx, req):
     v = ctx.api_version
     mod = response_module(LIST_GROUPS, v)
-    coord = _coordinator(ctx)
-    if coord is None:
-        return build(mod.ListGroupsResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, groups=())
+    coord = ctx.services.groups
     scope = ctx.scope
     code, groups = coord.list_groups(getattr(req, "states_filter", ()), getattr(req, "types_filter", ()))
     every = scope.allowed_cluster(Operation.DESCRIBE)  # else only groups it may describe (Kafka)
@@ -452,12 +434,8 @@ async def handle_delete_groups(ctx, req):
     allowed, denied = [], []
     for n in names:
         (allowed if scope.allowed(Operation.DELETE, ResourceType.GROUP, n) else denied).append(n)
-    coord = _coordinator(ctx)
-    if coord is None:
-        results = {n: ErrorCode.coordinator_not_available for n in allowed}
-    else:
-        by_physical = await coord.delete_groups([scope.physical(n) for n in allowed])
-        results = {n: by_physical[scope.physical(n)] for n in allowed}
+    by_physical = await ctx.services.groups.delete_groups([scope.physical(n) for n in allowed])
+    results = {n: by_physical[scope.physical(n)] for n in allowed}
     results.update((n, ErrorCode.group_authorization_failed) for n in denied)  # after the others, as Kafka
     return build(
         mod.DeleteGroupsResponse,

@@ -58,10 +58,6 @@ TXN_OFFSET_COMMIT = 28
 ZERO = datetime.timedelta(0)
 
 
-def _coordinator(ctx):
-    return ctx.services.groups
-
-
 def _ms(td: datetime.timedelta) -> int:
     return int(td / datetime.timedelta(milliseconds=1))
 
@@ -122,20 +118,16 @@ async def handle_offset_commit(ctx, req):
 
     codes: list[ErrorCode] = []
     if commits:
-        coord = _coordinator(ctx)
-        if coord is None:
-            codes = [ErrorCode.coordinator_not_available] * len(commits)
-        else:
-            retention = _ms(req.retention_time) if 2 <= v <= 4 else -1
-            codes = await coord.commit_offsets(
-                scope.physical(req.group_id),
-                req.member_id,
-                getattr(req, "group_instance_id", None),
-                req.generation_id_or_member_epoch,
-                commits,
-                retention_ms=retention,
-                api_version=v,
-            )
+        retention = _ms(req.retention_time) if 2 <= v <= 4 else -1
+        codes = await ctx.services.groups.commit_offsets(
+            scope.physical(req.group_id),
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            req.generation_id_or_member_epoch,
+            commits,
+            retention_ms=retention,
+            api_version=v,
+        )
     it = iter(codes)
     topics = []
     for key, rows in layout:
@@ -207,8 +199,8 @@ async def handle_txn_offset_commit(ctx, req):
                 ))
     results: dict[tuple[str, int], ErrorCode] = {}
     if commits:
-        coord = _coordinator(ctx)
-        code = ErrorCode.coordinator_not_available if coord is None else await _verify_txn(ctx, req, coord)
+        coord = ctx.services.groups
+        code = await _verify_txn(ctx, req, coord)
         if code != ErrorCode.none:
             results = {(c.topic, c.partition): code for c in commits}
         else:
@@ -238,8 +230,8 @@ async def _verify_txn(ctx, req, coord) -> ErrorCode:
     sends no AddOffsetsToTxn."""
     svc = ctx.services
     group = ctx.scope.physical(req.group_id)
-    if getattr(svc, "txn", None) is None or coord.status(group) != ErrorCode.none:
-        return ErrorCode.none  # no transaction coordinator (a bare test broker), or not ours: said later
+    if coord.status(group) != ErrorCode.none:
+        return ErrorCode.none  # not ours: said later
     partition = coord.partition_for(group)
     topic = svc.metadata.image.topic(OFFSETS_TOPIC)
     part = svc.replicas.leader(OFFSETS_TOPIC, topic.partitions[partition]) if topic is not None else None
@@ -264,7 +256,7 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
     image = ctx.services.metadata.image
     scope = ctx.scope
     by_id = v >= 10
-    coord = _coordinator(ctx)
+    coord = ctx.services.groups
     topics_cls = mod.OffsetFetchResponseTopics if v >= 8 else mod.OffsetFetchResponseTopic
     part_cls = mod.OffsetFetchResponsePartitions if v >= 8 else mod.OffsetFetchResponsePartition
 
@@ -306,12 +298,9 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
                 continue
             keys[scope.physical(name)] = key
             wanted.append((scope.physical(name), list(t.partition_indexes)))
-    if coord is None:
-        code, fetched = ErrorCode.coordinator_not_available, []
-    else:
-        code, fetched = await coord.fetch_offsets(
-            scope.physical(group_id), wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
-        )
+    code, fetched = await coord.fetch_offsets(
+        scope.physical(group_id), wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
+    )
     if code != ErrorCode.none:
         return group_error(code)
     results: dict[object, list] = {}
@@ -386,11 +375,7 @@ async def handle_offset_delete(ctx, req):
         if good:
             known.append((info.name, good))
             names[info.name] = t.name
-    coord = _coordinator(ctx)
-    if coord is None:
-        code, deleted = ErrorCode.coordinator_not_available, []
-    else:
-        code, deleted = await coord.delete_offsets(scope.physical(req.group_id), known)
+    code, deleted = await ctx.services.groups.delete_offsets(scope.physical(req.group_id), known)
     if code != ErrorCode.none:
         return build(mod.OffsetDeleteResponse, error_code=code, throttle_time=ZERO, topics=())
     rows: dict[str, list[tuple[int, ErrorCode]]] = {}

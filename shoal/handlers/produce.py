@@ -150,10 +150,7 @@ async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorC
     coordinator = svc.txn
     out: dict[tuple[str, int], ErrorCode] = {}
     for (pid, epoch), parts in need.items():
-        if coordinator is None:
-            codes = {tp: ErrorCode.coordinator_not_available for tp in parts}
-        else:
-            codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts, add)
+        codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts, add)
         out.update({tp: verification_error(code) for tp, code in codes.items()})
     return out
 

@@ -155,8 +155,6 @@ async def _init_transactional(ctx, req, txn: str) -> tuple[ErrorCode, int, int]:
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
         return ErrorCode.transactional_id_authorization_failed, -1, -1
     coordinator = ctx.services.txn
-    if coordinator is None:
-        return ErrorCode.coordinator_not_available, -1, -1
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):

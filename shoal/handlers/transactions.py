@@ -92,8 +92,6 @@ async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_on
         out.update({tp: ErrorCode.unknown_topic_or_partition for tp in unknown})
         return out
     coordinator = svc.txn
-    if coordinator is None:
-        return {tp: ErrorCode.coordinator_not_available for tp in wanted}
     physical = [(scope.physical(n), p) for n, p in wanted]
     if verify_only:
         codes = coordinator.verify_partitions(scope.physical(txn), pid, epoch, physical)
@@ -155,13 +153,11 @@ async def handle_add_offsets_to_txn(ctx, req):
         return answer(ErrorCode.transactional_id_authorization_failed)
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return answer(ErrorCode.group_authorization_failed)
-    if svc.txn is None:
-        return answer(ErrorCode.coordinator_not_available)
     # Kafka's groupCoordinator.partitionFor: the hash over the offsets topic's partitions, which
     # need not exist yet (the group coordinator creates it when TxnOffsetCommit finds it)
     topic = svc.metadata.image.topic(OFFSETS_TOPIC)
     count = len(topic.partitions) if topic is not None else int(svc.config.get("offsets.topic.num.partitions"))
-    if topic is None and svc.groups is not None:
+    if topic is None:
         svc.groups.request_offsets_topic()
     partition = partition_for(scope.physical(req.group_id), count)
     code = await svc.txn.add_partitions(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
@@ -186,8 +182,6 @@ async def handle_end_txn(ctx, req):
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         return answer(ErrorCode.transactional_id_authorization_failed)
     coordinator = ctx.services.txn
-    if coordinator is None:
-        return answer(ErrorCode.coordinator_not_available)
     if v >= 5 and transaction_version(ctx.services.config) >= 2:
         res = await coordinator.end_txn_v2(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
                                            bool(req.committed))
@@ -246,10 +240,7 @@ async def handle_describe_transactions(ctx, req):
             out.append(build(mod.TransactionState, error_code=ErrorCode.transactional_id_authorization_failed,
                              transactional_id=tid, **empty))
             continue
-        if coordinator is None:
-            code, md = ErrorCode.coordinator_not_available, None
-        else:
-            code, md = coordinator.describe(scope.physical(tid))
+        code, md = coordinator.describe(scope.physical(tid))
         if md is None:
             out.append(build(mod.TransactionState, error_code=code, transactional_id=tid, **empty))
             continue
@@ -274,9 +265,6 @@ async def handle_list_transactions(ctx, req):
     mod = response_module(LIST_TRANSACTIONS, ctx.api_version)
     scope = ctx.scope
     coordinator = ctx.services.txn
-    if coordinator is None:
-        return build(mod.ListTransactionsResponse, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available,
-                     unknown_state_filters=(), transaction_states=())
     pattern = getattr(req, "transactional_id_pattern", None)
     regex = None
     if pattern:

@@ -187,18 +187,16 @@ async def test_delete_groups_and_offsets(broker, version):
     assert [(x.group_id, x.error_code) for x in r.results] == [("x", E.none), ("nope", E.group_id_not_found)]
 
 
-async def test_coordinator_missing_answers_coordinator_not_available(broker):
-    coordinator = broker.services.groups
-    broker.services.groups = None
-    try:
-        r = await call(broker, JOIN, 9, group_id="g", member_id="", session_timeout=6000, rebalance_timeout=6000,
-                       protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}])
-        assert r.error_code == E.coordinator_not_available
-        r = await call(broker, COMMIT, 9, group_id="g", generation_id_or_member_epoch=-1, member_id="",
-                       topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}])
-        assert r.topics[0].partitions[0].error_code == E.coordinator_not_available
-    finally:
-        broker.services.groups = coordinator
+async def test_coordinator_not_serving_answers_coordinator_not_available(broker):
+    """The broker's own group coordinator, stopped (as at shutdown): not active, so every group
+    is answered COORDINATOR_NOT_AVAILABLE and the client looks for the coordinator again."""
+    await broker.services.groups.stop()
+    r = await call(broker, JOIN, 9, group_id="g", member_id="", session_timeout=6000, rebalance_timeout=6000,
+                   protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}])
+    assert r.error_code == E.coordinator_not_available
+    r = await call(broker, COMMIT, 9, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                   topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}])
+    assert r.topics[0].partitions[0].error_code == E.coordinator_not_available
 
 
 async def test_restart_reloads_offsets_and_groups(tmp_path):
