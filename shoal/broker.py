@@ -364,7 +364,7 @@ class Broker:
         """``unclean.leader.election.enable`` of ``topic``: its own, its namespaces' or tenant's
         (KIP-37 inheritance), else the broker's."""
         from shoal.config import topic_config_value
-        from shoal.tenancy.namespaces import topic_overrides
+        from shoal.metadata.inheritance import topic_overrides
 
         info = image.topics.get(topic)
         overrides = topic_overrides(image, topic, info.configs) if info is not None else {}

@@ -68,11 +68,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # handler lets brokers write the usage topic, whose name is metering's; it goes below handlers
     # with the other internal topics' (groups' and txn's are already there).
     ("shoal.handlers.produce", "shoal.metering.record"): "part 5: internal topics in one place",
-    # No part of issue 26 names this one: a topic's inherited configs (namespaces, tenant defaults:
-    # topic_overrides, changed_config_prefixes) are a pure function of the image; they belong in
-    # metadata with tenancy.acl's namespace-name helpers (as metadata.tenant_prefix already is), or
-    # the composition root injects them into ReplicaManager (part 2's ports).
-    ("shoal.replica.manager", "shoal.tenancy.namespaces"): "unnamed: config inheritance to metadata",
 }
 
 # Modules other than the composition root that import shoal.broker today (all for its type) ->

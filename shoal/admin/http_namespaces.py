@@ -31,7 +31,7 @@ from urllib.parse import parse_qs
 
 from shoal.admin.http_errors import HttpError
 from shoal.config import BrokerConfig, ConfigError, validate_topic_configs
-from shoal.metadata import MetadataError, MetadataImage, tenant_prefix
+from shoal.metadata import MetadataError, MetadataImage, inheritance, tenant_prefix
 from shoal.metadata.change import Result
 from shoal.metadata.rules import existing_tenant
 from shoal.metadata.rules import namespaces as namespace_rules
@@ -196,7 +196,7 @@ class TenancyRoutes:
 
             await self.server._store_call(self.store.decide_and_commit(alter))
         image = self.store.image
-        entries = ns.resolve_layers(ns.namespace_layers(image, physical), self.broker_config())
+        entries = ns.resolve_layers(inheritance.namespace_layers(image, physical), self.broker_config())
         return 200, {"namespace": name, "configs": dict(sorted(image.namespaces[physical].configs.items())),
                      "effective": effective_json(entries)}
 
@@ -374,7 +374,7 @@ def openapi_paths(ref: Callable[[str], dict[str, str]], resp: Callable[[str, str
         "EffectiveConfig": {"type": "object", "required": ["name", "value", "source", "origin"],
                             "properties": {"name": string, "value": {"type": "string", "nullable": True},
                                            "source": string,
-                                           "origin": {"type": "string", "enum": [ns.TOPIC, ns.NAMESPACE, ns.TENANT_DEFAULT,
+                                           "origin": {"type": "string", "enum": [inheritance.TOPIC, inheritance.NAMESPACE, inheritance.TENANT_DEFAULT,
                                                                                  ns.BROKER_DYNAMIC, ns.BROKER_STATIC, ns.DEFAULT]},
                                            "where": {"type": "string", "nullable": True},
                                            "layers": {"type": "array", "items": {"type": "object"}}}},

@@ -84,7 +84,7 @@ from shoal.config import (
 )
 from shoal.logutil import RateLimitedLog
 from shoal.handlers.registry import api
-from shoal.metadata import MetadataError, MetadataImage, TopicInfo
+from shoal.metadata import MetadataError, MetadataImage, TopicInfo, inheritance
 from shoal.metadata.change import Result, unchanged
 from shoal.metadata.rules import configs as config_rules
 from shoal.metadata.rules import namespaces as namespace_rules
@@ -94,7 +94,7 @@ from shoal.cluster import planner
 from shoal.cluster.planner import PlacementError
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
-from shoal.tenancy.acl import NAMESPACE_SEP, Operation, ResourceType
+from shoal.tenancy.acl import Operation, ResourceType
 from shoal.tenancy import namespaces
 from shoal.tenancy import policy as tenancy_policy
 from shoal.tenancy.scope import ASSIGNMENT_IS_OPERATORS, OPERATOR_TOPIC_CONFIGS, operator_config_refused
@@ -253,7 +253,7 @@ def _creatable_configs(
     if not hasattr(mod, "CreatableTopicConfigs"):  # v5+
         return ()
     if image is not None:  # the new topic's configs with what it inherits (KIP-37)
-        entries = namespaces.describe_layered(cfg, namespaces.config_layers(image, physical, overrides))
+        entries = namespaces.describe_layered(cfg, inheritance.config_layers(image, physical, overrides))
     else:
         entries = describe_topic_configs(cfg, overrides)
     return tuple(
@@ -532,7 +532,7 @@ def _resource_type_error(resource_type: int) -> AdminError:
 
 def _is_namespace(resource_type: int, name: str | None) -> bool:
     """A TOPIC resource named ``<namespace>:`` (``payments:eu:``) addresses a KIP-37 namespace."""
-    return resource_type == RESOURCE_TOPIC and bool(name) and name.endswith(NAMESPACE_SEP)  # type: ignore[union-attr]
+    return resource_type == RESOURCE_TOPIC and bool(name) and name.endswith(inheritance.NAMESPACE_SEP)  # type: ignore[union-attr]
 
 
 def _namespace_resource(scope: Any, image: MetadataImage, resource_name: str, operation: int) -> str:
@@ -635,8 +635,8 @@ async def handle_describe_configs(ctx, req):
             scope = ctx.scope
             if _is_namespace(res.resource_type, res.resource_name):  # KIP-37 namespace configs
                 physical = _namespace_resource(scope, image, res.resource_name, Operation.DESCRIBE_CONFIGS)
-                layers = namespaces.namespace_layers(image, physical)
-                entries = namespaces.describe_layered(cfg, layers, own=namespaces.NAMESPACE)
+                layers = inheritance.namespace_layers(image, physical)
+                entries = namespaces.describe_layered(cfg, layers, own=inheritance.NAMESPACE)
             elif res.resource_type == RESOURCE_TOPIC:
                 validate_topic_name(res.resource_name)
                 if not scope.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name):
@@ -646,7 +646,7 @@ async def handle_describe_configs(ctx, req):
                     raise AdminError(
                         "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                     )
-                entries = namespaces.describe_layered(cfg, namespaces.config_layers(image, topic.name))
+                entries = namespaces.describe_layered(cfg, inheritance.config_layers(image, topic.name))
             elif res.resource_type == RESOURCE_BROKER:
                 if not scope.allowed_cluster(Operation.DESCRIBE_CONFIGS):
                     raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
@@ -803,7 +803,7 @@ def _alter_decision(
         def namespace(image: MetadataImage) -> Result[Any]:
             physical = _namespace_resource(scope, image, resource_name, Operation.ALTER_CONFIGS)
             current = image.namespaces[physical].configs
-            inherited = namespaces.inherited_overrides(namespaces.namespace_layers(image, physical)[1:])
+            inherited = inheritance.inherited_overrides(inheritance.namespace_layers(image, physical)[1:])
             new = compute(current, True, _effective_topic_value(svc.config, inherited))
             return _topic_configs_decision(
                 current, new, validate_only, lambda c: namespace_rules.set_namespace_configs(image, physical, c)
@@ -821,7 +821,7 @@ def _alter_decision(
             found: TopicInfo | None = scope.topic(image, resource_name)
             if found is None:
                 raise AdminError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
-            inherited = namespaces.topic_overrides(image, found.name, {})  # what APPEND starts from
+            inherited = inheritance.topic_overrides(image, found.name, {})  # what APPEND starts from
             new = compute(found.configs, True, _effective_topic_value(svc.config, inherited))
             placement = new.get("replica.placement") or None
             if placement is not None and placement != (found.configs.get("replica.placement") or None):

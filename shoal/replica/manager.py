@@ -41,7 +41,7 @@ from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
 from shoal.replica.sessions import ReplicaSession, SessionIndex
 from shoal.storage import LogConfig, LogManager, LogView
-from shoal.tenancy.namespaces import changed_config_prefixes, topic_overrides
+from shoal.metadata.inheritance import changed_config_prefixes, topic_overrides
 
 if TYPE_CHECKING:
     from shoal.clock import Clock

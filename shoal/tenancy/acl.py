@@ -36,6 +36,8 @@ import enum
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from shoal.metadata.inheritance import NAMESPACE_SEP, namespace_chain, namespace_of
+
 if TYPE_CHECKING:
     from shoal.metadata import AclEntry
 
@@ -87,7 +89,6 @@ class Permission(enum.IntEnum):
 
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD = "*"
-NAMESPACE_SEP = ":"
 
 # Which ALLOWed operations grant the asked one (besides itself and ALL).
 _IMPLIED_BY: dict[int, frozenset[int]] = {
@@ -114,20 +115,6 @@ SUPPORTED_OPERATIONS: dict[int, frozenset[int]] = {
         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
     }),
 }
-
-
-def namespace_of(name: str) -> str:
-    """The namespace of a topic/group name: everything before the last ``:`` ("" if none)."""
-    i = name.rfind(NAMESPACE_SEP)
-    return name[:i] if i > 0 else ""
-
-
-def namespace_chain(namespace: str) -> list[str]:
-    """``a:b:c`` -> ``["a", "a:b", "a:b:c"]`` (outermost first); "" -> []."""
-    if not namespace:
-        return []
-    parts = namespace.split(NAMESPACE_SEP)
-    return [NAMESPACE_SEP.join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def pattern_matches(pattern_type: int, pattern: str, name: str) -> bool:

@@ -13,9 +13,10 @@ scope sees and return physical names where they say so.
 
 Config inheritance: a topic's config that the topic does not set comes from its namespace, then
 the parent namespaces (deepest first), then its tenant's defaults (``TenantInfo.configs``), then
-the broker (cluster-wide dynamic, static, default) — ``config_layers`` lists the layers above the
-broker, ``effective_topic_config`` resolves every config with its origin, ``inherited_overrides``
-flattens the layers into the overrides ``shoal.config.log_config`` takes.
+the broker (cluster-wide dynamic, static, default). The layers above the broker are a pure
+function of the image, so they are metadata's (``shoal.metadata.inheritance``: ``config_layers``,
+and the overrides a topic's log runs with); ``effective_topic_config`` here resolves every config
+with its origin, the broker's included.
 
 On the Kafka wire (``describe_layered``) a value from a namespace or tenant default is reported as
 DYNAMIC_DEFAULT_BROKER_CONFIG (3), since clients map ``config_source`` to a closed enum; each such
@@ -40,7 +41,15 @@ from shoal.config import (
     format_value,
 )
 from shoal.metadata import owner_tenant, tenant_prefix
-from shoal.tenancy.acl import NAMESPACE_SEP, namespace_chain, namespace_of
+from shoal.metadata.inheritance import (
+    NAMESPACE,
+    NAMESPACE_SEP,
+    TOPIC,
+    ConfigLayer,
+    config_layers,
+    namespace_chain,
+    namespace_of,
+)
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
@@ -49,10 +58,8 @@ if TYPE_CHECKING:
 MAX_TOPIC_NAME_LENGTH = 249
 _TIER = re.compile(r"^[a-zA-Z0-9._-]+$")
 
-# Origins of an effective value (the HTTP API and CLI print them, with the namespace for NAMESPACE).
-TOPIC = "TOPIC"
-NAMESPACE = "NAMESPACE"
-TENANT_DEFAULT = "TENANT_DEFAULT"
+# Origins of an effective value above shoal.metadata.inheritance's layers (TOPIC, NAMESPACE,
+# TENANT_DEFAULT): the HTTP API and CLI print them.
 BROKER_DYNAMIC = "BROKER_DYNAMIC"
 BROKER_STATIC = "BROKER_STATIC"
 DEFAULT = "DEFAULT"
@@ -270,85 +277,6 @@ def missing_namespace_error(image: "MetadataImage", physical_topic: str, prefix:
 # Config inheritance
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigLayer:
-    """One source of topic config values above the broker: ``origin`` TOPIC, NAMESPACE (``where``
-    = the namespace as its owner names it) or TENANT_DEFAULT."""
-
-    origin: str
-    where: str | None
-    configs: Mapping[str, str]
-
-    @property
-    def label(self) -> str:
-        return f"{self.origin} {self.where}" if self.where else self.origin
-
-
-def namespace_layers(image: "MetadataImage", physical_namespace: str) -> list[ConfigLayer]:
-    """The layers a topic in ``physical_namespace`` inherits: that namespace, its parents (deepest
-    first), then its tenant's defaults. Namespaces that do not exist contribute nothing."""
-    tid = owner_tenant(physical_namespace, image.tenants) if physical_namespace else None
-    prefix = tenant_prefix(tid) if tid else ""
-    layers: list[ConfigLayer] = []
-    if physical_namespace:
-        for ns in reversed(ancestors(physical_namespace)):
-            info = image.namespaces.get(ns)
-            if info is not None and ns.startswith(prefix) and len(ns) > len(prefix):
-                layers.append(ConfigLayer(NAMESPACE, ns[len(prefix):], info.configs))
-    tenant = image.tenants.get(tid) if tid else None
-    if tenant is not None:
-        layers.append(ConfigLayer(TENANT_DEFAULT, None, tenant.configs))
-    return layers
-
-
-def tenant_layers(image: "MetadataImage", tenant_id: str) -> list[ConfigLayer]:
-    tenant = image.tenants.get(tenant_id)
-    return [ConfigLayer(TENANT_DEFAULT, None, tenant.configs)] if tenant is not None else []
-
-
-def config_layers(
-    image: "MetadataImage", physical_topic: str, own: Mapping[str, str] | None = None
-) -> list[ConfigLayer]:
-    """Every layer of ``physical_topic`` above the broker, highest precedence first: the topic's
-    own overrides (``own``, else the image's topic's, if it exists), its namespace, the parents,
-    the tenant's defaults."""
-    layers: list[ConfigLayer] = []
-    if own is None:
-        topic = image.topics.get(physical_topic)
-        own = topic.configs if topic is not None else None
-    if own is not None:
-        layers.append(ConfigLayer(TOPIC, None, own))
-    # The tenant of a topic is its owner even for a topic in the default namespace.
-    tid = owner_tenant(physical_topic, image.tenants)
-    ns = namespace_of(physical_topic)
-    if ns:
-        layers += namespace_layers(image, ns)
-    elif tid is not None:
-        layers += tenant_layers(image, tid)
-    return layers
-
-
-def inherited_overrides(layers: Iterable[ConfigLayer]) -> dict[str, str]:
-    """The layers flattened into one overrides mapping (higher layers win): what ``log_config``
-    and ``describe_topic_configs`` take for the topic."""
-    out: dict[str, str] = {}
-    for layer in reversed(list(layers)):
-        out.update(layer.configs)
-    return out
-
-
-def topic_overrides(
-    image: "MetadataImage", physical_topic: str, own: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """``inherited_overrides(config_layers(...))``: the overrides the topic's log runs with."""
-    if own is None:
-        topic = image.topics.get(physical_topic)
-        own = topic.configs if topic is not None else {}
-    if not image.namespaces and not image.tenants:
-        return dict(own)  # the common untenanted case, without building layers
-    return inherited_overrides(config_layers(image, physical_topic, own))
-
-
 def _normalized(name: str, raw: str) -> str | None:
     d = TOPIC_CONFIGS.get(name)
     if d is None:
@@ -536,21 +464,3 @@ def auto_create_refusal(image: "MetadataImage", physical_topic: str, partitions:
         if why is not None:
             return "POLICY_VIOLATION", why
     return None
-
-
-def changed_config_prefixes(old: "MetadataImage", new: "MetadataImage") -> tuple[str, ...]:
-    """Name prefixes of the topics whose inherited configs may differ between two images: ``ns:``
-    for each namespace whose configs changed (or that came or went), the tenant's prefix for each
-    tenant whose defaults changed. Empty when neither changed."""
-    out: list[str] = []
-    if old.namespaces is not new.namespaces and old.namespaces != new.namespaces:
-        for name in old.namespaces.keys() | new.namespaces.keys():
-            a, b = old.namespaces.get(name), new.namespaces.get(name)
-            if a is not b and (a.configs if a else {}) != (b.configs if b else {}):
-                out.append(name + NAMESPACE_SEP)
-    if old.tenants is not new.tenants and old.tenants != new.tenants:
-        for tid in old.tenants.keys() | new.tenants.keys():
-            a, b = old.tenants.get(tid), new.tenants.get(tid)
-            if a is not b and (a.configs if a else {}) != (b.configs if b else {}):
-                out.append(tenant_prefix(tid))
-    return tuple(sorted(out))

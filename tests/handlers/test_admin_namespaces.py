@@ -124,7 +124,7 @@ async def test_inherited_configs_and_their_sources(env):
     assert c["flush.ms"].config_source == 5  # nothing above the broker sets it
     # the log config the broker derives is the same resolution
     from shoal.config import log_config
-    from shoal.tenancy.namespaces import topic_overrides
+    from shoal.metadata.inheritance import topic_overrides
 
     lc = log_config(b.config, topic_overrides(store.image, p + "payments:eu:orders"))
     assert (lc.retention_ms, lc.segment_bytes, lc.segment_ms) == (2000, 2000000, 3000)

@@ -22,10 +22,9 @@ from shoal.tenancy.acl import (
     filter_error,
     format_entry,
     format_pattern,
-    namespace_chain,
-    namespace_of,
     pattern_matches,
 )
+from shoal.metadata.inheritance import namespace_chain, namespace_of
 
 ALICE, BOB, ANYONE = "User:alice", "User:bob", "User:*"
 HOST, OTHER_HOST = "10.0.0.1", "10.0.0.2"

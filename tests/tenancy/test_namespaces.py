@@ -11,8 +11,9 @@ from hypothesis import given, strategies as st
 
 from shoal.config import BrokerConfig, ConfigSource, describe_topic_configs, log_config
 from shoal.metadata import MetadataImage, NamespaceInfo, PartitionInfo, TenantInfo, TopicInfo
+from shoal.metadata import inheritance
+from shoal.metadata.inheritance import namespace_of
 from shoal.tenancy import namespaces as ns
-from shoal.tenancy.acl import namespace_of
 
 TID = "lkc-abc123"
 P = TID + "_"
@@ -186,16 +187,16 @@ def inheritance_image():
 
 def test_layers_in_precedence_order():
     img = inheritance_image()
-    layers = ns.config_layers(img, P + "payments:eu:orders")
+    layers = inheritance.config_layers(img, P + "payments:eu:orders")
     assert [(l.origin, l.where) for l in layers] == [
         ("TOPIC", None), ("NAMESPACE", "payments:eu"), ("NAMESPACE", "payments"), ("TENANT_DEFAULT", None)]
     assert [l.label for l in layers] == ["TOPIC", "NAMESPACE payments:eu", "NAMESPACE payments", "TENANT_DEFAULT"]
-    assert ns.inherited_overrides(layers) == {
+    assert inheritance.inherited_overrides(layers) == {
         "cleanup.policy": "compact", "retention.ms": "2000", "segment.bytes": "2000000",
         "max.message.bytes": "100", "min.insync.replicas": "2", "flush.ms": "7777"}
-    assert [l.origin for l in ns.config_layers(img, P + "plain")] == ["TOPIC", "TENANT_DEFAULT"]
-    assert ns.topic_overrides(img, "untenanted") == {"segment.ms": "5000"}
-    assert ns.topic_overrides(img, "ghost") == {}
+    assert [l.origin for l in inheritance.config_layers(img, P + "plain")] == ["TOPIC", "TENANT_DEFAULT"]
+    assert inheritance.topic_overrides(img, "untenanted") == {"segment.ms": "5000"}
+    assert inheritance.topic_overrides(img, "ghost") == {}
 
 
 def test_effective_config_names_each_origin():
@@ -218,14 +219,14 @@ def test_effective_config_names_each_origin():
 
 def test_log_config_applies_inherited_values():
     img = inheritance_image()
-    cfg = log_config(BROKER, ns.topic_overrides(img, P + "payments:eu:orders"))
+    cfg = log_config(BROKER, inheritance.topic_overrides(img, P + "payments:eu:orders"))
     assert cfg.retention_ms == 2000 and cfg.segment_bytes == 2000000 and cfg.max_message_bytes == 100
     assert "compact" in cfg.cleanup_policy and cfg.flush_ms == 7777
 
 
 def test_describe_layered_reports_sources_clients_accept():
     img = inheritance_image()
-    entries = {e.name: e for e in ns.describe_layered(BROKER, ns.config_layers(img, P + "payments:eu:orders"))}
+    entries = {e.name: e for e in ns.describe_layered(BROKER, inheritance.config_layers(img, P + "payments:eu:orders"))}
     r = entries["retention.ms"]
     assert r.value == "2000" and r.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG and not r.is_default
     assert [(s.name, s.value, s.source) for s in r.synonyms] == [
@@ -242,7 +243,7 @@ def test_describe_layered_reports_sources_clients_accept():
 
 def test_describe_layered_of_a_namespace_and_of_nothing():
     img = inheritance_image()
-    entries = {e.name: e for e in ns.describe_layered(BROKER, ns.namespace_layers(img, P + "payments:eu"), own="NAMESPACE")}
+    entries = {e.name: e for e in ns.describe_layered(BROKER, inheritance.namespace_layers(img, P + "payments:eu"), own="NAMESPACE")}
     # the namespace's own value is its "dynamic" config; the parent's is inherited
     assert (entries["retention.ms"].value, entries["retention.ms"].source) == ("2000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert [s.value for s in entries["retention.ms"].synonyms[:3]] == ["2000", "1000", "9"]
@@ -323,7 +324,7 @@ def test_resolution_takes_the_highest_layer_that_sets_a_config(ns_configs, tenan
         tenants={TID: tenant},
     )
     eff = {e.name: e for e in ns.effective_topic_config(img, P + chain[-1] + ":t", BROKER)}
-    merged = ns.topic_overrides(img, P + chain[-1] + ":t")
+    merged = inheritance.topic_overrides(img, P + chain[-1] + ":t")
     for name in ("retention.ms", "segment.ms", "flush.ms"):
         setters = [(n, c[name]) for n, c in reversed(list(zip(chain, ns_configs))) if name in c]
         if setters:
@@ -338,10 +339,10 @@ def test_resolution_takes_the_highest_layer_that_sets_a_config(ns_configs, tenan
 
 def test_changed_config_prefixes():
     a = image(namespaces={P + "a": {"retention.ms": "1"}, P + "a:b": {}}, tenants={TID: {}, OTHER: {"flush.ms": "1"}})
-    assert ns.changed_config_prefixes(a, a) == ()
+    assert inheritance.changed_config_prefixes(a, a) == ()
     b = image(namespaces={P + "a": {"retention.ms": "2"}, P + "a:b": {}, P + "c": {}},
               tenants={TID: {}, OTHER: {"flush.ms": "2"}})
-    assert ns.changed_config_prefixes(a, b) == (P + "a:", OTHER + "_")  # a new empty namespace changes nothing
+    assert inheritance.changed_config_prefixes(a, b) == (P + "a:", OTHER + "_")  # a new empty namespace changes nothing
 
 
 @given(st.lists(st.tuples(st.sampled_from(["x", "x:y", "z"]), configs), max_size=3),
@@ -350,7 +351,7 @@ def test_topics_outside_the_changed_prefixes_keep_their_configs(before, after, t
     topics = [P + "x:y:t", P + "x:t", P + "z:t", P + "t", OTHER + "_x:t", "plain"]
     old = image(topics=topics, namespaces={P + n: c for n, c in before}, tenants={TID: t1, OTHER: {}})
     new = image(topics=topics, namespaces={P + n: c for n, c in after}, tenants={TID: t2, OTHER: {}})
-    changed = ns.changed_config_prefixes(old, new)
+    changed = inheritance.changed_config_prefixes(old, new)
     for t in topics:
         if not t.startswith(changed):
-            assert ns.topic_overrides(old, t) == ns.topic_overrides(new, t), (t, changed)
+            assert inheritance.topic_overrides(old, t) == inheritance.topic_overrides(new, t), (t, changed)
