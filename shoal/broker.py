@@ -245,7 +245,7 @@ class Broker:
 
         self.listener_security = listener_security(self.static_config)
         if hasattr(getattr(self.metadata, "backend", None), "registration"):  # a cluster: followers log in to leaders
-            from shoal.auth.interbroker import inter_broker_security
+            from shoal.net.interbroker import inter_broker_security
 
             inter_broker_security(self.static_config)
         await ensure_bootstrap_users(self.static_config, self.metadata)
@@ -351,7 +351,7 @@ class Broker:
     def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int], Any]:
         """Where another broker takes inter-broker connections and how to log in there (the
         controller's held connections, as a follower's fetches)."""
-        from shoal.auth.interbroker import inter_broker_endpoint, inter_broker_security
+        from shoal.net.interbroker import inter_broker_endpoint, inter_broker_security
 
         return inter_broker_endpoint(self.config, info), inter_broker_security(self.config)
 

@@ -83,7 +83,7 @@ def inter_broker_exposure(config: Any) -> str | None:
     when there is no authorizer (everything is allowed) or when it is a super user: the cluster
     quick start's settings. Only a cluster (``shoal.metadata.store=etcd://``) has followers; a
     single node's listeners are described by the other warnings. None when nothing is exposed."""
-    from shoal.auth.interbroker import inter_broker_listener
+    from shoal.net.interbroker import inter_broker_listener
     from shoal.tenancy.scope import super_users
 
     if not str(config.get("shoal.metadata.store") or "").startswith("etcd://"):

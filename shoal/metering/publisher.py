@@ -263,7 +263,7 @@ class BrokerUsageWriter:
         endpoint = self.broker.replicas.fetchers.endpoint(node)  # on inter.broker.listener.name
         if endpoint is None:
             raise ConnectionError(f"broker {node} has no inter-broker endpoint")
-        from shoal.auth.interbroker import inter_broker_security
+        from shoal.net.interbroker import inter_broker_security
         from shoal.net import Connection
 
         conn = Connection(endpoint[0], endpoint[1], f"shoal-metering-{self.broker.node_id}", WRITE_TIMEOUT_S,

@@ -1,6 +1,6 @@
 """The client side of a listener's security (TLS, SASL PLAIN/SCRAM) from Kafka client properties:
 what a broker uses to reach its peers' ``inter.broker.listener.name`` (built from its config by
-:mod:`shoal.auth.interbroker`) and what the admin client uses for ``--command-config``."""
+:mod:`shoal.net.interbroker`) and what the admin client uses for ``--command-config``."""
 
 from __future__ import annotations
 

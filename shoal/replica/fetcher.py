@@ -232,7 +232,7 @@ class ReplicaFetcher:
         if self._conn is not None and endpoint == self._endpoint and self._conn._closed_reason is None:
             return self._conn
         await self._close()
-        from shoal.auth.interbroker import inter_broker_security
+        from shoal.net.interbroker import inter_broker_security
         from shoal.net import Connection
 
         cfg = self.manager.config()
@@ -622,7 +622,7 @@ class FetcherManager:
         b = self._image().brokers.get(node)
         if b is None:
             return None
-        from shoal.auth.interbroker import inter_broker_endpoint
+        from shoal.net.interbroker import inter_broker_endpoint
 
         return inter_broker_endpoint(self.config(), b)
 

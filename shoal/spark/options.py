@@ -48,8 +48,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from shoal.auth.jaas import JaasError
-from shoal.auth.jaas import parse_jaas as _parse_jaas
+from shoal.net.jaas import JaasError
+from shoal.net.jaas import parse_jaas as _parse_jaas
 
 __all__ = [
     "EARLIEST",

@@ -146,7 +146,7 @@ class BrokerChannel:
         cached = self._conns.get(node)
         if cached is not None and cached[0] == endpoint and not cached[1].closed:
             return cached[1]
-        from shoal.auth.interbroker import inter_broker_security
+        from shoal.net.interbroker import inter_broker_security
         from shoal.net import Connection
 
         conn = Connection(endpoint[0], endpoint[1], f"shoal-txn-{svc.node_id}", self.timeout_s() + 5,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.auth.jaas import JaasError, parse_jaas
+from shoal.net.jaas import JaasError, parse_jaas
 from shoal.net import ClientSecurity
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Kafka's ``sasl.jaas.config`` text, as far as Shoal reads it: the ``username`` and ``password``
 of a ``PlainLoginModule`` or ``ScramLoginModule`` entry.
 
-Used by the broker for its own inter-broker login (``shoal.auth.interbroker``) and by the Spark
+Used by the broker for its own inter-broker login (``shoal.net.interbroker``) and by the Spark
 connector for its ``kafka.sasl.jaas.config`` option (``shoal.spark.options``).
 """
 

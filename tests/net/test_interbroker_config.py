@@ -1,11 +1,11 @@
-"""``shoal.auth.interbroker.inter_broker_security``: the client side of the inter-broker listener,
+"""``shoal.net.interbroker.inter_broker_security``: the client side of the inter-broker listener,
 from Kafka's broker configs, and the one-line errors when a login is missing."""
 
 from __future__ import annotations
 
 import pytest
 
-from shoal.auth.interbroker import InterBrokerSecurityError, inter_broker_security
+from shoal.net.interbroker import InterBrokerSecurityError, inter_broker_security
 from shoal.config import BrokerConfig
 
 LISTENERS = {
