@@ -73,10 +73,12 @@ class Broker:
         if metadata is None:
             store = str(config.get("shoal.metadata.store"))
             if store.startswith("etcd://"):  # cluster: the brokers sharing the prefix share the image
+                from shoal.cluster.registration import Registration
                 from shoal.metadata.etcd import EtcdMetadataStore
 
                 metadata = EtcdMetadataStore(
-                    store, node_id=self.node_id, session_timeout_ms=int(config.get("broker.session.timeout.ms"))
+                    store, node_id=self.node_id, session_timeout_ms=int(config.get("broker.session.timeout.ms")),
+                    registration=Registration.for_backend,
                 )
             else:
                 from shoal.metadata.embedded import EmbeddedMetadataStore

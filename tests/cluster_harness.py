@@ -42,7 +42,7 @@ from tenancy_fixtures import Tenant, TenantBroker  # noqa: E402,F401  (the liste
 SESSION_MS = 3000  # etcd leases are whole seconds; 3 s: a dead broker goes within ~3-4 s
 
 # What a broker's log says when it lost its etcd lease and registered again, and when the controller
-# moved leaderships because it took brokers for gone (shoal.metadata.registration, shoal.etcd.session, shoal.cluster.controller).
+# moved leaderships because it took brokers for gone (shoal.cluster.registration, shoal.etcd.session, shoal.cluster.controller).
 LEASE_LOST = "registered again under a new lease"
 _MOVED = re.compile(r"^(\S+ \S+) .*moved the leadership of (\d+) partition\(s\) \(brokers gone: \[([\d, ]*)\]\)",
                     re.MULTILINE)

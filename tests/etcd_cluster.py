@@ -27,10 +27,14 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from broker_process import free_port  # noqa: F401  (below the ephemeral ports; imported from here too)
+
+if TYPE_CHECKING:
+    from shoal.metadata.etcd import EtcdMetadataStore
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -353,3 +357,12 @@ class ProxiedEtcd:
             self._call(p.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+
+
+def broker_store(url: str, **kw: Any) -> "EtcdMetadataStore":
+    """An etcd metadata store as a broker's composition root builds it: with its broker registration
+    (``shoal.cluster.registration``, under the store's etcd session), so ``register_broker`` works."""
+    from shoal.cluster.registration import Registration
+    from shoal.metadata.etcd import EtcdMetadataStore
+
+    return EtcdMetadataStore(url, registration=Registration.for_backend, **kw)

@@ -17,7 +17,7 @@ Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.
     /meta/cluster_id          created once, by the first broker (create-if-absent)
     /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
     /meta/next_producer_id    the first producer id no block was given out for
-    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.metadata.registration)
+    /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.cluster.registration)
     /configs/broker           the dynamic cluster-wide broker configs
     /topics/<name>            a topic with all its partitions (one key: a topic is one put)
     /scram/<user>             the user's SCRAM credentials, by mechanism
@@ -75,7 +75,7 @@ import os
 import time
 import uuid
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from shoal.etcd.client import DEFAULT_PREFIX, REQUEST_TIMEOUT_S, EtcdClient, parse_url
 from shoal.etcd.client import range_end as _range_end
@@ -92,7 +92,6 @@ from shoal.metadata import (
 )
 from shoal.metadata import codec
 from shoal.metadata.change import Change
-from shoal.metadata.registration import Registration
 from shoal.metadata.store import CommitConflict, DecidingStore, MetadataBackend, new_tenant_id
 
 log = logging.getLogger(__name__)
@@ -126,6 +125,14 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=False).encode()
 
 
+class BrokerRegistration(Protocol):
+    """This broker's registration in etcd, under its session's lease: cluster's
+    (``shoal.cluster.registration.Registration``), given to the backend by the composition root."""
+
+    async def register(self, info: BrokerInfo) -> int:
+        """Register the node id; the etcd revision it was written at."""
+
+
 class _Compacted(Exception):
     pass
 
@@ -146,6 +153,7 @@ class EtcdBackend(MetadataBackend):
         session_timeout_ms: int = 9000,
         new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
         timeout: float = REQUEST_TIMEOUT_S,
+        registration: Callable[["EtcdBackend"], BrokerRegistration] | None = None,
     ) -> None:
         super().__init__()
         self.client = EtcdClient(endpoints, timeout=timeout)
@@ -178,8 +186,9 @@ class EtcdBackend(MetadataBackend):
         # this broker's etcd session: its lease (broker.session.timeout.ms; etcd's leases are whole
         # seconds, and etcd raises a TTL below its minimum, about 2 s), and the registration under it
         self.session = EtcdSession(self.client, ttl_s=max(1, -(-int(session_timeout_ms) // 1000)))
-        self.registration = Registration(self.session, lambda node: self.key("brokers", str(node)),
-                                         on_change=self._wait_revision)
+        # this broker's registration under that lease: cluster's (shoal.cluster.registration), so
+        # the composition root wires it; without it the backend registers no broker
+        self.registration = registration(self) if registration is not None else None
         self.reloads = 0  # full reads of the prefix after the first (compactions), for tests
         self.batch_max_ops = BATCH_MAX_OPS  # txn_budget's bounds (tests make them small)
         self.batch_max_bytes = BATCH_MAX_BYTES
@@ -661,9 +670,16 @@ class EtcdBackend(MetadataBackend):
 
     # -- broker registration ----------------------------------------------------------------------
 
+    def broker_key(self, node_id: int) -> bytes:
+        """The key of a node id's registration."""
+        return self.key("brokers", str(node_id))
+
     async def register(self, info: BrokerInfo) -> None:
-        """Register this broker under its lease (``shoal.metadata.registration``); returns once
-        the image shows it. DUPLICATE_BROKER_REGISTRATION when a live broker holds the id."""
+        """Register this broker under its lease (``self.registration``); returns once the image
+        shows it. DUPLICATE_BROKER_REGISTRATION when a live broker holds the id."""
+        if self.registration is None:
+            raise RuntimeError("this etcd store was built without a broker registration "
+                               "(shoal.cluster.registration.Registration.for_backend)")
         self.writable()
         try:
             revision = await self.registration.register(info)
@@ -671,9 +687,10 @@ class EtcdBackend(MetadataBackend):
             raise
         except Exception as e:
             raise self._txn_error(e, 1) from e
-        await self._wait_revision(revision)
+        await self.wait_revision(revision)
 
-    async def _wait_revision(self, revision: int) -> None:
+    async def wait_revision(self, revision: int) -> None:
+        """Until the image is at ``revision`` or later (or the store closes)."""
         while self._revision < revision and not self._closed:
             await self._progress.wait()
 
@@ -694,7 +711,8 @@ def _new_cluster_id(new_uuid: Callable[[], uuid.UUID]) -> str:
 
 class EtcdMetadataStore(DecidingStore):
     """``MetadataStore`` on etcd: the rules over an ``EtcdBackend``; broker registrations go
-    under the backend's lease instead of through the rules (they are ephemeral)."""
+    under the backend's lease instead of through the rules (they are ephemeral), by the
+    ``registration`` the composition root gives (``shoal.cluster.registration``)."""
 
     backend: EtcdBackend
 
@@ -707,10 +725,11 @@ class EtcdMetadataStore(DecidingStore):
         new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
         new_tenant_id: Callable[[], str] = new_tenant_id,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        registration: Callable[[EtcdBackend], BrokerRegistration] | None = None,
     ) -> None:
         endpoints, prefix = parse_url(url)
         backend = EtcdBackend(endpoints, prefix, node_id=node_id, session_timeout_ms=session_timeout_ms,
-                              new_uuid=new_uuid)
+                              new_uuid=new_uuid, registration=registration)
         super().__init__(backend, new_uuid=new_uuid, new_tenant_id=new_tenant_id, now_ms=now_ms)
         self.url = url
         self.node_id = node_id

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from etcd_cluster import broker_store
 from shoal.cluster import planner
 from shoal.cluster.controller import Controller, leadership_change
 from shoal.metadata import BrokerInfo, MetadataError
@@ -20,7 +21,7 @@ from shoal.metadata.etcd import EtcdMetadataStore
 @pytest.fixture
 async def two(etcd_cluster, etcd_prefix):
     url = etcd_cluster.url(etcd_prefix)
-    stores = [EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2)]
+    stores = [broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2)]
     for n, s in enumerate(stores, 1):
         await s.start()
         await s.register_broker(BrokerInfo(n, "127.0.0.1", 9090 + n))
@@ -96,7 +97,7 @@ async def test_a_broker_that_accepted_a_probe_goes_at_its_first_refusals_even_ju
     measured 4.4-5.4 s for those, the grace period plus two probes, against 1.4 s)."""
     clock = [100.0]
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2, s3 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2, 3))
+    s1, s2, s3 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2, 3))
     up_port, starting_port = unused_tcp_port_factory(), unused_tcp_port_factory()
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", up_port)
     c1 = Controller(s1, 1, 3000, monotonic=lambda: clock[0])
@@ -179,7 +180,7 @@ async def test_a_held_connection_that_ends_and_a_refusal_make_a_broker_gone_at_o
     connection ends, the election loop is woken, and one refused probe is enough (two, half a
     second apart, before: failover after kill -9 went from 1.4 s to 0.3-0.4 s in the bench)."""
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    s1, s2 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
     port = Port()
     c1 = Controller(s1, 1, 3000)
     try:
@@ -204,7 +205,7 @@ async def test_placement_leaves_out_a_broker_the_controller_treats_as_gone(etcd_
     the dead broker and the controller moved its leaderships off it at once. Once it answers
     again, it is placeable again."""
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2, s3 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=9000) for n in (1, 2, 3))
+    s1, s2, s3 = (broker_store(url, node_id=n, session_timeout_ms=9000) for n in (1, 2, 3))
     ports = {n: Port() for n in (1, 2, 3)}
     c1, c3 = Controller(s1, 1, 9000), Controller(s3, 3, 9000)
 
@@ -257,7 +258,7 @@ async def test_a_dead_controllers_key_goes_and_its_registration_stays(etcd_clust
     the holder's registration stays until its lease expires, as any dead broker's (clients then
     move its partitions to the new leaders directly)."""
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    s1, s2 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
     port = Port()
     c1, c2 = Controller(s1, 1, 3000), Controller(s2, 2, 3000)
     try:
@@ -301,7 +302,7 @@ async def test_a_held_connection_the_broker_ends_at_once_is_not_reopened_every_r
     a connection limit): the broker is alive (the next probe is accepted), so the controller does
     not open a held connection again on every half-second round (one per HOLD_KEEPALIVE_S)."""
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    s1, s2 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
     connections = []
 
     async def hang_up(_r, w) -> None:
@@ -334,7 +335,7 @@ async def test_a_broker_that_does_not_answer_yet_is_held_again_next_round(etcd_c
 
     monkeypatch.setattr(controller_module, "HOLD_TIMEOUT_S", 0.3)
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    s1, s2 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
     port = Port()  # accepts, never answers
     c1 = Controller(s1, 1, 3000)
     try:
@@ -398,7 +399,7 @@ async def test_a_gone_broker_whose_port_only_accepts_stays_gone_until_it_answers
 
     monkeypatch.setattr(controller_module, "HOLD_TIMEOUT_S", 0.3)
     url = etcd_cluster.url(etcd_prefix)
-    s1, s2 = (EtcdMetadataStore(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
+    s1, s2 = (broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2))
     port = AnsweringPort()  # broker 2's process, serving
     c1 = Controller(s1, 1, 3000)
     restarted = answering = None

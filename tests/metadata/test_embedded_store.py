@@ -30,9 +30,9 @@ from shoal.metadata.memory import memory_store
 @pytest.fixture(params=["embedded", "memory", "etcd"])
 async def store(request, tmp_path: Path):
     if request.param == "etcd":  # a real 3-member etcd (tests/etcd_cluster.py), a prefix per test
-        from shoal.metadata.etcd import EtcdMetadataStore
+        from etcd_cluster import broker_store
 
-        s = EtcdMetadataStore(request.getfixturevalue("etcd_cluster").url(request.getfixturevalue("etcd_prefix")),
+        s = broker_store(request.getfixturevalue("etcd_cluster").url(request.getfixturevalue("etcd_prefix")),
                               node_id=1)
     else:
         s = EmbeddedMetadataStore(tmp_path, node_id=1) if request.param == "embedded" else memory_store()

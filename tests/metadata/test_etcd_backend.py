@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from etcd_cluster import broker_store
 from polling import until_async
 from shoal.metadata import AclEntry, BrokerInfo, IsrChange, MetadataError, MetadataImage, codec
 from shoal.metadata.change import Change, Result
 from shoal.metadata.rules import topics as topic_rules
 from shoal.etcd.client import parse_url
-from shoal.metadata.etcd import EtcdMetadataStore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 async def two(etcd_cluster, etcd_prefix):
     """Two stores (two brokers) on one prefix."""
     url = etcd_cluster.url(etcd_prefix)
-    a, b = EtcdMetadataStore(url, node_id=1), EtcdMetadataStore(url, node_id=2)
+    a, b = broker_store(url, node_id=1), broker_store(url, node_id=2)
     await a.start()
     await b.start()
     yield a, b
@@ -117,7 +117,7 @@ async def test_everything_the_image_holds_round_trips_through_etcd(two, etcd_clu
     await a.set_broker_configs({"log.retention.ms": "5"})
     await a.update_partition(f"{t.tenant_id}_orders2", 0, leader=2, isr=(2,))
     await until(lambda: a.image.epoch == b.image.epoch)
-    c = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=3)  # a broker that starts now
+    c = broker_store(etcd_cluster.url(etcd_prefix), node_id=3)  # a broker that starts now
     await c.start()
     try:
         for other in (b.image, c.image):
@@ -136,8 +136,8 @@ async def test_everything_the_image_holds_round_trips_through_etcd(two, etcd_clu
 
 async def test_registration_and_duplicate_node_id(etcd_cluster, etcd_prefix):
     url = etcd_cluster.url(etcd_prefix)
-    a = EtcdMetadataStore(url, node_id=1, session_timeout_ms=2000)
-    b = EtcdMetadataStore(url, node_id=1, session_timeout_ms=2000)
+    a = broker_store(url, node_id=1, session_timeout_ms=2000)
+    b = broker_store(url, node_id=1, session_timeout_ms=2000)
     await a.start()
     await b.start()
     try:
@@ -163,9 +163,11 @@ async def test_registration_and_duplicate_node_id(etcd_cluster, etcd_prefix):
 _REGISTER = """
 import asyncio, sys
 from shoal.metadata import BrokerInfo
+from shoal.cluster.registration import Registration
 from shoal.metadata.etcd import EtcdMetadataStore
 async def main():
-    s = EtcdMetadataStore(sys.argv[1], node_id=7, session_timeout_ms=3000)
+    s = EtcdMetadataStore(sys.argv[1], node_id=7, session_timeout_ms=3000,
+                          registration=Registration.for_backend)
     await s.start()
     await s.register_broker(BrokerInfo(7, "127.0.0.1", 7777, "dc7"))
     print("registered", flush=True)
@@ -178,7 +180,7 @@ async def test_a_killed_brokers_registration_goes_when_its_lease_expires(etcd_cl
     url = etcd_cluster.url(etcd_prefix)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-c", _REGISTER, url], stdout=subprocess.PIPE, env=env)
-    watcher = EtcdMetadataStore(url, node_id=1)
+    watcher = broker_store(url, node_id=1)
     await watcher.start()
     try:
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)  # type: ignore[union-attr]
@@ -204,7 +206,7 @@ async def test_a_killed_brokers_registration_goes_when_its_lease_expires(etcd_cl
 async def test_a_change_too_large_for_one_transaction_is_refused_clearly(etcd_cluster, etcd_prefix):
     """The harness's etcd takes 10,000 operations per transaction (docs/cluster.md); a change with
     more is refused with POLICY_VIOLATION naming the setting, and nothing is committed."""
-    s = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=1)
+    s = broker_store(etcd_cluster.url(etcd_prefix), node_id=1)
     await s.start()
     try:
         big = await s.create_topic("big", [(1, 2, 3)] * 2000, {})  # one key: fits
@@ -223,7 +225,7 @@ async def test_a_batch_of_isr_changes_is_split_within_etcds_default_limits(etcd_
     """``alter_isrs`` over 300 topics: transactions of at most etcd's default 128 operations (127
     topics and the epoch), so 3 of them, whatever the members allow; with a byte budget of about
     two topics, one transaction per two topics. Every change is answered and in the image."""
-    s = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=1)
+    s = broker_store(etcd_cluster.url(etcd_prefix), node_id=1)
     await s.start()
     try:
         names = [f"t{i:03d}" for i in range(300)]

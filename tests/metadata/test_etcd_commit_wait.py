@@ -19,11 +19,11 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy
+from etcd_cluster import EtcdCluster, TcpProxy, broker_store
 from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataImage
 from shoal.etcd.client import EtcdClient, parse_url
-from shoal.metadata.etcd import OWN_WATCH_WAIT_S, EtcdMetadataStore
+from shoal.metadata.etcd import OWN_WATCH_WAIT_S
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,8 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
     prefix = f"/wait-{uuid.uuid4().hex[:8]}"
     proxy = TcpProxy(cluster.members[0].endpoint)
     await proxy.start()
-    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # its watch: via the proxy
-    b = EtcdMetadataStore(cluster.url(prefix), node_id=2)
+    a = broker_store(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # its watch: via the proxy
+    b = broker_store(cluster.url(prefix), node_id=2)
     direct = EtcdClient(parse_url(cluster.url(prefix))[0])
     await a.start()
     await b.start()
@@ -107,7 +107,7 @@ async def test_an_answer_lost_in_transit_is_sent_again_and_the_change_made_once(
     import grpc
 
     cluster.start_all()
-    s = EtcdMetadataStore(cluster.url(f"/lost-{uuid.uuid4().hex[:8]}"), node_id=1)
+    s = broker_store(cluster.url(f"/lost-{uuid.uuid4().hex[:8]}"), node_id=1)
     await s.start()
     real_txn = s.backend.client.txn
     calls = []

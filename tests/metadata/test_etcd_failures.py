@@ -11,10 +11,9 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy
+from etcd_cluster import EtcdCluster, TcpProxy, broker_store
 from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, changed_topics
-from shoal.metadata.etcd import EtcdMetadataStore
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,7 @@ def url(cluster):
 
 async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(cluster, url, caplog):
     caplog.set_level(logging.INFO, "shoal.metadata.etcd")
-    a, b = EtcdMetadataStore(url, node_id=1), EtcdMetadataStore(url, node_id=2)
+    a, b = broker_store(url, node_id=1), broker_store(url, node_id=2)
     await a.start()
     await b.start()
     try:
@@ -78,8 +77,8 @@ async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_differe
     proxy = TcpProxy(cluster.members[0].endpoint)
     await proxy.start()
     prefix = "/" + url.rpartition("/")[2]
-    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # reaches etcd only via the proxy
-    b = EtcdMetadataStore(url, node_id=2)
+    a = broker_store(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # reaches etcd only via the proxy
+    b = broker_store(url, node_id=2)
     await a.start()
     await b.start()
     seen: list[tuple[MetadataImage, MetadataImage]] = []
@@ -114,7 +113,7 @@ async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_differe
 async def test_a_broker_waits_for_etcd_at_start(cluster, url, caplog):
     caplog.set_level(logging.INFO, "shoal.metadata.etcd")
     await asyncio.to_thread(cluster.stop_all)
-    s = EtcdMetadataStore(url, node_id=1)
+    s = broker_store(url, node_id=1)
     start = asyncio.ensure_future(s.start())
     try:
         await asyncio.sleep(2.5)
@@ -136,7 +135,7 @@ async def test_a_change_made_while_etcd_elects_gets_through(cluster, url):
     what losing its leader looks like to a broker: the watch fails, the store is unreachable. A
     change made then is tried, its commit retrying until etcd answers, not refused at once (a
     whole-suite run saw CreateTopics refused right after the etcd leader was killed)."""
-    a = EtcdMetadataStore(url, node_id=1)
+    a = broker_store(url, node_id=1)
     await a.start()
     try:
         await asyncio.to_thread(cluster.kill_member, 0)
@@ -160,7 +159,7 @@ async def test_one_member_down_changes_go_on(cluster, url):
     """A quorum of two takes every change; the store moves its channel and its watch to another
     member (a change in flight when its member dies may get the retriable error, as a client
     would, and is retried)."""
-    a = EtcdMetadataStore(url, node_id=1)
+    a = broker_store(url, node_id=1)
     await a.start()
     retried = 0
     try:
@@ -206,8 +205,8 @@ async def test_registrations_outlive_a_paused_etcd_leader(cluster):
     prefix = f"/pause-{uuid.uuid4().hex[:8]}"
     leader = cluster.leader()
     follower = next(i for i in range(3) if i != leader)
-    a = EtcdMetadataStore(cluster.url(prefix, members=[follower]), node_id=1, session_timeout_ms=3000)
-    watcher = EtcdMetadataStore(cluster.url(prefix, members=[follower]), node_id=2, session_timeout_ms=3000)
+    a = broker_store(cluster.url(prefix, members=[follower]), node_id=1, session_timeout_ms=3000)
+    watcher = broker_store(cluster.url(prefix, members=[follower]), node_id=2, session_timeout_ms=3000)
     await a.start()
     await watcher.start()
     paused = cluster.members[leader].proc
@@ -238,8 +237,8 @@ async def test_a_busy_event_loop_keeps_its_registration(cluster):
     and the broker registered again under a new one (the controller meanwhile took it for gone)."""
     cluster.start_all()
     prefix = f"/busy-{uuid.uuid4().hex[:8]}"
-    a = EtcdMetadataStore(cluster.url(prefix), node_id=1, session_timeout_ms=3000)
-    watcher = EtcdMetadataStore(cluster.url(prefix), node_id=2, session_timeout_ms=3000)
+    a = broker_store(cluster.url(prefix), node_id=1, session_timeout_ms=3000)
+    watcher = broker_store(cluster.url(prefix), node_id=2, session_timeout_ms=3000)
     await a.start()
     await watcher.start()
     seen: list[set[int]] = []

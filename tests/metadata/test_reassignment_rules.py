@@ -143,10 +143,10 @@ def test_codec_round_trip_and_old_data():
 async def reopened(request, tmp_path: Path):
     """(store, reopen()) where reopen gives a store that reads what the first one wrote anew."""
     if request.param == "etcd":
-        from shoal.metadata.etcd import EtcdMetadataStore
+        from etcd_cluster import broker_store
 
         url = request.getfixturevalue("etcd_cluster").url(request.getfixturevalue("etcd_prefix"))
-        make = lambda: EtcdMetadataStore(url, node_id=1)  # noqa: E731
+        make = lambda: broker_store(url, node_id=1)  # noqa: E731
     else:
         from shoal.metadata.embedded import EmbeddedMetadataStore
 

@@ -33,6 +33,7 @@ from shoal.metadata import BrokerInfo, MetadataError, codec
 
 if TYPE_CHECKING:
     from shoal.etcd.session import EtcdSession
+    from shoal.metadata.etcd import EtcdBackend
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,13 @@ class Registration:
         self._held: tuple[int, int] | None = None  # (node id, lease) of the key we created
         self._lost: BrokerInfo | None = None  # a registration whose lease went, to make again
         session.on_lease_lost = self._renew
+
+    @classmethod
+    def for_backend(cls, backend: "EtcdBackend") -> "Registration":
+        """The registration of an etcd metadata backend's broker, under its session's lease; each
+        re-registration waits until the backend's image shows it (what the composition root gives
+        ``EtcdMetadataStore(registration=...)``)."""
+        return cls(backend.session, backend.broker_key, on_change=backend.wait_revision)
 
     async def register(self, info: BrokerInfo) -> int:
         """Create (or, with our own lease, replace) the node id's key; the revision it was

@@ -10,11 +10,10 @@ import logging
 
 import pytest
 
-from etcd_cluster import TcpProxy
+from etcd_cluster import TcpProxy, broker_store
 from polling import until_async
 from shoal.etcd.client import EtcdClient, parse_url
 from shoal.metadata import BrokerInfo
-from shoal.metadata.etcd import EtcdMetadataStore
 
 SESSION_MS = 3000  # a lease of 3 s, kept alive every second
 
@@ -24,8 +23,8 @@ SESSION_MS = 3000  # a lease of 3 s, kept alive every second
 async def pair(etcd_cluster, etcd_prefix):
     """Stores of brokers 1 and 2, and a client of etcd's own (to act behind their backs)."""
     url = etcd_cluster.url(etcd_prefix)
-    a = EtcdMetadataStore(url, node_id=1, session_timeout_ms=SESSION_MS)
-    b = EtcdMetadataStore(url, node_id=2, session_timeout_ms=SESSION_MS)
+    a = broker_store(url, node_id=1, session_timeout_ms=SESSION_MS)
+    b = broker_store(url, node_id=2, session_timeout_ms=SESSION_MS)
     direct = EtcdClient(parse_url(url)[0])
     await a.start()
     await b.start()
@@ -47,7 +46,7 @@ def again_lines(caplog) -> list[str]:
 
 
 async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
-    caplog.set_level(logging.INFO, "shoal.metadata.registration")
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
     a, b, direct = pair
     await a.register_broker(info(1))
     await until_async(lambda: 1 in b.image.brokers)
@@ -66,11 +65,11 @@ async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
 
 
 async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(etcd_cluster, etcd_prefix, caplog):
-    caplog.set_level(logging.INFO, "shoal.metadata.registration")
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
     proxy = TcpProxy(etcd_cluster.members[0].endpoint)
     await proxy.start()
-    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
-    b = EtcdMetadataStore(etcd_cluster.url(etcd_prefix), node_id=2, session_timeout_ms=SESSION_MS)
+    a = broker_store(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    b = broker_store(etcd_cluster.url(etcd_prefix), node_id=2, session_timeout_ms=SESSION_MS)
     await a.start()
     await b.start()
     try:
@@ -95,12 +94,12 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
     process registers node id 1 before broker 1 can notice: when etcd is back, broker 1 finds its
     lease gone and the id held by a live broker, says so, and stays unregistered. (Revoking it
     while it was connected raced with its keep-alive, which notices within a second.)"""
-    caplog.set_level(logging.INFO, "shoal.metadata.registration")
+    caplog.set_level(logging.INFO, "shoal.cluster.registration")
     proxy = TcpProxy(etcd_cluster.members[0].endpoint)
     await proxy.start()
     url = etcd_cluster.url(etcd_prefix)
-    a = EtcdMetadataStore(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
-    b = EtcdMetadataStore(url, node_id=2, session_timeout_ms=SESSION_MS)
+    a = broker_store(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    b = broker_store(url, node_id=2, session_timeout_ms=SESSION_MS)
     direct = EtcdClient(parse_url(url)[0])
     await a.start()
     await b.start()
