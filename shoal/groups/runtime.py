@@ -80,6 +80,7 @@ class CoordinatorContext(BrokerSources):
 
 # an internal topic's replication factor left at its default, on an etcd cluster (one node: 1)
 CLUSTER_REPLICATION_FACTOR = 3
+HOSTED_POLL_S = 0.01  # how often a load waiting for its partition's log looks again
 
 C = TypeVar("C")  # the coordinator's settings
 L = TypeVar("L")  # what the replay of one partition yields
@@ -307,6 +308,13 @@ class InternalTopicCoordinator(Generic[C, L]):
 
     async def _load(self, partition: int, load_epoch: int) -> None:
         started = self.clock.monotonic()
+        # The image names this broker the leader before the replica manager has the log open (a
+        # topic of many partitions has its logs made in a worker thread): wait for it, or the
+        # replay would find nothing and the partition would be served empty.
+        while not self.log.hosted(partition):
+            if not self._still_owned(partition, load_epoch):
+                return
+            await asyncio.sleep(HOSTED_POLL_S)
         try:
             loaded = await asyncio.to_thread(self._read_partition, partition)
         except Exception:

@@ -69,6 +69,11 @@ class CoordinatorLog(Protocol):
 
     def replay_batches(self, partition: int) -> Iterator[LogBatch]: ...
 
+    def hosted(self, partition: int) -> bool:
+        """Whether this broker has the partition's log open: a replay before that would read an
+        empty log that is not the partition's."""
+        ...
+
 
 class BrokerCoordinatorLog:
     """Appends to the leader's partition of ``__consumer_offsets`` (through the replica manager)
@@ -125,6 +130,9 @@ class BrokerCoordinatorLog:
             return ErrorCode.none
         failed = await self._replicas.wait_committed([(self.topic, partition, offset, 1)], timeout_s)
         return failed.get((self.topic, partition), ErrorCode.none)
+
+    def hosted(self, partition: int) -> bool:
+        return self._replicas.partition(self.topic, partition) is not None
 
     def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         part = self._replicas.partition(self.topic, partition)
@@ -187,6 +195,10 @@ class MemoryCoordinatorLog:
         self.epochs: dict[tuple[int, int], int] = {}  # (partition, producer id) -> latest epoch
         self.fail_with: ErrorCode | None = None  # the next appends return this error
         self._held: asyncio.Event | None = None
+        self.unhosted: set[int] = set()  # partitions whose log is not open yet (hosted() False)
+
+    def hosted(self, partition: int) -> bool:
+        return partition not in self.unhosted
 
     def append(
         self, partition: int, records: Sequence[Record], now_ms: int, *, producer_id: int = -1, producer_epoch: int = -1

@@ -105,6 +105,25 @@ async def test_status_without_topic_not_owned_loading_and_active():
     assert c.status("k") == E.coordinator_not_available
 
 
+async def test_a_load_waits_for_its_partitions_log_to_be_open():
+    """The image names this broker the leader before the replica manager has opened the log (a
+    topic of many partitions gets its logs in a worker thread): replaying then would read nothing
+    and serve the partition empty, its keys lost; the load waits, and a write is refused with a
+    retriable error meanwhile instead of NOT_COORDINATOR from a log that is not there."""
+    log = MemoryCoordinatorLog()
+    log.append(0, [(b"kept", b"v")], 0)
+    log.unhosted.add(0)
+    c = following(log=log)
+    c._reconcile(None, image({0: NODE}))
+    for _ in range(5):
+        await asyncio.sleep(0.02)
+    assert c.owned_partitions() == {0: PartitionStatus.LOADING}
+    assert c.status("k") == E.coordinator_load_in_progress
+    log.unhosted.discard(0)
+    await c.wait_loaded()
+    assert c.owned_partitions() == {0: PartitionStatus.ACTIVE} and c.keys[0] == {b"kept"}
+
+
 async def test_reconcile_unloads_then_loads_in_partition_order():
     c = following()
     c._reconcile(None, image({0: 2, 1: NODE, 2: NODE, 3: 2}))
