@@ -9,11 +9,77 @@ their target and options: where TLS goes, issue 28).
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from typing import Any, Sequence
+from typing import Any, AsyncIterable, AsyncIterator, Protocol, Sequence
 
 DEFAULT_PREFIX = "/shoal"
 REQUEST_TIMEOUT_S = 5.0
+
+
+# -- etcd's messages, as far as Shoal reads them (aetcd's generated protobuf classes are untyped) --
+
+
+class Compare(Protocol):
+    """A compare of a transaction (``EtcdClient.created_at``, ``modified_at``, ``under_lease``)."""
+
+
+class RequestOp(Protocol):
+    """An operation of a transaction (``EtcdClient.put_op``, ``delete_op``, ``get_op``)."""
+
+
+class KeyValue(Protocol):
+    key: bytes
+    value: bytes
+    lease: int
+    create_revision: int
+    mod_revision: int
+
+
+class ResponseHeader(Protocol):
+    revision: int
+
+
+class RangeResponse(Protocol):
+    header: ResponseHeader
+    kvs: Sequence[KeyValue]
+
+
+class ResponseOp(Protocol):
+    response_range: RangeResponse
+
+
+class TxnResponse(Protocol):
+    header: ResponseHeader
+    succeeded: bool
+    responses: Sequence[ResponseOp]
+
+
+class Event(Protocol):
+    type: int
+    kv: KeyValue
+
+
+class WatchResponse(Protocol):
+    header: ResponseHeader
+    created: bool
+    canceled: bool
+    cancel_reason: str
+    compact_revision: int
+    events: Sequence[Event]
+
+
+class Channel(Protocol):
+    """A gRPC channel (``EtcdClient.open_channel``): asyncio's, whose ``close`` is awaited, or the
+    blocking one."""
+
+    def close(self) -> object: ...
+
+
+class WatchCall(AsyncIterable[WatchResponse], Protocol):
+    """A watch in progress: its responses, until it is cancelled."""
+
+    def cancel(self) -> bool: ...
 
 
 def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
@@ -99,7 +165,7 @@ class EtcdClient:
         self.watch_stub = self.rpc.WatchStub(self._channel)
         self.lease = self.rpc.LeaseStub(self._channel)
 
-    def open_channel(self, *, blocking: bool = False) -> Any:
+    def open_channel(self, *, blocking: bool = False) -> Channel:
         """A new channel to the endpoints: asyncio's (the client's calls) or, with ``blocking``,
         gRPC's blocking one (``LeaseKeeper``'s thread). The one place channels are made."""
         import grpc
@@ -126,15 +192,15 @@ class EtcdClient:
         if channel is not None:
             await channel.close()
 
-    async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None,
-                  timeout: float | None = None) -> Any:
+    async def txn(self, compare: Sequence[Compare], success: Sequence[RequestOp],
+                  failure: Sequence[RequestOp] | None = None, timeout: float | None = None) -> TxnResponse:
         self.connect()
         req = self.rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
         # hasleader: a member without a leader answers at once instead of holding the request
         return await self.kv.Txn(req, timeout=timeout or self.timeout, metadata=(("hasleader", "true"),))
 
     async def range(self, key: bytes, range_end: bytes = b"", revision: int = 0, timeout: float | None = None,
-                    require_leader: bool = False) -> Any:
+                    require_leader: bool = False) -> RangeResponse:
         """A linearizable read (etcd's ReadIndex: no raft proposal, nothing written); with
         ``require_leader`` a member without a leader answers at once instead of holding it."""
         self.connect()
@@ -161,7 +227,7 @@ class EtcdClient:
         self.connect()
         await self.lease.LeaseRevoke(self.rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout)
 
-    def watch(self, key: bytes, range_end: bytes, start_revision: int, stop: Any) -> Any:
+    def watch(self, key: bytes, range_end: bytes, start_revision: int, stop: asyncio.Event) -> WatchCall:
         """Watch the range from ``start_revision``: the call (an async iterator of etcd's watch
         responses; cancel it to end it), whose request stream stays open until ``stop`` (an
         ``asyncio.Event``) is set. ``hasleader``: etcd cancels the watch when its member loses the
@@ -170,7 +236,7 @@ class EtcdClient:
         self.connect()
         create = rpc.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision)
 
-        async def requests() -> Any:
+        async def requests() -> AsyncIterator[Any]:
             yield rpc.WatchRequest(create_request=create)
             await stop.wait()
 
@@ -178,30 +244,30 @@ class EtcdClient:
 
     # -- the messages of a transaction ------------------------------------------------------------
 
-    def put_op(self, key: bytes, value: bytes, lease: int = 0) -> Any:
+    def put_op(self, key: bytes, value: bytes, lease: int = 0) -> RequestOp:
         return self.rpc.RequestOp(request_put=self.rpc.PutRequest(key=key, value=value, lease=lease))
 
-    def delete_op(self, key: bytes) -> Any:
+    def delete_op(self, key: bytes) -> RequestOp:
         return self.rpc.RequestOp(request_delete_range=self.rpc.DeleteRangeRequest(key=key))
 
-    def get_op(self, key: bytes) -> Any:
+    def get_op(self, key: bytes) -> RequestOp:
         return self.rpc.RequestOp(request_range=self.rpc.RangeRequest(key=key))
 
-    def created_at(self, key: bytes, revision: int) -> Any:
+    def created_at(self, key: bytes, revision: int) -> Compare:
         """The compare ``create_revision(key) == revision`` (0: the key is absent)."""
         rpc = self.rpc
         return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key, create_revision=revision)
 
-    def modified_at(self, key: bytes, revision: int) -> Any:
+    def modified_at(self, key: bytes, revision: int) -> Compare:
         """The compare ``mod_revision(key) == revision``."""
         rpc = self.rpc
         return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=key, mod_revision=revision)
 
-    def under_lease(self, key: bytes, lease: int) -> Any:
+    def under_lease(self, key: bytes, lease: int) -> Compare:
         """The compare ``lease(key) == lease``."""
         rpc = self.rpc
         return rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.LEASE, key=key, lease=lease)
 
-    def is_put(self, event: Any) -> bool:
+    def is_put(self, event: Event) -> bool:
         """A watch event that puts its key (else it deletes it)."""
         return bool(event.type == self.rpc.Event.PUT)

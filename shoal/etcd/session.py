@@ -30,9 +30,9 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
-from shoal.etcd.client import EtcdClient, range_end
+from shoal.etcd.client import Compare, EtcdClient, KeyValue, range_end
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class LeaseKeeper:
     ``max_gap`` is the longest time between two successful refreshes (a metric and the tests'
     proof); ``refreshes`` counts them."""
 
-    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], None],
+    def __init__(self, client: EtcdClient, interval: float, on_lost: Callable[[int], object],
                  retry_s: float = 0.2) -> None:
         self._client = client
         self.interval = interval
@@ -151,7 +151,7 @@ class Campaign:
     holder: Held | None = None
 
 
-def _held(kvs: Any) -> Held | None:
+def _held(kvs: Sequence[KeyValue]) -> Held | None:
     return Held(kvs[0].value, int(kvs[0].lease), int(kvs[0].create_revision)) if kvs else None
 
 
@@ -259,7 +259,7 @@ class EtcdSession:
             return Campaign(True, revision=int(resp.header.revision))
         return Campaign(False, holder=_held(resp.responses[0].response_range.kvs))
 
-    def fence(self, key: bytes, revision: int) -> list[Any]:
+    def fence(self, key: bytes, revision: int) -> list[Compare]:
         """The compares that hold ``key`` still has creation revision ``revision`` (the election
         key's holder's epoch: -1 compares false)."""
         return [self.client.created_at(key, revision)]
