@@ -41,7 +41,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
-from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo
+from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, PartitionInfo, TopicInfo
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.partition_change import PartitionChange
 from shoal.metadata.rules import topics as topic_rules
@@ -113,7 +113,7 @@ def leadership_change(image: MetadataImage, alive: set[int],
     """The change moving every partition whose leader is not ``alive`` (``elect``; ``unclean``
     says per topic whether it allows an unclean election); its response is the number of
     partitions changed."""
-    topics = {}
+    topics: dict[str, TopicInfo] = {}
     for name, topic in image.topics.items():
         parts = list(topic.partitions)
         moved = False
@@ -130,7 +130,7 @@ def leadership_change(image: MetadataImage, alive: set[int],
     if not topics:
         return unchanged(0)
     n = sum(1 for name in topics for a, b in zip(image.topics[name].partitions, topics[name].partitions) if a != b)
-    return Result(Change(topics=topics), n)
+    return Result(Change(topics=dict(topics)), n)
 
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
@@ -216,7 +216,7 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
     other live ISR member keeps it as leader (it goes offline when the broker is gone: clean
     election only). Response: the leaderships moved."""
     alive = set(image.brokers) - {node}
-    topics = {}
+    topics: dict[str, TopicInfo] = {}
     moved_leaders = 0
     for name, topic in image.topics.items():
         parts = list(topic.partitions)
@@ -238,7 +238,7 @@ def shutdown_change(image: MetadataImage, node: int) -> Result[int]:
             topics[name] = dataclasses.replace(topic, partitions=tuple(parts))
     if not topics:
         return unchanged(0)
-    return Result(Change(topics=topics), moved_leaders)
+    return Result(Change(topics=dict(topics)), moved_leaders)
 
 
 async def controlled_shutdown(store: DecidingStore, node: int, replication: ReplicationStopper) -> int:

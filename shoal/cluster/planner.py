@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
 from shoal.placement.assignment import PlacementError, assign_replicas, start_index_for_new_partitions
 
 if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
     from shoal.metadata import MetadataImage
+    from shoal.placement.constraints import PlacementSpec
 
 __all__ = [
     "MAX_PARTITIONS_PER_TOPIC",
@@ -71,7 +73,7 @@ class Defaults:
     replication_factor: int
 
     @classmethod
-    def for_topics(cls, cfg: Any) -> "Defaults":
+    def for_topics(cls, cfg: "BrokerConfig") -> "Defaults":
         return cls(int(cfg.get("num.partitions")), int(cfg.get("default.replication.factor")))
 
     @classmethod
@@ -89,7 +91,7 @@ class TopicRequest:
     num_partitions: int = -1
     replication_factor: int = -1
     assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
-    placement: Any = None  # a shoal.placement.constraints.PlacementSpec (replica.placement)
+    placement: PlacementSpec | None = None  # replica.placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ def plan_topic(
     """KRaft's ``ReplicationControlManager.createTopic`` checks, then placement (a
     ``replica.placement`` spec places replicas and observers by its constraints instead)."""
     if request.placement is not None:
-        return _constrained_topic(brokers, request, defaults, rng)
+        return _constrained_topic(brokers, request, request.placement, defaults, rng)
     if request.assignments:
         return Plan(request.name, _manual_topic(brokers, request))
     rf, partitions = request.replication_factor, request.num_partitions
@@ -153,14 +155,13 @@ def plan_topic(
     return Plan(request.name, tuple(assignment))
 
 
-def _constrained_topic(brokers: Sequence[Broker], request: TopicRequest, defaults: Defaults,
-                       rng: random.Random) -> Plan:
+def _constrained_topic(brokers: Sequence[Broker], request: TopicRequest, spec: PlacementSpec,
+                       defaults: Defaults, rng: random.Random) -> Plan:
     """Placement constraints (the multi-region document): the spec gives the replica count, so
     a replication factor or a manual assignment with it is refused; the start position within
     each rack is drawn like Kafka's start index."""
     from shoal.placement.constraints import PlacementSpecError, assign_with_constraints
 
-    spec = request.placement
     if request.assignments:
         raise PlacementError("INVALID_REQUEST", "A replica assignment and replica.placement cannot both be given.")
     if request.replication_factor != -1:
@@ -277,7 +278,7 @@ def plan_new_partitions(
     existing: Sequence[Sequence[int]],
     count: int,
     assignments: Sequence[Sequence[int]] | None = None,
-    placement: Any = None,
+    placement: "PlacementSpec | None" = None,
 ) -> Plan:
     """Grow topic ``name`` (its partitions' replica lists ``existing``) to ``count`` partitions:
     KRaft's ``createPartitions`` checks, then the continued round-robin (or ``assignments``; or
@@ -300,10 +301,10 @@ def plan_new_partitions(
             raise PlacementError("INVALID_REQUEST",
                                  f"Topic {name} is placed by replica.placement: new partitions follow it, give no assignment.")
         try:
-            placed = assign_with_constraints(placement, brokers, count)[current:]
+            constrained = assign_with_constraints(placement, brokers, count)[current:]
         except PlacementSpecError as e:
             raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None
-        return Plan(name, tuple(r for r, _o in placed), current, observers=tuple(o for _r, o in placed))
+        return Plan(name, tuple(r for r, _o in constrained), current, observers=tuple(o for _r, o in constrained))
     if assignments is not None:
         if len(assignments) != additional:
             raise PlacementError(
@@ -325,7 +326,7 @@ def plan_new_partitions(
 # Placement changes
 
 
-def placement_targets(brokers: Sequence[Broker], placement: Any,
+def placement_targets(brokers: Sequence[Broker], placement: "PlacementSpec",
                       current: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Where a topic's partitions (``current`` replica lists) go when its ``replica.placement``
     becomes ``placement``: per partition (replicas, observers), moving as few replicas as the spec

@@ -17,17 +17,20 @@ handler asks ``ReplicaManager.leader`` too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Iterable
 
 from shoal.protocol.codec import build
 
 if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
     from shoal.metadata import MetadataImage, PartitionInfo
 
 __all__ = ["current_leader", "node_endpoints"]
 
 
-def current_leader(mod: Any, pinfo: "PartitionInfo | None") -> dict[str, Any]:
+def current_leader(mod: ModuleType, pinfo: "PartitionInfo | None") -> dict[str, object]:
     """KIP-951 ``current_leader`` of a NOT_LEADER_OR_FOLLOWER partition, as keyword arguments for
     ``build`` (empty for versions without the field)."""
     cls = getattr(mod, "LeaderIdAndEpoch", None)
@@ -36,7 +39,7 @@ def current_leader(mod: Any, pinfo: "PartitionInfo | None") -> dict[str, Any]:
     return {"current_leader": build(cls, leader_id=pinfo.leader, leader_epoch=pinfo.leader_epoch)}
 
 
-def node_endpoints(mod: Any, image: "MetadataImage", leaders: Iterable[int], listener: str) -> tuple[Any, ...]:
+def node_endpoints(mod: ModuleType, image: "MetadataImage", leaders: Iterable[int], listener: str) -> tuple[Entity, ...]:
     """KIP-951 ``node_endpoints``: the live brokers among ``leaders``, with their endpoint on
     ``listener``, sorted by id (empty for versions without the field)."""
     cls = getattr(mod, "NodeEndpoint", None)
