@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from shoal.metadata import BrokerInfo, MetadataError, codec
 
@@ -55,7 +55,7 @@ class Registration:
         session: "EtcdSession",
         key: Callable[[int], bytes],
         *,
-        on_change: Callable[[int], Any] | None = None,
+        on_change: Callable[[int], Awaitable[object]] | None = None,
     ) -> None:
         self.session = session
         self.key = key

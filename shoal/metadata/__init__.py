@@ -17,7 +17,7 @@ import abc
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Mapping
 
 
 class MetadataError(Exception):
@@ -187,7 +187,7 @@ def tenant_prefix(tenant_id: str) -> str:
     return tenant_id + "_"
 
 
-def owner_tenant(physical: str, tenants: Mapping[str, Any]) -> str | None:
+def owner_tenant(physical: str, tenants: Container[str]) -> str | None:
     """The tenant whose prefix ``physical`` carries, if that tenant exists."""
     if len(physical) > 11 and physical[10] == "_" and physical.startswith("lkc-"):
         tid = physical[:10]
@@ -444,7 +444,7 @@ class MetadataStore(abc.ABC):
         *,
         display_name: str | None = None,
         configs: Mapping[str, str] | None = None,
-        policy: Mapping[str, Any] | None = None,
+        policy: Mapping[str, object] | None = None,
     ) -> TenantInfo:
         """Replace what is given (``configs``/``policy`` replace the whole mapping)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from types import MappingProxyType
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from shoal.metadata import (
     AclEntry,
@@ -111,7 +111,7 @@ class Change:
         if self.topics:
             topics = _patched(old.topics, self.topics)
             delta = TopicsDelta(old.topics, topics, frozenset(self.topics))
-            ids = _copy(old.topics_by_id)
+            ids: dict[uuid.UUID, TopicInfo] = _copy(old.topics_by_id)
             for name in self.topics:
                 prev = old.topics.get(name)
                 if prev is not None and ids.get(prev.topic_id) is prev:
@@ -154,14 +154,14 @@ class Change:
             next_producer_id=old.next_producer_id if self.next_producer_id is None else self.next_producer_id,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The persisted part (brokers are ephemeral), only the sections that change."""
-        rec: dict[str, Any] = {}
+        rec: dict[str, object] = {}
         if self.next_producer_id is not None:
             rec["next_producer_id"] = self.next_producer_id
         if self.broker_configs is not None:
             rec["broker_configs"] = dict(sorted(self.broker_configs.items()))
-        sections = (
+        sections: tuple[tuple[str, Mapping[Any, Any], Callable[[Any], object]], ...] = (
             ("topics", self.topics, codec.topic_to_json),
             ("scram_credentials", self.scram_credentials, codec.user_credentials_to_json),
             ("tenants", self.tenants, codec.tenant_to_json),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import uuid
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, NotRequired, Sequence, TypedDict, cast
 
 from shoal.metadata import (
     AclEntry,
@@ -20,22 +20,79 @@ from shoal.metadata import (
     frozen_topic,
 )
 
+# -- the documents, as JSON holds them (keys a reader may not find are NotRequired: data written
+# before they existed reads the same) ----------------------------------------------------------
 
-def partition_to_json(p: PartitionInfo) -> dict[str, Any]:
-    return {
+
+class PartitionDoc(TypedDict):
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: NotRequired[int]
+    partition_epoch: NotRequired[int]
+    adding: NotRequired[list[int]]
+    removing: NotRequired[list[int]]
+    observers: NotRequired[list[int]]
+
+
+class TopicDoc(TypedDict):
+    name: str
+    topic_id: str
+    internal: NotRequired[bool]
+    configs: NotRequired[dict[str, str]]
+    partitions: list[PartitionDoc]
+
+
+class ScramDoc(TypedDict):
+    salt: str  # base64, as the three keys
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+class TenantDoc(TypedDict):
+    tenant_id: str
+    display_name: str
+    created_ms: int
+    configs: NotRequired[dict[str, str]]
+    policy: NotRequired[dict[str, object]]
+
+
+class QuotaDoc(TypedDict):
+    entity: list[list[str | None]]  # (entity type, name) pairs
+    values: dict[str, float]
+
+
+class BrokerDoc(TypedDict):
+    node_id: int
+    host: str
+    port: int
+    rack: NotRequired[str | None]
+    endpoints: NotRequired[list[list[str | int]]]  # (listener, host, port)
+
+
+AclDoc = list[str | int | None]  # tenant, resource type and name, pattern, principal, host, operation, permission
+
+
+def partition_to_json(p: PartitionInfo) -> PartitionDoc:
+    d: PartitionDoc = {
         "partition": p.partition,
         "replicas": list(p.replicas),
         "isr": list(p.isr),
         "leader": p.leader,
         "leader_epoch": p.leader_epoch,
         "partition_epoch": p.partition_epoch,
-        # a reassignment's fields only while one runs: data stored before them reads the same
-        **({"adding": list(p.adding), "removing": list(p.removing)} if p.reassigning else {}),
-        **({"observers": list(p.observers)} if p.observers else {}),
     }
+    # a reassignment's fields only while one runs: data stored before them reads the same
+    if p.reassigning:
+        d["adding"], d["removing"] = list(p.adding), list(p.removing)
+    if p.observers:
+        d["observers"] = list(p.observers)
+    return d
 
 
-def partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
+def partition_from_json(d: PartitionDoc) -> PartitionInfo:
     return PartitionInfo(
         partition=int(d["partition"]),
         replicas=tuple(int(r) for r in d["replicas"]),
@@ -49,7 +106,7 @@ def partition_from_json(d: Mapping[str, Any]) -> PartitionInfo:
     )
 
 
-def topic_to_json(t: TopicInfo) -> dict[str, Any]:
+def topic_to_json(t: TopicInfo) -> TopicDoc:
     return {
         "name": t.name,
         "topic_id": str(t.topic_id),
@@ -59,7 +116,7 @@ def topic_to_json(t: TopicInfo) -> dict[str, Any]:
     }
 
 
-def topic_from_json(d: Mapping[str, Any]) -> TopicInfo:
+def topic_from_json(d: TopicDoc) -> TopicInfo:
     return frozen_topic(
         name=str(d["name"]),
         topic_id=uuid.UUID(d["topic_id"]),
@@ -72,7 +129,7 @@ def topic_from_json(d: Mapping[str, Any]) -> TopicInfo:
 
 
 # auth: SCRAM credentials
-def user_credentials_to_json(by_mech: Mapping[str, ScramCredential]) -> dict[str, Any]:
+def user_credentials_to_json(by_mech: Mapping[str, ScramCredential]) -> dict[str, ScramDoc]:
     b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
     return {
         mech: {
@@ -85,11 +142,11 @@ def user_credentials_to_json(by_mech: Mapping[str, ScramCredential]) -> dict[str
     }
 
 
-def credentials_to_json(creds: Mapping[str, Mapping[str, ScramCredential]]) -> dict[str, Any]:
+def credentials_to_json(creds: Mapping[str, Mapping[str, ScramCredential]]) -> dict[str, dict[str, ScramDoc]]:
     return {user: user_credentials_to_json(by_mech) for user, by_mech in sorted(creds.items())}
 
 
-def user_credentials_from_json(by_mech: Mapping[str, Any]) -> Mapping[str, ScramCredential]:
+def user_credentials_from_json(by_mech: Mapping[str, ScramDoc]) -> Mapping[str, ScramCredential]:
     return MappingProxyType(
         {
             str(mech): ScramCredential(
@@ -104,12 +161,12 @@ def user_credentials_from_json(by_mech: Mapping[str, Any]) -> Mapping[str, Scram
     )
 
 
-def credentials_from_json(d: Mapping[str, Any]) -> dict[str, Mapping[str, ScramCredential]]:
+def credentials_from_json(d: Mapping[str, Mapping[str, ScramDoc]]) -> dict[str, Mapping[str, ScramCredential]]:
     return {str(user): user_credentials_from_json(by_mech) for user, by_mech in d.items()}
 
 
 
-def tenant_to_json(t: TenantInfo) -> dict[str, Any]:
+def tenant_to_json(t: TenantInfo) -> TenantDoc:
     return {
         "tenant_id": t.tenant_id,
         "display_name": t.display_name,
@@ -119,11 +176,11 @@ def tenant_to_json(t: TenantInfo) -> dict[str, Any]:
     }
 
 
-def tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[dict[str, Any]]:
+def tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[TenantDoc]:
     return [tenant_to_json(t) for _, t in sorted(tenants.items())]
 
 
-def tenant_from_json(d: Mapping[str, Any]) -> TenantInfo:
+def tenant_from_json(d: TenantDoc) -> TenantInfo:
     return TenantInfo(
         str(d["tenant_id"]),
         str(d["display_name"]),
@@ -133,40 +190,40 @@ def tenant_from_json(d: Mapping[str, Any]) -> TenantInfo:
     )
 
 
-def tenants_from_json(items: Any) -> dict[str, TenantInfo]:
+def tenants_from_json(items: Iterable[TenantDoc]) -> dict[str, TenantInfo]:
     return {t.tenant_id: t for t in map(tenant_from_json, items)}
 
 
-def acl_to_json(a: AclEntry) -> list[Any]:
+def acl_to_json(a: AclEntry) -> AclDoc:
     return [a.tenant, a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
             a.operation, a.permission_type]
 
 
-def acl_from_json(d: list[Any]) -> AclEntry:
-    t, rt, rn, pt, pr, h, op, perm = d
+def acl_from_json(d: Sequence[str | int | None]) -> AclEntry:
+    t, rt, rn, pt, pr, h, op, perm = cast("Sequence[Any]", d)
     return AclEntry(None if t is None else str(t), int(rt), str(rn), int(pt), str(pr), str(h), int(op), int(perm))
 
 
-def quotas_to_json(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> list[Any]:
+def quotas_to_json(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> list[QuotaDoc]:
     return [
         {"entity": [list(e) for e in entity], "values": dict(sorted(values.items()))}
         for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))
     ]
 
 
-def entity_from_json(entity: Any) -> QuotaEntity:
+def entity_from_json(entity: Iterable[Sequence[str | None]]) -> QuotaEntity:
     return tuple((str(t), None if n is None else str(n)) for t, n in entity)
 
 
-def quota_values_from_json(values: Mapping[str, Any]) -> Mapping[str, float]:
+def quota_values_from_json(values: Mapping[str, float]) -> Mapping[str, float]:
     return MappingProxyType({str(k): float(v) for k, v in values.items()})
 
 
-def quotas_from_json(items: Any) -> dict[QuotaEntity, Mapping[str, float]]:
+def quotas_from_json(items: Iterable[QuotaDoc]) -> dict[QuotaEntity, Mapping[str, float]]:
     return {entity_from_json(d["entity"]): quota_values_from_json(d["values"]) for d in items}
 
 
-def broker_to_json(b: BrokerInfo) -> dict[str, Any]:
+def broker_to_json(b: BrokerInfo) -> BrokerDoc:
     return {
         "node_id": b.node_id,
         "host": b.host,
@@ -176,7 +233,7 @@ def broker_to_json(b: BrokerInfo) -> dict[str, Any]:
     }
 
 
-def broker_from_json(d: dict[str, Any]) -> BrokerInfo:
+def broker_from_json(d: BrokerDoc) -> BrokerInfo:
     return BrokerInfo(
         node_id=int(d["node_id"]),
         host=str(d["host"]),

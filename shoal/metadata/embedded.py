@@ -62,7 +62,7 @@ import uuid
 import zlib
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from shoal.metadata import (
     BrokerInfo,
@@ -235,7 +235,7 @@ _KEYED_LISTS = {"topics": "name", "tenants": "tenant_id"}
 _KEYED_MAPS = ("scram_credentials", "user_tenants", "namespaces", "renamed_topics", "broker_overrides")
 
 
-def _replay(doc: dict[str, Any], records: list[Mapping[str, Any]]) -> None:
+def _replay(doc: dict[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
     """Apply journal records, in order, to a snapshot document (in place)."""
     if not records:
         return
@@ -339,7 +339,7 @@ def _replay_journal(doc: dict[str, Any], journal: bytes, where: Path) -> int:
     return seq
 
 
-def read_document(path: str | Path) -> dict[str, Any]:
+def read_document(path: str | Path) -> dict[str, object]:
     """A store's whole state as one snapshot document (its journal replayed), read without opening
     the store, also while it runs: for tools and tests. (The journal is read first: a compaction
     between the two reads then only makes the answer newer.)"""
@@ -490,7 +490,7 @@ class EmbeddedBackend(MetadataBackend):
             credentials = codec.credentials_from_json(doc.get("scram_credentials", {}))  # auth
             tenants = codec.tenants_from_json(doc.get("tenants", []))
             user_tenants = {str(u): str(t) for u, t in doc.get("user_tenants", {}).items()}
-            extra = {
+            extra: dict[str, Any] = {
                 "tenant_admins": frozenset(str(u) for u in doc.get("tenant_admins", [])),
                 "namespaces": MappingProxyType({
                     str(n): NamespaceInfo(str(n), MappingProxyType({str(k): str(v) for k, v in c.items()}))

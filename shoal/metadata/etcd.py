@@ -427,7 +427,7 @@ class EtcdBackend(MetadataBackend):
             section, _, name_b = kv.key[root:].partition(b"/")
             try:
                 name = name_b.decode()
-                value = json.loads(kv.value) if put and section not in (b"meta", b"user_tenants", b"renamed_topics") else None
+                value: Any = json.loads(kv.value) if put and section not in (b"meta", b"user_tenants", b"renamed_topics") else None
                 if section == b"topics":
                     c.topics[name] = codec.topic_from_json(value) if put else None
                 elif section == b"meta":

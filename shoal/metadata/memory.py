@@ -10,7 +10,7 @@ writers between a decision and its compare-and-swap.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from shoal.metadata import MetadataError, MetadataImage
 from shoal.metadata.change import Change
@@ -40,7 +40,7 @@ class MemoryBackend(MetadataBackend):
 
     async def start(self) -> None:
         if self._image is None:
-            empty = MappingProxyType({})
+            empty: Any = MappingProxyType({})
             self._image = MetadataImage(self.cluster_id, self.node_id, empty, empty, empty, empty)
         self._closed = False
 

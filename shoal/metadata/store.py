@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import logging
 import secrets
 import string
 import time
 import uuid
-from typing import Any, AsyncContextManager, Callable, Mapping, Sequence, TypeVar
+from typing import AsyncContextManager, Callable, Mapping, Sequence, TypeVar
 
 from shoal.metadata import (
     AclEntry,
@@ -120,7 +121,7 @@ class MetadataBackend(abc.ABC):
     async def refresh(self, epoch: int) -> None:
         """Return once ``image`` is newer than ``epoch`` (a local backend already is)."""
 
-    def turn(self) -> AsyncContextManager[Any]:
+    def turn(self) -> AsyncContextManager[None]:
         """Held around each decide-and-commit attempt of this process; by default nothing.
 
         Only an optimization: writers of one process that take turns do not decide against an
@@ -295,8 +296,8 @@ class DecidingStore(MetadataStore):
         while todo:
             batch = [changes[i] for i in todo]
             try:
-                got = await self.decide_and_commit(
-                    lambda img, batch=batch: topic_rules.alter_isrs(img, batch, self.backend.txn_budget()))
+                got = await self.decide_and_commit(functools.partial(
+                    self._alter_isrs_decision, batch=batch))
             except MetadataError as e:
                 for i in todo:
                     answers[i] = e
@@ -304,7 +305,10 @@ class DecidingStore(MetadataStore):
             for i, answer in zip(todo, got):
                 answers[i] = answer
             todo = [i for i, answer in zip(todo, got) if answer is None]
-        return answers  # type: ignore[return-value]  (every one answered)
+        return answers  # type: ignore[return-value]  # (every one answered)
+
+    def _alter_isrs_decision(self, img: MetadataImage, batch: Sequence[IsrChange]) -> Result[list[topic_rules.IsrAnswer]]:
+        return topic_rules.alter_isrs(img, batch, self.backend.txn_budget())
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         return await self.decide_and_commit(lambda img: config_rules.set_topic_configs(img, name, configs))
@@ -362,7 +366,7 @@ class DecidingStore(MetadataStore):
         *,
         display_name: str | None = None,
         configs: Mapping[str, str] | None = None,
-        policy: Mapping[str, Any] | None = None,
+        policy: Mapping[str, object] | None = None,
     ) -> TenantInfo:
         return await self.decide_and_commit(
             lambda img: tenant_rules.update_tenant(img, tenant_id, display_name=display_name, configs=configs, policy=policy)

@@ -11,7 +11,8 @@ from shoal.metadata.change import Change, Result, unchanged
 
 def create_namespaces(image: MetadataImage, names: list[str]) -> Result[None]:
     """Create those of ``names`` that do not exist yet."""
-    missing = {n: NamespaceInfo(n, MappingProxyType({})) for n in names if n not in image.namespaces}
+    missing: dict[str, NamespaceInfo | None] = {
+        n: NamespaceInfo(n, MappingProxyType({})) for n in names if n not in image.namespaces}
     return Result(Change(namespaces=missing), None) if missing else unchanged(None)
 
 

@@ -23,7 +23,7 @@ def alter_client_quotas(
                 current.pop(key, None)
             else:
                 current[key] = float(value)
-    change = {
+    change: dict[QuotaEntity, Mapping[str, float] | None] = {
         e: MappingProxyType(v) if v else None for e, v in quotas.items() if v != image.client_quotas.get(e, {})
     }
     return Result(Change(client_quotas=change), None) if change else unchanged(None)

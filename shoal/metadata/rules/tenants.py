@@ -9,7 +9,7 @@ same change.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from shoal.metadata import MetadataError, MetadataImage, TenantInfo, owner_tenant, tenant_prefix
 from shoal.metadata.change import Change, Result, unchanged
@@ -55,7 +55,7 @@ def update_tenant(
     *,
     display_name: str | None = None,
     configs: Mapping[str, str] | None = None,
-    policy: Mapping[str, Any] | None = None,
+    policy: Mapping[str, object] | None = None,
 ) -> Result[TenantInfo]:
     t = existing_tenant(image, tenant_id)
     new = TenantInfo(

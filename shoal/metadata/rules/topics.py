@@ -238,7 +238,8 @@ def alter_isrs(
         answers.append(np)
     if not parts:
         return unchanged(answers)
-    topics = {n: dataclasses.replace(image.topics[n], partitions=tuple(ps)) for n, ps in parts.items()}
+    topics: dict[str, TopicInfo | None] = {
+        n: dataclasses.replace(image.topics[n], partitions=tuple(ps)) for n, ps in parts.items()}
     return Result(Change(topics=topics), answers)
 
 
@@ -416,7 +417,7 @@ def complete_reassignment(p: PartitionInfo) -> PartitionInfo | None:
 
 def complete_reassignments(image: MetadataImage) -> Result[list[tuple[str, int]]]:
     """Every reassignment that may complete, as one change; the response names the partitions."""
-    topics = {}
+    topics: dict[str, TopicInfo | None] = {}
     done = []
     for name, topic in image.topics.items():
         parts = list(topic.partitions)
@@ -436,15 +437,15 @@ def ongoing_reassignments(
 ) -> list[tuple[str, PartitionInfo]]:
     """ListPartitionReassignments: (topic, partition) of every partition being reassigned, or of
     those of ``wanted`` that are (unknown ones are left out, as Kafka does)."""
-    out = []
+    out: list[tuple[str, PartitionInfo]] = []
     if wanted is None:
         for name, topic in image.topics.items():
             out.extend((name, p) for p in topic.partitions if p.reassigning)
         return out
     for name, index in wanted:
-        topic = image.topics.get(name)
-        if topic is not None and 0 <= index < len(topic.partitions) and topic.partitions[index].reassigning:
-            out.append((name, topic.partitions[index]))
+        found = image.topics.get(name)
+        if found is not None and 0 <= index < len(found.partitions) and found.partitions[index].reassigning:
+            out.append((name, found.partitions[index]))
     return out
 
 
