@@ -57,7 +57,7 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.read import ReplicaOrder, fetch_messages
-from shoal.replica.sessions import ReplicaSession
+from shoal.replica.sessions import CachedPartition, ReplicaSession
 from shoal.tenancy.acl import Operation, ResourceType
 
 KEY = 1
@@ -67,27 +67,11 @@ INITIAL_EPOCH = 0
 
 
 @dataclass
-class _SessionPartition:
-    fetch_offset: int
-    max_bytes: int
-    topic_id: uuid.UUID | None
-    current_leader_epoch: int = -1  # v9+: the leader epoch the client knows (KIP-320)
-    last_fetched_epoch: int = -1  # v12+: the epoch of the last batch a follower has (KIP-595)
-    # What the client last saw, so an incremental response can leave unchanged partitions out.
-    last_hwm: int = -1
-    last_log_start: int = -1
-    # a follower's session (``shoal.replica.sessions``): the number of the fetch that last named
-    # it; an earlier fetch still parked on the session does not read it (its answer would carry
-    # a partition the follower did not ask that fetch for)
-    since: int = 0
-
-
-@dataclass
 class FetchSession:
     session_id: int
     epoch: int  # the epoch the next request must carry
     owner: tuple = ()  # (tenant id, principal) of the creator: nobody else may use the session
-    partitions: "OrderedDict[tuple[str, int], _SessionPartition]" = field(default_factory=OrderedDict)
+    partitions: "OrderedDict[tuple[str, int], CachedPartition]" = field(default_factory=OrderedDict)
 
 
 class FetchSessionCache:
@@ -212,7 +196,7 @@ async def handle_fetch(ctx, req):
     replica_id = _replica_id(req)
     follower = ctx.is_replica(replica_id)
     claims_replica = replica_id >= 0
-    wanted: "OrderedDict[tuple[str, int], _SessionPartition]" = OrderedDict()
+    wanted: "OrderedDict[tuple[str, int], CachedPartition]" = OrderedDict()
     unknown_ids: list[tuple[uuid.UUID, int]] = []
     denied: list[tuple[str | None, uuid.UUID | None, int]] = []
     for t in req.topics:
@@ -231,7 +215,7 @@ async def handle_fetch(ctx, req):
             denied.extend((visible, tid, p.partition) for p in t.partitions)
             continue
         for p in t.partitions:
-            wanted[(name, p.partition)] = _SessionPartition(
+            wanted[(name, p.partition)] = CachedPartition(
                 p.fetch_offset, p.partition_max_bytes, tid,
                 getattr(p, "current_leader_epoch", -1), getattr(p, "last_fetched_epoch", -1),
             )

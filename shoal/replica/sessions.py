@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
 from shoal.clock import SYSTEM_CLOCK, Clock
@@ -55,10 +57,30 @@ from shoal.replica.purgatory import expire
 Key = tuple[str, int]
 
 
+@dataclass
+class CachedPartition:
+    """What a fetch asks of one partition, kept in its fetch session (a consumer's, in the Fetch
+    handler's cache, or a follower's ``ReplicaSession``): Kafka's ``FetchSession.CachedPartition``.
+    The replica layer's read path (``shoal.replica.read``) reads by it."""
+
+    fetch_offset: int
+    max_bytes: int
+    topic_id: uuid.UUID | None
+    current_leader_epoch: int = -1  # v9+: the leader epoch the client knows (KIP-320)
+    last_fetched_epoch: int = -1  # v12+: the epoch of the last batch a follower has (KIP-595)
+    # What the client last saw, so an incremental response can leave unchanged partitions out.
+    last_hwm: int = -1
+    last_log_start: int = -1
+    # a follower's session: the number of the fetch that last named it; an earlier fetch still
+    # parked on the session does not read it (its answer would carry a partition the follower
+    # did not ask that fetch for)
+    since: int = 0
+
+
 class ReplicaSession:
     """One follower connection's fetch session at the leader. ``partitions`` maps each partition
-    to the fetch state the follower last named (``fetch_offset``, ``max_bytes``, epochs: the fetch
-    handler's ``_SessionPartition``); ``dirty`` (an ordered set) holds those that changed since the
+    to the fetch state the follower last named (``fetch_offset``, ``max_bytes``, epochs: a
+    ``CachedPartition``); ``dirty`` (an ordered set) holds those that changed since the
     follower was last told, ``last_fetch_ms`` when its latest fetch arrived (the ISR clock of its
     caught-up idle partitions)."""
 
@@ -70,7 +92,7 @@ class ReplicaSession:
         self.epoch = 1  # the epoch the next incremental fetch must carry
         self.seq = 0  # fetches in the session so far (never wraps, unlike the epoch)
         self.replica_id = replica_id
-        self.partitions: dict[Key, Any] = {}
+        self.partitions: dict[Key, CachedPartition] = {}
         self.dirty: dict[Key, None] = {}
         self.last_fetch_ms = -1
         self._waiters: list[asyncio.Future[Any]] = []
