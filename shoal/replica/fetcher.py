@@ -463,8 +463,8 @@ class ReplicaFetcher:
                 log.info("broker %d: leader %d opens no fetch session: every fetch names every partition",
                          self.manager.node_id, self.leader_id)
         if response.error_code != ErrorCode.none:
-            for f in ready.values():
-                f.delayed_until = retry_at
+            for r in ready.values():
+                r.delayed_until = retry_at
             log.warning("leader %d answered a fetch with %s", self.leader_id, ErrorCode(response.error_code).name)
             return True
         now_ms = self.manager.now_ms()
@@ -669,7 +669,7 @@ class FetcherManager:
                 leader = part.info.leader
                 if leader >= 0 and leader != node:
                     want = (leader, fetcher_index(key[0], key[1], fetchers))
-            if want is not None and node not in part.info.isr and node not in part.info.observers:
+            if want is not None and part is not None and node not in part.info.isr and node not in part.info.observers:
                 if key not in catching_up and key not in caught_up:
                     waiting.add(key)
             else:
@@ -682,16 +682,16 @@ class FetcherManager:
             if fid is not None:
                 fetcher = self.fetchers.get(fid)
                 f = fetcher.partitions.get(key) if fetcher is not None else None
-                if f is None or want != fid or f.partition is not part:
-                    if f is not None:
+                if fetcher is None or f is None or want != fid or f.partition is not part:
+                    if fetcher is not None and f is not None:
                         del fetcher.partitions[key]
                         emptied = emptied or not fetcher.partitions
                     del where[key]
                     fid = None
-                elif f.leader_epoch != part.info.leader_epoch:
+                elif part is not None and f.leader_epoch != part.info.leader_epoch:
                     fetcher.partitions[key] = _Fetching(part, part.info.leader_epoch)
                     fetcher.touched(key)
-            if want is not None and fid is None:
+            if want is not None and part is not None and fid is None:
                 fetcher = self.fetchers.get(want)
                 if fetcher is None:
                     fetcher = self.fetchers[want] = ReplicaFetcher(self, *want)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.config import BrokerConfig, log_config
@@ -39,7 +39,7 @@ from shoal.replica.isr import AlterIsrs, IsrChangeQueue
 from shoal.replica.partition import Partition
 from shoal.replica.racks import enough_racks
 from shoal.replica.purgatory import Purgatory
-from shoal.replica.sessions import ReplicaSession, SessionIndex
+from shoal.replica.sessions import CachedPartition, ReplicaSession, SessionIndex
 from shoal.storage import LogConfig, LogManager, LogView
 from shoal.metadata.inheritance import changed_config_prefixes, topic_overrides
 
@@ -67,7 +67,7 @@ __all__ = ["ReplicaManager"]
 
 def _partition_keys(names: set[str], old: MetadataImage, new: MetadataImage) -> list[tuple[str, int]]:
     """Every partition of the topics ``names``, in either image."""
-    keys = []
+    keys: list[tuple[str, int]] = []
     for name in names:
         a, b = old.topics.get(name), new.topics.get(name)
         count = max(len(a.partitions) if a is not None else 0, len(b.partitions) if b is not None else 0)
@@ -138,7 +138,7 @@ class ReplicaManager:
     def hosted(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def partition_logs(self) -> list[LogView]:
+    def partition_logs(self) -> Sequence[LogView]:
         """Every local log (leaders' and followers'), read-only."""
         return self.logs.logs()
 
@@ -245,7 +245,8 @@ class ReplicaManager:
 
     # -- ISR (leader) ----------------------------------------------------------------------
 
-    def follower_fetched(self, replica_id: int, image: MetadataImage, partitions: Iterable[tuple[tuple[str, int], Any]],
+    def follower_fetched(self, replica_id: int, image: MetadataImage,
+                         partitions: Iterable[tuple[tuple[str, int], CachedPartition]],
                          now_ms: int, session: ReplicaSession | None = None) -> None:
         """A follower's fetch (``(key, fetch state)`` with ``fetch_offset``) for the partitions
         this broker leads: their high watermarks may move, the follower may join an ISR. In a
@@ -410,6 +411,7 @@ class ReplicaManager:
         configs it changed (namespace or tenant defaults, broker configs). Returns the names of
         the topics visited or deleted (None without ``old``: all of them)."""
         old_topics = old.topics if old is not None else {}
+        changes: dict[str, tuple[TopicInfo | None, TopicInfo | None]]
         if old is None:
             changes = {name: (None, topic) for name, topic in new.topics.items()}
             recheck: Any = ()

@@ -32,6 +32,7 @@ from shoal.placement.promotion import observer_isr
 from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from shoal.replica.sessions import ReplicaSession
     from shoal.storage import AppendInfo, LogView, PartitionStorage
 
 log = logging.getLogger(__name__)
@@ -290,14 +291,14 @@ class Partition:
             if f.session is not None:
                 f.settle()
 
-    def forget_session(self, replica_id: int, session: Any) -> None:
+    def forget_session(self, replica_id: int, session: ReplicaSession) -> None:
         """The partition left ``session`` (forgotten by the follower, or the session closed)."""
         f = self.followers.get(replica_id)
         if f is not None and f.session is session:
             f.settle()
 
     def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
-                              session: Any = None) -> tuple[int, ...] | None:
+                              session: ReplicaSession | None = None) -> tuple[int, ...] | None:
         """A follower fetched from ``fetch_offset``: it has every offset below it (Kafka's
         ``updateFollowerFetchState``). It is caught up as of now when it asked for the log end,
         or as of its previous fetch when it has what the log end was then. The high watermark
@@ -431,7 +432,7 @@ class Partition:
 
     # -- follower --------------------------------------------------------------------------
 
-    def append_as_follower(self, records: Any, now_ms: int) -> None:
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> None:
         """Append the leader's batches unchanged (Kafka's ``appendRecordsToFollowerOrFutureReplica``).
         An empty log (a new replica, started at the leader's log start) whose first batch holds
         its start but begins below it (DeleteRecords cut inside a batch) starts again at that

@@ -9,7 +9,7 @@ condition itself: a wake-up is a hint, not a promise.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from shoal.clock import SYSTEM_CLOCK, Clock
 
@@ -17,8 +17,9 @@ from shoal.clock import SYSTEM_CLOCK, Clock
 _TIMED_OUT = object()
 
 
-def expire(fut: "asyncio.Future[Any]") -> None:
-    """A timer's callback: end ``fut``'s wait (a timed-out waiter re-checks what it waits for)."""
+def expire(fut: "asyncio.Future[object]") -> None:
+    """A timer's callback: end ``fut``'s wait (a timed-out waiter re-checks what it waits for;
+    the future's result is not None: a ``Future[None]`` is woken with None)."""
     if not fut.done():
         fut.set_result(_TIMED_OUT)
 

@@ -26,22 +26,28 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol
 
 from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import selector_kind
 from shoal.protocol.errors import ErrorCode
 from shoal.replica.purgatory import expire
 from shoal.replica.selector import ReplicaView, select_read_replica
+from shoal.replica.sessions import CachedPartition
 from shoal.storage import OffsetOutOfRange
 
 if TYPE_CHECKING:
+    from shoal.metadata import MetadataImage, PartitionInfo
     from shoal.replica.manager import ReplicaManager
+    from shoal.replica.partition import Partition
     from shoal.replica.sessions import ReplicaSession
+    from shoal.storage import LogView
+
+Key = tuple[str, int]
 
 
 async def fetch_messages(
-    replicas: "ReplicaManager", image: Any, targets: dict, *, deadline: float, min_bytes: int, max_bytes: int,
+    replicas: "ReplicaManager", image: MetadataImage, targets: dict[Key, CachedPartition], *, deadline: float, min_bytes: int, max_bytes: int,
     replica_id: int = -1, follower: bool = False, rsession: "ReplicaSession | None" = None, my_seq: int = 0,
     order: ReplicaOrder | None = None, conn_id: str = "", client_rack: str = "", committed: bool = False,
 ) -> tuple[dict[tuple[str, int], ReadResult], int, dict[tuple[str, int], int]]:
@@ -115,11 +121,11 @@ async def fetch_messages(
     return results, total, preferred
 
 
-def changed(session: ReplicaSession, targets, mine: int) -> dict:
+def changed(session: ReplicaSession, targets: Collection[Key], mine: int) -> dict[Key, CachedPartition]:
     """The session's partitions that changed here and fetch number ``mine`` does not read yet,
     but for those a later fetch named (it reads them; they stay dirty until it does)."""
     held = session.partitions
-    more = {}
+    more: dict[Key, CachedPartition] = {}
     for key in session.take_dirty():
         sp = held[key]
         if sp.since > mine:
@@ -129,7 +135,8 @@ def changed(session: ReplicaSession, targets, mine: int) -> dict:
     return more
 
 
-def keep_pending(session: ReplicaSession, targets, results) -> None:
+def keep_pending(session: ReplicaSession, targets: Mapping[Key, CachedPartition],
+                 results: Mapping[Key, ReadResult]) -> None:
     """After a session's fetch read ``targets``: the partitions still pending stay dirty, to be
     read (and their follower state updated) at its next fetch; the rest were told and cost
     nothing until they change again. Pending: the follower has not got to the log end (records on
@@ -151,6 +158,12 @@ def keep_pending(session: ReplicaSession, targets, results) -> None:
             session.keep_dirty(key)
 
 
+class PipelinedConnection(Protocol):
+    """A follower's connection, as far as its fetches' order is kept on it."""
+
+    replica_order: ReplicaOrder | None
+
+
 class ReplicaOrder:
     """The Fetch requests of one follower connection, oldest first (pipelined replication): only
     the oldest unanswered one reads, the others wait for their turn. Otherwise a fetch arriving
@@ -166,7 +179,7 @@ class ReplicaOrder:
         self.turns: dict[int, asyncio.Future[None]] = {}
 
     @staticmethod
-    def of(conn: Any) -> "ReplicaOrder | None":
+    def of(conn: "PipelinedConnection | None") -> "ReplicaOrder | None":
         """The order of ``conn``'s fetches (kept on the connection), or None without one."""
         if conn is None:
             return None
@@ -214,12 +227,13 @@ class ReadResult:
     log_start: int = -1
     lso: int = -1
     aborted: list[tuple[int, int]] | None = None  # read_committed: aborted transactions in the records
-    pinfo: Any = None  # the partition's PartitionInfo when this broker does not lead it
+    pinfo: PartitionInfo | None = None  # the partition's when this broker does not lead it
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
-    part: Any = None  # a follower's fetch: the leader's Partition its records come from
+    part: Partition | None = None  # a follower's fetch: the leader's Partition its records come from
 
 
-def preferred_read_replicas(replicas: "ReplicaManager", image, targets, client_rack: str) -> dict[tuple[str, int], int]:
+def preferred_read_replicas(replicas: "ReplicaManager", image: MetadataImage, targets: Mapping[Key, CachedPartition],
+                            client_rack: str) -> dict[Key, int]:
     """KIP-392 on the leader: for the partitions this broker leads, the replica in the consumer's
     rack it should read from instead (``shoal.replica.selector``); absent when the leader stays."""
     if not client_rack:
@@ -252,9 +266,9 @@ def preferred_read_replicas(replicas: "ReplicaManager", image, targets, client_r
     return out
 
 
-def read_from_log(replicas: "ReplicaManager", targets, max_bytes: int, follower: bool, skip=frozenset(),
-              from_followers: bool = False, committed: bool = False,
-              pipeline: tuple[int, str] | None = None) -> tuple[dict, int, bool]:
+def read_from_log(replicas: "ReplicaManager", targets: Mapping[Key, CachedPartition], max_bytes: int, follower: bool,
+                  skip: Collection[Key] = frozenset(), from_followers: bool = False, committed: bool = False,
+                  pipeline: tuple[int, str] | None = None) -> tuple[dict[Key, ReadResult], int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
     A consumer reads up to the high watermark (``committed``, READ_COMMITTED: the last stable
     offset, with the aborted transactions of what it returns), a follower up to the log end; ``skip``: partitions
@@ -344,7 +358,7 @@ def end_offset(records: bytes) -> int:
     return _I64.unpack_from(records, pos)[0] + length(records, pos + 23)[0] + 1  # + lastOffsetDelta + 1
 
 
-def serving_follower(replicas: "ReplicaManager", name: str, pinfo) -> Any:
+def serving_follower(replicas: "ReplicaManager", name: str, pinfo: PartitionInfo) -> Partition | None:
     """The hosted follower (or observer) of a partition led by another live broker, to serve a
     consumer's fetch (KIP-392); None when this broker holds no replica of it, leads it (a leader
     not ready yet answers NOT_LEADER_OR_FOLLOWER, as before), or has not followed that leader yet."""
@@ -356,7 +370,7 @@ def serving_follower(replicas: "ReplicaManager", name: str, pinfo) -> Any:
     return part
 
 
-def divergence(plog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+def divergence(plog: LogView, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
     """KIP-320 on the leader: where a follower whose last batch has ``last_fetched_epoch`` and
     whose log ends at ``fetch_offset`` diverges from this log, or None when it does not. The
     follower's epoch ends earlier here, is unknown here (above every epoch here: the answer is this

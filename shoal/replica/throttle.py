@@ -20,14 +20,27 @@ Single-threaded: called on the event loop only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypeVar
 
 from shoal.config import LONG_MAX
 from shoal.quotas.rate import RateConfig, WindowedRate
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
-    from shoal.metadata import PartitionInfo, TopicInfo
+    from shoal.metadata import MetadataImage, PartitionInfo, TopicInfo
+    from shoal.replica.partition import Partition
+
+
+class FollowerFetch(Protocol):
+    """A follower's fetch state of one partition, as ``ReplicationThrottle.follower_ready`` reads
+    and marks it (``shoal.replica.fetcher``)."""
+
+    partition: Partition
+    throttled: bool
+    delayed_until: float
+
+
+F = TypeVar("F", bound=FollowerFetch)
 
 LEADER, FOLLOWER = "leader", "follower"
 _ALL = "*"
@@ -102,7 +115,7 @@ class ReplicationThrottle:
 
     # -- the two sides ---------------------------------------------------------------------
 
-    def leader_keys(self, image, replica_id: int, keys) -> set[tuple[str, int]]:
+    def leader_keys(self, image: MetadataImage, replica_id: int, keys: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
         """Leader side: the partitions of a follower's fetch (``keys``) whose replication to
         ``replica_id`` is throttled."""
         if self.bound(LEADER) >= LONG_MAX:
@@ -115,7 +128,8 @@ class ReplicationThrottle:
                 out.add((name, index))
         return out
 
-    def follower_ready(self, ready: dict, image, now: float, pause_s: float = 0.1) -> dict:
+    def follower_ready(self, ready: dict[tuple[str, int], F], image: MetadataImage, now: float,
+                       pause_s: float = 0.1) -> dict[tuple[str, int], F]:
         """Follower side: ``ready`` (key -> fetch state with ``partition``, ``throttled`` and
         ``delayed_until``) without the throttled partitions while over the follower rate; those
         wait ``pause_s`` (loop time) before they are looked at again."""
@@ -124,7 +138,7 @@ class ReplicationThrottle:
                 f.throttled = False
             return ready
         exceeded = None
-        out = {}
+        out: dict[tuple[str, int], F] = {}
         for key, f in ready.items():
             part = f.partition
             topic = image.topics.get(part.topic)
