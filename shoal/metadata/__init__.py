@@ -17,7 +17,12 @@ import abc
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Container, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from shoal.metadata.change import Result
+
+_T = TypeVar("_T")
 
 
 class MetadataError(Exception):
@@ -311,6 +316,15 @@ class MetadataStore(abc.ABC):
     def image(self) -> MetadataImage: ...
 
     @abc.abstractmethod
+    async def decide_and_commit(self, decide: Callable[[MetadataImage], Result[_T]]) -> _T:
+        """Run ``decide`` (a rule) on the newest image and commit its change; its response."""
+
+    @property
+    @abc.abstractmethod
+    def new_uuid(self) -> Callable[[], uuid.UUID]:
+        """The topic-id source the rules are given (for callers' own decisions)."""
+
+    @abc.abstractmethod
     async def start(self) -> None: ...
 
     @abc.abstractmethod
@@ -327,8 +341,10 @@ class MetadataStore(abc.ABC):
         configs: Mapping[str, str],
         *,
         internal: bool = False,
+        observers: Sequence[tuple[int, ...]] | None = None,
     ) -> TopicInfo:
-        """Create a topic with one replica list per partition (leader = first replica).
+        """Create a topic with one replica list per partition (leader = first replica;
+        ``observers``: each partition's observers, replica.placement).
 
         Raises MetadataError("TOPIC_ALREADY_EXISTS", ...) if it exists.
         """
