@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.handlers.registry import api
 from shoal.metadata import AclEntry, MetadataImage
@@ -46,6 +46,13 @@ from shoal.tenancy.acl import (
     format_entry,
     format_pattern,
 )
+
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
+        DescribeAclsResponse,
+    )
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -100,7 +107,7 @@ def _invalid_filter(f: Any) -> str | None:
 
 
 @api(CREATE_ACLS, 1, 3)
-async def handle_create_acls(ctx: Any, req: Any) -> Any:
+async def handle_create_acls(ctx: RequestContext, req: CreateAclsRequest) -> CreateAclsResponse:
     mod = response_module(CREATE_ACLS, ctx.api_version)
 
     def result(code: ErrorCode = ErrorCode.none, message: str | None = None) -> Any:
@@ -135,7 +142,7 @@ async def handle_create_acls(ctx: Any, req: Any) -> Any:
 
 
 @api(DESCRIBE_ACLS, 1, 3)
-async def handle_describe_acls(ctx: Any, req: Any) -> Any:
+async def handle_describe_acls(ctx: RequestContext, req: DescribeAclsRequest) -> DescribeAclsResponse:
     mod = response_module(DESCRIBE_ACLS, ctx.api_version)
 
     def response(code: ErrorCode = ErrorCode.none, message: str | None = None, resources: tuple = ()) -> Any:
@@ -163,7 +170,7 @@ async def handle_describe_acls(ctx: Any, req: Any) -> Any:
 
 
 @api(DELETE_ACLS, 1, 3)
-async def handle_delete_acls(ctx: Any, req: Any) -> Any:
+async def handle_delete_acls(ctx: RequestContext, req: DeleteAclsRequest) -> DeleteAclsResponse:
     mod = response_module(DELETE_ACLS, ctx.api_version)
 
     def result(code: ErrorCode = ErrorCode.none, message: str | None = None, matching: tuple = ()) -> Any:

@@ -64,9 +64,11 @@ KIP-37 namespaces and tenant defaults (``shoal.tenancy.namespaces``, ``shoal.ten
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import uuid
-from typing import Any, Callable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from shoal.config import (
     ConfigError,
@@ -84,7 +86,7 @@ from shoal.config import (
 )
 from shoal.logutil import RateLimitedLog
 from shoal.handlers.registry import api
-from shoal.metadata import MetadataError, MetadataImage, TopicInfo, inheritance
+from shoal.metadata import MetadataError, MetadataImage, MetadataStore, TopicInfo, inheritance
 from shoal.metadata.change import Result, unchanged
 from shoal.metadata.rules import configs as config_rules
 from shoal.metadata.rules import namespaces as namespace_rules
@@ -99,6 +101,19 @@ from shoal.tenancy import namespaces
 from shoal.tenancy import policy as tenancy_policy
 from shoal.tenancy.scope import ASSIGNMENT_IS_OPERATORS, OPERATOR_TOPIC_CONFIGS, operator_config_refused
 from shoal.quotas import mutation
+
+if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+        CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+        DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    )
+    from shoal.tenancy.scope import Scope
+
+_T = TypeVar("_T")
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -145,7 +160,7 @@ def _metadata_error(e: MetadataError) -> AdminError:
     return AdminError(e.code, e.message)
 
 
-async def decide(store: Any, decision: Callable[[MetadataImage], Result[Any]]) -> Any:
+async def decide(store: MetadataStore, decision: Callable[[MetadataImage], Result[_T]]) -> _T:
     """``store.decide_and_commit(decision)``: the decision's checks and its change are decided on
     one image, again after each lost compare-and-swap; a MetadataError becomes an AdminError."""
     try:
@@ -270,7 +285,7 @@ def _creatable_configs(
 
 
 @api(CREATE_TOPICS, 2, 7)
-async def handle_create_topics(ctx, req):
+async def handle_create_topics(ctx: RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse:
     mod = response_module(CREATE_TOPICS, ctx.api_version)
     svc = ctx.services
     store = svc.metadata
@@ -280,8 +295,8 @@ async def handle_create_topics(ctx, req):
     for t in req.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
 
-    def result(name, *, code="NONE", message=None, topic_id=None, partitions=-1, rf=-1, configs=(),
-               config_code="NONE"):
+    def result(name: str, *, code: str = "NONE", message: str | None = None, topic_id: uuid.UUID | None = None,
+               partitions: int = -1, rf: int = -1, configs: tuple[Any, ...] = (), config_code: str = "NONE") -> Any:
         return build(
             mod.CreatableTopicResult,
             name=name,
@@ -302,14 +317,17 @@ async def handle_create_topics(ctx, req):
         scope = ctx.scope
         physical = scope.physical(t.name)
 
-        def checked(image: MetadataImage, t=t, cfg=cfg, scope=scope) -> tuple[list[tuple[int, ...]], dict[str, str], Any]:
+        def checked(image: MetadataImage, t: Any = t, cfg: BrokerConfig = cfg,
+                    scope: Scope = scope) -> tuple[list[tuple[int, ...]], dict[str, str], Any]:
             assignment, configs, observers = _plan_topic(image, cfg, t, scope, svc.random, svc.fenced_brokers)
             policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
             return assignment, configs, observers
 
-        def create(image: MetadataImage, checked=checked, physical=physical) -> Result[Any]:
+        def create(image: MetadataImage,
+                   checked: Callable[[MetadataImage], tuple[list[tuple[int, ...]], dict[str, str], Any]] = checked,
+                   physical: str = physical) -> Result[Any]:
             assignment, configs, observers = checked(image)  # the policy counts what exists at commit time
             r = topic_rules.create_topic(image, physical, assignment, configs, new_uuid=store.new_uuid,
                                          observers=observers)
@@ -352,18 +370,18 @@ async def handle_create_topics(ctx, req):
 
 
 @api(DELETE_TOPICS, 1, 6)
-async def handle_delete_topics(ctx, req):
+async def handle_delete_topics(ctx: RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
     mod = response_module(DELETE_TOPICS, ctx.api_version)
     svc = ctx.services
     store = svc.metadata
     quota = mutation.request_quota(ctx, DELETE_TOPICS)  # quotas: KIP-599
     by_id = ctx.api_version >= 6
     if by_id:
-        wanted = [(t.name, t.topic_id if t.topic_id is not None else _ZERO_UUID) for t in req.topics]
+        wanted = [(t.name, t.topic_id if t.topic_id is not None else _ZERO_UUID) for t in getattr(req, "topics")]
     else:
-        wanted = [(n, _ZERO_UUID) for n in req.topic_names]
+        wanted = [(n, _ZERO_UUID) for n in getattr(req, "topic_names")]
 
-    def result(name, topic_id, code="NONE", message=None):
+    def result(name: str | None, topic_id: uuid.UUID, code: str = "NONE", message: str | None = None) -> Any:
         return build(
             mod.DeletableTopicResult,
             name=name,
@@ -404,7 +422,8 @@ async def handle_delete_topics(ctx, req):
                 topic = scope.topic_by_id(image, tid)
                 if topic is None:
                     raise AdminError("UNKNOWN_TOPIC_ID", "This server does not host this topic ID.")
-                if not scope.allowed(Operation.DELETE, ResourceType.TOPIC, scope.visible(topic.name)):
+                visible = scope.visible(topic.name)  # (None: not the scope's)
+                if visible is None or not scope.allowed(Operation.DELETE, ResourceType.TOPIC, visible):
                     raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
             name, tid = scope.visible(topic.name), topic.topic_id
             if not enabled:
@@ -414,7 +433,7 @@ async def handle_delete_topics(ctx, req):
                     "INVALID_REQUEST", f"Topic {name} is an internal topic and cannot be deleted."
                 )
             _charge_mutations(quota, len(topic.partitions))
-            await decide(store, lambda image, topic=topic: _delete_decision(image, topic))
+            await decide(store, functools.partial(_delete_decision, topic=topic))
         except AdminError as e:
             results.append(result(name, tid, e.code, e.message))
             continue
@@ -461,7 +480,7 @@ def _plan_partitions(
 
 
 @api(CREATE_PARTITIONS, 0, 3)
-async def handle_create_partitions(ctx, req):
+async def handle_create_partitions(ctx: RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
     mod = response_module(CREATE_PARTITIONS, ctx.api_version)
     svc = ctx.services
     store = svc.metadata
@@ -471,20 +490,21 @@ async def handle_create_partitions(ctx, req):
         counts[t.name] = counts.get(t.name, 0) + 1
     results = []
 
-    def result(name, code="NONE", message=None):
+    def result(name: str, code: str = "NONE", message: str | None = None) -> Any:
         return build(mod.CreatePartitionsTopicResult, name=name, error_code=error_code(code), error_message=message)
 
     for t in req.topics:
         scope = ctx.scope
 
-        def checked(image: MetadataImage, t=t, scope=scope) -> tuple[list[tuple[int, ...]], Any]:
+        def checked(image: MetadataImage, t: Any = t, scope: Scope = scope) -> tuple[list[tuple[int, ...]], Any]:
             planned = _plan_partitions(image, t, scope, svc.fenced_brokers)
             policy_error = _partitions_policy_error(image, scope, t.name, t.count)
             if policy_error is not None:
                 raise AdminError("POLICY_VIOLATION", policy_error)
             return planned
 
-        def grow(image: MetadataImage, t=t, scope=scope, checked=checked) -> Result[TopicInfo]:
+        def grow(image: MetadataImage, t: Any = t, scope: Scope = scope,
+                 checked: Callable[[MetadataImage], tuple[list[tuple[int, ...]], Any]] = checked) -> Result[TopicInfo]:
             # decided on the image it commits against: the count and the tenant's partition limit
             # include partitions added meanwhile through any broker
             assignment, observers = checked(image)
@@ -510,7 +530,7 @@ async def handle_create_partitions(ctx, req):
 # DescribeConfigs
 
 
-def _broker_resource(ctx, name: str) -> bool:
+def _broker_resource(ctx: RequestContext, name: str) -> bool:
     """True for the cluster default (""), False for this node; AdminError otherwise."""
     if name == "":
         return True
@@ -621,7 +641,7 @@ def _topic_configs_decision(current: Mapping[str, str], new: dict[str, str], val
 
 
 @api(DESCRIBE_CONFIGS, 1, 4)
-async def handle_describe_configs(ctx, req):
+async def handle_describe_configs(ctx: RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
     mod = response_module(DESCRIBE_CONFIGS, ctx.api_version)
     svc = ctx.services
     cfg = svc.config
@@ -785,7 +805,7 @@ def _without_operator_configs(scope: Any, compute: Callable[..., dict[str, str]]
 
 
 def _alter_decision(
-    ctx,
+    ctx: RequestContext,
     resource_type: int,
     resource_name: str,
     compute: Callable[[Mapping[str, str], bool, Callable[[str], str | None]], dict[str, str]],
@@ -811,7 +831,7 @@ def _alter_decision(
 
         return namespace
     if resource_type == RESOURCE_BROKER and scope.tenant_id is not None:
-        return _tenant_defaults_decision(ctx, resource_name, compute, validate_only)
+        return _tenant_defaults_decision(ctx, scope.tenant_id, resource_name, compute, validate_only)
     if resource_type == RESOURCE_TOPIC:
         validate_topic_name(resource_name)
         if not scope.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, resource_name):
@@ -866,7 +886,8 @@ def _alter_decision(
     raise _resource_type_error(resource_type)
 
 
-def _tenant_defaults_decision(ctx, resource_name: str, compute: Callable[..., dict[str, str]],
+def _tenant_defaults_decision(ctx: RequestContext, tenant_id: str, resource_name: str,
+                              compute: Callable[..., dict[str, str]],
                               validate_only: bool) -> Callable[[MetadataImage], Result[Any]]:
     """A tenant's BROKER resource "" (or this broker's id: librdkafka refuses an empty resource
     name) holds its topic config defaults, named as topic configs or as their broker synonyms
@@ -880,13 +901,14 @@ def _tenant_defaults_decision(ctx, resource_name: str, compute: Callable[..., di
         current = _tenant_configs(scope, image)
         new = compute(current, True, _effective_topic_value(ctx.services.config, {}), _tenant_default_key)
         return _topic_configs_decision(
-            current, new, validate_only, lambda c: tenant_rules.update_tenant(image, scope.tenant_id, configs=c)
+            current, new, validate_only, lambda c: tenant_rules.update_tenant(image, tenant_id, configs=c)
         )
 
     return tenant_defaults
 
 
-async def _alter(ctx, mod, req, compute_for) -> Any:
+async def _alter(ctx: RequestContext, mod: ModuleType, req: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+                 compute_for: Callable[[Any], Callable[..., dict[str, str]]]) -> Any:
     seen: dict[tuple[int, str], int] = {}
     for res in req.resources:
         k = (res.resource_type, res.resource_name)
@@ -914,7 +936,7 @@ async def _alter(ctx, mod, req, compute_for) -> Any:
 
 
 @api(ALTER_CONFIGS, 0, 2)
-async def handle_alter_configs(ctx, req):
+async def handle_alter_configs(ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
     """Replace a resource's whole set of overrides with the given configs."""
     mod = response_module(ALTER_CONFIGS, ctx.api_version)
 
@@ -939,7 +961,8 @@ async def handle_alter_configs(ctx, req):
 
 
 @api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def handle_incremental_alter_configs(ctx, req):
+async def handle_incremental_alter_configs(ctx: RequestContext,
+                                           req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     mod = response_module(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
 
     def compute_for(res):

@@ -10,45 +10,53 @@ from __future__ import annotations
 import datetime
 import functools
 import re
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import Registry, api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.txn.coordinator import MAX_TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE, transaction_version
 
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import ApiVersionsRequest, ApiVersionsResponse
+
 KEY = 18
 # KIP-511: client software name and version must be non-empty and well formed.
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
-def _api_keys(mod, registry: Registry) -> tuple:
+def _api_keys(mod: ModuleType, registry: Registry) -> tuple[Entity, ...]:
     return tuple(
         build(mod.ApiVersion, api_key=s.key, min_version=s.min_version, max_version=s.max_version)
         for s in registry.specs()
     )
 
 
-def api_versions_v0_error(registry: Registry):
+def api_versions_v0_error(registry: Registry) -> ApiVersionsResponse:
     mod = response_module(KEY, 0)
     return mod.ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=_api_keys(mod, registry))
 
 
 @api(KEY, 0, 4)
-async def handle_api_versions(ctx, req):
+async def handle_api_versions(ctx: RequestContext, req: ApiVersionsRequest) -> ApiVersionsResponse:
     code = ErrorCode.none
     if ctx.api_version >= 3:
-        name, version = req.client_software_name or "", req.client_software_version or ""
+        name, version = getattr(req, "client_software_name") or "", getattr(req, "client_software_version") or ""
         if not _SOFTWARE.match(name) or not _SOFTWARE.match(version):
             code = ErrorCode.invalid_request
         else:
             conn = ctx.connection
             if conn is not None:
-                conn.client_software = (req.client_software_name, req.client_software_version)
+                conn.client_software = (getattr(req, "client_software_name"), getattr(req, "client_software_version"))
     return _response(ctx.services.registry, ctx.api_version, code, transaction_version(ctx.services.config))
 
 
 @functools.lru_cache(maxsize=64)
-def _response(registry: Registry, version: int, code: ErrorCode, txn_version: int = 0):
+def _response(registry: Registry, version: int, code: ErrorCode, txn_version: int = 0) -> ApiVersionsResponse:
     """The (immutable) response for a registry, version, error code and ``transaction.version``
     level: every client sends an ApiVersions on every connection, and building the table is a
     third of its cost. v3+ lists the ``transaction.version`` feature (supported 0-2, finalized at

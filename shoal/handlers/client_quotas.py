@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import TYPE_CHECKING, Any, Sequence
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage
@@ -48,6 +49,13 @@ from shoal.protocol.errors import ErrorCode, error_code
 from shoal.quotas.entities import EntityError, check_value, describe, stored_entity
 from shoal.tenancy.acl import Operation
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+    )
+
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
 
@@ -56,10 +64,11 @@ log = logging.getLogger("shoal.client_quotas")
 
 
 @api(DESCRIBE_CLIENT_QUOTAS, 0, 1)
-async def handle_describe_client_quotas(ctx, req):
+async def handle_describe_client_quotas(ctx: RequestContext,
+                                        req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
     mod = response_module(DESCRIBE_CLIENT_QUOTAS, ctx.api_version)
 
-    def error(code: ErrorCode, message: str):
+    def error(code: ErrorCode, message: str) -> DescribeClientQuotasResponse:
         return build(mod.DescribeClientQuotasResponse, throttle_time=_NO_THROTTLE, error_code=code,
                      error_message=message, entries=None)
 
@@ -85,18 +94,19 @@ async def handle_describe_client_quotas(ctx, req):
 
 
 @api(ALTER_CLIENT_QUOTAS, 0, 1)
-async def handle_alter_client_quotas(ctx, req):
+async def handle_alter_client_quotas(ctx: RequestContext, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
     mod = response_module(ALTER_CLIENT_QUOTAS, ctx.api_version)
     svc = ctx.services
     scope = ctx.scope
     allowed = scope.allowed_cluster(Operation.ALTER_CONFIGS)
+    entries: Sequence[Any] = req.entries  # (v0's or v1's EntryData: enumerate and zip would join them to object)
 
     def plan(image: MetadataImage) -> Result[tuple[list[tuple[ErrorCode, str | None]], list]]:
         """Each entry's stored entity (a tenant's user named as stored in this image) and checks;
         the one change setting the valid entries' quotas, decided on the image it commits to."""
         results: list[tuple[ErrorCode, str | None]] = []
         planned: list[tuple[int, tuple, dict[str, float | None]]] = []  # (entry index, entity, ops)
-        for i, entry in enumerate(req.entries):
+        for i, entry in enumerate(entries):
             results.append((ErrorCode.none, None))
             if not allowed:
                 results[i] = (ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
@@ -151,7 +161,7 @@ async def handle_alter_client_quotas(ctx, req):
                 entity=tuple(build(mod.EntityData, entity_type=e.entity_type, entity_name=e.entity_name)
                              for e in entry.entity),
             )
-            for entry, (code, message) in zip(req.entries, results)
+            for entry, (code, message) in zip(entries, results)
         ),
     )
 

@@ -32,6 +32,8 @@ name a topic the caller may not describe is answered TOPIC_AUTHORIZATION_FAILED 
 from __future__ import annotations
 
 import datetime
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.groups.consumer import HeartbeatRequest
 from shoal.handlers.groups import NOT_PROVIDED, client_host, group_operations, visible_message
@@ -39,6 +41,17 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.groups.consumer import ConsumerGroupManager, TopicPartitions
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    )
+    from shoal.tenancy.scope import Scope
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -50,19 +63,20 @@ def _ms(td: datetime.timedelta) -> int:
     return int(td / datetime.timedelta(milliseconds=1))
 
 
-def _heartbeat_error(mod, code: ErrorCode):
+def _heartbeat_error(mod: ModuleType, code: ErrorCode) -> ConsumerGroupHeartbeatResponse:
     return build(
         mod.ConsumerGroupHeartbeatResponse, throttle_time=ZERO, error_code=code, member_epoch=0, heartbeat_interval=ZERO,
     )
 
 
-def _topic_filter(scope):
+def _topic_filter(scope: Scope) -> tuple[tuple[str, str], Callable[[str], bool]]:
     """The member's view for regex resolution: which topics (by visible name) it may describe."""
     return (scope.principal, scope.host), lambda name: scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
 
 
 @api(CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def handle_consumer_group_heartbeat(ctx, req):
+async def handle_consumer_group_heartbeat(ctx: RequestContext,
+                                          req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
     v = ctx.api_version
     mod = response_module(CONSUMER_GROUP_HEARTBEAT, v)
     coord = ctx.services.groups
@@ -76,7 +90,8 @@ async def handle_consumer_group_heartbeat(ctx, req):
         if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
             return _heartbeat_error(mod, ErrorCode.invalid_group_id)
     image = ctx.services.metadata.image
-    owned = None
+    # (kio decodes a zero topic id as None: such a key goes on, as a topic this broker does not know)
+    owned: dict[Any, frozenset[int]] | None = None
     if req.topic_partitions is not None:
         owned = {}
         for tp in req.topic_partitions:
@@ -123,7 +138,8 @@ async def handle_consumer_group_heartbeat(ctx, req):
     )
 
 
-def _assignment(mod, manager, tps, scope) -> tuple[object, set[str]]:
+def _assignment(mod: ModuleType, manager: ConsumerGroupManager, tps: TopicPartitions,
+                scope: Scope) -> tuple[object, set[str]]:
     """(the assignment as the scope names it, its topic names)."""
     rows = []
     for t, ps in sorted(tps.items(), key=lambda kv: str(kv[0])):
@@ -136,12 +152,13 @@ def _assignment(mod, manager, tps, scope) -> tuple[object, set[str]]:
 
 
 @api(CONSUMER_GROUP_DESCRIBE, 0, 1)
-async def handle_consumer_group_describe(ctx, req):
+async def handle_consumer_group_describe(ctx: RequestContext,
+                                         req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     mod = response_module(CONSUMER_GROUP_DESCRIBE, ctx.api_version)
     coord = ctx.services.groups
     scope = ctx.scope
 
-    def error_row(gid: str, code: ErrorCode, message: str | None = None):
+    def error_row(gid: str, code: ErrorCode, message: str | None = None) -> Entity:
         return build(
             mod.DescribedGroup, error_code=code, error_message=message, group_id=gid, group_state="",
             group_epoch=0, assignment_epoch=0, assignor_name="", members=(),

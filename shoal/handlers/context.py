@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from shoal.auth.sasl import SaslSession
     from shoal.protocol.codec import RequestHeader
     from shoal.quotas.manager import ClientQuotaManager
+    from shoal.replica.read import ReplicaOrder
     from shoal.replica.sessions import ReplicaSession
     from shoal.services import Services
     from shoal.tenancy.scope import Scope
@@ -22,7 +23,7 @@ class ConnectionControls(Protocol):
     sasl: "SaslSession | None"  # SASL listeners: the connection's login
     client_software: tuple[str, str] | None  # ApiVersions v3+: (name, version)
     replica_session: "ReplicaSession | None"  # a follower's fetch session (shoal.replica.sessions)
-    replica_order: Any  # the order of a follower's pipelined fetches (shoal.replica.read)
+    replica_order: "ReplicaOrder | None"  # the order of a follower's pipelined fetches
     closers: list[Callable[[], None]]  # called when the connection closes
 
     def bind_principal(self, principal: str) -> None:

@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+
 KEY = 35
 
 
 @api(KEY, 1, 4)
-async def handle_describe_log_dirs(ctx, req):
+async def handle_describe_log_dirs(ctx: RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     svc = ctx.services
     mod = response_module(KEY, ctx.api_version)
     scope = ctx.scope

@@ -23,6 +23,9 @@ Deviations from Kafka: no eligible leader replicas yet (``eligible_leader_replic
 from __future__ import annotations
 
 import datetime
+import uuid
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from shoal.handlers.metadata import invalid_topic_name, partition_fields, topic_operations
 from shoal.handlers.registry import api
@@ -30,23 +33,32 @@ from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
 
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
+
 DESCRIBE_TOPIC_PARTITIONS = 75
 
 
-def _topic(mod, name: str, code: ErrorCode, *, topic_id=None, internal=False, partitions=(), ops=None):
+def _topic(mod: ModuleType, name: str, code: ErrorCode, *, topic_id: uuid.UUID | None = None, internal: bool = False,
+           partitions: tuple[Entity, ...] = (), ops: int | None = None) -> Entity:
     # topic_id None: the zero uuid on the wire (what kio decodes it to)
     fields = {} if ops is None else {"topic_authorized_operations": ops}
     return build(mod.DescribeTopicPartitionsResponseTopic, error_code=code, name=name, topic_id=topic_id,
                  is_internal=internal, partitions=partitions, **fields)
 
 
-def _response(mod, topics: list, next_cursor=None):
+def _response(mod: ModuleType, topics: list[Entity],
+              next_cursor: Entity | None = None) -> DescribeTopicPartitionsResponse:
     return build(mod.DescribeTopicPartitionsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics),
                  next_cursor=next_cursor)
 
 
 @api(DESCRIBE_TOPIC_PARTITIONS, 0, 0)
-async def handle_describe_topic_partitions(ctx, req):
+async def handle_describe_topic_partitions(ctx: RequestContext,
+                                           req: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     mod = response_module(DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
     scope = ctx.scope
     image = ctx.services.metadata.image

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import TYPE_CHECKING
 
 from shoal.cluster.controller import PREFERRED, election_change
 from shoal.handlers.registry import api
@@ -25,12 +26,16 @@ from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation
 from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import ElectLeadersRequest, ElectLeadersResponse
+
 KEY = 43
 log = logging.getLogger("shoal.admin")
 
 
 @api(KEY, 0, 2)
-async def handle_elect_leaders(ctx, req):
+async def handle_elect_leaders(ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
     svc = ctx.services
     mod = response_module(KEY, ctx.api_version)
     scope = ctx.scope
@@ -61,9 +66,9 @@ async def handle_elect_leaders(ctx, req):
         log.info("ElectLeaders (%s) by %s: new leaders for %s", "preferred" if election_type == PREFERRED else "unclean",
                  ctx.principal, ", ".join(moved[:20]) + (" ..." if len(moved) > 20 else ""))
     by_topic: dict[str, list] = {}
-    for (name, index), (code, message) in outcome.items():
+    for (name, index), (code_name, message) in outcome.items():
         by_topic.setdefault(name, []).append(
-            build(mod.PartitionResult, partition_id=index, error_code=error_code(code), error_message=message))
+            build(mod.PartitionResult, partition_id=index, error_code=error_code(code_name), error_message=message))
     results = tuple(build(mod.ReplicaElectionResult, topic=scope.visible(name), partition_result=tuple(parts))
                     for name, parts in by_topic.items())
     return build(mod.ElectLeadersResponse, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,

@@ -50,7 +50,8 @@ import secrets
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from shoal.cluster import routing
 from shoal.handlers.registry import api
@@ -59,6 +60,15 @@ from shoal.protocol.errors import ErrorCode
 from shoal.replica.read import ReplicaOrder, fetch_messages
 from shoal.replica.sessions import CachedPartition, ReplicaSession
 from shoal.tenancy.acl import Operation, ResourceType
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import ConnectionControls, RequestContext
+    from shoal.handlers.messages import FetchRequest, FetchResponse
+    from shoal.metadata import MetadataImage, PartitionInfo
+    from shoal.services import Services
+    from shoal.tenancy.scope import Scope
 
 KEY = 1
 ZERO_UUID = uuid.UUID(int=0)
@@ -149,12 +159,14 @@ class FetchSessionCache:
         return len(self._sessions)
 
 
-def _timedelta_s(value) -> float:
+def _timedelta_s(value: datetime.timedelta | int) -> float:
     return value.total_seconds() if isinstance(value, datetime.timedelta) else value / 1000.0
 
 
-def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b"", pinfo=None, diverging=None,
-                    preferred=-1, aborted=None):
+def _partition_data(mod: ModuleType, index: int, code: ErrorCode, *, hwm: int = -1, lso: int = -1, log_start: int = -1,
+                    records: bytes | None = b"", pinfo: PartitionInfo | None = None,
+                    diverging: tuple[int, int] | None = None, preferred: int = -1,
+                    aborted: list[tuple[int, int]] | None = None) -> Entity:
     # KIP-951: tell the client who leads now, so it need not refresh metadata first.
     extra = routing.current_leader(mod, pinfo) if code == ErrorCode.not_leader_or_follower else {}
     if diverging is not None and hasattr(mod, "EpochEndOffset"):  # KIP-320: a follower must truncate
@@ -177,7 +189,7 @@ def _partition_data(mod, index, code, *, hwm=-1, lso=-1, log_start=-1, records=b
 
 
 @api(KEY, 4, 18)
-async def handle_fetch(ctx, req):
+async def handle_fetch(ctx: RequestContext, req: FetchRequest) -> FetchResponse:
     svc = ctx.services
     v = ctx.api_version
     mod = response_module(KEY, v)
@@ -201,17 +213,19 @@ async def handle_fetch(ctx, req):
     denied: list[tuple[str | None, uuid.UUID | None, int]] = []
     for t in req.topics:
         if use_ids:
-            info = scope.topic_by_id(image, t.topic_id)
+            info = scope.topic_by_id(image, getattr(t, "topic_id"))
             if info is None:
-                unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
+                unknown_ids.extend((getattr(t, "topic_id"), p.partition) for p in t.partitions)
                 continue
             name = info.name
             visible = scope.visible(name)
         else:
-            visible = t.topic
+            visible = getattr(t, "topic")
             name = scope.physical(visible)
-        tid = t.topic_id if use_ids else None
-        if not (follower if claims_replica else scope.allowed(Operation.READ, ResourceType.TOPIC, visible)):
+        tid = getattr(t, "topic_id") if use_ids else None
+        if not (follower if claims_replica
+                # (visible None: not the scope's topic)
+                else visible is not None and scope.allowed(Operation.READ, ResourceType.TOPIC, visible)):
             denied.extend((visible, tid, p.partition) for p in t.partitions)
             continue
         for p in t.partitions:
@@ -258,8 +272,8 @@ async def handle_fetch(ctx, req):
                 if old is not None:
                     sp.last_hwm, sp.last_log_start = old.last_hwm, old.last_log_start
                 session.partitions[key] = sp
-            for key in _forgotten(req, scope, image, use_ids):
-                session.partitions.pop(key, None)
+            for gone in _forgotten(req, scope, image, use_ids):
+                session.partitions.pop(gone, None)
             session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
     if session is not None and not incremental:
         session.epoch = 1
@@ -358,7 +372,7 @@ async def handle_fetch(ctx, req):
     )
 
 
-def _top_error(mod, code: ErrorCode, session_id: int = 0):
+def _top_error(mod: ModuleType, code: ErrorCode, session_id: int = 0) -> FetchResponse:
     return build(
         mod.FetchResponse,
         throttle_time=datetime.timedelta(0),
@@ -369,20 +383,25 @@ def _top_error(mod, code: ErrorCode, session_id: int = 0):
     )
 
 
-def _forgotten(req, scope, image, use_ids: bool) -> list[tuple[str | None, int]]:
-    """The partitions an incremental fetch leaves its session (``forgotten_topics_data``)."""
-    out = []
+def _forgotten(req: FetchRequest, scope: Scope, image: MetadataImage, use_ids: bool) -> list[tuple[str, int]]:
+    """The partitions an incremental fetch leaves its session (``forgotten_topics_data``); those
+    of a topic id this scope does not know are in no session."""
+    out: list[tuple[str, int]] = []
     for ft in getattr(req, "forgotten_topics_data", ()) or ():
         if use_ids:
             info = scope.topic_by_id(image, ft.topic_id)
-            fname = info.name if info is not None else None
+            if info is None:
+                continue
+            fname = info.name
         else:
             fname = scope.physical(ft.topic)
         out.extend((fname, part) for part in ft.partitions)
     return out
 
 
-def _replica_session(svc, conn, replica_id: int, session_id: int, session_epoch: int, wanted, forgotten):
+def _replica_session(svc: Services, conn: ConnectionControls, replica_id: int, session_id: int, session_epoch: int,
+                     wanted: Mapping[tuple[str, int], CachedPartition],
+                     forgotten: Iterable[tuple[str, int]]) -> tuple[ReplicaSession | None, ErrorCode]:
     """A follower's fetch session on its connection (``shoal.replica.sessions``): a new one
     for a full fetch (``session_epoch`` 0), else the connection's, brought up to date with what
     the fetch names (which it reads) and forgets; ``seq`` numbers its fetches. Returns (session
@@ -427,7 +446,7 @@ def _replica_session(svc, conn, replica_id: int, session_id: int, session_epoch:
     return current, ErrorCode.none
 
 
-def _replica_id(req) -> int:
+def _replica_id(req: FetchRequest) -> int:
     """The fetching replica's broker id (v15+: in replica_state), -1 for a consumer. A replica's
     fetch is exempt from client quotas and reads up to the log end, not the high watermark."""
     state = getattr(req, "replica_state", None)

@@ -34,8 +34,9 @@ Kafka's bit field of the group operations the caller may do.
 from __future__ import annotations
 
 import datetime
-
 import logging
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from shoal.groups import OFFSETS_TOPIC, ClassicGroupState, JoinRequest, JoinResult, partition_for
 from shoal.groups.classic import CONSUMER_PROTOCOL_TYPE
@@ -44,6 +45,19 @@ from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+        FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+        JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+        SyncGroupRequest, SyncGroupResponse,
+    )
+    from shoal.services import Services
+    from shoal.tenancy.scope import Scope
 
 log = logging.getLogger("shoal.handlers.groups")
 
@@ -68,14 +82,14 @@ def _ms(td: datetime.timedelta) -> int:
 # -- tenancy: names, messages, authorization -------------------------------------------------------
 
 
-def visible_message(scope, message: str | None) -> str | None:
+def visible_message(scope: Scope, message: str | None) -> str | None:
     """A coordinator's message as the scope may read it: qualified names lose their prefix."""
     if message and scope.prefix:
         return message.replace(scope.prefix, "")
     return message
 
 
-def group_operations(scope, group_id: str) -> int:
+def group_operations(scope: Scope, group_id: str) -> int:
     """Kafka's ``authorizedOperations`` of a group: the bit field of READ, DELETE, DESCRIBE as
     allowed to the caller."""
     ops = 0
@@ -85,7 +99,8 @@ def group_operations(scope, group_id: str) -> int:
     return ops
 
 
-def consumer_protocol_names(scope, protocol_type: str | None, data: bytes, assignment: bool, inbound: bool) -> bytes:
+def consumer_protocol_names(scope: Scope, protocol_type: str | None, data: bytes, assignment: bool,
+                            inbound: bool) -> bytes:
     """A consumer-protocol subscription (or assignment) with its topic names qualified (inbound)
     or unqualified (outbound) for a tenant's scope. The physical view, other protocol types and
     bytes that are no consumer-protocol payload pass unchanged."""
@@ -100,7 +115,7 @@ def consumer_protocol_names(scope, protocol_type: str | None, data: bytes, assig
         return data
 
 
-def client_host(ctx) -> str:
+def client_host(ctx: RequestContext) -> str:
     """Kafka shows the client's address as ``InetAddress.toString()``: "/127.0.0.1"."""
     addr = ctx.client_address or ""
     host = addr.rsplit(":", 1)[0] if ":" in addr else addr
@@ -110,7 +125,8 @@ def client_host(ctx) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------------
 
 
-def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+def find_coordinator(svc: Services, listener: str, key_type: int,
+                     key: str) -> tuple[int, str, int, ErrorCode, str | None]:
     """(node id, host, port, error, message) of the coordinator for ``key``."""
     if key_type == KEY_TYPE_TRANSACTION:
         return _transaction_coordinator(svc, listener, key)
@@ -130,7 +146,7 @@ def find_coordinator(svc, listener: str, key_type: int, key: str) -> tuple[int, 
     return node.node_id, host, port, ErrorCode.none, None
 
 
-def _transaction_coordinator(svc, listener: str, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+def _transaction_coordinator(svc: Services, listener: str, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
     """The leader of ``__transaction_state`` partition ``abs(hashCode(key)) % n``; the topic is
     created at the first request (the client retries COORDINATOR_NOT_AVAILABLE meanwhile)."""
     from shoal.txn import TXN_STATE_TOPIC
@@ -149,7 +165,7 @@ def _transaction_coordinator(svc, listener: str, key: str) -> tuple[int, str, in
     return node.node_id, host, port, ErrorCode.none, None
 
 
-def _scoped_coordinator(ctx, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
+def _scoped_coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str, int, ErrorCode, str | None]:
     """``find_coordinator`` for a key as the client names it: authorized (Kafka's
     ``getCoordinator``), then qualified."""
     scope = ctx.scope
@@ -163,19 +179,19 @@ def _scoped_coordinator(ctx, key_type: int, key: str) -> tuple[int, str, int, Er
 
 
 @api(FIND_COORDINATOR, 0, 6)
-async def handle_find_coordinator(ctx, req):
+async def handle_find_coordinator(ctx: RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
     v = ctx.api_version
     mod = response_module(FIND_COORDINATOR, v)
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
     if v >= 4:
         coordinators = []
-        for key in req.coordinator_keys:
+        for key in getattr(req, "coordinator_keys"):
             node_id, host, port, code, message = _scoped_coordinator(ctx, key_type, key)
             coordinators.append(
                 build(mod.Coordinator, key=key, node_id=node_id, host=host, port=port, error_code=code, error_message=message)
             )
         return build(mod.FindCoordinatorResponse, throttle_time=ZERO, coordinators=tuple(coordinators))
-    node_id, host, port, code, message = _scoped_coordinator(ctx, key_type, req.key)
+    node_id, host, port, code, message = _scoped_coordinator(ctx, key_type, getattr(req, "key"))
     return build(
         mod.FindCoordinatorResponse,
         throttle_time=ZERO,
@@ -190,7 +206,7 @@ async def handle_find_coordinator(ctx, req):
 # -- JoinGroup -----------------------------------------------------------------------------------
 
 
-def _join_response(mod, v: int, r: JoinResult, scope=None):
+def _join_response(mod: ModuleType, v: int, r: JoinResult, scope: Scope | None = None) -> JoinGroupResponse:
     members = tuple(
         build(
             mod.JoinGroupResponseMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
@@ -214,7 +230,7 @@ def _join_response(mod, v: int, r: JoinResult, scope=None):
 
 
 @api(JOIN_GROUP, 0, 9)
-async def handle_join_group(ctx, req):
+async def handle_join_group(ctx: RequestContext, req: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.api_version
     mod = response_module(JOIN_GROUP, v)
     coord = ctx.services.groups
@@ -224,7 +240,7 @@ async def handle_join_group(ctx, req):
     if scope.reserved_group(req.group_id):  # tenancy: a tenant's ids are not lkc-xxxxxx_ shaped
         return _join_response(mod, v, JoinResult(ErrorCode.invalid_group_id, req.member_id))
     session_ms = _ms(req.session_timeout)
-    rebalance_ms = _ms(req.rebalance_timeout) if v >= 1 else session_ms
+    rebalance_ms = _ms(getattr(req, "rebalance_timeout")) if v >= 1 else session_ms
     fut = coord.join_group(
         JoinRequest(
             group_id=scope.physical(req.group_id),
@@ -251,7 +267,7 @@ async def handle_join_group(ctx, req):
 
 
 @api(SYNC_GROUP, 0, 5)
-async def handle_sync_group(ctx, req):
+async def handle_sync_group(ctx: RequestContext, req: SyncGroupRequest) -> SyncGroupResponse:
     v = ctx.api_version
     mod = response_module(SYNC_GROUP, v)
     coord = ctx.services.groups
@@ -289,7 +305,7 @@ async def handle_sync_group(ctx, req):
 
 
 @api(HEARTBEAT, 0, 4)
-async def handle_heartbeat(ctx, req):
+async def handle_heartbeat(ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
     mod = response_module(HEARTBEAT, ctx.api_version)
     coord = ctx.services.groups
     scope = ctx.scope
@@ -306,15 +322,16 @@ async def handle_heartbeat(ctx, req):
 
 
 @api(LEAVE_GROUP, 0, 5)
-async def handle_leave_group(ctx, req):
+async def handle_leave_group(ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
     v = ctx.api_version
     mod = response_module(LEAVE_GROUP, v)
     coord = ctx.services.groups
     if v >= 3:
-        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+        leaving = [(m.member_id, m.group_instance_id) for m in getattr(req, "members")]
     else:
-        leaving = [(req.member_id, None)]
+        leaving = [(getattr(req, "member_id"), None)]
     scope = ctx.scope
+    codes: list[ErrorCode]
     if not scope.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         top, codes = ErrorCode.group_authorization_failed, []
     else:
@@ -334,14 +351,14 @@ async def handle_leave_group(ctx, req):
 
 
 @api(DESCRIBE_GROUPS, 0, 6)
-async def handle_describe_groups(ctx, req):
+async def handle_describe_groups(ctx: RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
     v = ctx.api_version
     mod = response_module(DESCRIBE_GROUPS, v)
     coord = ctx.services.groups
     scope = ctx.scope
     want_ops = v >= 3 and getattr(req, "include_authorized_operations", False)
 
-    def error_row(gid: str, code: ErrorCode, state: str, message: str | None):
+    def error_row(gid: str, code: ErrorCode, state: str, message: str | None) -> Entity:
         return build(
             mod.DescribedGroup, error_code=code, error_message=message, group_id=gid, group_state=state,
             protocol_type="", protocol_data="", members=(), authorized_operations=NOT_PROVIDED,
@@ -398,7 +415,7 @@ async def handle_describe_groups(ctx, req):
 
 
 @api(LIST_GROUPS, 0, 5)
-async def handle_list_groups(ctx, req):
+async def handle_list_groups(ctx: RequestContext, req: ListGroupsRequest) -> ListGroupsResponse:
     v = ctx.api_version
     mod = response_module(LIST_GROUPS, v)
     coord = ctx.services.groups
@@ -427,11 +444,12 @@ async def handle_list_groups(ctx, req):
 
 
 @api(DELETE_GROUPS, 0, 2)
-async def handle_delete_groups(ctx, req):
+async def handle_delete_groups(ctx: RequestContext, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
     mod = response_module(DELETE_GROUPS, ctx.api_version)
     scope = ctx.scope
     names = list(dict.fromkeys(req.groups_names))
-    allowed, denied = [], []
+    allowed: list[str] = []
+    denied: list[str] = []
     for n in names:
         (allowed if scope.allowed(Operation.DELETE, ResourceType.GROUP, n) else denied).append(n)
     by_physical = await ctx.services.groups.delete_groups([scope.physical(n) for n in allowed])

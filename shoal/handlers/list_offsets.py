@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
@@ -29,12 +30,21 @@ from shoal.protocol.errors import ErrorCode
 from shoal.storage import OffsetOutOfRange
 from shoal.tenancy.acl import Operation, ResourceType
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    )
+    from shoal.metadata import PartitionInfo
+    from shoal.replica.partition import Partition
+
 LIST_OFFSETS = 2
 DELETE_RECORDS = 21
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _resolve(ctx, name: str, index: int, operation: int):
+def _resolve(ctx: RequestContext, name: str, index: int,
+             operation: int) -> tuple[Partition | None, PartitionInfo | None, ErrorCode]:
     """(partition, partition info, error) for a partition this broker must lead; ``name`` is
     the scope's, ``operation`` the one the caller needs on the topic."""
     scope = ctx.scope
@@ -53,7 +63,7 @@ def _resolve(ctx, name: str, index: int, operation: int):
 
 
 @api(LIST_OFFSETS, 1, 10)
-async def handle_list_offsets(ctx, req):
+async def handle_list_offsets(ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     mod = response_module(LIST_OFFSETS, ctx.api_version)
     committed = getattr(req, "isolation_level", 0) == 1
     topics = []
@@ -63,9 +73,9 @@ async def handle_list_offsets(ctx, req):
             part, pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DESCRIBE)
             offset, ts = -1, -1
             epoch = pinfo.leader_epoch if pinfo is not None else -1
-            if code == ErrorCode.none:
+            if code == ErrorCode.none and part is not None:  # (part: always, with no error)
                 code = part.check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
-            if code == ErrorCode.none:
+            if code == ErrorCode.none and part is not None:
                 plog = part.view
                 target = p.timestamp
                 fetchable = plog.last_stable_offset if committed else plog.high_watermark
@@ -100,7 +110,7 @@ async def handle_list_offsets(ctx, req):
 
 
 @api(DELETE_RECORDS, 0, 2)
-async def handle_delete_records(ctx, req):
+async def handle_delete_records(ctx: RequestContext, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
     mod = response_module(DELETE_RECORDS, ctx.api_version)
     topics = []
     for t in req.topics:
@@ -108,7 +118,7 @@ async def handle_delete_records(ctx, req):
         for p in t.partitions:
             part, _pinfo, code = _resolve(ctx, t.name, p.partition_index, Operation.DELETE)
             low = -1
-            if code == ErrorCode.none:
+            if code == ErrorCode.none and part is not None:
                 try:
                     low = ctx.services.replicas.delete_records(part, p.offset)
                 except OffsetOutOfRange:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInfo
@@ -31,7 +32,14 @@ from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
 from shoal.tenancy.namespaces import topic_name_error
 
 if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
+    )
     from shoal.services import Services
+    from shoal.tenancy.scope import Scope
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60
@@ -45,19 +53,19 @@ TOPIC_OPS = (3, 4, 5, 6, 7, 8, 10, 11)
 CLUSTER_OPS = (5, 7, 8, 9, 10, 11, 12)
 
 
-def authorized_operations(scope, resource_type: int, name: str, ops: tuple[int, ...]) -> int:
+def authorized_operations(scope: Scope, resource_type: int, name: str, ops: tuple[int, ...]) -> int:
     """Kafka's authorized_operations bit set of ``name`` for this request's principal."""
     return sum(1 << op for op in ops if scope.allowed(op, resource_type, name))
 
 
-def cluster_operations(scope) -> int:
+def cluster_operations(scope: Scope) -> int:
     """Kafka's cluster_authorized_operations: the bit set, or 0 without DESCRIBE on the cluster."""
     if not scope.allowed_cluster(Operation.DESCRIBE):
         return 0
     return authorized_operations(scope, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
 
 
-def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
+def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple[Entity, ...]:
     """Brokers as ``cls`` entities, each with its endpoint on the listener the client used."""
     out = []
     for b in sorted(image.brokers.values(), key=lambda b: b.node_id):
@@ -68,7 +76,7 @@ def _brokers(cls: type, image: MetadataImage, listener: str) -> tuple:
     return tuple(out)
 
 
-def partition_fields(p: PartitionInfo, image: MetadataImage) -> dict:
+def partition_fields(p: PartitionInfo, image: MetadataImage) -> dict[str, object]:
     """What Metadata and DescribeTopicPartitions say of a partition: a leader that is not a live
     broker is LEADER_NOT_AVAILABLE with no leader id; replicas on brokers not live are offline."""
     leader_ok = p.leader in image.brokers
@@ -83,12 +91,12 @@ def partition_fields(p: PartitionInfo, image: MetadataImage) -> dict:
     )
 
 
-def invalid_topic_name(scope, image: MetadataImage, name: str) -> bool:
+def invalid_topic_name(scope: Scope, image: MetadataImage, name: str) -> bool:
     """A name no topic of this scope can have: INVALID_TOPIC_EXCEPTION rather than unknown."""
     return bool(topic_name_error(scope.physical(name))) or scope.reserved_name(image, name)
 
 
-def topic_operations(scope, name: str) -> int:
+def topic_operations(scope: Scope, name: str) -> int:
     return authorized_operations(scope, ResourceType.TOPIC, name, TOPIC_OPS)
 
 
@@ -105,10 +113,10 @@ class PartitionEntities:
     and written on its event loop only."""
 
     def __init__(self) -> None:
-        self._by_version: dict[Any, dict[str, tuple[TopicInfo, Any, tuple]]] = {}
+        self._by_version: dict[ModuleType, dict[str, tuple[TopicInfo, Any, tuple[Entity, ...]]]] = {}
         self.built = 0  # topics whose entities were built (not found): what the tests count
 
-    def get(self, mod, topic: TopicInfo, image: MetadataImage) -> tuple:
+    def get(self, mod: ModuleType, topic: TopicInfo, image: MetadataImage) -> tuple[Entity, ...]:
         entries = self._by_version.setdefault(mod, {})
         hit = entries.get(topic.name)
         if hit is not None and hit[0] is topic and hit[1] is image.brokers:
@@ -122,12 +130,12 @@ class PartitionEntities:
         return parts
 
 
-def _partitions(mod, topic: TopicInfo, image: MetadataImage) -> tuple:
+def _partitions(mod: ModuleType, topic: TopicInfo, image: MetadataImage) -> tuple[Entity, ...]:
     return tuple(build(mod.MetadataResponsePartition, **partition_fields(p, image)) for p in topic.partitions)
 
 
-def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope, name: str,
-           cache: PartitionEntities):
+def _topic(mod: ModuleType, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope: Scope, name: str,
+           cache: PartitionEntities) -> Entity:
     return build(
         mod.MetadataResponseTopic,
         error_code=ErrorCode.none,
@@ -139,7 +147,7 @@ def _topic(mod, topic: TopicInfo, image: MetadataImage, include_ops: bool, scope
     )
 
 
-def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode):
+def _missing(mod: ModuleType, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> Entity:
     return build(
         mod.MetadataResponseTopic,
         error_code=code,
@@ -151,7 +159,7 @@ def _missing(mod, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode)
     )
 
 
-def _invalid_request(mod, requested) -> object:
+def _invalid_request(mod: ModuleType, requested: Iterable[Any]) -> MetadataResponse:
     """Kafka's answer to v10/v11 naming a topic by null name or by id (only v12+ may): its
     InvalidRequestException's error response, every requested topic INVALID_REQUEST, a null name
     as "" (the response's name is not nullable before v12), no brokers."""
@@ -164,7 +172,7 @@ def _invalid_request(mod, requested) -> object:
 
 
 @api(METADATA, 0, 13)
-async def handle_metadata(ctx, req):
+async def handle_metadata(ctx: RequestContext, req: MetadataRequest) -> MetadataResponse:
     svc = ctx.services
     v = ctx.api_version
     mod = response_module(METADATA, v)
@@ -175,19 +183,20 @@ async def handle_metadata(ctx, req):
     allow_auto = v < 4 or bool(getattr(req, "allow_auto_topic_creation", True))
     allow_auto = allow_auto and bool(svc.config.get("auto.create.topics.enable"))
     scope = ctx.scope
+    requested = () if req.topics is None else req.topics  # (None: all topics)
     if not all_topics and v < 12 and any(
             getattr(t, "name", "") is None or getattr(t, "topic_id", ZERO_UUID) not in (None, ZERO_UUID)
-            for t in req.topics):
-        return _invalid_request(mod, req.topics)
+            for t in requested):
+        return _invalid_request(mod, requested)
     cache = svc.metadata_partitions
     topics = []
     if all_topics:
         image = svc.metadata.image
-        for name, topic in sorted(scope.topics(image)):
-            if scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
-                topics.append(_topic(mod, topic, image, include_ops, scope, name, cache))
+        for visible, topic in sorted(scope.topics(image)):
+            if scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, visible):
+                topics.append(_topic(mod, topic, image, include_ops, scope, visible, cache))
     else:
-        for t in req.topics:
+        for t in requested:
             name = getattr(t, "name", None)
             topic_id = getattr(t, "topic_id", None)
             if topic_id is not None and topic_id == ZERO_UUID:
@@ -199,7 +208,8 @@ async def handle_metadata(ctx, req):
                     topics.append(_missing(mod, None, topic_id, ErrorCode.unknown_topic_id))
                     continue
                 name = scope.visible(info.name)
-                if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                # (name None: not the scope's topic)
+                if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
                     topics.append(_missing(mod, None, topic_id, ErrorCode.topic_authorization_failed))
                 else:
                     topics.append(_topic(mod, info, image, include_ops, scope, name, cache))
@@ -251,7 +261,7 @@ async def handle_metadata(ctx, req):
 
 
 @api(DESCRIBE_CLUSTER, 0, 2)
-async def handle_describe_cluster(ctx, req):
+async def handle_describe_cluster(ctx: RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse:
     mod = response_module(DESCRIBE_CLUSTER, ctx.api_version)
     image = ctx.services.metadata.image
     scope = ctx.scope  # no ACL needed (Kafka's computeDescribeClusterResponse)

@@ -42,6 +42,8 @@ Deviations from Kafka:
 from __future__ import annotations
 
 import datetime
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Sequence
 
 from shoal.groups import OFFSETS_TOPIC, CommitRequest
 from shoal.groups.coordinator import coordinator_error
@@ -50,6 +52,16 @@ from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.txn.coordinator import transaction_version
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.groups import GroupCoordinator
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+        OffsetFetchResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    )
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -66,7 +78,7 @@ def _ms(td: datetime.timedelta) -> int:
 
 
 @api(OFFSET_COMMIT, 2, 10)
-async def handle_offset_commit(ctx, req):
+async def handle_offset_commit(ctx: RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
     v = ctx.api_version
     mod = response_module(OFFSET_COMMIT, v)
     image = ctx.services.metadata.image
@@ -78,11 +90,11 @@ async def handle_offset_commit(ctx, req):
     commits: list[CommitRequest] = []
     for t in req.topics:
         if by_id:
-            info = scope.topic_by_id(image, t.topic_id)
+            info = scope.topic_by_id(image, getattr(t, "topic_id"))
             name = scope.visible(info.name) if info is not None else None
             missing = ErrorCode.unknown_topic_id
         else:
-            name = t.name
+            name = getattr(t, "name")
             info = scope.topic(image, name)
             missing = ErrorCode.unknown_topic_or_partition
         if group_denied:
@@ -91,7 +103,7 @@ async def handle_offset_commit(ctx, req):
             topic_error = ErrorCode.invalid_group_id
         elif by_id and info is None:
             topic_error = missing
-        elif not scope.allowed(Operation.READ, ResourceType.TOPIC, name):
+        elif name is None or not scope.allowed(Operation.READ, ResourceType.TOPIC, name):  # (name: set when info is)
             topic_error = ErrorCode.topic_authorization_failed
         elif info is None:
             topic_error = missing
@@ -101,7 +113,7 @@ async def handle_offset_commit(ctx, req):
         for p in t.partitions:
             if topic_error is not None:
                 rows.append((p.partition_index, topic_error))
-            elif not 0 <= p.partition_index < len(info.partitions):
+            elif info is None or not 0 <= p.partition_index < len(info.partitions):  # (info: set, with no error)
                 rows.append((p.partition_index, ErrorCode.unknown_topic_or_partition))
             else:
                 rows.append((p.partition_index, None))
@@ -114,11 +126,11 @@ async def handle_offset_commit(ctx, req):
                         p.committed_metadata,
                     )
                 )
-        layout.append((t.topic_id if by_id else t.name, rows))
+        layout.append((getattr(t, "topic_id") if by_id else getattr(t, "name"), rows))
 
     codes: list[ErrorCode] = []
     if commits:
-        retention = _ms(req.retention_time) if 2 <= v <= 4 else -1
+        retention = _ms(getattr(req, "retention_time")) if 2 <= v <= 4 else -1
         codes = await ctx.services.groups.commit_offsets(
             scope.physical(req.group_id),
             req.member_id,
@@ -147,13 +159,13 @@ async def handle_offset_commit(ctx, req):
 
 
 @api(TXN_OFFSET_COMMIT, 0, 5)
-async def handle_txn_offset_commit(ctx, req):
+async def handle_txn_offset_commit(ctx: RequestContext, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     v = ctx.api_version
     mod = response_module(TXN_OFFSET_COMMIT, v)
     image = ctx.services.metadata.image
     scope = ctx.scope
 
-    def response(rows: dict[str, list[tuple[int, ErrorCode]]]):
+    def response(rows: dict[str, list[tuple[int, ErrorCode]]]) -> TxnOffsetCommitResponse:
         topics = tuple(
             build(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(
                 build(mod.TxnOffsetCommitResponsePartition, partition_index=p, error_code=code) for p, code in parts))
@@ -161,7 +173,7 @@ async def handle_txn_offset_commit(ctx, req):
         )
         return build(mod.TxnOffsetCommitResponse, throttle_time=ZERO, topics=topics)
 
-    def everywhere(code: ErrorCode):
+    def everywhere(code: ErrorCode) -> TxnOffsetCommitResponse:
         rows: dict[str, list[tuple[int, ErrorCode]]] = {}
         for t in req.topics:
             rows.setdefault(t.name, []).extend((p.partition_index, code) for p in t.partitions)
@@ -189,7 +201,7 @@ async def handle_txn_offset_commit(ctx, req):
         for p in t.partitions:
             if topic_error is not None:
                 out.append((p.partition_index, topic_error))
-            elif not 0 <= p.partition_index < len(info.partitions):
+            elif info is None or not 0 <= p.partition_index < len(info.partitions):  # (info: set, with no error)
                 out.append((p.partition_index, ErrorCode.unknown_topic_or_partition))
             else:
                 out.append((p.partition_index, None))
@@ -222,7 +234,7 @@ async def handle_txn_offset_commit(ctx, req):
     })
 
 
-async def _verify_txn(ctx, req, coord) -> ErrorCode:
+async def _verify_txn(ctx: RequestContext, req: TxnOffsetCommitRequest, coord: GroupCoordinator) -> ErrorCode:
     """KIP-890 part 1 for TxnOffsetCommit (Kafka's ``maybeStartTransactionVerificationForPartition``):
     NONE when the group's partition of ``__consumer_offsets`` already has an ongoing transaction of
     the producer, or its transaction coordinator says the partition is in the transaction. From v5
@@ -251,7 +263,9 @@ async def _verify_txn(ctx, req, coord) -> ErrorCode:
 # -- OffsetFetch ---------------------------------------------------------------------------------
 
 
-async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stable: bool, member_id, member_epoch):
+async def _fetch_group(ctx: RequestContext, mod: ModuleType, v: int, group_id: str, req_topics: Sequence[Any] | None,
+                       require_stable: bool, member_id: str | None,
+                       member_epoch: int) -> tuple[ErrorCode, tuple[Entity, ...]]:
     """(group error, response topics) for one group, named as the client names it."""
     image = ctx.services.metadata.image
     scope = ctx.scope
@@ -260,15 +274,15 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
     topics_cls = mod.OffsetFetchResponseTopics if v >= 8 else mod.OffsetFetchResponseTopic
     part_cls = mod.OffsetFetchResponsePartitions if v >= 8 else mod.OffsetFetchResponsePartition
 
-    def part(p: int, offset: int = -1, epoch: int = -1, metadata: str = "", code: ErrorCode = ErrorCode.none):
+    def part(p: int, offset: int = -1, epoch: int = -1, metadata: str = "", code: ErrorCode = ErrorCode.none) -> Entity:
         return build(part_cls, partition_index=p, committed_offset=offset, committed_leader_epoch=epoch, metadata=metadata, error_code=code)
 
-    def topic(key, parts):
+    def topic(key: object, parts: list[Entity]) -> Entity:
         if by_id:
             return build(topics_cls, topic_id=key, partitions=tuple(parts))
         return build(topics_cls, name=key, partitions=tuple(parts))
 
-    def group_error(code: ErrorCode):
+    def group_error(code: ErrorCode) -> tuple[ErrorCode, tuple[Entity, ...]]:
         if v >= 2:
             return code, ()
         # v1 has no group-level error: every requested partition carries it.
@@ -293,7 +307,8 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
                 name = scope.visible(info.name)
             else:
                 name = t.name
-            if not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            # (name None: not the scope's topic)
+            if name is None or not scope.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
                 errors[key] = [part(p, code=ErrorCode.topic_authorization_failed) for p in t.partition_indexes]
                 continue
             keys[scope.physical(name)] = key
@@ -329,20 +344,21 @@ async def _fetch_group(ctx, mod, v: int, group_id: str, req_topics, require_stab
 
 
 @api(OFFSET_FETCH, 1, 10)
-async def handle_offset_fetch(ctx, req):
+async def handle_offset_fetch(ctx: RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.api_version
     mod = response_module(OFFSET_FETCH, v)
     require_stable = bool(getattr(req, "require_stable", False))
     if v >= 8:
         groups = []
-        for g in req.groups:
+        for g in getattr(req, "groups"):
             code, topics = await _fetch_group(
                 ctx, mod, v, g.group_id, g.topics, require_stable,
                 getattr(g, "member_id", None), getattr(g, "member_epoch", -1),
             )
             groups.append(build(mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics, error_code=code))
         return build(mod.OffsetFetchResponse, throttle_time=ZERO, groups=tuple(groups))
-    code, topics = await _fetch_group(ctx, mod, v, req.group_id, req.topics, require_stable, None, -1)
+    code, topics = await _fetch_group(ctx, mod, v, getattr(req, "group_id"), getattr(req, "topics"), require_stable,
+                                      None, -1)
     return build(mod.OffsetFetchResponse, throttle_time=ZERO, topics=topics, error_code=code)
 
 
@@ -350,7 +366,7 @@ async def handle_offset_fetch(ctx, req):
 
 
 @api(OFFSET_DELETE, 0, 0)
-async def handle_offset_delete(ctx, req):
+async def handle_offset_delete(ctx: RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
     mod = response_module(OFFSET_DELETE, ctx.api_version)
     image = ctx.services.metadata.image
     scope = ctx.scope
@@ -360,16 +376,16 @@ async def handle_offset_delete(ctx, req):
     names: dict[str, str] = {}  # physical -> as requested
     answered_here: dict[str, list[tuple[int, ErrorCode]]] = {}
     for t in req.topics:
-        parts = [p.partition_index for p in t.partitions]
+        indexes: list[int] = [p.partition_index for p in t.partitions]
         if not scope.allowed(Operation.READ, ResourceType.TOPIC, t.name):
-            answered_here.setdefault(t.name, []).extend((p, ErrorCode.topic_authorization_failed) for p in parts)
+            answered_here.setdefault(t.name, []).extend((p, ErrorCode.topic_authorization_failed) for p in indexes)
             continue
         info = scope.topic(image, t.name)
         if info is None:
-            answered_here.setdefault(t.name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in parts)
+            answered_here.setdefault(t.name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in indexes)
             continue
-        good = [p for p in parts if 0 <= p < len(info.partitions)]
-        bad = [p for p in parts if not 0 <= p < len(info.partitions)]
+        good = [p for p in indexes if 0 <= p < len(info.partitions)]
+        bad = [p for p in indexes if not 0 <= p < len(info.partitions)]
         if bad:
             answered_here.setdefault(t.name, []).extend((p, ErrorCode.unknown_topic_or_partition) for p in bad)
         if good:

@@ -17,17 +17,23 @@ Scoped: topic names are the tenant's (``ctx.scope``).
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
 KEY = 23
 
 
 @api(KEY, 2, 4)
-async def handle_offsets_for_leader_epoch(ctx, req):
+async def handle_offsets_for_leader_epoch(ctx: RequestContext,
+                                          req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     svc = ctx.services
     mod = response_module(KEY, ctx.api_version)
     scope = ctx.scope

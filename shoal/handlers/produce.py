@@ -41,6 +41,8 @@ from __future__ import annotations
 import datetime
 import logging
 import struct
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from shoal.cluster import routing
 from shoal.handlers.registry import api
@@ -52,6 +54,14 @@ from shoal.storage import OffsetOutOfRange
 from shoal.storage.producer_state import ProducerStateError
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.txn.coordinator import transaction_version
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import ProduceRequest, ProduceResponse
+    from shoal.metadata import MetadataImage, PartitionInfo
+    from shoal.storage import AppendInfo
 
 KEY = 0
 log = logging.getLogger("shoal.produce")
@@ -86,8 +96,9 @@ class _RateLimitedLog:
 _rejections = _RateLimitedLog()
 
 
-def _partition_response(mod, index, code, *, base_offset=-1, append_time=-1, log_start=-1, message=None, record_errors=(),
-                        leader=None):
+def _partition_response(mod: ModuleType, index: int, code: ErrorCode, *, base_offset: int = -1, append_time: int = -1,
+                        log_start: int = -1, message: str | None = None, record_errors: tuple[Entity, ...] = (),
+                        leader: PartitionInfo | None = None) -> Entity:
     return build(
         mod.PartitionProduceResponse,
         index=index,
@@ -119,7 +130,8 @@ def verification_error(code: ErrorCode) -> ErrorCode:
     return ErrorCode.not_enough_replicas
 
 
-async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorCode]:
+async def _verify_transactional(ctx: RequestContext, req: ProduceRequest, image: MetadataImage,
+                                transactional_id: str) -> dict[tuple[str, int], ErrorCode]:
     """(physical topic, partition) -> error for the transactional batches whose partition has no
     ongoing transaction of their producer yet; the others are not listed. From v12 at transaction
     version 2 the partitions are added to the transaction (KIP-890 part 2)."""
@@ -150,13 +162,13 @@ async def _verify_transactional(ctx, req, image) -> dict[tuple[str, int], ErrorC
     coordinator = svc.txn
     out: dict[tuple[str, int], ErrorCode] = {}
     for (pid, epoch), parts in need.items():
-        codes = await coordinator.verify(scope.physical(req.transactional_id), pid, epoch, parts, add)
+        codes = await coordinator.verify(scope.physical(transactional_id), pid, epoch, parts, add)
         out.update({tp: verification_error(code) for tp, code in codes.items()})
     return out
 
 
 @api(KEY, 3, 12)
-async def handle_produce(ctx, req):
+async def handle_produce(ctx: RequestContext, req: ProduceRequest) -> ProduceResponse | None:
     svc = ctx.services
     mod = response_module(KEY, ctx.api_version)
     image = svc.metadata.image
@@ -197,10 +209,10 @@ async def handle_produce(ctx, req):
 
     # KIP-890 part 1: the first transactional batch of a producer to a partition is checked with
     # the coordinator (the partition must be in the producer's ongoing transaction).
-    verified = await _verify_transactional(ctx, req, image) if txn_id is not None else {}
+    verified = await _verify_transactional(ctx, req, image, txn_id) if txn_id is not None else {}
     for t in req.topic_data:
         physical = scope.physical(t.name)
-        parts = []
+        parts: list[Entity | tuple[int, AppendInfo]] = []  # answered now, or appended
         if not scope.allowed(Operation.WRITE, ResourceType.TOPIC, t.name):
             for p in t.partition_data:
                 parts.append(_partition_response(mod, p.index, ErrorCode.topic_authorization_failed))
@@ -258,11 +270,11 @@ async def handle_produce(ctx, req):
             try:
                 info = part.append_as_leader(p.records, now_ms)
             except InvalidRecords as e:
-                code = e.code
+                code_name = e.code
                 record_errors = ()
                 if ctx.api_version < 8:
-                    if code == "INVALID_RECORD":
-                        code = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
+                    if code_name == "INVALID_RECORD":
+                        code_name = "CORRUPT_MESSAGE"  # INVALID_RECORD is unknown to older clients
                 elif e.record_errors:
                     record_errors = tuple(
                         build(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
@@ -274,7 +286,7 @@ async def handle_produce(ctx, req):
                     physical, p.index, ctx.client_address, ctx.client_id, e,
                 )
                 parts.append(_partition_response(
-                    mod, p.index, error_code(code), message=e.message, record_errors=record_errors,
+                    mod, p.index, error_code(code_name), message=e.message, record_errors=record_errors,
                 ))
                 failed = True
                 continue
@@ -323,13 +335,13 @@ async def handle_produce(ctx, req):
     for name, parts in responses:
         out = []
         physical = scope.physical(name)
-        for part in parts:
-            if not isinstance(part, tuple):
-                out.append(part)
-            elif (physical, part[0]) in failed_waits:
-                out.append(_partition_response(mod, part[0], failed_waits[(physical, part[0])]))
+        for answer in parts:
+            if not isinstance(answer, tuple):
+                out.append(answer)
+            elif (physical, answer[0]) in failed_waits:
+                out.append(_partition_response(mod, answer[0], failed_waits[(physical, answer[0])]))
             else:
-                index, info = part
+                index, info = answer
                 out.append(
                     _partition_response(
                         mod,

@@ -44,12 +44,21 @@ import asyncio
 import datetime
 import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataStore
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, ResourceType
+
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest, InitProducerIdResponse,
+    )
+    from shoal.services import Services
+    from shoal.tenancy.scope import Scope
 
 INIT_PRODUCER_ID = 22
 DESCRIBE_PRODUCERS = 61
@@ -132,7 +141,7 @@ class ProducerIdManager:
         return "NONE", producer_id, epoch + 1
 
 
-def _partition_epoch(svc, producer_id: int, scope) -> int | None:
+def _partition_epoch(svc: Services, producer_id: int, scope: Scope) -> int | None:
     """The producer's highest epoch in the partitions this scope owns (a tenant cannot learn of,
     or bump, another tenant's producers)."""
     best = None
@@ -146,7 +155,7 @@ def _partition_epoch(svc, producer_id: int, scope) -> int | None:
     return best
 
 
-async def _init_transactional(ctx, req, txn: str) -> tuple[ErrorCode, int, int]:
+async def _init_transactional(ctx: RequestContext, req: InitProducerIdRequest, txn: str) -> tuple[ErrorCode, int, int]:
     """InitProducerId with a transactional id: the transaction coordinator (``services.txn``)
     decides, for the id qualified by the caller's tenant."""
     if txn == "":
@@ -172,12 +181,12 @@ async def _init_transactional(ctx, req, txn: str) -> tuple[ErrorCode, int, int]:
 
 
 @api(INIT_PRODUCER_ID, 0, 5)
-async def handle_init_producer_id(ctx, req):
+async def handle_init_producer_id(ctx: RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse:
     svc = ctx.services
     version = ctx.api_version
     mod = response_module(INIT_PRODUCER_ID, version)
 
-    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1):
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1) -> InitProducerIdResponse:
         return build(
             mod.InitProducerIdResponse,
             throttle_time=datetime.timedelta(0),
@@ -209,7 +218,7 @@ async def handle_init_producer_id(ctx, req):
 
 
 @api(DESCRIBE_PRODUCERS, 0, 0)
-async def handle_describe_producers(ctx, req):
+async def handle_describe_producers(ctx: RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse:
     svc = ctx.services
     mod = response_module(DESCRIBE_PRODUCERS, ctx.api_version)
     image = svc.metadata.image

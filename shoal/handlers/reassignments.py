@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError
@@ -36,13 +37,22 @@ from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation
 from shoal.tenancy.scope import PLACEMENT_IS_OPERATORS
 
+if TYPE_CHECKING:
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    )
+
 ALTER_KEY, LIST_KEY = 45, 46
 log = logging.getLogger("shoal.admin")
 _NO_THROTTLE = datetime.timedelta(0)
 
 
 @api(ALTER_KEY, 0, 0)
-async def handle_alter_partition_reassignments(ctx, req):
+async def handle_alter_partition_reassignments(
+    ctx: RequestContext, req: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse:
     svc = ctx.services
     mod = response_module(ALTER_KEY, ctx.api_version)
     scope = ctx.scope
@@ -55,7 +65,8 @@ async def handle_alter_partition_reassignments(ctx, req):
                              build(mod.ReassignablePartitionResponse, partition_index=p.partition_index,
                                    error_code=code, error_message=message) for p in t.partitions))
                          for t in req.topics))
-    wanted = [(scope.physical(t.name), p.partition_index, None if p.replicas is None else tuple(p.replicas))
+    wanted: list[tuple[str, int, tuple[int, ...] | None]] = [
+        (scope.physical(t.name), p.partition_index, None if p.replicas is None else tuple(p.replicas))
               for t in req.topics for p in t.partitions]
     try:
         outcome = await svc.metadata.decide_and_commit(lambda img: alter_reassignments(img, wanted))
@@ -68,9 +79,9 @@ async def handle_alter_partition_reassignments(ctx, req):
             f"{n}-{i} {'cancelled' if t is None else '-> ' + str(list(t))}" for n, i, t in accepted[:20])
             + (" ..." if len(accepted) > 20 else ""))
     by_topic: dict[str, list] = {}
-    for (name, index), (code, message) in outcome.items():
+    for (name, index), (code_name, why) in outcome.items():
         by_topic.setdefault(name, []).append(build(mod.ReassignablePartitionResponse, partition_index=index,
-                                                   error_code=error_code(code), error_message=message))
+                                                   error_code=error_code(code_name), error_message=why))
     return build(mod.AlterPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                  error_message=None, responses=tuple(
                      build(mod.ReassignableTopicResponse, name=scope.visible(name), partitions=tuple(parts))
@@ -78,7 +89,9 @@ async def handle_alter_partition_reassignments(ctx, req):
 
 
 @api(LIST_KEY, 0, 0)
-async def handle_list_partition_reassignments(ctx, req):
+async def handle_list_partition_reassignments(
+    ctx: RequestContext, req: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse:
     svc = ctx.services
     mod = response_module(LIST_KEY, ctx.api_version)
     scope = ctx.scope

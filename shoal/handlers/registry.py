@@ -1,19 +1,23 @@
 """The handler table: dispatch and the ApiVersions response come from the same declarations.
 
-A handler is ``async def handle(ctx, request) -> response`` decorated with
-``@api(key, min_version, max_version)``. The version range must be covered by kio's schemas;
-that is checked when the registry is built, so a typo fails at start-up, not on a client.
+A handler is ``async def handle(ctx: RequestContext, request: XRequest) -> XResponse`` (the
+unions of ``shoal.handlers.messages``; None: no response, Produce with acks=0) decorated with
+``@api(key, min_version, max_version)``, which keeps its type. The version range must be
+covered by kio's schemas; that is checked when the registry is built, so a typo fails at
+start-up, not on a client.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 from shoal.protocol.codec import kio_versions
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+# (ctx, request) -> response; each handler's own types are narrower (a request type per API)
+Handler = Callable[..., Awaitable[object]]
+_H = TypeVar("_H", bound=Handler)
 
 
 @dataclass(frozen=True)
@@ -24,8 +28,8 @@ class ApiSpec:
     handler: Handler
 
 
-def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    def mark(fn: Handler) -> Handler:
+def api(key: int, min_version: int, max_version: int) -> Callable[[_H], _H]:
+    def mark(fn: _H) -> _H:
         fn.__shoal_api__ = (key, min_version, max_version)  # type: ignore[attr-defined]
         return fn
 

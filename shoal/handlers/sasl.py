@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from shoal.auth.backoff import login_key, wait_turn
 from shoal.auth.sasl import AuthenticationFailed
@@ -55,6 +55,16 @@ from shoal.tenancy.acl import Operation
 from shoal.tenancy.principals import may_access_credential, operator_user_error, tenant_qualified
 from shoal.tenancy.scope import principal_user, super_users
 
+if TYPE_CHECKING:
+    from shoal.auth.sasl import SaslSession
+    from shoal.handlers.context import ConnectionControls, RequestContext
+    from shoal.handlers.messages import (
+        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse, SaslAuthenticateRequest, SaslAuthenticateResponse,
+        SaslHandshakeRequest, SaslHandshakeResponse,
+    )
+    from shoal.metadata import MetadataImage
+
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -65,13 +75,13 @@ _NO_THROTTLE = datetime.timedelta(0)
 log = logging.getLogger("shoal.auth")
 
 
-def _session(ctx: Any) -> Any:
+def _session(ctx: RequestContext) -> tuple[SaslSession | None, ConnectionControls | None]:
     conn = ctx.connection
     return (conn.sasl if conn is not None else None), conn
 
 
 @api(SASL_HANDSHAKE, 0, 1)
-async def sasl_handshake(ctx: Any, request: Any) -> Any:
+async def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     mod = response_module(SASL_HANDSHAKE, ctx.api_version)
     session, _conn = _session(ctx)
     if session is None:
@@ -91,7 +101,7 @@ async def sasl_handshake(ctx: Any, request: Any) -> Any:
 
 
 @api(SASL_AUTHENTICATE, 0, 2)
-async def sasl_authenticate(ctx: Any, request: Any) -> Any:
+async def sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     mod = response_module(SASL_AUTHENTICATE, ctx.api_version)
     session, conn = _session(ctx)
 
@@ -121,7 +131,8 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
         token = bytes(request.auth_bytes)
         try:
             claimed = server.claimed(token) if backoff is not None else None
-            if claimed is not None:  # failed-login backoff: this address's attempts on the user are spaced
+            # failed-login backoff: this address's attempts on the user are spaced
+            if claimed is not None and backoff is not None:
                 key = login_key(ctx.client_address, claimed)
                 if not await wait_turn(backoff, key, mono):
                     refused = True
@@ -136,7 +147,7 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
         out, lifetime = session.end_step(server, out, now())
     except AuthenticationFailed as e:
         delay = 0
-        if claimed is not None:
+        if claimed is not None and security is not None and backoff is not None:  # (claimed: only with a backoff)
             key = login_key(ctx.client_address, claimed)
             if refused:
                 delay = backoff.delay_ms(backoff.failures(key, mono()))
@@ -155,14 +166,15 @@ async def sasl_authenticate(ctx: Any, request: Any) -> Any:
         if delay:  # the answer (and the close) waits; other connections go on
             await asyncio.sleep(delay / 1000)
         return reply(ErrorCode.sasl_authentication_failed, str(e))
-    if claimed is not None and session.authenticated:
+    if claimed is not None and backoff is not None and session.authenticated:
         backoff.succeeded(login_key(ctx.client_address, claimed))
-    if session.authenticated and conn is not None and conn.principal != session.principal:
-        conn.bind_principal(session.principal)
+    principal = session.principal  # (set once authenticated)
+    if session.authenticated and conn is not None and principal is not None and conn.principal != principal:
+        conn.bind_principal(principal)
     return reply(ErrorCode.none, None, out, lifetime)
 
 
-def _access(ctx: Any, operation: int) -> tuple[bool, str | None]:
+def _access(ctx: RequestContext, operation: int) -> tuple[bool, str | None]:
     """(may the caller touch credentials other than its own, the stored user name it
     authenticated as with SASL or None); see ``shoal.tenancy.principals``."""
     scope = ctx.scope
@@ -182,7 +194,9 @@ def _may(access: tuple[bool, str | None], target: str) -> bool:
 
 
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
+async def describe_user_scram_credentials(
+    ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
+) -> DescribeUserScramCredentialsResponse:
     mod = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
     image = ctx.services.metadata.image
     scope = ctx.scope
@@ -241,12 +255,14 @@ async def describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     )
 
 
-def _validate_alter(request: Any, image: Any, physical: Any) -> dict[str, tuple[ErrorCode, str] | None]:
+def _validate_alter(request: AlterUserScramCredentialsRequest, image: MetadataImage,
+                    physical: Callable[[str], str]) -> dict[str, tuple[ErrorCode, str | None] | None]:
     """Per user: None when all its operations may be applied, else (error, message).
     ``physical(name)`` is the stored name of the user the client names."""
-    errors: dict[str, tuple[ErrorCode, str] | None] = {}
+    errors: dict[str, tuple[ErrorCode, str | None] | None] = {}
     pairs: dict[tuple[str, int], int] = {}
-    for op in (*request.deletions, *request.upsertions):
+    named: Sequence[Any] = (*request.deletions, *request.upsertions)  # (two entity types: a tuple joins them to object)
+    for op in named:
         errors.setdefault(op.name, None)
         pairs[(op.name, int(op.mechanism))] = pairs.get((op.name, int(op.mechanism)), 0) + 1
 
@@ -257,7 +273,7 @@ def _validate_alter(request: Any, image: Any, physical: Any) -> dict[str, tuple[
     for (user, _mech), count in pairs.items():
         if count > 1:
             fail(user, ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
-    for op in (*request.deletions, *request.upsertions):
+    for op in named:
         if not op.name:
             fail(op.name, ErrorCode.unacceptable_credential, "Username must not be empty")
         elif int(op.mechanism) not in MECHANISM_NAMES:
@@ -275,7 +291,7 @@ def _validate_alter(request: Any, image: Any, physical: Any) -> dict[str, tuple[
     return errors
 
 
-def _reserved_user(ctx: Any, image: Any, name: str, operator: bool) -> str | None:
+def _reserved_user(ctx: RequestContext, image: MetadataImage, name: str, operator: bool) -> str | None:
     """Why the user the caller calls ``name`` may get no credential from it
     (``shoal.tenancy.principals``): none in a tenant (its users are stored qualified, whatever
     their name); in the physical view, ANONYMOUS, and a name shaped like a tenant's user unless
@@ -290,7 +306,8 @@ def _reserved_user(ctx: Any, image: Any, name: str, operator: bool) -> str | Non
 
 
 @api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
+async def alter_user_scram_credentials(ctx: RequestContext,
+                                       request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
     mod = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
     store = ctx.services.metadata
     scope = ctx.scope
@@ -315,12 +332,12 @@ async def alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
                 for op in request.deletions:
                     if op.name == user:
                         await store.delete_scram_credential(stored, MECHANISM_NAMES[int(op.mechanism)])
-                for op in request.upsertions:
-                    if op.name == user:
-                        mech = MECHANISM_NAMES[int(op.mechanism)]
-                        stored_key, server_key = keys_from_salted_password(mech, bytes(op.salted_password))
+                for up in request.upsertions:
+                    if up.name == user:
+                        mech = MECHANISM_NAMES[int(up.mechanism)]
+                        stored_key, server_key = keys_from_salted_password(mech, bytes(up.salted_password))
                         await store.set_scram_credential(
-                            stored, mech, bytes(op.salt), stored_key, server_key, int(op.iterations)
+                            stored, mech, bytes(up.salt), stored_key, server_key, int(up.iterations)
                         )
             except MetadataError as e:
                 err = (getattr(ErrorCode, e.code.lower(), ErrorCode.unknown_server_error), e.message)

@@ -39,6 +39,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable
 
 from shoal.groups import OFFSETS_TOPIC, partition_for
 from shoal.handlers.registry import api
@@ -47,6 +49,16 @@ from shoal.protocol.errors import ErrorCode
 from shoal.protocol.regex import InvalidRegex, compile_client_regex, match_names
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.txn.coordinator import transaction_version
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from shoal.handlers.context import RequestContext
+    from shoal.handlers.messages import (
+        AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+        DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
+        ListTransactionsRequest, ListTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    )
 
 log = logging.getLogger("shoal.handlers.transactions")
 
@@ -69,7 +81,7 @@ def fenced_as_epoch(code: ErrorCode) -> ErrorCode:
 # -- AddPartitionsToTxn -------------------------------------------------------------------------
 
 
-async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_only: bool,
+async def _add_partitions(ctx: RequestContext, txn: str, pid: int, epoch: int, topics: Iterable[Any], verify_only: bool,
                           client_transaction_version: int = 0) -> dict[tuple[str, int], ErrorCode]:
     """Per (client topic, partition) error of one transaction of an AddPartitionsToTxn."""
     svc = ctx.services
@@ -100,7 +112,7 @@ async def _add_partitions(ctx, txn: str, pid: int, epoch: int, topics, verify_on
     return {tp: code for tp in wanted}
 
 
-def _topic_results(mod, codes: dict[tuple[str, int], ErrorCode]):
+def _topic_results(mod: ModuleType, codes: dict[tuple[str, int], ErrorCode]) -> tuple[Entity, ...]:
     by_topic: dict[str, list] = {}
     for (name, p), code in codes.items():
         by_topic.setdefault(name, []).append(
@@ -110,12 +122,15 @@ def _topic_results(mod, codes: dict[tuple[str, int], ErrorCode]):
 
 
 @api(ADD_PARTITIONS_TO_TXN, 0, 5)
-async def handle_add_partitions_to_txn(ctx, req):
+async def handle_add_partitions_to_txn(ctx: RequestContext,
+                                       req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     v = ctx.api_version
     mod = response_module(ADD_PARTITIONS_TO_TXN, v)
     if v < 4:
-        codes = await _add_partitions(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                                      req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        codes = await _add_partitions(ctx, getattr(req, "v3_and_below_transactional_id"),
+                                      getattr(req, "v3_and_below_producer_id"),
+                                      getattr(req, "v3_and_below_producer_epoch"),
+                                      getattr(req, "v3_and_below_topics"), False)
         if v < 2:  # KIP-588: older clients know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED (KafkaApis)
             codes = {tp: fenced_as_epoch(c) for tp, c in codes.items()}
         return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
@@ -126,7 +141,7 @@ async def handle_add_partitions_to_txn(ctx, req):
                      error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
     ctv = 2 if transaction_version(ctx.services.config) >= 2 else 0  # a broker adding a Produce v12's partitions
-    for t in req.transactions:
+    for t in getattr(req, "transactions"):
         codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only,
                                       ctv)
         results.append(build(mod.AddPartitionsToTxnResult, transactional_id=t.transactional_id,
@@ -139,12 +154,12 @@ async def handle_add_partitions_to_txn(ctx, req):
 
 
 @api(ADD_OFFSETS_TO_TXN, 0, 4)
-async def handle_add_offsets_to_txn(ctx, req):
+async def handle_add_offsets_to_txn(ctx: RequestContext, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     mod = response_module(ADD_OFFSETS_TO_TXN, ctx.api_version)
     svc = ctx.services
     scope = ctx.scope
 
-    def answer(code: ErrorCode):
+    def answer(code: ErrorCode) -> AddOffsetsToTxnResponse:
         if ctx.api_version < 2:
             code = fenced_as_epoch(code)
         return build(mod.AddOffsetsToTxnResponse, throttle_time=ZERO, error_code=code)
@@ -169,12 +184,12 @@ async def handle_add_offsets_to_txn(ctx, req):
 
 
 @api(END_TXN, 0, 5)
-async def handle_end_txn(ctx, req):
+async def handle_end_txn(ctx: RequestContext, req: EndTxnRequest) -> EndTxnResponse:
     v = ctx.api_version
     mod = response_module(END_TXN, v)
     scope = ctx.scope
 
-    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1):
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1) -> EndTxnResponse:
         if v < 2:
             code = fenced_as_epoch(code)
         return build(mod.EndTxnResponse, throttle_time=ZERO, error_code=code, producer_id=pid, producer_epoch=epoch)
@@ -197,7 +212,7 @@ async def handle_end_txn(ctx, req):
 
 
 @api(WRITE_TXN_MARKERS, 1, 2)
-async def handle_write_txn_markers(ctx, req):
+async def handle_write_txn_markers(ctx: RequestContext, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     """Inter-broker: a coordinator asks this broker, the leader, to write markers."""
     from shoal.txn.markers import write_local_markers
 
@@ -208,7 +223,7 @@ async def handle_write_txn_markers(ctx, req):
     timeout_s = int(svc.config.get("request.timeout.ms")) / 1000.0
     results = []
     for m in req.markers:
-        wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        wanted: list[tuple[str, int]] = [(t.name, p) for t in m.topics for p in t.partition_indexes]
         if not allowed:
             codes = {tp: ErrorCode.cluster_authorization_failed for tp in wanted}
         else:
@@ -227,7 +242,8 @@ async def handle_write_txn_markers(ctx, req):
 
 
 @api(DESCRIBE_TRANSACTIONS, 0, 0)
-async def handle_describe_transactions(ctx, req):
+async def handle_describe_transactions(ctx: RequestContext,
+                                       req: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     mod = response_module(DESCRIBE_TRANSACTIONS, ctx.api_version)
     scope = ctx.scope
     coordinator = ctx.services.txn
@@ -261,7 +277,7 @@ async def handle_describe_transactions(ctx, req):
 
 
 @api(LIST_TRANSACTIONS, 0, 2)
-async def handle_list_transactions(ctx, req):
+async def handle_list_transactions(ctx: RequestContext, req: ListTransactionsRequest) -> ListTransactionsResponse:
     mod = response_module(LIST_TRANSACTIONS, ctx.api_version)
     scope = ctx.scope
     coordinator = ctx.services.txn
