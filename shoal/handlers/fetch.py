@@ -57,7 +57,7 @@ from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
-from shoal.replica.read import ReplicaOrder, fetch_messages
+from shoal.replica.read import ReplicaOrder, count_sent, fetch_messages
 from shoal.replica.sessions import CachedPartition, ReplicaSession
 from shoal.tenancy.acl import Operation, ResourceType
 
@@ -306,6 +306,7 @@ async def handle_fetch(ctx: RequestContext, req: FetchRequest) -> FetchResponse:
             sessions.remove(session.session_id)
             session = None
         return _top_error(mod, ErrorCode.none, session.session_id if session is not None else 0)
+    count_sent(results, follower)  # the partitions' load (shoal.cluster.load)
 
     # -- build the response ----------------------------------------------------------------
     by_topic: "OrderedDict[str, list]" = OrderedDict()

@@ -84,7 +84,8 @@ JOIN_MAX_BEHIND_MS = 1000  # a replica further behind than this (in time) is not
 
 
 class Partition:
-    __slots__ = ("topic", "index", "node_id", "log", "info", "followers", "pending_isr", "_now_ms", "_on_progress")
+    __slots__ = ("topic", "index", "node_id", "log", "info", "followers", "pending_isr", "_now_ms", "_on_progress",
+                 "bytes_in", "bytes_out", "bytes_replicated")
 
     def __init__(
         self,
@@ -108,6 +109,12 @@ class Partition:
         self._now_ms = now_ms
         # (partition, high watermark moved): wakes fetchers and acks=all producers
         self._on_progress = on_progress
+        # Load counters (bytes since this object was made; the balancer's per-partition load,
+        # shoal.cluster.load, reads them): appended as leader, sent to consumers (a follower
+        # serving them too, KIP-392), sent to followers and observers. Plain ints on the hot path.
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.bytes_replicated = 0
         self._become()
         self.maybe_increment_high_watermark()
 
@@ -207,6 +214,7 @@ class Partition:
         checked that this broker leads. Raises what ``PartitionLog.append`` raises."""
         info = self.log.append(records, now_ms=now_ms, leader_epoch=self.info.leader_epoch, client=client)
         if not info.duplicate:
+            self.bytes_in += len(records)
             self._end_moved()
             self.maybe_increment_high_watermark(appended=True)
         return info

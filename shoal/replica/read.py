@@ -121,6 +121,19 @@ async def fetch_messages(
     return results, total, preferred
 
 
+def count_sent(results: Mapping[Key, ReadResult], follower: bool) -> None:
+    """Count what a fetch's answer carries on the partitions it came from (their load counters,
+    ``Partition.bytes_out`` for a consumer, ``bytes_replicated`` for a follower or observer): once
+    per answer, after the quotas kept it (a throttled consumer's bytes are taken back)."""
+    for r in results.values():
+        records = r.records
+        if records and r.part is not None:
+            if follower:
+                r.part.bytes_replicated += len(records)
+            else:
+                r.part.bytes_out += len(records)
+
+
 def changed(session: ReplicaSession, targets: Collection[Key], mine: int) -> dict[Key, CachedPartition]:
     """The session's partitions that changed here and fetch number ``mine`` does not read yet,
     but for those a later fetch named (it reads them; they stay dirty until it does)."""
@@ -229,7 +242,7 @@ class ReadResult:
     aborted: list[tuple[int, int]] | None = None  # read_committed: aborted transactions in the records
     pinfo: PartitionInfo | None = None  # the partition's when this broker does not lead it
     diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
-    part: Partition | None = None  # a follower's fetch: the leader's Partition its records come from
+    part: Partition | None = None  # the Partition its records come from (a leader's, or a follower serving a consumer)
 
 
 def preferred_read_replicas(replicas: "ReplicaManager", image: MetadataImage, targets: Mapping[Key, CachedPartition],
@@ -318,9 +331,9 @@ def read_from_log(replicas: "ReplicaManager", targets: Mapping[Key, CachedPartit
                 continue
         limit = min(sp.max_bytes, remaining)
         start = sp.fetch_offset
+        r.part = part
         if pipeline is not None:
             start = part.follower_read_offset(pipeline[0], pipeline[1], start)
-            r.part = part
         if key not in skip and start < upto and (limit > 0 or total == 0):
             try:
                 info = plog.read(start, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
