@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+import logging
+import time
+from typing import Awaitable, Callable, Iterable
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task | None]) -> None:
@@ -17,3 +19,16 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task | None]) -> None:
             await t
         except (asyncio.CancelledError, Exception):
             pass
+
+
+async def every(interval_s: Callable[[], float], step: Callable[[], Awaitable[None]], log: logging.Logger,
+                what: str) -> None:
+    """Run ``step`` every ``interval_s()`` seconds (from one start to the next; at least 50 ms
+    apart) until cancelled; a step that raises is logged (``<what> step failed``), never fatal."""
+    while True:
+        t0 = time.monotonic()
+        try:
+            await step()
+        except Exception:
+            log.exception("%s step failed", what)
+        await asyncio.sleep(max(0.05, interval_s() - (time.monotonic() - t0)))

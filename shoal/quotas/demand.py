@@ -71,7 +71,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Iterable, Mapping, TypeVar
 
 from shoal.etcd.client import DEFAULT_PREFIX
 from shoal.etcd.client import why as etcd_why
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.quotas.demand")
 
 K = TypeVar("K", bound=Hashable)
+R = TypeVar("R")
 
 SPLITS = ("equal", "demand")
 CODEC_VERSION = 1
@@ -288,28 +289,40 @@ class Freshness:
             del self._seen[n]
 
 
-def build_table(kvs: Collection[tuple[bytes, bytes, int]], key_prefix: bytes, freshness: Freshness, now_ms: int,
-                stale_ms: int, on_bad: Callable[[bytes, str], None] = lambda k, why: None) -> DemandTable:
-    """(key, value, mod revision) of the demand keys -> the table of fresh reports."""
-    nodes: set[int] = set()
-    present: set[int] = set()
-    reports: dict[str, dict[str, dict[int, Report]]] = {k: {} for k in KINDS}
+def fresh_reports(kvs: Iterable[tuple[bytes, bytes, int]], key_prefix: bytes, decode: Callable[[bytes], R],
+                  freshness: Freshness, now_ms: int, stale_ms: int,
+                  on_bad: Callable[[bytes, str], None] = lambda k, why: None) -> tuple[dict[int, R], set[int]]:
+    """(key, value, mod revision) of per-broker keys ``<key_prefix><node id>`` -> the fresh ones'
+    decoded values by node, and the nodes whose keys are stale (:class:`Freshness`). A key
+    ``decode`` refuses (ValueError), or whose name is not a node id, goes to ``on_bad``. Shared
+    with the balancer's load exchange (``shoal.cluster.load``)."""
+    fresh: dict[int, R] = {}
+    stale: set[int] = set()
     for key, value, mod_revision in kvs:
         try:
             node = int(key[len(key_prefix):].decode())
-            decoded = decode_reports(value)
+            decoded = decode(value)
         except ValueError as e:
             on_bad(key, str(e))
             continue
-        present.add(node)
-        if not freshness.fresh(node, mod_revision, now_ms, stale_ms):
-            continue
-        nodes.add(node)
+        if freshness.fresh(node, mod_revision, now_ms, stale_ms):
+            fresh[node] = decoded
+        else:
+            stale.add(node)
+    freshness.forget_except(fresh.keys() | stale)
+    return fresh, stale
+
+
+def build_table(kvs: Collection[tuple[bytes, bytes, int]], key_prefix: bytes, freshness: Freshness, now_ms: int,
+                stale_ms: int, on_bad: Callable[[bytes, str], None] = lambda k, why: None) -> DemandTable:
+    """(key, value, mod revision) of the demand keys -> the table of fresh reports."""
+    fresh, _stale = fresh_reports(kvs, key_prefix, decode_reports, freshness, now_ms, stale_ms, on_bad)
+    reports: dict[str, dict[str, dict[int, Report]]] = {k: {} for k in KINDS}
+    for node, decoded in fresh.items():
         for kind, entries in decoded.items():
             for tenant, report in entries.items():
                 reports[kind].setdefault(tenant, {})[node] = report
-    freshness.forget_except(present)
-    return DemandTable(frozenset(nodes), reports)
+    return DemandTable(frozenset(fresh), reports)
 
 
 # -- the broker's exchange ------------------------------------------------------------------------
@@ -441,14 +454,10 @@ class DemandExchange:
 
     async def run(self) -> None:
         """Every interval until cancelled; a failing step is logged, never fatal."""
-        while True:
-            t0 = time.monotonic()
-            try:
-                await self.step()
-            except Exception:
-                log.exception("tenant quota demand exchange step failed")
-            interval = int(self.config().get("shoal.quota.tenant.demand.interval.ms")) / 1000.0
-            await asyncio.sleep(max(0.05, interval - (time.monotonic() - t0)))
+        from shoal.asyncutil import every
+
+        await every(lambda: int(self.config().get("shoal.quota.tenant.demand.interval.ms")) / 1000.0, self.step,
+                    log, "tenant quota demand exchange")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.run(), name="tenant-quota-demand")
