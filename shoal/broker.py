@@ -156,6 +156,7 @@ class Broker:
         self.protection: Any = None
         self._protection_task: asyncio.Task[None] | None = None
         self.demand_exchange: Any = None  # quotas: shoal.quotas.demand.DemandExchange (from start())
+        self.load_reporter: Any = None  # cluster: shoal.cluster.load.LoadReporter (from start())
         from shoal.quotas.mutation import MutationQuotaManager
 
         self.mutation_quotas = MutationQuotaManager(  # KIP-599, charged by the topic admin handlers
@@ -282,6 +283,14 @@ class Broker:
             self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         await self.txn.start()  # txn: loads the __transaction_state partitions led here
+        # -- cluster: per-partition load and capacity, the balancer's inputs (shoal.cluster.load)
+        from shoal.cluster.load import LoadReporter
+        from shoal.etcd.client import DEFAULT_PREFIX
+
+        backend = getattr(self.metadata, "backend", None)
+        self.load_reporter = LoadReporter(
+            self.node_id, self.replicas.hosted, list(self.static_config.log_dirs), lambda: self.config,
+            self.clock.now_ms, getattr(backend, "session", None), getattr(backend, "prefix", DEFAULT_PREFIX))
         # -- admin: the HTTP admin API (tenants, namespaces), when shoal.admin.listener is set;
         # up before the Kafka listeners serve, so a client that reaches those finds it too.
         admin_listener = self.static_config.get("shoal.admin.listener")
@@ -291,7 +300,8 @@ class Broker:
 
             self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener),
                                               broker_config=lambda: self.config,
-                                              login_backoff=shared_backoff(self.listener_security))
+                                              login_backoff=shared_backoff(self.listener_security),
+                                              cluster_load=self.load_reporter.cluster_load)
             await self.admin_http.start()
         for server in self._servers:
             await server.start_serving()
@@ -306,6 +316,7 @@ class Broker:
 
         self.demand_exchange = DemandExchange.for_broker(self)
         self.demand_exchange.start()
+        self.load_reporter.start()
         if self._metering_enabled():  # metering: windows every shoal.metering.interval.ms
             from shoal.metering.publisher import UsagePublisher
 
@@ -442,6 +453,9 @@ class Broker:
         step[0] = "the tenant-quota demand exchange"
         if self.demand_exchange is not None:  # quotas
             await self.demand_exchange.stop()
+        step[0] = "the balancer load reporter"
+        if self.load_reporter is not None:  # cluster
+            await self.load_reporter.stop()
         step[0] = "the replica manager"
         await self.replicas.stop()  # replica: fetchers, ISR checks
         step[0] = "the controller"

@@ -853,6 +853,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.quota.tenant.demand.stale.ms", "long", 10000,
            "Shoal: a broker's demand report unchanged this long counts as missing (equal share); when this "
            "broker cannot reach etcd this long it splits tenant quotas equally.", at_least(1000), True),
+        # -- the balancer's inputs: per-partition load and broker capacity (shoal.cluster.load; issue 27)
+        _d("shoal.balancer.load.interval.ms", "long", 10000,
+           "Shoal: how often each broker computes its partitions' load (rates over shoal.balancer.load.window.ms, "
+           "log sizes) and its capacity, and publishes them (one etcd key per broker, under its lease).",
+           at_least(100), True),
+        _d("shoal.balancer.load.window.ms", "long", 60000,
+           "Shoal: the window the per-partition byte rates are measured over (bytes in, bytes out to consumers, "
+           "replication bytes out).", at_least(100), True),
+        _d("shoal.balancer.capacity.disk.bytes", "long", 0,
+           "Shoal: this broker's disk capacity for the balancer, bytes; 0: the size of the file system holding "
+           "its log directory (os.statvfs).", at_least(0), True),
+        _d("shoal.balancer.capacity.network.in.bytes.per.second", "long", 0,
+           "Shoal: this broker's network-in capacity for the balancer, bytes/s; 0: unknown (no limit).",
+           at_least(0), True),
+        _d("shoal.balancer.capacity.network.out.bytes.per.second", "long", 0,
+           "Shoal: this broker's network-out capacity for the balancer, bytes/s; 0: unknown (no limit).",
+           at_least(0), True),
+        _d("shoal.balancer.capacity.disk.write.bytes.per.second", "long", 0,
+           "Shoal: this broker's disk write capacity, bytes/s (shoal capacity report --measure-disk measures "
+           "one); 0: unknown. Reported with the load.", at_least(0), True),
     ]
 }
 

@@ -14,6 +14,9 @@ only (asyncio streams + json). One request per connection (``Connection: close``
     .../v1/tenants/{id}/namespaces|topics|configs|policy   KIP-37 namespaces, topic moves, the
                                             tenant's config defaults and create-topic policy
                                             (``shoal.admin.http_namespaces``)
+    GET    /v1/cluster/load                 per broker its capacity and load totals, per partition
+                                            its leader's rates and size (``shoal.cluster.load``;
+                                            the operator's only)
     GET    /openapi.json                    the OpenAPI 3.0 description of the above
 
 The password is hashed here (``make_credential``, random salt) and never stored. Errors are
@@ -33,12 +36,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import unquote, urlsplit
 
 from shoal.admin.http_errors import HttpError
 from shoal.admin.http_namespaces import SECTIONS as TENANCY_SECTIONS, TenancyRoutes
 from shoal.admin.http_namespaces import openapi_paths as tenancy_openapi
+from shoal.cluster.load import ClusterLoad, cluster_load_json
 from shoal.config import BrokerConfig
 from shoal.metadata import MetadataError, MetadataStore, TenantInfo
 from shoal.tenancy.principals import operator_user_error, tenant_user
@@ -93,8 +97,10 @@ def _name(body: dict[str, Any], key: str) -> str:
 
 class AdminHttpServer:
     def __init__(self, store: MetadataStore, host: str, port: int, *,
-                 broker_config: Callable[[], BrokerConfig] | None = None, login_backoff: Any = None) -> None:
+                 broker_config: Callable[[], BrokerConfig] | None = None, login_backoff: Any = None,
+                 cluster_load: Callable[[], Awaitable[ClusterLoad]] | None = None) -> None:
         self.store = store
+        self.cluster_load = cluster_load  # the broker's shoal.cluster.load.LoadReporter.cluster_load
         self.host = host
         self.port = port
         # namespaces, topic moves, tenant defaults and policy (shoal.admin.http_namespaces)
@@ -213,6 +219,13 @@ class AdminHttpServer:
         if segs == ["openapi.json"]:
             self._allow(method, "GET")
             return 200, openapi()
+        if segs == ["v1", "cluster", "load"]:
+            self._allow(method, "GET")
+            if caller is not None:  # a tenant's administrator: the operator's alone
+                raise HttpError(403, "forbidden", "not allowed")
+            if self.cluster_load is None:
+                raise HttpError(404, "not_found", "this broker does not measure load")
+            return 200, cluster_load_json(await self.cluster_load())
         if segs[:2] == ["v1", "tenants"] and len(segs) > 3 and segs[3] in TENANCY_SECTIONS:
             return await self.tenancy.route(method, segs[2], segs[3:], query, raw)
         if segs[:2] != ["v1", "tenants"] or len(segs) > 5:
@@ -373,6 +386,12 @@ def openapi() -> dict[str, Any]:
                 "delete": {"operationId": "deleteUser", "summary": "Delete a user of the tenant",
                            "responses": {"200": resp("The deleted user", "User"), **errors(404)}},
             },
+            "/v1/cluster/load": {
+                "get": {"operationId": "clusterLoad",
+                        "summary": "Per broker its capacity and load, per partition its leader's byte rates and "
+                                   "size (the operator's only)",
+                        "responses": {"200": resp("The cluster's load", "ClusterLoad"), **errors(403, 404)}},
+            },
         },
         "components": {
             "schemas": {
@@ -398,6 +417,10 @@ def openapi() -> dict[str, Any]:
                          "properties": {"user": string, "tenant_id": string,
                                         "mechanisms": {"type": "array", "items": string},
                                         "admin": {"type": "boolean"}}},
+                "ClusterLoad": {"type": "object", "required": ["brokers", "partitions", "stale_brokers"],
+                                "properties": {"brokers": {"type": "array", "items": {"type": "object"}},
+                                               "partitions": {"type": "array", "items": {"type": "object"}},
+                                               "stale_brokers": {"type": "array", "items": {"type": "integer"}}}},
                 "Error": {"type": "object", "required": ["error", "message"],
                           "properties": {"error": string, "message": string}},
             }

@@ -122,6 +122,7 @@ def test_openapi_describes_the_endpoints(admin_broker):
         "/v1/tenants/{tenant_id}/topics/{topic}/configs": ["get"],
         "/v1/tenants/{tenant_id}/configs": ["get", "patch", "put"],
         "/v1/tenants/{tenant_id}/policy": ["get", "put"],
+        "/v1/cluster/load": ["get"],  # the balancer's inputs (shoal.cluster.load), the operator's
     }
     schemas = doc["components"]["schemas"]
     refs = {v for v in _refs(doc["paths"]) if v.startswith("#/components/schemas/")}
@@ -265,3 +266,11 @@ def test_basic_authentication_and_tenant_administrators(basic_auth_broker):
     out = subprocess.run([sys.executable, "-m", "shoal", "tenants", "list", "--admin-url", b.url],
                          capture_output=True, text=True, env=env, timeout=30)
     assert out.returncode == 1 and "authentication failed" in out.stderr
+
+
+def test_cluster_load_on_the_embedded_store(admin_broker):
+    """One node: the broker's own report is the cluster's (shoal.cluster.load)."""
+    status, d = http(admin_broker, "GET", "/v1/cluster/load")
+    assert status == 200 and d["stale_brokers"] == [], d
+    assert len(d["brokers"]) == 1 and d["brokers"][0]["capacity"]["disk_bytes"] > 0, d
+    _error(http(admin_broker, "DELETE", "/v1/cluster/load"), 405, "method_not_allowed")
