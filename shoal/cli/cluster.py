@@ -16,6 +16,10 @@ whether its move is complete and, once all are, removes those throttles; ``--can
 the moves and removes them. ``shoal cluster elect-leaders`` is ``kafka-leader-election.sh``
 (ElectLeaders: PREFERRED or UNCLEAN, one partition or all).
 
+``shoal cluster load`` reads the HTTP admin API's ``GET /v1/cluster/load`` (``--admin-url``; the
+operator's only): per broker its capacity and load totals, per partition its leader's byte rates
+over the load window and its size (``shoal.cluster.load``); a table, or JSON with ``--output json``.
+
 Exit status as every admin command (:mod:`shoal.cli.common`); elect-leaders exits 1 when a
 partition could not get a leader, reassign --verify when a move is not complete.
 """
@@ -26,7 +30,7 @@ import argparse
 import json
 from typing import Any
 
-from shoal.cli.common import add_connection_args, run_admin
+from shoal.cli.common import AdminApiError, add_connection_args, admin_api_arguments, call_admin_api, run_admin, table
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,6 +60,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--all-topic-partitions", action="store_true", help="every partition")
     add_connection_args(p)
     p.set_defaults(func=cmd_elect_leaders)
+    p = sub.add_parser("load", help="per broker its capacity and load, per partition its leader's rates and size")
+    p.add_argument("--output", choices=("text", "json"), default="text", help="output format")
+    admin_api_arguments(p, cmd_load)
 
 
 def summarize(md: Any, observers: dict[str, int] | None = None) -> dict[str, Any]:
@@ -307,3 +314,52 @@ def cmd_elect_leaders(args: argparse.Namespace) -> int:
         return EXIT_ERROR if failed else 0
 
     return run_admin(args, "shoal cluster elect-leaders", "shoal-elect-leaders", job)
+
+
+# -- load (the balancer's inputs, shoal.cluster.load) ----------------------------------------------
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _rate(n: float | None) -> str:
+    return "-" if not n else _bytes(n) + "/s"
+
+
+def render_load(d: dict[str, Any]) -> str:
+    """The text of ``shoal cluster load``: a table of brokers, then one of partitions."""
+    rows = []
+    for b in d["brokers"]:
+        c = b["capacity"]
+        rows.append([b["node_id"], _rate(b["bytes_in_per_second"]), _rate(b["bytes_out_per_second"]),
+                     _rate(b["replication_bytes_out_per_second"]), _bytes(b["log_bytes"]),
+                     f"{_bytes(c['disk_used_bytes'])} / {_bytes(c['disk_bytes'])}" if c["disk_bytes"] else "-",
+                     _rate(c["network_in_bytes_per_second"]), _rate(c["network_out_bytes_per_second"]),
+                     b["leaders"], b["replicas"], f"{b['window_ms'] / 1000:.0f}s"])
+    lines = table(["BROKER", "BYTES-IN", "BYTES-OUT", "REPL-OUT", "LOGS", "DISK-USED/SIZE", "NET-IN-CAP",
+                   "NET-OUT-CAP", "LEADERS", "REPLICAS", "WINDOW"], rows)
+    if d.get("stale_brokers"):
+        lines.append(f"stale reports ignored: broker(s) {', '.join(map(str, d['stale_brokers']))}")
+    prows = [[f"{p['topic']}-{p['partition']}", p["leader"], _rate(p["bytes_in_per_second"]),
+              _rate(p["bytes_out_per_second"]), _rate(p["replication_bytes_out_per_second"]), _bytes(p["size_bytes"]),
+              ",".join(f"{n}:{_bytes(s)}" for n, s in p["replica_sizes"].items())] for p in d["partitions"]]
+    lines.append("")
+    lines += table(["PARTITION", "LEADER", "BYTES-IN", "BYTES-OUT", "REPL-OUT", "SIZE", "REPLICA-SIZES"], prows)
+    return "\n".join(lines)
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    import sys
+
+    try:
+        d = call_admin_api(args, "GET", "/v1/cluster/load")
+    except AdminApiError as e:
+        print(f"shoal cluster load: {e}", file=sys.stderr)
+        return e.status
+    print(json.dumps(d, indent=2) if args.output == "json" else render_load(d))
+    return 0
