@@ -48,6 +48,7 @@ from shoal.etcd.client import why as etcd_why
 from shoal.quotas.demand import Freshness, fresh_reports
 
 if TYPE_CHECKING:
+    from shoal.config import BrokerConfig
     from shoal.etcd.session import EtcdSession
 
 log = logging.getLogger("shoal.cluster.load")
@@ -84,10 +85,6 @@ class HostedPartition(Protocol):
 
     @property
     def view(self) -> _LogSize | None: ...
-
-
-class ConfigSource(Protocol):
-    def get(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +184,7 @@ class LoadMeter:
         return BrokerReport(node, now_ms - base_ms, capacity, led, sizes, follower_out)
 
 
-def measure_capacity(config: ConfigSource, log_dirs: Sequence[str], log_bytes: int) -> BrokerCapacity:
+def measure_capacity(config: BrokerConfig, log_dirs: Sequence[str], log_bytes: int) -> BrokerCapacity:
     """This broker's capacity: ``shoal.balancer.capacity.*``; the disk from ``os.statvfs`` of the
     log directories' file systems (each counted once) unless ``...disk.bytes`` is set, when the
     use is ``log_bytes`` (what its logs hold). A directory that cannot be read counts nothing."""
@@ -348,7 +345,7 @@ def read_cluster_load(kvs: Iterable[tuple[bytes, bytes, int]], key_prefix: bytes
     return ClusterLoad(reports, frozenset(stale))
 
 
-def cluster_load_json(load: ClusterLoad) -> dict[str, Any]:
+def cluster_load_json(load: ClusterLoad) -> dict[str, object]:
     """The operator's view (the HTTP admin API's ``GET /v1/cluster/load``, ``shoal cluster load``):
     per broker its capacity and totals, per partition its leader's rates and size and every
     replica's size. Rates in bytes per second over each report's ``window_ms``."""
@@ -384,7 +381,7 @@ class LoadReporter:
     last read (this broker's own report alone on the embedded store)."""
 
     def __init__(self, node_id: int, partitions: Callable[[], Iterable[HostedPartition]], log_dirs: Sequence[str],
-                 config: Callable[[], ConfigSource], now_ms: Callable[[], int],
+                 config: Callable[[], BrokerConfig], now_ms: Callable[[], int],
                  session: "EtcdSession | None" = None, prefix: str = DEFAULT_PREFIX) -> None:
         self.node_id = node_id
         self.partitions = partitions
