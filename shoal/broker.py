@@ -188,9 +188,13 @@ class Broker:
         )
 
     def fenced_brokers(self) -> frozenset[int]:
-        """Registered brokers the controller treats as gone (``Controller.fenced_brokers``): placement
-        leaves them out."""
-        return self.controller.fenced_brokers if self.controller is not None else frozenset()
+        """Registered brokers placement leaves out: those the controller treats as gone
+        (``Controller.fenced_brokers``) and those being removed (``shoal.balancer.remove.brokers``:
+        nothing new is placed on a draining broker)."""
+        if self.controller is None:
+            return frozenset()
+        removing = self.config.get("shoal.balancer.remove.brokers") or ()
+        return self.controller.fenced_brokers | frozenset(int(b) for b in removing)
 
     @property
     def controller_id(self) -> int:
@@ -279,7 +283,7 @@ class Broker:
 
             self.controller = Controller(self.metadata, self.node_id, int(self.config.get("broker.session.timeout.ms")),
                                          unclean=self._unclean_election, rebalance=self._rebalance_settings,
-                                         inter_broker=self._inter_broker_endpoint)
+                                         inter_broker=self._inter_broker_endpoint, balancer=self._balancer())
             self.controller.start()
         await self.groups.start()  # groups: creates __consumer_offsets if missing, loads it
         await self.txn.start()  # txn: loads the __transaction_state partitions led here
@@ -301,7 +305,8 @@ class Broker:
             self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener),
                                               broker_config=lambda: self.config,
                                               login_backoff=shared_backoff(self.listener_security),
-                                              cluster_load=self.load_reporter.cluster_load)
+                                              cluster_load=self.load_reporter.cluster_load,
+                                              balancer=self._balancer_service())
             await self.admin_http.start()
         for server in self._servers:
             await server.start_serving()
@@ -372,6 +377,37 @@ class Broker:
         cfg = self.config
         return (bool(cfg.get("auto.leader.rebalance.enable")), float(cfg.get("leader.imbalance.check.interval.seconds")),
                 int(cfg.get("leader.imbalance.per.broker.percentage")))
+
+    def _balancer(self) -> Any:
+        """The controller's balancer (issue 27; shoal.cluster.balancer.executor), on an etcd cluster."""
+        from shoal.cluster.balancer.executor import Balancer
+        from shoal.cluster.balancer.inputs import settings_of
+        from shoal.cluster.controller import PREFERRED, election_change
+
+        return Balancer(self.metadata, self.node_id, lambda: settings_of(self.config), self._balancer_configs_of,
+                        lambda image, wanted: election_change(image, PREFERRED, wanted), loads=self._balancer_loads)
+
+    async def _balancer_loads(self) -> Any:
+        """The cluster's capacities and per-partition loads, as the brokers last reported them."""
+        if self.load_reporter is None:  # not started yet
+            return {}, {}
+        load = await self.load_reporter.cluster_load()
+        return load.capacities(), load.partition_loads()
+
+    def _balancer_configs_of(self, image: Any, topic: str) -> dict[str, str]:
+        from shoal.cluster.balancer.inputs import placement_configs
+
+        return placement_configs(self.config, image, topic)
+
+    def _balancer_service(self) -> Any:
+        """The balancer's operator commands on this broker (the admin API), on an etcd cluster."""
+        controller = self.controller
+        if controller is None:
+            return None
+        from shoal.cluster.balancer.service import BalancerService
+
+        return BalancerService(self.metadata, lambda: self.config, self._balancer_configs_of,
+                               controller.balancer_status, lambda: controller.fenced_brokers, loads=self._balancer_loads)
 
     def _unclean_election(self, image: Any, topic: str) -> bool:
         """``unclean.leader.election.enable`` of ``topic``: its own, its namespaces' or tenant's

@@ -215,6 +215,12 @@ def list_of(*allowed: str, allow_empty: bool = True) -> Validator:
     return check
 
 
+def _broker_ids(name: str, v: Any) -> None:
+    for item in v or ():
+        if not re.fullmatch(r"\d+", item):
+            raise _invalid(name, ",".join(v), f"{item!r} is not a broker id")
+
+
 def _int_or_range(default_ok: int, lo: int, hi: int) -> Validator:
     def check(name: str, v: Any) -> None:
         if v != default_ok and not lo <= v <= hi:
@@ -873,6 +879,45 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.balancer.capacity.disk.write.bytes.per.second", "long", 0,
            "Shoal: this broker's disk write capacity, bytes/s (shoal capacity report --measure-disk measures "
            "one); 0: unknown. Reported with the load.", at_least(0), True),
+        # The balancer (issue 27; shoal.cluster.balancer, docs/balancing.md): the controller's
+        # loop that moves leaderships and replicas by goals, drains brokers, heals lost ones.
+        _d("shoal.balancer.enable", "boolean", True,
+           "Shoal: the controller balances the cluster, drains removed brokers and heals lost ones (etcd "
+           "clusters only).", None, True),
+        _d("shoal.balancer.paused", "boolean", False,
+           "Shoal: the balancer starts no new moves (`shoal cluster balancer pause`); moves in flight finish.",
+           None, True),
+        _d("shoal.balancer.remove.brokers", "list", (),
+           "Shoal: brokers being removed (`shoal cluster remove-broker`): nothing new is placed there and the "
+           "balancer moves every replica off them; a listed broker with no replica left is removed.",
+           _broker_ids, True),
+        _d("shoal.balancer.heal.broker.failure.threshold.ms", "long", 3_600_000,
+           "Shoal: a broker unavailable this long is treated as removed: its replicas are re-created on the "
+           "others (-1: never).", at_least(-1), True),
+        _d("shoal.balancer.heal.uneven.load.trigger", "string", "EMPTY_BROKER",
+           "Shoal: what uneven load the balancer corrects: EMPTY_BROKER (fill brokers that joined empty) or "
+           "ANY_UNEVEN_LOAD (continuous balancing).", one_of("EMPTY_BROKER", "ANY_UNEVEN_LOAD"), True),
+        _d("shoal.balancer.throttle.bytes.per.second", "long", 10_485_760,
+           "Shoal: the replication throttle the balancer sets on the brokers of its moves while they run "
+           "(leader and follower.replication.throttled.rate).", at_least(1), True),
+        _d("shoal.balancer.max.concurrent.moves.per.broker", "int", 5,
+           "Shoal: replica moves in flight that one broker may take part in at once.", at_least(1), True),
+        _d("shoal.balancer.max.moves.per.plan", "int", 100,
+           "Shoal: replica moves one plan may hold (the next plan continues).", at_least(1), True),
+        _d("shoal.balancer.disk.max.load", "double", 0.85,
+           "Shoal: hard goal: no broker's disk above this fraction of its capacity.", between(0, 1), True),
+        _d("shoal.balancer.network.max.load", "double", 0.8,
+           "Shoal: hard goal: no broker's network in or out above this fraction of its capacity.",
+           between(0, 1), True),
+        _d("shoal.balancer.balance.threshold", "double", 1.1,
+           "Shoal: soft goals are met when every broker is within this factor of the mean (and of its "
+           "inverse below it).", at_least(1), True),
+        _d("shoal.balancer.min.improvement", "double", 0.05,
+           "Shoal: a plan that only balances is applied when it lowers the imbalance by more than this "
+           "fraction.", between(0, 1), True),
+        _d("shoal.balancer.interval.ms", "long", 30_000,
+           "Shoal: how often the controller plans (and at once after a remove-broker or a resume).",
+           at_least(100), True),
     ]
 }
 

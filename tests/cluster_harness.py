@@ -72,8 +72,10 @@ class ClusterBroker(TenantBroker):
 
     def __init__(self, workdir: Path, url: str, node_id: int, rack: str | None,
                  overrides: dict[str, str] | None = None) -> None:
+        # The balancer (on by default in a cluster) moves replicas by itself; a test of something
+        # else must see its own layout, so it is off here unless a test turns it on.
         super().__init__(workdir, {"shoal.metadata.store": url, "broker.session.timeout.ms": str(SESSION_MS),
-                                   **(overrides or {})})
+                                   "shoal.balancer.enable": "false", **(overrides or {})})
         self.url, self.node_id, self.rack = url, node_id, rack
 
     def serve_args(self) -> list[str]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from urllib.parse import unquote, urlsplit
 
 from shoal.admin.http_errors import HttpError
@@ -46,6 +46,9 @@ from shoal.cluster.load import ClusterLoad, cluster_load_json
 from shoal.config import BrokerConfig
 from shoal.metadata import MetadataError, MetadataStore, TenantInfo
 from shoal.tenancy.principals import operator_user_error, tenant_user
+
+if TYPE_CHECKING:
+    from shoal.cluster.balancer.service import BalancerService
 
 log = logging.getLogger("shoal.admin.http")
 
@@ -98,13 +101,17 @@ def _name(body: dict[str, Any], key: str) -> str:
 class AdminHttpServer:
     def __init__(self, store: MetadataStore, host: str, port: int, *,
                  broker_config: Callable[[], BrokerConfig] | None = None, login_backoff: Any = None,
-                 cluster_load: Callable[[], Awaitable[ClusterLoad]] | None = None) -> None:
+                 cluster_load: Callable[[], Awaitable[ClusterLoad]] | None = None,
+                 balancer: "BalancerService | None" = None) -> None:
         self.store = store
         self.cluster_load = cluster_load  # the broker's shoal.cluster.load.LoadReporter.cluster_load
         self.host = host
         self.port = port
         # namespaces, topic moves, tenant defaults and policy (shoal.admin.http_namespaces)
         self.tenancy = TenancyRoutes(self, broker_config)
+        from shoal.admin.http_cluster import ClusterRoutes
+
+        self.cluster = ClusterRoutes(self, balancer)  # the balancer, remove-broker (issue 27)
         from shoal.admin.http_auth import HttpAuth
 
         self.auth = HttpAuth(store, broker_config, backoff=login_backoff)  # shoal.admin.authentication
@@ -226,6 +233,8 @@ class AdminHttpServer:
             if self.cluster_load is None:
                 raise HttpError(404, "not_found", "this broker does not measure load")
             return 200, cluster_load_json(await self.cluster_load())
+        if segs[:2] == ["v1", "cluster"] and len(segs) > 2:
+            return await self.cluster.route(method, segs[2:])
         if segs[:2] == ["v1", "tenants"] and len(segs) > 3 and segs[3] in TENANCY_SECTIONS:
             return await self.tenancy.route(method, segs[2], segs[3:], query, raw)
         if segs[:2] != ["v1", "tenants"] or len(segs) > 5:

@@ -22,15 +22,35 @@ over the load window and its size (``shoal.cluster.load``); a table, or JSON wit
 
 Exit status as every admin command (:mod:`shoal.cli.common`); elect-leaders exits 1 when a
 partition could not get a leader, reassign --verify when a move is not complete.
+
+``shoal cluster remove-broker`` and ``shoal cluster balancer`` (issue 27) speak the HTTP admin API's
+``/v1/cluster/...`` (any broker of the cluster; the operator's only): ``remove-broker N`` drains
+broker N (its leaderships first, then its replicas, throttled) and removes it, refused with the
+reason when the other brokers cannot hold its replicas (``--wait`` follows the drain, ``--cancel``
+stops it); ``balancer status`` shows the settings and the controller's last round (goals before
+and after its plan, moves in flight and their ETA at the throttle, brokers being removed, removed,
+down and healing, what it could not place); ``balancer plan`` makes a plan now and moves nothing;
+``balancer pause`` / ``resume``. ``--output json`` prints the API's answer as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from typing import Any
 
-from shoal.cli.common import AdminApiError, add_connection_args, admin_api_arguments, call_admin_api, run_admin, table
+from shoal.cli.common import (
+    EXIT_ERROR,
+    AdminApiError,
+    add_connection_args,
+    admin_api_arguments,
+    call_admin_api,
+    run_admin,
+    table,
+)
+from shoal.cluster.balancer.executor import THROTTLE_RATES, THROTTLED_REPLICAS, throttle_plan
 
 
 def add_parser(subparsers: Any) -> None:
@@ -63,6 +83,7 @@ def add_parser(subparsers: Any) -> None:
     p = sub.add_parser("load", help="per broker its capacity and load, per partition its leader's rates and size")
     p.add_argument("--output", choices=("text", "json"), default="text", help="output format")
     admin_api_arguments(p, cmd_load)
+    _add_balancer_parsers(sub)
 
 
 def summarize(md: Any, observers: dict[str, int] | None = None) -> dict[str, Any]:
@@ -145,10 +166,6 @@ async def placed_observers(client: Any, md: Any) -> dict[str, int]:
 
 # -- reassign (kafka-reassign-partitions.sh) -------------------------------------------------------
 
-THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
-
-
 def parse_reassignment(text: str) -> dict[tuple[str, int], list[int]]:
     """Kafka's reassignment JSON -> {(topic, partition): target replicas}; ValueError says what is
     wrong (``log_dirs`` is accepted and ignored: one log directory per broker)."""
@@ -169,26 +186,6 @@ def parse_reassignment(text: str) -> dict[tuple[str, int], list[int]]:
             raise ValueError(f"partition {key[0]}-{key[1]} is listed twice")
         out[key] = list(p["replicas"])
     return out
-
-
-def throttle_plan(current: dict[tuple[str, int], list[int]], targets: dict[tuple[str, int], list[int]]
-                  ) -> tuple[set[int], dict[str, dict[str, str]]]:
-    """Kafka's throttles for a reassignment: the brokers whose rates are set (every current and
-    target replica), and per topic ``leader.replication.throttled.replicas`` (the current replicas
-    of its moving partitions, as ``partition:broker``) and ``follower.replication.throttled.replicas``
-    (their new replicas)."""
-    brokers: set[int] = set()
-    leader: dict[str, list[str]] = {}
-    follower: dict[str, list[str]] = {}
-    for (topic, p), target in sorted(targets.items()):
-        now = current.get((topic, p), [])
-        if target == now:
-            continue
-        brokers.update(now, target)
-        leader.setdefault(topic, []).extend(f"{p}:{b}" for b in now)
-        follower.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in now)
-    return brokers, {t: {THROTTLED_REPLICAS[0]: ",".join(leader[t]), THROTTLED_REPLICAS[1]: ",".join(follower.get(t, []))}
-                     for t in leader}
 
 
 def _name(key: tuple[str, int]) -> str:
@@ -363,3 +360,119 @@ def cmd_load(args: argparse.Namespace) -> int:
         return e.status
     print(json.dumps(d, indent=2) if args.output == "json" else render_load(d))
     return 0
+
+
+# -- remove-broker and the balancer (issue 27) ------------------------------------------------------
+
+
+def _add_balancer_parsers(sub: Any) -> None:
+    """``remove-broker`` and ``balancer``, under ``shoal cluster``'s subparsers ``sub``."""
+    p = sub.add_parser("remove-broker", help="drain a broker (its replicas move to the others) and remove it")
+    p.add_argument("broker", type=int, help="the broker id")
+    p.add_argument("--cancel", action="store_true", help="stop removing it (the moves in flight end)")
+    p.add_argument("--wait", action="store_true", help="return once it holds no replica")
+    p.add_argument("--wait-timeout", type=float, default=3600.0, metavar="SECONDS")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    admin_api_arguments(p, cmd_remove_broker)
+    p = sub.add_parser("balancer", help="the balancer: status, plan, pause, resume")
+    p.add_argument("action", choices=("status", "plan", "pause", "resume"))
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    admin_api_arguments(p, cmd_balancer)
+
+
+def _status_lines(d: dict[str, Any]) -> list[str]:
+    state = "disabled" if not d["enabled"] else "paused" if d["paused"] else "enabled"
+    lines = [f"balancer {state}, trigger {d['trigger']}, throttle {d['throttle_bytes_per_second']} B/s, heal after "
+             + (f"{d['heal_broker_failure_threshold_ms'] / 1000:g} s" if d["heal_broker_failure_threshold_ms"] >= 0 else "never")]
+    c = d.get("controller")
+    if not c:
+        lines.append("the controller has published no round yet")
+        return lines
+    lines.append(f"controller {c['controller']} (epoch {c['epoch']}): {c['state']}")
+    if c["removing"]:
+        lines.append("removing: " + ", ".join(f"broker {b} ({n} replicas left)" for b, n in c["removing"].items()))
+    if c["removed"]:
+        lines.append("removed: " + ", ".join(f"broker {b}" for b in c["removed"]))
+    if c["down"]:
+        lines.append("down: " + ", ".join(f"broker {b} for {s:g} s" + (" (healing)" if int(b) in c["healing"] else "")
+                                          for b, s in c["down"].items()))
+    if c["in_flight"]:
+        lines.append(f"moves in flight: {len(c['in_flight'])} ({c['in_flight_bytes'] / 1e6:.1f} MB, ETA {c['eta_s']:g} s "
+                     f"at the throttle): {', '.join(c['in_flight'][:10])}{' ...' if len(c['in_flight']) > 10 else ''}")
+    if c["goals"]:
+        lines.append(f"last plan: {c['plan_replica_moves']} replica move(s) ({c['plan_bytes'] / 1e6:.1f} MB), "
+                     f"{c['plan_leadership_moves']} leadership move(s), {c['started']} started")
+        lines += table(["GOAL", "BEFORE", "AFTER"], [[g, f"{b:.4g}", f"{a:.4g}"] for g, b, a in c["goals"]])
+    if c["note"]:
+        lines.append(c["note"])
+    for u in c["unfixable"]:
+        lines.append(f"cannot place: {u}")
+    return lines
+
+
+def _plan_lines(d: dict[str, Any]) -> list[str]:
+    lines = [f"{d['replica_moves']} replica move(s) ({d['bytes_to_move'] / 1e6:.1f} MB), "
+             f"{d['leadership_moves']} leadership move(s)"]
+    lines += table(["GOAL", "BEFORE", "AFTER"], [[g["goal"], f"{g['before']:.4g}", f"{g['after']:.4g}"] for g in d["goals"]])
+    if d["changes"]:
+        lines += table(["PARTITION", "REPLICAS", "TO", "KIND"],
+                       [[f"{c['topic']}-{c['partition']}", ",".join(map(str, c["before"])), ",".join(map(str, c["after"])),
+                         "leadership" if c["leadership_only"] else "replicas"] for c in d["changes"]])
+    for u in d["unfixable"]:
+        lines.append(f"cannot place: {u}")
+    if d["note"]:
+        lines.append(d["note"])
+    return lines
+
+
+def _print(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
+    print(json.dumps(doc, indent=2) if args.output == "json" else "\n".join(lines))
+
+
+def cmd_balancer(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "status":
+            d = call_admin_api(args, "GET", "/v1/cluster/balancer")
+            _print(args, d, _status_lines(d))
+        elif args.action == "plan":
+            d = call_admin_api(args, "GET", "/v1/cluster/balancer/plan")
+            _print(args, d, _plan_lines(d))
+        else:
+            d = call_admin_api(args, "POST", f"/v1/cluster/balancer/{args.action}")
+            _print(args, d, [f"balancer {'paused' if d['paused'] else 'resumed'}"])
+    except AdminApiError as e:
+        print(f"shoal cluster balancer {args.action}: {e}", file=sys.stderr)
+        return e.status
+    return 0
+
+
+def cmd_remove_broker(args: argparse.Namespace) -> int:
+    path = f"/v1/cluster/brokers/{args.broker}/remove"
+    try:
+        d = call_admin_api(args, "DELETE" if args.cancel else "POST", path)
+        if args.cancel:
+            _print(args, d, [f"broker {args.broker}: removal cancelled"])
+            return 0
+        if args.output == "text":
+            print(f"broker {args.broker}: removing (its replicas move to the others; follow with "
+                  f"`shoal cluster balancer status`)")
+        if not args.wait:
+            if args.output == "json":
+                _print(args, d, [])
+            return 0
+        deadline = time.monotonic() + args.wait_timeout
+        while True:
+            s = call_admin_api(args, "GET", "/v1/cluster/balancer")
+            c = s.get("controller") or {}
+            if args.broker in c.get("removed", []):
+                _print(args, s, [f"broker {args.broker}: removed (it holds no replica)"])
+                return 0
+            if time.monotonic() > deadline:
+                left = (c.get("removing") or {}).get(str(args.broker), "?")
+                print(f"shoal cluster remove-broker: broker {args.broker} still holds {left} replica(s) after "
+                      f"{args.wait_timeout:g} s", file=sys.stderr)
+                return EXIT_ERROR
+            time.sleep(1.0)
+    except AdminApiError as e:
+        print(f"shoal cluster remove-broker: {e}", file=sys.stderr)
+        return e.status

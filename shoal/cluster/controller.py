@@ -48,6 +48,7 @@ from shoal.metadata.rules import topics as topic_rules
 from shoal.placement.promotion import LEADER_IS_OBSERVER, promotion_policy
 
 if TYPE_CHECKING:
+    from shoal.cluster.balancer.executor import Balancer
     from shoal.net import ClientSecurity
     from shoal.metadata.etcd import EtcdMetadataStore
     from shoal.metadata.store import DecidingStore
@@ -298,6 +299,7 @@ class Controller:
                  unclean: Callable[[MetadataImage, str], bool] = lambda _image, _topic: False,
                  rebalance: Callable[[], tuple[bool, float, int]] = lambda: (False, 300.0, 10),
                  inter_broker: "Callable[[BrokerInfo], tuple[tuple[str, int], ClientSecurity]] | None" = None,
+                 balancer: "Balancer | None" = None,
                  ) -> None:
         self.store = store
         self.backend = store.backend
@@ -349,6 +351,11 @@ class Controller:
         #        leader.imbalance.per.broker.percentage)
         self._rebalance = rebalance
         self._next_rebalance = monotonic() + rebalance()[1]
+        # the balancer (issue 27): planned and carried out here while this broker is the
+        # controller; its status goes to ``balancer_key`` for every broker's admin API
+        self.balancer = balancer
+        self.balancer_key = self.key + b"/balancer"
+        self._balancer_published = b""
 
     @property
     def is_controller(self) -> bool:
@@ -504,6 +511,7 @@ class Controller:
                     await self.maintain()
                     await self.complete_reassignments()
                     await self.rebalance_leaders()
+                    await self.balance()
                 else:
                     await self.probe_controller()
             except asyncio.CancelledError:
@@ -640,6 +648,36 @@ class Controller:
         if moved:
             log.info("controller: %d leadership(s) back to their preferred replica: %s", len(moved),
                      ", ".join(moved[:20]) + (" ..." if len(moved) > 20 else ""))
+
+    async def balance(self) -> None:
+        """A round of the balancer (``shoal.cluster.balancer.executor``) over the brokers the
+        controller finds alive, and its status published when it changed."""
+        if self.balancer is None or self.epoch is None:
+            return
+        image = self.store.image
+        alive = assumed_alive(image, self._seen, self._monotonic() < self._grace_until) - self.refused
+        try:
+            status = await self.balancer.round(alive, self.epoch)
+        except (asyncio.CancelledError, MetadataError):
+            raise
+        except Exception:  # a bug in a round must not stop the controller's other work
+            log.exception("balancer round failed (next round in %.1f s)", POLL_S)
+            return
+        raw = status.to_json()
+        if raw != self._balancer_published and await self.backend.session.put_while_held(
+                self.balancer_key, raw, self.key, self.epoch):
+            self._balancer_published = raw
+
+    async def balancer_status(self) -> dict[str, object] | None:
+        """The status the controller published (any broker; None before the first)."""
+        raw = await self.backend.session.get(self.balancer_key)
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
 
     async def complete_reassignments(self) -> None:
         """KIP-455: every reassignment whose target replicas are all in the ISR ends (replicas =

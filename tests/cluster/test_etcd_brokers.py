@@ -28,7 +28,8 @@ class EtcdBroker(BrokerProcess):
             "shoal.metadata.store": url, "broker.session.timeout.ms": str(SESSION_MS),
             # one or two brokers: an unset offsets.topic.replication.factor is a cluster's 3, which
             # they cannot place (Kafka's refusal, KIP-115); an operator sets it as here
-            "offsets.topic.replication.factor": "1"})
+            "offsets.topic.replication.factor": "1",
+            "shoal.balancer.enable": "false"})  # these tests place replicas themselves
         self.url, self.node_id, self.rack = url, node_id, rack
 
     def serve_args(self) -> list[str]:

@@ -415,8 +415,11 @@ class DistributionGoal(Goal):
         caps, target = self._frame(model)
         dests = sorted(set(caps) if budget.dests is None else set(caps) & budget.dests,
                        key=lambda d: (model.load[d][r] / caps[d], d))
-        sources = hot + [b for b in sorted(caps, key=lambda b: (-model.load[b][r] / caps[b], b))
-                         if b not in hot and cold and b not in cold]
+        # Hot brokers first; then, while some broker is below the band, every other broker above
+        # it (a hot broker may be unable to reach it: racks, cells; and one just in the band, or
+        # below it too, may still hold more than a cold one)
+        sources = hot + ([b for b in sorted(caps, key=lambda b: (-model.load[b][r] / caps[b], b)) if b not in hot]
+                         if cold else [])
         for b in sources:
             targets = [d for d in dests if d != b and model.load[d][r] / caps[d] < model.load[b][r] / caps[b]]
             if b not in hot:

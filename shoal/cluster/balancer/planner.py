@@ -16,7 +16,7 @@ the objective before and after, goal by goal; and what it could not repair, one 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from shoal.cluster.balancer.goals import (
     EPS,
@@ -187,13 +187,15 @@ class Plan:
 
 
 def plan(brokers: Sequence[BrokerInfo], partitions: Sequence[PartitionInfo],
-         config: BalancerConfig = BalancerConfig()) -> Plan:
+         config: BalancerConfig = BalancerConfig(), fill: Collection[int] | None = None) -> Plan:
+    """``fill``: with the EMPTY_BROKER trigger, the brokers to fill (those that joined empty and
+    have not had their share yet, as the executor tracks them); default, the brokers empty now."""
     model = ClusterModel(brokers, partitions)
     original = model.assignment()
     goals = goals_for(config)
     weights = _weights(goals)
     before = _objective(model, goals)
-    empty = frozenset(b for b in model.active() if not model.hosted[b])
+    empty = frozenset(b for b in model.active() if not model.hosted[b]) if fill is None else frozenset(fill)
     budget = Budget(config.max_replica_moves, config.max_leader_moves)
     hard = [g for g in goals if g.hard]
     # Passes over the goals until one takes no action: a lower goal's moves can open a move to a
