@@ -30,7 +30,7 @@ STOP_WARN_S = 10.0  # a clean stop still running this long logs the step it wait
 
 
 def handler_modules() -> list[Any]:
-    from shoal.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
+    from shoal.handlers import api_versions, configs, fetch, list_offsets, metadata, produce, producer_ids, topics
     from shoal.handlers import groups, offsets  # consumer groups and committed offsets
     from shoal.handlers import consumer_groups  # KIP-848 ConsumerGroupHeartbeat/Describe
     from shoal.handlers import sasl  # auth: SaslHandshake/SaslAuthenticate, SCRAM credentials
@@ -44,7 +44,7 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import transactions  # txn: AddPartitionsToTxn ... ListTransactions
 
     return [
-        api_versions, metadata, produce, fetch, list_offsets, admin, producer_ids, groups, offsets,
+        api_versions, metadata, produce, fetch, list_offsets, topics, configs, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
         elect_leaders, describe_log_dirs, reassignments, transactions,
     ]

@@ -5,7 +5,7 @@ wire protocol (DescribeConfigs, IncrementalAlterConfigs) through :mod:`shoal.cli
   itself, as Kafka's); ``--broker-defaults``: the cluster-wide dynamic defaults.
 - ``--tenant-defaults``: a tenant user's connection (its Metadata names the tenant's ``lkc-`` id as
   the cluster id) sees its tenant's topic config defaults where the broker configs would be
-  (``shoal.handlers.admin``): the defaults of every topic of the tenant that does not set a config.
+  (``shoal.handlers.configs``): the defaults of every topic of the tenant that does not set a config.
   On such a connection ``--broker``/``--broker-defaults`` are refused (exit 2) and point here: a
   tenant administrator who meant a broker setting would otherwise change every topic of the tenant
   (``retention.ms=1000`` deletes its data) under a message about brokers. ``--tenant-defaults`` on

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from shoal.config import BrokerConfig, ConfigSource
-from shoal.handlers import admin
+from shoal.handlers import configs as config_admin
+from shoal.handlers import topics as topic_admin
 from shoal.handlers.context import RequestContext
 from shoal.metadata import BrokerInfo
 from shoal.metadata.embedded import EmbeddedMetadataStore
@@ -80,12 +81,12 @@ async def call(broker, key: int, version: int, req):
     header, decoded = decode_request(key, version, memoryview(frame)[4:])
     assert decoded == req
     spec = {
-        admin.CREATE_TOPICS: admin.handle_create_topics,
-        admin.DELETE_TOPICS: admin.handle_delete_topics,
-        admin.CREATE_PARTITIONS: admin.handle_create_partitions,
-        admin.DESCRIBE_CONFIGS: admin.handle_describe_configs,
-        admin.ALTER_CONFIGS: admin.handle_alter_configs,
-        admin.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+        topic_admin.CREATE_TOPICS: topic_admin.handle_create_topics,
+        topic_admin.DELETE_TOPICS: topic_admin.handle_delete_topics,
+        topic_admin.CREATE_PARTITIONS: topic_admin.handle_create_partitions,
+        config_admin.DESCRIBE_CONFIGS: config_admin.handle_describe_configs,
+        config_admin.ALTER_CONFIGS: config_admin.handle_alter_configs,
+        config_admin.INCREMENTAL_ALTER_CONFIGS: config_admin.handle_incremental_alter_configs,
     }[key]
     ctx = RequestContext(services=broker.services, header=header, client_address="127.0.0.1:1")
     resp = await spec(ctx, decoded)
@@ -96,7 +97,7 @@ async def call(broker, key: int, version: int, req):
 
 
 def create_req(version: int, *topics: dict, validate_only: bool = False):
-    m = req_mod(admin.CREATE_TOPICS, version)
+    m = req_mod(topic_admin.CREATE_TOPICS, version)
     ts = []
     for t in topics:
         ts.append(
@@ -116,7 +117,7 @@ def create_req(version: int, *topics: dict, validate_only: bool = False):
 
 
 async def create(broker, *topics: dict, version: int = 7, validate_only: bool = False):
-    return await call(broker, admin.CREATE_TOPICS, version, create_req(version, *topics, validate_only=validate_only))
+    return await call(broker, topic_admin.CREATE_TOPICS, version, create_req(version, *topics, validate_only=validate_only))
 
 
 def codes(results) -> list[ErrorCode]:
@@ -248,19 +249,19 @@ class TestDeleteTopics:
     async def test_by_name_all_versions(self, broker):
         for v in range(1, 7):
             await create(broker, {"name": f"d{v}"})
-            m = req_mod(admin.DELETE_TOPICS, v)
+            m = req_mod(topic_admin.DELETE_TOPICS, v)
             if v >= 6:
                 req = build(m.DeleteTopicsRequest, topics=(build(m.DeleteTopicState, name=f"d{v}", topic_id=None),), timeout=T0)
             else:
                 req = build(m.DeleteTopicsRequest, topic_names=(f"d{v}",), timeout=T0)
-            resp = await call(broker, admin.DELETE_TOPICS, v, req)
+            resp = await call(broker, topic_admin.DELETE_TOPICS, v, req)
             assert codes(resp.responses) == [ErrorCode.none]
             assert f"d{v}" not in broker.metadata.image.topics
 
     async def test_by_id_and_errors(self, broker):
         resp = await create(broker, {"name": "x"})
         tid = resp.topics[0].topic_id
-        m = req_mod(admin.DELETE_TOPICS, 6)
+        m = req_mod(topic_admin.DELETE_TOPICS, 6)
         S = m.DeleteTopicState
         req = build(
             m.DeleteTopicsRequest,
@@ -273,7 +274,7 @@ class TestDeleteTopics:
             ),
             timeout=T0,
         )
-        out = await call(broker, admin.DELETE_TOPICS, 6, req)
+        out = await call(broker, topic_admin.DELETE_TOPICS, 6, req)
         r = out.responses
         assert r[0].error_code == ErrorCode.none and r[0].name == "x" and r[0].topic_id == tid
         assert r[1].error_code == ErrorCode.unknown_topic_id
@@ -285,23 +286,23 @@ class TestDeleteTopics:
     async def test_deletion_disabled(self, tmp_path):
         b = await make_broker(tmp_path, **{"delete.topic.enable": "false"})
         await create(b, {"name": "keep"})
-        m = req_mod(admin.DELETE_TOPICS, 5)
-        out = await call(b, admin.DELETE_TOPICS, 5, build(m.DeleteTopicsRequest, topic_names=("keep",), timeout=T0))
+        m = req_mod(topic_admin.DELETE_TOPICS, 5)
+        out = await call(b, topic_admin.DELETE_TOPICS, 5, build(m.DeleteTopicsRequest, topic_names=("keep",), timeout=T0))
         assert codes(out.responses) == [ErrorCode.topic_deletion_disabled]
         assert "keep" in b.metadata.image.topics
 
     async def test_internal_topic_refused(self, broker):
         await broker.metadata.create_topic("__consumer_offsets", [(1,)], {}, internal=True)
-        m = req_mod(admin.DELETE_TOPICS, 4)
+        m = req_mod(topic_admin.DELETE_TOPICS, 4)
         out = await call(
-            broker, admin.DELETE_TOPICS, 4, build(m.DeleteTopicsRequest, topic_names=("__consumer_offsets",), timeout=T0)
+            broker, topic_admin.DELETE_TOPICS, 4, build(m.DeleteTopicsRequest, topic_names=("__consumer_offsets",), timeout=T0)
         )
         assert codes(out.responses) == [ErrorCode.invalid_request]
 
 
 class TestCreatePartitions:
     def req(self, version, *topics, validate_only=False):
-        m = req_mod(admin.CREATE_PARTITIONS, version)
+        m = req_mod(topic_admin.CREATE_PARTITIONS, version)
         return build(
             m.CreatePartitionsRequest,
             topics=tuple(
@@ -322,7 +323,7 @@ class TestCreatePartitions:
     @pytest.mark.parametrize("version", range(0, 4))
     async def test_increase(self, broker, version):
         await create(broker, {"name": "p", "partitions": 2})
-        out = await call(broker, admin.CREATE_PARTITIONS, version, self.req(version, ("p", 5, None)))
+        out = await call(broker, topic_admin.CREATE_PARTITIONS, version, self.req(version, ("p", 5, None)))
         assert codes(out.results) == [ErrorCode.none]
         parts = broker.metadata.image.topics["p"].partitions
         assert [p.partition for p in parts] == [0, 1, 2, 3, 4]
@@ -331,7 +332,7 @@ class TestCreatePartitions:
         await create(broker, {"name": "p", "partitions": 3})
         out = await call(
             broker,
-            admin.CREATE_PARTITIONS,
+            topic_admin.CREATE_PARTITIONS,
             3,
             self.req(
                 3,
@@ -345,33 +346,33 @@ class TestCreatePartitions:
             ErrorCode.unknown_topic_or_partition,
             ErrorCode.invalid_request,
         ]
-        out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 2, None)))
+        out = await call(broker, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 2, None)))
         assert codes(out.results) == [ErrorCode.invalid_partitions]
         # KRaft's ReplicationControlManager.createPartitions message (the cluster planner's)
         assert out.results[0].error_message == "The topic p currently has 3 partition(s); 2 would not be an increase."
-        out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 3, None)))
+        out = await call(broker, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 3, None)))
         assert codes(out.results) == [ErrorCode.invalid_partitions]
-        out = await call(broker, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 9, None), validate_only=True))
+        out = await call(broker, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 9, None), validate_only=True))
         assert codes(out.results) == [ErrorCode.none]
         assert len(broker.metadata.image.topics["p"].partitions) == 3
 
     async def test_manual_assignments(self, tmp_path):
         b = await make_broker(tmp_path, brokers=[(1, None), (2, None)])
         await create(b, {"name": "p", "partitions": 1, "rf": 2})
-        out = await call(b, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 3, [[2, 1], [1, 2]])))
+        out = await call(b, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 3, [[2, 1], [1, 2]])))
         assert codes(out.results) == [ErrorCode.none]
         assert [p.replicas for p in b.metadata.image.topics["p"].partitions][1:] == [(2, 1), (1, 2)]
-        out = await call(b, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 5, [[1, 2]])))
+        out = await call(b, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 5, [[1, 2]])))
         assert codes(out.results) == [ErrorCode.invalid_replica_assignment]
-        out = await call(b, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, [[1]])))
+        out = await call(b, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, [[1]])))
         assert codes(out.results) == [ErrorCode.invalid_replica_assignment]  # RF must match
-        out = await call(b, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, [[1, 7]])))
+        out = await call(b, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, [[1, 7]])))
         assert codes(out.results) == [ErrorCode.invalid_replica_assignment]
 
     async def test_new_partitions_follow_kafka_round_robin(self, tmp_path):
         b = await make_broker(tmp_path, brokers=[(1, None), (2, None), (3, None)])
         await create(b, {"name": "p", "assignments": {0: [1, 2]}})
-        await call(b, admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, None)))
+        await call(b, topic_admin.CREATE_PARTITIONS, 3, self.req(3, ("p", 4, None)))
         reps = [p.replicas for p in b.metadata.image.topics["p"].partitions]
         # start index = position of partition 0's leader (broker 1), partition ids continue at 1
         assert reps[1:] == [(2, 3), (3, 1), (1, 3)]
@@ -379,7 +380,7 @@ class TestCreatePartitions:
 
 class TestDescribeConfigs:
     def req(self, version, *resources, synonyms=False, docs=False):
-        m = req_mod(admin.DESCRIBE_CONFIGS, version)
+        m = req_mod(config_admin.DESCRIBE_CONFIGS, version)
         return build(
             m.DescribeConfigsRequest,
             resources=tuple(
@@ -393,7 +394,7 @@ class TestDescribeConfigs:
     @pytest.mark.parametrize("version", range(1, 5))
     async def test_topic(self, broker, version):
         await create(broker, {"name": "t", "configs": {"cleanup.policy": "compact"}})
-        out = await call(broker, admin.DESCRIBE_CONFIGS, version, self.req(version, (2, "t", None), synonyms=True, docs=True))
+        out = await call(broker, config_admin.DESCRIBE_CONFIGS, version, self.req(version, (2, "t", None), synonyms=True, docs=True))
         (res,) = out.results
         assert res.error_code == ErrorCode.none
         cfg = {c.name: c for c in res.configs}
@@ -407,7 +408,7 @@ class TestDescribeConfigs:
 
     async def test_filters_and_flags(self, broker):
         await create(broker, {"name": "t"})
-        out = await call(broker, admin.DESCRIBE_CONFIGS, 4, self.req(4, (2, "t", ("retention.ms", "segment.bytes", "bogus"))))
+        out = await call(broker, config_admin.DESCRIBE_CONFIGS, 4, self.req(4, (2, "t", ("retention.ms", "segment.bytes", "bogus"))))
         (res,) = out.results
         assert sorted(c.name for c in res.configs) == ["retention.ms", "segment.bytes"]
         assert all(c.synonyms == () and c.documentation is None for c in res.configs)
@@ -415,7 +416,7 @@ class TestDescribeConfigs:
     async def test_errors(self, broker):
         out = await call(
             broker,
-            admin.DESCRIBE_CONFIGS,
+            config_admin.DESCRIBE_CONFIGS,
             4,
             self.req(4, (2, "ghost", None), (2, "bad/name", None), (4, "99", None), (4, "x", None), (3, "g", None)),
         )
@@ -431,7 +432,7 @@ class TestDescribeConfigs:
         b = await make_broker(tmp_path, **{"num.partitions": "6"})
         await b.metadata.set_broker_configs({"log.retention.ms": "123"})
         out = await call(
-            b, admin.DESCRIBE_CONFIGS, 4, self.req(4, (4, "1", None), (4, "", None), (8, "1", None), synonyms=True)
+            b, config_admin.DESCRIBE_CONFIGS, 4, self.req(4, (4, "1", None), (4, "", None), (8, "1", None), synonyms=True)
         )
         node, cluster, logger = out.results
         cfg = {c.name: c for c in node.configs}
@@ -447,7 +448,7 @@ class TestDescribeConfigs:
 
 class TestAlterConfigs:
     def alter_req(self, version, *resources, validate_only=False):
-        m = req_mod(admin.ALTER_CONFIGS, version)
+        m = req_mod(config_admin.ALTER_CONFIGS, version)
         return build(
             m.AlterConfigsRequest,
             resources=tuple(
@@ -463,7 +464,7 @@ class TestAlterConfigs:
         )
 
     def inc_req(self, version, *resources, validate_only=False):
-        m = req_mod(admin.INCREMENTAL_ALTER_CONFIGS, version)
+        m = req_mod(config_admin.INCREMENTAL_ALTER_CONFIGS, version)
         return build(
             m.IncrementalAlterConfigsRequest,
             resources=tuple(
@@ -481,7 +482,7 @@ class TestAlterConfigs:
     @pytest.mark.parametrize("version", range(0, 3))
     async def test_alter_replaces_topic_overrides(self, broker, version):
         await create(broker, {"name": "t", "configs": {"retention.ms": "1", "segment.bytes": "1000"}})
-        out = await call(broker, admin.ALTER_CONFIGS, version, self.alter_req(version, (2, "t", {"retention.ms": "5"})))
+        out = await call(broker, config_admin.ALTER_CONFIGS, version, self.alter_req(version, (2, "t", {"retention.ms": "5"})))
         assert codes(out.responses) == [ErrorCode.none]
         assert dict(broker.metadata.image.topics["t"].configs) == {"retention.ms": "5"}
 
@@ -489,7 +490,7 @@ class TestAlterConfigs:
         await create(broker, {"name": "t"})
         out = await call(
             broker,
-            admin.ALTER_CONFIGS,
+            config_admin.ALTER_CONFIGS,
             2,
             self.alter_req(
                 2,
@@ -503,10 +504,10 @@ class TestAlterConfigs:
             ErrorCode.invalid_request,
             ErrorCode.invalid_request,
         ]
-        out = await call(broker, admin.ALTER_CONFIGS, 2, self.alter_req(2, (2, "t", {"segment.bytes": "1"})))
+        out = await call(broker, config_admin.ALTER_CONFIGS, 2, self.alter_req(2, (2, "t", {"segment.bytes": "1"})))
         assert codes(out.responses) == [ErrorCode.invalid_config]
         assert "segment.bytes" in out.responses[0].error_message
-        out = await call(broker, admin.ALTER_CONFIGS, 2, self.alter_req(2, (2, "t", {"retention.ms": "9"}), validate_only=True))
+        out = await call(broker, config_admin.ALTER_CONFIGS, 2, self.alter_req(2, (2, "t", {"retention.ms": "9"}), validate_only=True))
         assert codes(out.responses) == [ErrorCode.none]
         assert dict(broker.metadata.image.topics["t"].configs) == {}
 
@@ -514,7 +515,7 @@ class TestAlterConfigs:
         epoch = broker.metadata.image.epoch
         out = await call(
             broker,
-            admin.ALTER_CONFIGS,
+            config_admin.ALTER_CONFIGS,
             2,
             self.alter_req(2, (4, "", {"log.retention.ms": "1000", "message.max.bytes": "2000"})),
         )
@@ -524,17 +525,17 @@ class TestAlterConfigs:
         assert broker.metadata.image.epoch == epoch + 1
         out = await call(
             broker,
-            admin.ALTER_CONFIGS,
+            config_admin.ALTER_CONFIGS,
             2,
             self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"}), (4, "2", {"log.retention.ms": "1"}), (4, "", {})),
         )
         r = out.responses
         assert r[0].error_code == ErrorCode.invalid_request  # duplicate resource
         assert r[1].error_code == ErrorCode.invalid_request  # another broker's id
-        out = await call(broker, admin.ALTER_CONFIGS, 2, self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"})))
+        out = await call(broker, config_admin.ALTER_CONFIGS, 2, self.alter_req(2, (4, "", {"listeners": "PLAINTEXT://:1"})))
         assert out.responses[0].error_code == ErrorCode.invalid_request
         assert "Cannot update these configs dynamically" in out.responses[0].error_message
-        out = await call(broker, admin.ALTER_CONFIGS, 2, self.alter_req(2, (4, "", {})))
+        out = await call(broker, config_admin.ALTER_CONFIGS, 2, self.alter_req(2, (4, "", {})))
         assert codes(out.responses) == [ErrorCode.none]
         assert dict(broker.metadata.image.broker_configs) == {}
 
@@ -543,7 +544,7 @@ class TestAlterConfigs:
         await create(broker, {"name": "t", "configs": {"retention.ms": "1", "segment.bytes": "1000"}})
         out = await call(
             broker,
-            admin.INCREMENTAL_ALTER_CONFIGS,
+            config_admin.INCREMENTAL_ALTER_CONFIGS,
             version,
             self.inc_req(
                 version,
@@ -551,9 +552,9 @@ class TestAlterConfigs:
                     2,
                     "t",
                     [
-                        ("retention.ms", admin.OP_SET, "7"),
-                        ("segment.bytes", admin.OP_DELETE, None),
-                        ("cleanup.policy", admin.OP_APPEND, "compact"),
+                        ("retention.ms", config_admin.OP_SET, "7"),
+                        ("segment.bytes", config_admin.OP_DELETE, None),
+                        ("cleanup.policy", config_admin.OP_APPEND, "compact"),
                     ],
                 ),
             ),
@@ -565,9 +566,9 @@ class TestAlterConfigs:
         }
         out = await call(
             broker,
-            admin.INCREMENTAL_ALTER_CONFIGS,
+            config_admin.INCREMENTAL_ALTER_CONFIGS,
             version,
-            self.inc_req(version, (2, "t", [("cleanup.policy", admin.OP_SUBTRACT, "delete")])),
+            self.inc_req(version, (2, "t", [("cleanup.policy", config_admin.OP_SUBTRACT, "delete")])),
         )
         assert codes(out.responses) == [ErrorCode.none]
         assert broker.metadata.image.topics["t"].configs["cleanup.policy"] == "compact"
@@ -575,39 +576,39 @@ class TestAlterConfigs:
     async def test_incremental_errors(self, broker):
         await create(broker, {"name": "t"})
         cases = [
-            ([("retention.ms", admin.OP_APPEND, "1")], ErrorCode.invalid_config),
-            ([("nope", admin.OP_SET, "1")], ErrorCode.invalid_config),
+            ([("retention.ms", config_admin.OP_APPEND, "1")], ErrorCode.invalid_config),
+            ([("nope", config_admin.OP_SET, "1")], ErrorCode.invalid_config),
             ([("retention.ms", 9, "1")], ErrorCode.invalid_request),
-            ([("retention.ms", admin.OP_SET, "1"), ("retention.ms", admin.OP_DELETE, None)], ErrorCode.invalid_request),
-            ([("cleanup.policy", admin.OP_APPEND, "shred")], ErrorCode.invalid_config),
+            ([("retention.ms", config_admin.OP_SET, "1"), ("retention.ms", config_admin.OP_DELETE, None)], ErrorCode.invalid_request),
+            ([("cleanup.policy", config_admin.OP_APPEND, "shred")], ErrorCode.invalid_config),
         ]
         for ops, code in cases:
-            out = await call(broker, admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (2, "t", ops)))
+            out = await call(broker, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (2, "t", ops)))
             assert codes(out.responses) == [code], ops
         assert dict(broker.metadata.image.topics["t"].configs) == {}
 
     async def test_incremental_broker(self, broker):
         out = await call(
             broker,
-            admin.INCREMENTAL_ALTER_CONFIGS,
+            config_admin.INCREMENTAL_ALTER_CONFIGS,
             1,
-            self.inc_req(1, (4, "", [("log.retention.ms", admin.OP_SET, "10"), ("log.cleanup.policy", admin.OP_APPEND, "compact")])),
+            self.inc_req(1, (4, "", [("log.retention.ms", config_admin.OP_SET, "10"), ("log.cleanup.policy", config_admin.OP_APPEND, "compact")])),
         )
         assert codes(out.responses) == [ErrorCode.none]
         assert dict(broker.metadata.image.broker_configs) == {"log.retention.ms": "10", "log.cleanup.policy": "delete,compact"}
         out = await call(
-            broker, admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (4, "", [("log.retention.ms", admin.OP_DELETE, None)]))
+            broker, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (4, "", [("log.retention.ms", config_admin.OP_DELETE, None)]))
         )
         assert dict(broker.metadata.image.broker_configs) == {"log.cleanup.policy": "delete,compact"}
         out = await call(
-            broker, admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (4, "", [("node.id", admin.OP_SET, "3")]))
+            broker, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (4, "", [("node.id", config_admin.OP_SET, "3")]))
         )
         assert codes(out.responses) == [ErrorCode.invalid_request]
         out = await call(
             broker,
-            admin.INCREMENTAL_ALTER_CONFIGS,
+            config_admin.INCREMENTAL_ALTER_CONFIGS,
             1,
-            self.inc_req(1, (4, "", [("log.retention.ms", admin.OP_SET, "5")]), validate_only=True),
+            self.inc_req(1, (4, "", [("log.retention.ms", config_admin.OP_SET, "5")]), validate_only=True),
         )
         assert codes(out.responses) == [ErrorCode.none]
         assert "log.retention.ms" not in broker.metadata.image.broker_configs
@@ -617,7 +618,7 @@ class TestAlterConfigs:
         keys = ["retention.ms", "segment.ms", "flush.ms", "file.delete.delay.ms", "delete.retention.ms"]
         await asyncio.gather(
             *(
-                call(broker, admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (2, "t", [(k, admin.OP_SET, "100")])))
+                call(broker, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, self.inc_req(1, (2, "t", [(k, config_admin.OP_SET, "100")])))
                 for k in keys
             )
         )

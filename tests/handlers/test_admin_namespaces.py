@@ -7,7 +7,8 @@ import pytest
 
 from test_admin import T0, create_req, make_broker, req_mod
 
-from shoal.handlers import admin
+from shoal.handlers import configs as config_admin
+from shoal.handlers import topics as topic_admin
 from shoal.handlers.context import RequestContext
 from shoal.metadata import AclEntry
 from shoal.protocol.codec import build, decode_request, decode_response, encode_request, encode_response
@@ -15,11 +16,11 @@ from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType
 
 HANDLERS = {
-    admin.CREATE_TOPICS: admin.handle_create_topics,
-    admin.CREATE_PARTITIONS: admin.handle_create_partitions,
-    admin.DESCRIBE_CONFIGS: admin.handle_describe_configs,
-    admin.ALTER_CONFIGS: admin.handle_alter_configs,
-    admin.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+    topic_admin.CREATE_TOPICS: topic_admin.handle_create_topics,
+    topic_admin.CREATE_PARTITIONS: topic_admin.handle_create_partitions,
+    config_admin.DESCRIBE_CONFIGS: config_admin.handle_describe_configs,
+    config_admin.ALTER_CONFIGS: config_admin.handle_alter_configs,
+    config_admin.INCREMENTAL_ALTER_CONFIGS: config_admin.handle_incremental_alter_configs,
 }
 SET, DELETE, APPEND = 0, 1, 2
 
@@ -48,14 +49,14 @@ async def env(tmp_path):
 
 
 def describe_req(version, *resources, synonyms=True, docs=True):
-    m = req_mod(admin.DESCRIBE_CONFIGS, version)
+    m = req_mod(config_admin.DESCRIBE_CONFIGS, version)
     return build(m.DescribeConfigsRequest, resources=tuple(
         build(m.DescribeConfigsResource, resource_type=t, resource_name=n, configuration_keys=keys)
         for t, n, keys in resources), include_synonyms=synonyms, include_documentation=docs)
 
 
 def inc_req(*resources, validate_only=False):
-    m = req_mod(admin.INCREMENTAL_ALTER_CONFIGS, 1)
+    m = req_mod(config_admin.INCREMENTAL_ALTER_CONFIGS, 1)
     return build(m.IncrementalAlterConfigsRequest, resources=tuple(
         build(m.AlterConfigsResource, resource_type=t, resource_name=n,
               configs=tuple(build(m.AlterableConfig, name=k, config_operation=op, value=v) for k, op, v in ops))
@@ -63,7 +64,7 @@ def inc_req(*resources, validate_only=False):
 
 
 def alter_req(*resources):
-    m = req_mod(admin.ALTER_CONFIGS, 2)
+    m = req_mod(config_admin.ALTER_CONFIGS, 2)
     return build(m.AlterConfigsRequest, resources=tuple(
         build(m.AlterConfigsResource, resource_type=t, resource_name=n,
               configs=tuple(build(m.AlterableConfig, name=k, value=v) for k, v in cfgs.items()))
@@ -71,12 +72,12 @@ def alter_req(*resources):
 
 
 async def create_as(b, tid, *topics, validate_only=False, version=7):
-    return await call_as(b, admin.CREATE_TOPICS, version, create_req(version, *topics, validate_only=validate_only),
+    return await call_as(b, topic_admin.CREATE_TOPICS, version, create_req(version, *topics, validate_only=validate_only),
                          tenant=tid)
 
 
 async def describe_as(b, tid, *resources, version=4):
-    return await call_as(b, admin.DESCRIBE_CONFIGS, version, describe_req(version, *resources), tenant=tid)
+    return await call_as(b, config_admin.DESCRIBE_CONFIGS, version, describe_req(version, *resources), tenant=tid)
 
 
 def by_name(result):
@@ -137,7 +138,7 @@ async def test_namespace_configs_over_the_wire(env):
     b, tid, p = env
     store = b.metadata
     await store.set_namespace_configs(p + "payments", {"cleanup.policy": "compact"})
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
         (2, "payments:eu:", [("retention.ms", SET, "5000"), ("cleanup.policy", APPEND, "delete")]),
         (2, "payments:nope:", [("retention.ms", SET, "1")]),
         (2, "payments:eu:", [("bogus", SET, "1")]),
@@ -146,7 +147,7 @@ async def test_namespace_configs_over_the_wire(env):
     codes = [r.error_code for r in resp.responses]
     assert codes == [ErrorCode.invalid_request, ErrorCode.invalid_topic_exception,  # "payments:eu:" twice
                      ErrorCode.invalid_request, ErrorCode.invalid_topic_exception]
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
         (2, "payments:eu:", [("retention.ms", SET, "5000"), ("cleanup.policy", APPEND, "delete")]),
         (2, "payments:nope:", [("retention.ms", SET, "1")]),
     ), tenant=tid)
@@ -160,10 +161,10 @@ async def test_namespace_configs_over_the_wire(env):
         ("cleanup.policy", "compact,delete", 1), ("retention.ms", "5000", 1)]
     (res,) = (await describe_as(b, tid, (2, "payments:", ["cleanup.policy"]))).results
     assert [(c.name, c.value, c.config_source) for c in res.configs] == [("cleanup.policy", "compact", 1)]
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
         (2, "payments:eu:", [("retention.ms", DELETE, None), ("segment.ms", SET, "-5")])), tenant=tid)
     assert resp.responses[0].error_code == ErrorCode.invalid_config
-    resp = await call_as(b, admin.ALTER_CONFIGS, 2, alter_req((2, "payments:eu:", {"flush.ms": "77"})), tenant=tid)
+    resp = await call_as(b, config_admin.ALTER_CONFIGS, 2, alter_req((2, "payments:eu:", {"flush.ms": "77"})), tenant=tid)
     assert resp.responses[0].error_code == ErrorCode.none
     assert dict(store.image.namespaces[p + "payments:eu"].configs) == {"flush.ms": "77"}
     (res,) = (await describe_as(b, tid, (2, "other:", None))).results
@@ -173,7 +174,7 @@ async def test_namespace_configs_over_the_wire(env):
 async def test_tenant_defaults_on_the_broker_resource(env):
     b, tid, p = env
     store = b.metadata
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
         (4, "", [("log.retention.hours", SET, "2"), ("segment.ms", SET, "60000")])), tenant=tid)
     assert resp.responses[0].error_code == ErrorCode.none
     assert dict(store.image.tenants[tid].configs) == {"retention.ms": "7200000", "segment.ms": "60000"}
@@ -184,15 +185,15 @@ async def test_tenant_defaults_on_the_broker_resource(env):
     assert [c.name for c in res.configs] == ["retention.ms"]
     for bad, code in ((("num.io.threads", SET, "4"),), ErrorCode.policy_violation), \
                      ((("retention.ms", SET, "x"),), ErrorCode.invalid_config):
-        resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "", list(bad))), tenant=tid)
+        resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "", list(bad))), tenant=tid)
         assert resp.responses[0].error_code == code, bad
     # this broker's id addresses them too (librdkafka refuses an empty resource name); another id not
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "1", [("flush.ms", SET, "5")]),
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "1", [("flush.ms", SET, "5")]),
                                                                          (4, "2", [("flush.ms", SET, "6")])), tenant=tid)
     assert [r.error_code for r in resp.responses] == [ErrorCode.none, ErrorCode.invalid_request]
     (res,) = (await describe_as(b, tid, (4, "1", None))).results
     assert [c.name for c in res.configs] == ["flush.ms", "retention.ms", "segment.ms"]
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "", [("flush.ms", DELETE, None)])), tenant=tid)
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "", [("flush.ms", DELETE, None)])), tenant=tid)
     assert dict(store.image.tenants[tid].configs) == {"retention.ms": "7200000", "segment.ms": "60000"}
     # a topic in the default namespace inherits them
     await create_as(b, tid, {"name": "plain"})
@@ -201,7 +202,7 @@ async def test_tenant_defaults_on_the_broker_resource(env):
     assert res.configs[0].documentation.startswith("tenant default")
     # the physical view's broker resource is untouched by any of it
     assert dict(store.image.broker_configs) == {}
-    (res,) = (await call_as(b, admin.DESCRIBE_CONFIGS, 4, describe_req(4, (4, "", None)), principal="User:ANONYMOUS")).results
+    (res,) = (await call_as(b, config_admin.DESCRIBE_CONFIGS, 4, describe_req(4, (4, "", None)), principal="User:ANONYMOUS")).results
     assert res.configs == ()
 
 
@@ -224,17 +225,17 @@ async def test_create_topic_policy(env):
                            validate_only=True)
     assert [t.error_code for t in resp.topics] == [ErrorCode.policy_violation, ErrorCode.none]
     assert "(max.partitions)" in resp.topics[0].error_message
-    m = req_mod(admin.CREATE_PARTITIONS, 3)
+    m = req_mod(topic_admin.CREATE_PARTITIONS, 3)
 
     def grow(name, count):
         return build(m.CreatePartitionsRequest, topics=(build(m.CreatePartitionsTopic, name=name, count=count,
                                                               assignments=None),), timeout=T0, validate_only=False)
 
-    resp = await call_as(b, admin.CREATE_PARTITIONS, 3, grow("payments:eu:c", 5), tenant=tid)
+    resp = await call_as(b, topic_admin.CREATE_PARTITIONS, 3, grow("payments:eu:c", 5), tenant=tid)
     assert resp.results[0].error_code == ErrorCode.policy_violation
     assert len(b.metadata.image.topics[p + "payments:eu:c"].partitions) == 4
     # the operator (physical view) is not bound by a tenant's policy
-    resp = await call_as(b, admin.CREATE_PARTITIONS, 3, grow(p + "payments:eu:c", 5), principal="User:ANONYMOUS")
+    resp = await call_as(b, topic_admin.CREATE_PARTITIONS, 3, grow(p + "payments:eu:c", 5), principal="User:ANONYMOUS")
     assert resp.results[0].error_code == ErrorCode.none
 
 
@@ -246,7 +247,7 @@ async def test_namespace_and_tenant_configs_are_authorized(tmp_path):
     await store.assign_user("alice", tid)
     await store.create_namespaces([p + "payments", p + "payments:eu"])
     ops = inc_req((2, "payments:eu:", [("retention.ms", SET, "5")]), (4, "", [("retention.ms", SET, "5")]))
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, ops, tenant=tid)
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, ops, tenant=tid)
     assert [r.error_code for r in resp.responses] == [ErrorCode.topic_authorization_failed,
                                                       ErrorCode.cluster_authorization_failed]
     out = await describe_as(b, tid, (2, "payments:eu:", None), (4, "", None))
@@ -259,7 +260,7 @@ async def test_namespace_and_tenant_configs_are_authorized(tmp_path):
         AclEntry(tid, ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:alice", "*",
                  Operation.ALTER_CONFIGS, Permission.ALLOW),
     ], [])
-    resp = await call_as(b, admin.INCREMENTAL_ALTER_CONFIGS, 1, ops, tenant=tid)
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, ops, tenant=tid)
     assert [r.error_code for r in resp.responses] == [ErrorCode.none, ErrorCode.none]
     out = await describe_as(b, tid, (2, "payments:eu:", ["retention.ms"]), (4, "", None))
     assert [r.error_code for r in out.results] == [ErrorCode.none, ErrorCode.none]

@@ -20,7 +20,9 @@ from test_admin import FakeBroker
 
 from shoal.client import build_entity
 from shoal.config import BrokerConfig
-from shoal.handlers import acls, admin, client_quotas
+from shoal.handlers import acls, client_quotas
+from shoal.handlers import configs as config_admin
+from shoal.handlers import topics as topic_admin
 from shoal.handlers.context import RequestContext
 from shoal.metadata import BrokerInfo
 from shoal.metadata.memory import MemoryBackend
@@ -30,19 +32,19 @@ from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType
 
 HANDLERS = {
-    admin.CREATE_TOPICS: admin.handle_create_topics,
-    admin.CREATE_PARTITIONS: admin.handle_create_partitions,
-    admin.ALTER_CONFIGS: admin.handle_alter_configs,
-    admin.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+    topic_admin.CREATE_TOPICS: topic_admin.handle_create_topics,
+    topic_admin.CREATE_PARTITIONS: topic_admin.handle_create_partitions,
+    config_admin.ALTER_CONFIGS: config_admin.handle_alter_configs,
+    config_admin.INCREMENTAL_ALTER_CONFIGS: config_admin.handle_incremental_alter_configs,
     acls.CREATE_ACLS: acls.handle_create_acls,
     acls.DELETE_ACLS: acls.handle_delete_acls,
     client_quotas.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
 }
-VERSION = {admin.CREATE_TOPICS: 7, admin.CREATE_PARTITIONS: 3, admin.ALTER_CONFIGS: 2,
-           admin.INCREMENTAL_ALTER_CONFIGS: 1, acls.CREATE_ACLS: 3, acls.DELETE_ACLS: 3,
+VERSION = {topic_admin.CREATE_TOPICS: 7, topic_admin.CREATE_PARTITIONS: 3, config_admin.ALTER_CONFIGS: 2,
+           config_admin.INCREMENTAL_ALTER_CONFIGS: 1, acls.CREATE_ACLS: 3, acls.DELETE_ACLS: 3,
            client_quotas.ALTER_CLIENT_QUOTAS: 1}
-SET, DELETE = admin.OP_SET, admin.OP_DELETE
-TOPIC, BROKER = admin.RESOURCE_TOPIC, admin.RESOURCE_BROKER
+SET, DELETE = config_admin.OP_SET, config_admin.OP_DELETE
+TOPIC, BROKER = config_admin.RESOURCE_TOPIC, config_admin.RESOURCE_BROKER
 
 
 @pytest.fixture
@@ -102,8 +104,8 @@ async def test_a_tenants_partition_limit_holds_when_two_brokers_create_topics_at
     a, b = brokers
     tid = await tenant(a.metadata, {"max.partitions": 4})
     ra, rb = await asyncio.gather(
-        send(a, admin.CREATE_TOPICS, create_body("x", 3), principal="User:alice", tenant=tid),
-        send(b, admin.CREATE_TOPICS, create_body("y", 3), principal="User:alice", tenant=tid),
+        send(a, topic_admin.CREATE_TOPICS, create_body("x", 3), principal="User:alice", tenant=tid),
+        send(b, topic_admin.CREATE_TOPICS, create_body("y", 3), principal="User:alice", tenant=tid),
     )
     codes = sorted([ra.topics[0].error_code, rb.topics[0].error_code])
     assert codes == [ErrorCode.none, ErrorCode.policy_violation], codes
@@ -117,9 +119,9 @@ async def test_a_tenants_partition_limit_holds_when_two_brokers_create_topics_at
 async def test_a_tenants_partition_limit_holds_when_two_brokers_add_partitions_at_once(brokers) -> None:
     a, b = brokers
     tid = await tenant(a.metadata, {"max.partitions": 4})
-    assert (await send(a, admin.CREATE_TOPICS, create_body("x", 1), principal="User:alice",
+    assert (await send(a, topic_admin.CREATE_TOPICS, create_body("x", 1), principal="User:alice",
                        tenant=tid)).topics[0].error_code == ErrorCode.none
-    assert (await send(a, admin.CREATE_TOPICS, create_body("y", 1), principal="User:alice",
+    assert (await send(a, topic_admin.CREATE_TOPICS, create_body("y", 1), principal="User:alice",
                        tenant=tid)).topics[0].error_code == ErrorCode.none
 
     def grow(name: str, count: int) -> dict:
@@ -127,8 +129,8 @@ async def test_a_tenants_partition_limit_holds_when_two_brokers_add_partitions_a
                 "validate_only": False}
 
     ra, rb = await asyncio.gather(
-        send(a, admin.CREATE_PARTITIONS, grow("x", 3), principal="User:alice", tenant=tid),
-        send(b, admin.CREATE_PARTITIONS, grow("y", 3), principal="User:alice", tenant=tid),
+        send(a, topic_admin.CREATE_PARTITIONS, grow("x", 3), principal="User:alice", tenant=tid),
+        send(b, topic_admin.CREATE_PARTITIONS, grow("y", 3), principal="User:alice", tenant=tid),
     )
     codes = sorted([ra.results[0].error_code, rb.results[0].error_code])
     assert codes == [ErrorCode.none, ErrorCode.policy_violation], codes
@@ -138,9 +140,9 @@ async def test_a_tenants_partition_limit_holds_when_two_brokers_add_partitions_a
 
 async def test_two_brokers_growing_one_topic_to_the_same_count_add_its_partitions_once(brokers) -> None:
     a, b = brokers
-    await send(a, admin.CREATE_TOPICS, create_body("t", 1))
+    await send(a, topic_admin.CREATE_TOPICS, create_body("t", 1))
     body = {"topics": [{"name": "t", "count": 3, "assignments": None}], "timeout": 30000, "validate_only": False}
-    ra, rb = await asyncio.gather(send(a, admin.CREATE_PARTITIONS, body), send(b, admin.CREATE_PARTITIONS, body))
+    ra, rb = await asyncio.gather(send(a, topic_admin.CREATE_PARTITIONS, body), send(b, topic_admin.CREATE_PARTITIONS, body))
     codes = sorted([ra.results[0].error_code, rb.results[0].error_code])
     assert codes == [ErrorCode.none, ErrorCode.invalid_partitions], codes
     assert len(a.metadata.image.topics["t"].partitions) == 3
@@ -148,10 +150,10 @@ async def test_two_brokers_growing_one_topic_to_the_same_count_add_its_partition
 
 async def test_incremental_alter_configs_of_different_keys_of_one_topic_both_land(brokers) -> None:
     a, b = brokers
-    await send(a, admin.CREATE_TOPICS, create_body("t", 1))
+    await send(a, topic_admin.CREATE_TOPICS, create_body("t", 1))
     ra, rb = await asyncio.gather(
-        send(a, admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(TOPIC, "t", ("retention.ms", SET, "1000"))),
-        send(b, admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(TOPIC, "t", ("segment.bytes", SET, "1048576"))),
+        send(a, config_admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(TOPIC, "t", ("retention.ms", SET, "1000"))),
+        send(b, config_admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(TOPIC, "t", ("segment.bytes", SET, "1048576"))),
     )
     assert [ra.responses[0].error_code, rb.responses[0].error_code] == [ErrorCode.none, ErrorCode.none]
     assert dict(a.metadata.image.topics["t"].configs) == {"retention.ms": "1000", "segment.bytes": "1048576"}
@@ -161,8 +163,8 @@ async def test_incremental_alter_configs_of_different_keys_of_one_topic_both_lan
 async def test_incremental_alter_configs_of_the_cluster_default_and_a_tenants_defaults_both_land(brokers) -> None:
     a, b = brokers
     ra, rb = await asyncio.gather(
-        send(a, admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("log.retention.ms", SET, "5000"))),
-        send(b, admin.INCREMENTAL_ALTER_CONFIGS,
+        send(a, config_admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("log.retention.ms", SET, "5000"))),
+        send(b, config_admin.INCREMENTAL_ALTER_CONFIGS,
              incremental_body(BROKER, "", ("log.cleaner.threads", SET, "2"))),
     )
     assert [ra.responses[0].error_code, rb.responses[0].error_code] == [ErrorCode.none, ErrorCode.none], (ra, rb)
@@ -170,9 +172,9 @@ async def test_incremental_alter_configs_of_the_cluster_default_and_a_tenants_de
 
     tid = await tenant(a.metadata, {})
     ra, rb = await asyncio.gather(
-        send(a, admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("retention.ms", SET, "7000")),
+        send(a, config_admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("retention.ms", SET, "7000")),
              principal="User:alice", tenant=tid),
-        send(b, admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("max.message.bytes", SET, "2000")),
+        send(b, config_admin.INCREMENTAL_ALTER_CONFIGS, incremental_body(BROKER, "", ("max.message.bytes", SET, "2000")),
              principal="User:alice", tenant=tid),
     )
     assert [ra.responses[0].error_code, rb.responses[0].error_code] == [ErrorCode.none, ErrorCode.none]

@@ -8,18 +8,18 @@ from __future__ import annotations
 from test_admin import call, make_broker, req_mod
 
 from shoal.config import ConfigSource
-from shoal.handlers import admin
+from shoal.handlers import configs as config_admin
 from shoal.metadata.embedded import EmbeddedMetadataStore
 from shoal.metadata.rules import configs as config_rules
 from shoal.protocol.codec import build
 from shoal.protocol.errors import ErrorCode
 
-SET, DELETE = admin.OP_SET, admin.OP_DELETE
-BROKER = admin.RESOURCE_BROKER
+SET, DELETE = config_admin.OP_SET, config_admin.OP_DELETE
+BROKER = config_admin.RESOURCE_BROKER
 
 
 def incremental(*resources, validate_only=False):
-    m = req_mod(admin.INCREMENTAL_ALTER_CONFIGS, 1)
+    m = req_mod(config_admin.INCREMENTAL_ALTER_CONFIGS, 1)
     return build(m.IncrementalAlterConfigsRequest, resources=tuple(
         build(m.AlterConfigsResource, resource_type=BROKER, resource_name=n,
               configs=tuple(build(m.AlterableConfig, name=k, config_operation=op, value=v) for k, op, v in ops))
@@ -27,23 +27,23 @@ def incremental(*resources, validate_only=False):
 
 
 def alter(name, configs):
-    m = req_mod(admin.ALTER_CONFIGS, 2)
+    m = req_mod(config_admin.ALTER_CONFIGS, 2)
     return build(m.AlterConfigsRequest, resources=(build(
         m.AlterConfigsResource, resource_type=BROKER, resource_name=name,
         configs=tuple(build(m.AlterableConfig, name=k, value=v) for k, v in configs.items())),), validate_only=False)
 
 
 async def describe(broker, name, keys=None):
-    m = req_mod(admin.DESCRIBE_CONFIGS, 4)
+    m = req_mod(config_admin.DESCRIBE_CONFIGS, 4)
     req = build(m.DescribeConfigsRequest, resources=(build(
         m.DescribeConfigsResource, resource_type=BROKER, resource_name=name,
         configuration_keys=None if keys is None else tuple(keys)),),
         include_synonyms=True, include_documentation=False)
-    return (await call(broker, admin.DESCRIBE_CONFIGS, 4, req)).results[0]
+    return (await call(broker, config_admin.DESCRIBE_CONFIGS, 4, req)).results[0]
 
 
 async def inc(broker, *resources, validate_only=False):
-    out = await call(broker, admin.INCREMENTAL_ALTER_CONFIGS, 1, incremental(*resources, validate_only=validate_only))
+    out = await call(broker, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, incremental(*resources, validate_only=validate_only))
     return [(r.error_code, r.error_message) for r in out.responses]
 
 
@@ -97,9 +97,9 @@ async def test_a_brokers_own_config_overrides_the_cluster_default_and_is_describ
 
 async def test_alter_configs_replaces_a_brokers_own_configs_and_they_survive_a_restart(tmp_path):
     b = await make_broker(tmp_path)
-    out = await call(b, admin.ALTER_CONFIGS, 2, alter("1", {"log.retention.ms": "7000", "num.io.threads": "4"}))
+    out = await call(b, config_admin.ALTER_CONFIGS, 2, alter("1", {"log.retention.ms": "7000", "num.io.threads": "4"}))
     assert [r.error_code for r in out.responses] == [ErrorCode.none]
-    out = await call(b, admin.ALTER_CONFIGS, 2, alter("1", {"log.retention.ms": "8000"}))
+    out = await call(b, config_admin.ALTER_CONFIGS, 2, alter("1", {"log.retention.ms": "8000"}))
     assert [r.error_code for r in out.responses] == [ErrorCode.none]
     assert dict(b.metadata.image.broker_overrides[1]) == {"log.retention.ms": "8000"}
     await b.metadata.close()  # journal and snapshot keep them

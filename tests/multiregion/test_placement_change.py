@@ -110,7 +110,8 @@ def test_a_v1_topic_moves_dc1_heavy_to_dc2_heavy():
 
 
 def test_the_admin_decision_refuses_tenants_and_placements_the_brokers_cannot_hold():
-    from shoal.handlers.admin import AdminError, _placement_change
+    from shoal.handlers.configs import _placement_change
+    from shoal.handlers.topics import AdminError
 
     class Scope:
         def __init__(self, physical_view: bool) -> None:
