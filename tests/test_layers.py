@@ -61,10 +61,6 @@ COMPOSITION_ROOT = frozenset({"broker", "startup", "cli"})
 # Imports that point up a layer today: (importing module, imported module) -> the part of issue 26
 # that removes it. Imports of shoal.broker are the next list's.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    # part 5 (one place for each decision; internal topics are created in one place): the produce
-    # handler lets brokers write the usage topic, whose name is metering's; it goes below handlers
-    # with the other internal topics' (groups' and txn's are already there).
-    ("shoal.handlers.produce", "shoal.metering.record"): "part 5: internal topics in one place",
 }
 
 # Modules other than the composition root that import shoal.broker today (all for its type) ->

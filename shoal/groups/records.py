@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
-OFFSETS_TOPIC = "__consumer_offsets"
+from shoal.tenancy.internal_topics import OFFSETS_TOPIC  # noqa: F401  (the groups package exports it)
 
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
 OFFSET_COMMIT_KEY_VERSION = 1

@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING
 
 from shoal.cluster import routing
 from shoal.handlers.registry import api
-from shoal.metering.record import USAGE_TOPIC
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.protocol.records import InvalidRecords
 from shoal.storage import OffsetOutOfRange
 from shoal.storage.producer_state import ProducerStateError
 from shoal.tenancy.acl import Operation, ResourceType
+from shoal.tenancy.internal_topics import USAGE_TOPIC
 from shoal.txn.coordinator import transaction_version
 
 if TYPE_CHECKING:

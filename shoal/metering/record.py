@@ -28,8 +28,9 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from shoal.tenancy.internal_topics import USAGE_TOPIC  # noqa: F401  (the metering package exports it)
+
 SCHEMA_VERSION = 1
-USAGE_TOPIC = "__shoal_usage"
 
 # Cumulative counters a broker keeps per tenant; a record carries their increase over its window.
 COUNTERS = ("bytes_in", "messages_in", "bytes_out", "requests", "request_time_us", "throttle_time_ms",

@@ -22,6 +22,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from shoal.protocol.errors import ErrorCode, error_code
+from shoal.tenancy.internal_topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from shoal.clock import Clock
@@ -33,7 +34,6 @@ log = logging.getLogger("shoal.txn")
 
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
-OFFSETS_TOPIC = "__consumer_offsets"
 MAX_BACKOFF_S = 2.0
 
 RETRIABLE = {

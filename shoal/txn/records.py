@@ -26,8 +26,7 @@ import struct
 from dataclasses import dataclass
 
 from shoal.protocol.records import encode_uvarint
-
-TXN_STATE_TOPIC = "__transaction_state"
+from shoal.tenancy.internal_topics import TXN_STATE_TOPIC  # noqa: F401  (the txn package exports it)
 
 _I16 = struct.Struct(">h")
 _VALUE_HEAD = struct.Struct(">qhib")
