@@ -1,12 +1,13 @@
 """The one topic-creation planner: every path that creates partitions asks it where they go.
 
-Callers: CreateTopics (validate_only too, manual assignments too), auto-creation through
-Metadata (``shoal.handlers.metadata.auto_create_topic``), the group coordinator's ``__consumer_offsets`` and
-CreatePartitions. Each hands it the live brokers with their racks (``live_brokers(image)``),
-the request and its defaults (``Defaults.for_topics`` / ``Defaults.for_offsets_topic``), and an
-injected random source; it returns a :class:`Plan` or raises :class:`PlacementError` with
-Kafka's error code and Kafka's message. Pure: no I/O, no clock, no randomness but ``rng``, so a
-seeded ``random.Random`` gives the same plan every time.
+Callers: topic creation, one decision for CreateTopics (validate_only too, manual assignments
+too), auto-creation through Metadata, the coordinators' internal topics and the metering topic
+(``shoal.tenancy.creation``), and CreatePartitions. Each hands it the live brokers with their
+racks (``live_brokers(image)``) of the image it decides on, the request and its defaults
+(``Defaults.for_topics`` / ``Defaults.for_offsets_topic``), and an injected random source; it
+returns a :class:`Plan` or raises :class:`PlacementError` with Kafka's error code and Kafka's
+message. Pure: no I/O, no clock, no randomness but ``rng``, so a seeded ``random.Random`` gives
+the same plan every time.
 
 What Kafka does, and so this:
 - Placement is ``AdminUtils.assignReplicasToBrokers`` (KIP-36, :mod:`shoal.placement.assignment`) with

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Self, Sequen
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.clock import Clock
-from shoal.config import ConfigSource
 from shoal.groups.records import partition_for
 from shoal.groups.storage import BrokerCoordinatorLog, CoordinatorLog, Record
 from shoal.protocol.errors import ErrorCode
@@ -78,8 +77,6 @@ class CoordinatorContext(BrokerSources):
         return self.fenced_source()
 
 
-# an internal topic's replication factor left at its default, on an etcd cluster (one node: 1)
-CLUSTER_REPLICATION_FACTOR = 3
 HOSTED_POLL_S = 0.01  # how often a load waiting for its partition's log looks again
 
 C = TypeVar("C")  # the coordinator's settings
@@ -217,32 +214,28 @@ class InternalTopicCoordinator(Generic[C, L]):
         self._creating.add_done_callback(done)
 
     async def _ensure_topic(self) -> None:
-        from shoal.cluster import planner
         from shoal.metadata import MetadataError
+        from shoal.tenancy.creation import PlacementRefused, create_internal_topic, internal_replication_factor
 
         broker = self._broker()
-        image = broker.metadata.image
-        if image.topic(self.TOPIC) is not None:
-            return
         partitions, rf = self._topic_size()
-        if broker.is_cluster and broker.config.source(self.RF_CONFIG) == ConfigSource.DEFAULT_CONFIG:
-            rf = CLUSTER_REPLICATION_FACTOR  # a cluster's internal topics replicate (Kafka's default)
-        live = planner.live_brokers(image, broker.fenced_brokers)
-        if self.SHRINK_RF_TO_LIVE_BROKERS and live:
-            rf = max(1, min(rf, len(live)))
-        try:  # the cluster's one planner
-            plan = planner.plan_topic(live, planner.TopicRequest(self.TOPIC), planner.Defaults(partitions, rf), broker.random)
-        except planner.PlacementError as e:
+        rf = internal_replication_factor(rf, broker.config, self.RF_CONFIG, broker.is_cluster)
+        try:  # the one creation decision: sized and placed on the image it commits against
+            created = await create_internal_topic(
+                broker.metadata, self.TOPIC, partitions, rf, self._topic_configs, rng=broker.random,
+                fenced=lambda: broker.fenced_brokers, shrink_to_live=self.SHRINK_RF_TO_LIVE_BROKERS)
+        except PlacementRefused as e:
             if e.message != self._refused:  # once per reason (FindCoordinator retries it on etcd)
                 self._refused = e.message
-                self.logger.error("cannot create %s (%s=%d): %s", self.TOPIC, self.RF_CONFIG, rf, e.message)
+                self.logger.error("cannot create %s (%s=%d): %s", self.TOPIC, self.RF_CONFIG, e.replication_factor,
+                                  e.message)
             return
-        try:
-            await broker.metadata.create_topic(self.TOPIC, list(plan.assignments), self._topic_configs(rf), internal=True)
-            self.logger.info("created %s with %d partitions (replication factor %d)", self.TOPIC, partitions, rf)
         except MetadataError as e:
-            if e.code != "TOPIC_ALREADY_EXISTS":
-                self.logger.error("cannot create %s: %s", self.TOPIC, e)
+            self.logger.error("cannot create %s: %s", self.TOPIC, e)
+            return
+        if created is not None:
+            self.logger.info("created %s with %d partitions (replication factor %d)", self.TOPIC,
+                             len(created.partitions), len(created.partitions[0].replicas))
 
     # -- following metadata ---------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ from shoal.config import (
     format_value,
 )
 from shoal.handlers.registry import api
-from shoal.handlers.topics import AdminError, decide, ignored_topic_config, refuse_operator_configs, validate_topic_name
+from shoal.handlers.topics import AdminError, decide
 from shoal.metadata import MetadataImage, TopicInfo, inheritance
 from shoal.metadata.change import Result, unchanged
 from shoal.metadata.rules import configs as config_rules
@@ -72,6 +72,7 @@ from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.tenancy import namespaces
+from shoal.tenancy.creation import ignored_topic_config, operator_configs_refusal
 from shoal.tenancy.scope import OPERATOR_TOPIC_CONFIGS
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
         IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
     )
+    from shoal.tenancy.scope import Scope
 
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
@@ -96,6 +98,24 @@ _NO_THROTTLE = datetime.timedelta(0)
 
 # ---------------------------------------------------------------------------------------------
 # DescribeConfigs
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's ``Topic.validate``, with KIP-37 names (``payments:eu:orders``)."""
+    why = namespaces.topic_name_error(name)
+    if why is not None:
+        raise AdminError("INVALID_TOPIC_EXCEPTION", why)
+
+
+def refuse_operator_configs(scope: Scope, current: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """A tenant's topic configs (a topic's, a namespace's or its defaults) may not set, change
+    or remove the ones that say where replicas go (``OPERATOR_TOPIC_CONFIGS``): POLICY_VIOLATION.
+    The physical view may."""
+    if scope.physical_view:
+        return
+    why = operator_configs_refusal(current, new)
+    if why is not None:
+        raise AdminError("POLICY_VIOLATION", why)
 
 
 def _broker_resource(ctx: RequestContext, name: str) -> bool:

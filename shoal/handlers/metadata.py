@@ -27,6 +27,7 @@ from shoal.metadata import MetadataError, MetadataImage, PartitionInfo, TopicInf
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import CLUSTER_NAME, Operation, ResourceType
+from shoal.tenancy.creation import AutoCreateTopic
 # Kafka's Topic.validate with KIP-37 names; a namespace that does not exist is refused by
 # auto-creation (auto_create_topic below), not here.
 from shoal.tenancy.namespaces import topic_name_error
@@ -295,29 +296,10 @@ async def handle_describe_cluster(ctx: RequestContext, req: DescribeClusterReque
 
 
 async def auto_create_topic(svc: "Services", name: str) -> TopicInfo | None:
-    """Create a topic with broker defaults, as Kafka does for Metadata with auto-creation."""
-    from shoal.cluster import planner
-    from shoal.tenancy.namespaces import auto_create_refusal
-
-    image = svc.metadata.image
-    defaults = planner.Defaults.for_topics(svc.config)
-    refused = auto_create_refusal(  # tenancy: namespace, policy
-        image, name, defaults.num_partitions, defaults.replication_factor
-    )
-    if refused is not None:
-        raise MetadataError(*refused)
-    placement = svc.config.get("replica.placement")  # the broker's default placement, if any
-    try:  # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
-        from shoal.placement.constraints import parse_placement
-
-        request = planner.TopicRequest(name, placement=parse_placement(placement) if placement else None)
-        plan = planner.plan_topic(planner.live_brokers(image, svc.fenced_brokers), request, defaults, svc.random)
-    except planner.PlacementError as e:
-        raise MetadataError(e.code, e.message) from None
-    configs = {"replica.placement": placement} if placement else {}  # recorded: how it was placed
-    try:
-        return await svc.metadata.create_topic(name, list(plan.assignments), configs, observers=plan.observers)
-    except MetadataError as e:
-        if e.code == "TOPIC_ALREADY_EXISTS":
-            return svc.metadata.image.topic(name)
-        raise
+    """Create a topic with broker defaults, as Kafka does for Metadata with auto-creation: the one
+    creation decision (``shoal.tenancy.creation``: namespace, tenant policy, placement), decided
+    on the image it commits against; a topic of that name created meanwhile is the answer."""
+    store = svc.metadata
+    decision = AutoCreateTopic(name=name, config=svc.config, new_uuid=store.new_uuid, rng=svc.random,
+                               fenced=lambda: svc.fenced_brokers)
+    return await store.decide_and_commit(decision.decide)

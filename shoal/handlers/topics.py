@@ -8,8 +8,10 @@ Handlers only change metadata; the broker follows the new image (creates/deletes
 Every change is one decision run through ``store.decide_and_commit``: its checks (a topic's
 existence, a tenant's create-topic policy and partition limit) and its change are decided on the
 same image and decided again when another writer (a coroutine or another broker) committed first,
-so no check is bypassed and no update is lost across brokers. The configs of topics, brokers,
-namespaces and tenants are ``shoal.handlers.configs``'.
+so no check is bypassed and no update is lost across brokers. A new topic's is the one creation
+decision (``shoal.tenancy.creation.CreateTopic``: validation, placement, the tenant's policy),
+which auto-creation and the internal topics use too. The configs of topics, brokers, namespaces
+and tenants are ``shoal.handlers.configs``'.
 
 Deliberate deviations from Kafka:
 - Replica placement and its validation are the cluster's one planner (``shoal.cluster.planner``:
@@ -44,18 +46,10 @@ KIP-37 namespaces and tenant policies (``shoal.tenancy.namespaces``, ``shoal.ten
 from __future__ import annotations
 
 import functools
-import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
-from shoal.config import (
-    ConfigError,
-    describe_topic_configs,
-    canonical_config_name,
-    validate_topic_configs,
-    IGNORED_TOPIC_CONFIGS,
-)
-from shoal.logutil import RateLimitedLog
+from shoal.config import describe_topic_configs
 from shoal.handlers.registry import api
 from shoal.metadata import MetadataError, MetadataImage, MetadataStore, TopicInfo, inheritance
 from shoal.metadata.change import Result
@@ -67,11 +61,11 @@ from shoal.protocol.errors import error_code
 from shoal.tenancy.acl import Operation, ResourceType
 from shoal.tenancy import namespaces
 from shoal.tenancy import policy as tenancy_policy
-from shoal.tenancy.scope import ASSIGNMENT_IS_OPERATORS, OPERATOR_TOPIC_CONFIGS, operator_config_refused
+from shoal.tenancy.creation import CreateTopic
+from shoal.tenancy.scope import ASSIGNMENT_IS_OPERATORS
 from shoal.quotas import mutation
 
 if TYPE_CHECKING:
-    from shoal.config import BrokerConfig
     from shoal.handlers.context import RequestContext
     from shoal.handlers.messages import (
         CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
@@ -85,7 +79,6 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 
-MAX_TOPIC_NAME_LENGTH = 249
 _ZERO_UUID = uuid.UUID(int=0)  # kio decodes the zero uuid as None
 
 
@@ -98,18 +91,6 @@ class AdminError(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # Shared policy
-
-
-def validate_topic_name(name: str | None, max_length: int = MAX_TOPIC_NAME_LENGTH) -> None:
-    """Kafka's ``Topic.validate``, with KIP-37 names (``payments:eu:orders``); a tenant's names are
-    shorter by its prefix (``max_length``)."""
-    why = namespaces.topic_name_error(name, max_length)
-    if why is not None:
-        raise AdminError("INVALID_TOPIC_EXCEPTION", why)
-
-
-def _collision_key(name: str) -> str:
-    return name.replace(".", "_")
 
 
 def _metadata_error(e: MetadataError) -> AdminError:
@@ -135,77 +116,6 @@ def _charge_mutations(quota: Any, partitions: int) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # CreateTopics
-
-
-def _plan_topic(
-    image: MetadataImage, cfg: Any, t: Any, scope: Any, rng: Any, fenced: frozenset[int]
-) -> tuple[list[tuple[int, ...]], dict[str, str], tuple[tuple[int, ...], ...]]:
-    """Validate one CreatableTopic (``t.name`` as ``scope`` names it); return its replica
-    assignment (the cluster's planner, with ``svc.random``), config overrides and each
-    partition's observers (``replica.placement``, the topic's or the broker's default)."""
-    name = t.name
-    validate_topic_name(name, MAX_TOPIC_NAME_LENGTH - len(scope.prefix))
-    if scope.topic(image, name) is not None:
-        raise AdminError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
-    if scope.reserved_name(image, name):
-        raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic name '{name}' is reserved.")
-    missing = namespaces.missing_namespace_error(image, scope.physical(name), scope.prefix)
-    if missing is not None:  # KIP-37's InvalidNamespaceException: no auto-creation of namespaces
-        raise AdminError("INVALID_TOPIC_EXCEPTION", missing)
-    key = _collision_key(name)
-    for existing, _info in scope.topics(image):
-        if _collision_key(existing) == key:
-            raise AdminError("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {existing}")
-    configs: dict[str, str] = {}
-    for c in t.configs:
-        if c.value is None:
-            raise AdminError("INVALID_CONFIG", f"Null value not supported for topic configs: {c.name}")
-        if not ignored_topic_config(c.name, name):
-            configs[canonical_config_name(c.name)] = c.value
-    try:
-        validate_topic_configs(configs)
-    except ConfigError as e:
-        raise AdminError(e.code, e.message) from None
-    if not scope.physical_view:  # where replicas go is the operator's
-        if t.assignments:
-            raise AdminError("POLICY_VIOLATION", ASSIGNMENT_IS_OPERATORS)
-        refuse_operator_configs(scope, {}, configs)
-
-    placement = _placement(configs, cfg)
-    if placement is not None:  # recorded with the topic: how it was placed, whatever the default later
-        configs["replica.placement"] = configs.get("replica.placement") or placement.to_json()
-    request = planner.TopicRequest(
-        scope.physical(name),
-        int(t.num_partitions),
-        int(t.replication_factor),
-        tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids)) for a in t.assignments),
-        placement=placement,
-    )
-    try:
-        plan = planner.plan_topic(
-            planner.live_brokers(image, fenced), request, planner.Defaults.for_topics(cfg), rng
-        )
-    except PlacementError as e:
-        raise AdminError(e.code, e.message) from None
-    return list(plan.assignments), configs, plan.observers
-
-
-def _placement(configs: Mapping[str, str], cfg: Any) -> Any:
-    """The ``replica.placement`` a new topic is placed by: its own, else the broker default
-    (validated when set); None for Kafka's rack-aware placement."""
-    from shoal.placement.constraints import parse_placement
-
-    text = configs.get("replica.placement", cfg.get("replica.placement"))
-    return parse_placement(text) if text else None
-
-
-def _create_policy_error(image: MetadataImage, scope: Any, name: str, assignment: list, configs: Mapping[str, str]) -> str | None:
-    """The tenant's create-topic policy (``shoal.tenancy.policy``) on one planned topic."""
-    tenant = image.tenants.get(scope.tenant_id) if scope.tenant_id else None
-    if tenant is None or not tenant.policy:
-        return None
-    request = tenancy_policy.CreateRequest(name, len(assignment), len(assignment[0]) if assignment else 0, configs)
-    return tenancy_policy.check_create(tenant.policy, tenancy_policy.tenant_state(image, tenant.tenant_id), request)
 
 
 def _partitions_policy_error(image: MetadataImage, scope: Any, name: str, count: int) -> str | None:
@@ -271,37 +181,29 @@ async def handle_create_topics(ctx: RequestContext, req: CreateTopicsRequest) ->
             continue
         cfg = svc.config
         scope = ctx.scope
-        physical = scope.physical(t.name)
-
-        def checked(image: MetadataImage, t: Any = t, cfg: BrokerConfig = cfg,
-                    scope: Scope = scope) -> tuple[list[tuple[int, ...]], dict[str, str], Any]:
-            assignment, configs, observers = _plan_topic(image, cfg, t, scope, svc.random, svc.fenced_brokers)
-            policy_error = _create_policy_error(image, scope, t.name, assignment, configs)
-            if policy_error is not None:
-                raise AdminError("POLICY_VIOLATION", policy_error)
-            return assignment, configs, observers
-
-        def create(image: MetadataImage,
-                   checked: Callable[[MetadataImage], tuple[list[tuple[int, ...]], dict[str, str], Any]] = checked,
-                   physical: str = physical) -> Result[Any]:
-            assignment, configs, observers = checked(image)  # the policy counts what exists at commit time
-            r = topic_rules.create_topic(image, physical, assignment, configs, new_uuid=store.new_uuid,
-                                         observers=observers)
-            return Result(r.change, (r.response, assignment, configs))
-
+        creation = CreateTopic(
+            scope=scope, name=t.name, num_partitions=int(t.num_partitions), replication_factor=int(t.replication_factor),
+            assignments=tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids)) for a in t.assignments),
+            configs=tuple((c.name, c.value) for c in t.configs), config=cfg,
+            new_uuid=store.new_uuid, rng=svc.random, fenced=lambda: svc.fenced_brokers)
         try:
             if not (
                 scope.allowed_cluster(Operation.CREATE)
                 or scope.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)
             ):
                 raise AdminError("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
-            assignment, configs, _observers = checked(store.image)
-            if req.validate_only:
-                topic_id = None
-            else:
-                _charge_mutations(quota, len(assignment))
-                info, assignment, configs = await decide(store, create)
-                topic_id = info.topic_id
+            try:
+                planned = creation.plan(store.image)
+            except MetadataError as e:
+                raise _metadata_error(e) from None
+            topic_id = None
+            partitions, rf, configs = len(planned.assignments), planned.replication_factor, planned.configs
+            if not req.validate_only:
+                _charge_mutations(quota, len(planned.assignments))
+                # decided again on the image it commits against: checks, placement and policy
+                topic = await decide(store, creation.decide)
+                topic_id, configs = topic.topic_id, topic.configs
+                partitions, rf = len(topic.partitions), len(topic.partitions[0].replicas) if topic.partitions else 0
         except AdminError as e:
             results.append(result(t.name, code=e.code, message=e.message))
             continue
@@ -313,9 +215,9 @@ async def handle_create_topics(ctx: RequestContext, req: CreateTopicsRequest) ->
             result(
                 t.name,
                 topic_id=topic_id,
-                partitions=len(assignment),
-                rf=len(assignment[0]) if assignment else 0,
-                configs=_creatable_configs(mod, cfg, configs, store.image, physical),
+                partitions=partitions,
+                rf=rf,
+                configs=_creatable_configs(mod, cfg, configs, store.image, scope.physical(t.name)),
             )
         )
     return build(mod.CreateTopicsResponse, throttle_time=mutation.response_throttle(ctx, quota), topics=tuple(results))
@@ -480,30 +382,3 @@ async def handle_create_partitions(ctx: RequestContext, req: CreatePartitionsReq
             continue
         results.append(result(t.name))
     return build(mod.CreatePartitionsResponse, throttle_time=mutation.response_throttle(ctx, quota), results=tuple(results))
-
-
-# ---------------------------------------------------------------------------------------------
-# Topic configs (CreateTopics here, AlterConfigs and IncrementalAlterConfigs in handlers.configs)
-
-
-def refuse_operator_configs(scope: Scope, current: Mapping[str, str], new: Mapping[str, str]) -> None:
-    """A tenant's topic configs (a topic's, a namespace's or its defaults) may not set, change
-    or remove the ones that say where replicas go (``OPERATOR_TOPIC_CONFIGS``): POLICY_VIOLATION.
-    The physical view may."""
-    if scope.physical_view:
-        return
-    for name in sorted(OPERATOR_TOPIC_CONFIGS):
-        if (new.get(name) or None) != (current.get(name) or None):
-            raise AdminError("POLICY_VIOLATION", operator_config_refused(name))
-
-
-_ignored_log = RateLimitedLog(logging.getLogger("shoal.handlers.topics"))
-
-
-def ignored_topic_config(name: str, resource: str) -> bool:
-    """True for a deprecated topic config Kafka accepts and ignores (``IGNORED_TOPIC_CONFIGS``),
-    with one warning line per config name per interval."""
-    why = IGNORED_TOPIC_CONFIGS.get(name)
-    if why is not None:
-        _ignored_log.log(logging.WARNING, name, "Topic configuration %s is ignored (%s): %s", name, resource or "-", why)
-    return why is not None

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.metering")
 
 STATE_FILE = "metering-state.json"
-CLUSTER_REPLICATION_FACTOR = 3
 WRITE_TIMEOUT_S = 10.0
 
 
@@ -160,29 +159,23 @@ def topic_configs(config: Any) -> dict[str, str]:
 
 async def ensure_topic(broker: "MeteringHost") -> str | None:
     """Create ``__shoal_usage`` if missing; None when it exists, else why it cannot be created."""
-    from shoal.cluster import planner
-    from shoal.config import ConfigSource
     from shoal.metadata import MetadataError
+    from shoal.tenancy.creation import PlacementRefused, create_internal_topic, internal_replication_factor
 
-    image = broker.metadata.image
-    if image.topic(USAGE_TOPIC) is not None:
-        return None
     cfg = broker.config
-    rf = int(cfg.get("shoal.metering.topic.replication.factor"))
-    if broker.controller is not None and cfg.source("shoal.metering.topic.replication.factor") == ConfigSource.DEFAULT_CONFIG:
-        rf = CLUSTER_REPLICATION_FACTOR
-    defaults = planner.Defaults.for_offsets_topic(int(cfg.get("shoal.metering.topic.partitions")), rf)
-    try:
-        plan = planner.plan_topic(planner.live_brokers(image, broker.fenced_brokers()), planner.TopicRequest(USAGE_TOPIC),
-                                  defaults, broker.random)
-    except planner.PlacementError as e:
-        return f"cannot create {USAGE_TOPIC} (replication factor {rf}): {e.message}"
-    try:
-        await broker.metadata.create_topic(USAGE_TOPIC, list(plan.assignments), topic_configs(cfg), internal=True)
-        log.info("created %s with %d partitions, replication factor %d", USAGE_TOPIC, len(plan.assignments), rf)
+    key = "shoal.metering.topic.replication.factor"
+    rf = internal_replication_factor(int(cfg.get(key)), cfg, key, broker.controller is not None)
+    try:  # the one creation decision: placed on the image it commits against
+        created = await create_internal_topic(
+            broker.metadata, USAGE_TOPIC, int(cfg.get("shoal.metering.topic.partitions")), rf,
+            lambda _rf: topic_configs(cfg), rng=broker.random, fenced=broker.fenced_brokers)
+    except PlacementRefused as e:
+        return f"cannot create {USAGE_TOPIC} (replication factor {e.replication_factor}): {e.message}"
     except MetadataError as e:
-        if e.code != "TOPIC_ALREADY_EXISTS":
-            return f"cannot create {USAGE_TOPIC}: {e}"
+        return f"cannot create {USAGE_TOPIC}: {e}"
+    if created is not None:
+        log.info("created %s with %d partitions, replication factor %d", USAGE_TOPIC, len(created.partitions),
+                 len(created.partitions[0].replicas))
     return None
 
 

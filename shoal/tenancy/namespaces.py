@@ -40,7 +40,7 @@ from shoal.config import (
     describe_topic_configs,
     format_value,
 )
-from shoal.metadata import owner_tenant, tenant_prefix
+from shoal.metadata import owner_tenant
 from shoal.metadata.inheritance import (
     NAMESPACE,
     NAMESPACE_SEP,
@@ -445,22 +445,3 @@ def describe_tenant_defaults(configs: Mapping[str, str]) -> list[ConfigEntry]:
             documentation=f"tenant default; {d.doc}",
         ))
     return out
-
-
-def auto_create_refusal(image: "MetadataImage", physical_topic: str, partitions: int,
-                        replication_factor: int) -> tuple[str, str] | None:
-    """Why a topic may not be auto-created (Metadata with auto-creation): ``(error code,
-    message)`` when its namespace does not exist or its tenant's policy refuses it, else None."""
-    from shoal.tenancy.policy import CreateRequest, check_create, tenant_state
-
-    tid = owner_tenant(physical_topic, image.tenants)
-    prefix = tenant_prefix(tid) if tid else ""
-    why = missing_namespace_error(image, physical_topic, prefix)
-    if why is not None:
-        return "INVALID_TOPIC_EXCEPTION", why
-    if tid is not None and image.tenants[tid].policy:
-        why = check_create(image.tenants[tid].policy, tenant_state(image, tid),
-                           CreateRequest(physical_topic[len(prefix):], partitions, replication_factor, {}))
-        if why is not None:
-            return "POLICY_VIOLATION", why
-    return None
