@@ -505,8 +505,9 @@ async def handle_alter_configs(ctx: RequestContext, req: AlterConfigsRequest) ->
     """Replace a resource's whole set of overrides with the given configs."""
     mod = response_module(ALTER_CONFIGS, ctx.api_version)
 
-    def compute_for(res):
-        def compute(current, topic, effective, key=_same_key):
+    def compute_for(res: Any) -> Callable[..., dict[str, str]]:
+        def compute(current: Mapping[str, str], topic: bool, effective: Callable[[str], str | None],
+                    key: Callable[[str, str | None], tuple[str, str | None]] = _same_key) -> dict[str, str]:
             # a tenant's replacement keeps what it may not change (the operator's placement)
             kept = () if ctx.scope.physical_view or not topic else OPERATOR_TOPIC_CONFIGS
             out: dict[str, str] = {k: v for k, v in current.items() if k in kept}
@@ -516,6 +517,8 @@ async def handle_alter_configs(ctx: RequestContext, req: AlterConfigsRequest) ->
                 if topic and ignored_topic_config(c.name, res.resource_name):
                     continue
                 name, value = key(c.name, c.value)
+                if value is None:  # (never: a null was refused above, and a key keeps a value)
+                    raise AdminError("INVALID_REQUEST", f"Null value not supported for : {c.name}")
                 out[name] = value
             return out
 
@@ -530,8 +533,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext,
                                            req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     mod = response_module(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
 
-    def compute_for(res):
-        def compute(current, topic, effective, key=_same_key):
+    def compute_for(res: Any) -> Callable[..., dict[str, str]]:
+        def compute(current: Mapping[str, str], topic: bool, effective: Callable[[str], str | None],
+                    key: Callable[[str, str | None], tuple[str, str | None]] = _same_key) -> dict[str, str]:
             configs = [c for c in res.configs if not (topic and ignored_topic_config(c.name, res.resource_name))]
             keyed = [key(c.name, c.value) for c in configs]
             names = [name for name, _v in keyed]
