@@ -90,10 +90,13 @@ def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
 
 class BrokerProcess:
     """``python -m shoal serve`` on a fixed port and directory, restartable, with ``overrides``
-    (``--override key=value`` each). Subclasses add listeners (``listeners``) and settings."""
+    (``--override key=value`` each) and ``log_level`` (``--log-level``). Subclasses add listeners
+    (``listeners``) and settings."""
 
-    def __init__(self, workdir: Path, port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, overrides: dict[str, str] | None = None,
+                 log_level: str | None = None) -> None:
         self.overrides: dict[str, str] = dict(overrides or {})
+        self.log_level = log_level
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +120,7 @@ class BrokerProcess:
         args = ["--listeners", ",".join(self.listeners()), "--log-dirs", str(self.data_dir)]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
-        return args
+        return args + (["--log-level", self.log_level] if self.log_level else [])
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"

@@ -13,18 +13,16 @@ import datetime
 import os
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from broker_process import BrokerProcess
 from e2e_helpers import OP_TIMEOUT, consume, create_topic
+from faults.linkproxy import LinkProxy
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from shoal.client import AdminClient
@@ -33,7 +31,7 @@ from shoal.protocol.records import iter_records
 
 pytestmark = pytest.mark.timeout(90)
 
-REPO = Path(__file__).resolve().parents[2]
+LINK = "client->broker"  # the proxy link of the cutting test
 FETCH, DESCRIBE_PRODUCERS = 1, 61
 
 
@@ -188,186 +186,21 @@ def test_producer_state_survives_restarts(fresh_broker, topic_name):
 # -- a proxy that cuts connections ---------------------------------------------------------------
 
 
-class CuttingProxy:
-    """Loopback TCP proxy to ``target_port`` that cuts connections at random points.
-
-    Each connection gets a byte budget per direction drawn from the test's seeded ``rng``; when
-    one runs out, the bytes up to it are forwarded (so a request or response may arrive cut in
-    the middle) and both sockets are closed. After ``max_cuts`` cuts the proxy stops cutting,
-    so the test is bounded. Threads, one per direction per connection.
-    """
-
-    def __init__(self, target_port: int, rng: random.Random, max_cuts: int, up_budget: int, down_budget: int):
-        self.target_port = target_port
-        self.rng = rng
-        self.max_cuts = max_cuts
-        self.up_budget = up_budget
-        self.down_budget = down_budget
-        self.cuts = 0
-        self.connections = 0
-        self.cutting = threading.Event()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._socks: set[socket.socket] = set()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _budget(self, limit: int) -> int | None:
-        with self._lock:
-            if not self.cutting.is_set() or self.cuts >= self.max_cuts:
-                return None
-            return self.rng.randint(1, limit)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._closed:
-                    client.close()
-                    upstream.close()
-                    return
-                self.connections += 1
-                self._socks.update((client, upstream))
-            state = {"dead": False}
-            for src, dst, limit in ((client, upstream, self.up_budget), (upstream, client, self.down_budget)):
-                threading.Thread(
-                    target=self._pump, args=(src, dst, self._budget(limit), (client, upstream), state), daemon=True
-                ).start()
-
-    def _pump(self, src, dst, budget, pair, state) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if budget is not None and len(data) >= budget:
-                    with self._lock:
-                        allowed = self.cuts < self.max_cuts and not state["dead"]
-                        if allowed:
-                            self.cuts += 1
-                            state["dead"] = True
-                    if allowed:
-                        dst.sendall(data[:budget])
-                        break
-                    budget = None
-                if budget is not None:
-                    budget -= len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            state["dead"] = True
-            for s in pair:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-            with self._lock:
-                self._socks.difference_update(pair)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            socks = list(self._socks)
-        self.listener.close()
-        for s in socks:
-            try:
-                s.close()
-            except OSError:
-                pass
-
-
-class ProxiedBroker:
-    """``python -m shoal serve`` on ``port``, advertising ``advertised_port`` (the proxy's)."""
-
-    def __init__(self, workdir: Path, port: int, advertised_port: int) -> None:
-        self.workdir = workdir
-        self.port = port
-        self.log_path = workdir / "broker.log"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "shoal", "serve",
-                    "--listeners", f"PLAINTEXT://127.0.0.1:{port}",
-                    "--advertised-listeners", f"PLAINTEXT://127.0.0.1:{advertised_port}",
-                    "--log-dirs", str(workdir / "data"),
-                    "--log-level", "DEBUG",  # the produce handler logs each duplicate it answers
-                ],
-                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited while starting\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"broker did not start\n{self.log_tail()}")
-                time.sleep(0.05)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def proxied():
+    """A broker of its own advertising a link proxy's port (tests/faults/linkproxy.py), so every
+    connection a client makes goes through the link; the test makes the link cut connections at
+    random points (``chop``: a byte budget per connection and direction from the seeded proxy)."""
     workdir = Path(tempfile.mkdtemp(prefix="shoal-e2e-proxy-"))
     seed = int(os.environ.get("SHOAL_PROXY_SEED", random.randrange(1 << 30)))
-    rng = random.Random(seed)
-    # The proxy needs the broker's port and the broker the proxy's: pick the broker's first.
-    broker_port = _free_port()
-    proxy = CuttingProxy(broker_port, rng, max_cuts=20, up_budget=60_000, down_budget=1_500)
-    try:
-        broker = ProxiedBroker(workdir, broker_port, proxy.port)
-    except BaseException:
-        proxy.close()
-        raise
+    proxy = LinkProxy(seed)
+    # DEBUG: the produce handler logs each duplicate it answers
+    broker = BrokerProcess(workdir, log_level="DEBUG")
+    port = proxy.add(LINK, (broker.host, broker.port))
+    broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
     failed = True
     try:
+        broker.start()
         yield broker, proxy, seed
         failed = False
     finally:
@@ -382,11 +215,11 @@ def proxied():
 def test_cut_connections_deliver_every_message_exactly_once_in_order(proxied):
     broker, proxy, seed = proxied
     topic, partitions, total = "cut-test", 4, 20_000
-    create_topic(f"127.0.0.1:{proxy.port}", topic, partitions)  # before the cutting starts
-    proxy.cutting.set()
+    create_topic(f"127.0.0.1:{proxy.port(LINK)}", topic, partitions)  # before the cutting starts
+    proxy.chop(LINK, up=60_000, down=1_500, max_cuts=20)
     producer = Producer(
         {
-            "bootstrap.servers": f"127.0.0.1:{proxy.port}",
+            "bootstrap.servers": f"127.0.0.1:{proxy.port(LINK)}",
             "enable.idempotence": True,
             "linger.ms": 2,
             "batch.num.messages": 100,
@@ -417,9 +250,11 @@ def test_cut_connections_deliver_every_message_exactly_once_in_order(proxied):
                 producer.poll(0.05)
         producer.poll(0)
     remaining = producer.flush(60)
-    proxy.cutting.clear()
+    proxy.chop(LINK)
+    stats = proxy.stats(LINK)
+    cuts, connections = stats["chopped"], stats["connected"]
     assert remaining == 0 and not errors, (remaining, errors[:5], f"seed {seed}")
-    assert proxy.cuts >= 5, f"only {proxy.cuts} cuts in {proxy.connections} connections (seed {seed})"
+    assert cuts >= 5, f"only {cuts} cuts in {connections} connections (seed {seed})"
 
     got = asyncio.run(_read_partitions(broker.bootstrap, topic, partitions))
     for p in range(partitions):
@@ -439,7 +274,7 @@ def test_cut_connections_deliver_every_message_exactly_once_in_order(proxied):
     described = asyncio.run(_describe_producers(broker.bootstrap, topic, partitions))
     producers = sorted({(s.producer_id, s.producer_epoch) for p in described for s in p.active_producers})
     print(
-        f"seed {seed}: {proxy.cuts} cuts over {proxy.connections} connections, {duplicates} duplicates; "
+        f"seed {seed}: {cuts} cuts over {connections} connections, {duplicates} duplicates; "
         f"producer (id, epoch)s in the partitions: {producers}"
     )
     # Cut responses make the client resend batches the broker already has.

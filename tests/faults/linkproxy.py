@@ -10,6 +10,7 @@ and changes them at run time::
     lp.bandwidth("b1->b2", 1_000_000, direction="up")  # bytes/s, token bucket; None: unlimited
     lp.cut("b1->b2", mode="stall", new="hang")         # or mode="reset", new="refuse"
     lp.heal("b1->b2")
+    lp.chop("b1->b2", up=60_000, down=1_500, max_cuts=20)  # cut connections at random bytes
     lp.stats("b1->b2")                                  # bytes forwarded, connections
     lp.close()
 
@@ -24,6 +25,12 @@ answers. ``cut``:
   port is bound again, same number, at ``heal``); ``new="hang"``: connections are accepted and
   held, no byte either way and no connection to dst, until ``heal`` (a black hole, as a dropped
   SYN-ACK path looks to a client with a connect timeout).
+
+``chop``: each connection made from then on gets a byte budget per direction, drawn from the
+link's seeded generator (1 to ``up`` / ``down`` bytes; ``None``: no budget that way); when a
+direction's budget runs out, the bytes up to it are forwarded (a request or a response arrives cut
+in the middle) and the connection is closed on both sides (FIN), at most ``max_cuts`` times in all
+(``stats()["chopped"]``); ``chop(name)`` stops it.
 
 Delay: each chunk read is released ``delay + uniform(0, jitter)`` ms after it arrived, never
 before an earlier chunk of the same direction (TCP keeps order). Bandwidth: one token bucket per
@@ -94,6 +101,9 @@ class _Link:
         self.accepted = 0
         self.connected = 0
         self.refused_mode = False
+        self.chop_limits: dict[str, int | None] = {}  # direction -> largest budget ({}: no chopping)
+        self.chop_left = 0  # cuts still allowed
+        self.chopped = 0
 
     async def listen(self, port: int = 0) -> int:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", port, reuse_address=True)
@@ -126,8 +136,21 @@ class _Link:
             entry[1] = up_writer
             self.conns.add(key)
             self.connected += 1
-            await asyncio.gather(self._pipe(reader, up_writer, self.dirs["up"]),
-                                 self._pipe(up_reader, writer, self.dirs["down"]))
+            budgets = {d: self.rng.randint(1, limit) if limit else None for d, limit in self.chop_limits.items()}
+            done = [False]
+
+            def chop() -> bool:
+                """Whether this connection may be cut now (once, within the link's allowance)."""
+                if done[0] or self.chop_left <= 0:
+                    return False
+                self.chop_left -= 1
+                self.chopped += 1
+                done[0] = True
+                return True
+
+            await asyncio.gather(
+                self._pipe(reader, up_writer, self.dirs["up"], budgets.get("up"), chop, entry),
+                self._pipe(up_reader, writer, self.dirs["down"], budgets.get("down"), chop, entry))
         except (OSError, asyncio.CancelledError):
             pass
         finally:
@@ -137,7 +160,10 @@ class _Link:
                     w.close()
             self.tasks.discard(task)
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, d: _Dir) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, d: _Dir,
+                    budget: int | None = None, chop: Any = None, ends: Any = ()) -> None:
+        """Forward one direction; with a ``budget``, close both ``ends`` once that many bytes went
+        through (when ``chop()`` allows the cut)."""
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(QUEUE_CHUNKS)
 
         async def read() -> None:
@@ -157,11 +183,17 @@ class _Link:
                 await queue.put(None)
 
         async def write() -> None:
+            nonlocal budget
             while (item := await queue.get()) is not None:
                 release, data = item
                 wait = release - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                cut = False
+                if budget is not None:
+                    if len(data) >= budget and chop():
+                        data, cut = data[:budget], True
+                    budget = None if len(data) >= budget else budget - len(data)
                 view = memoryview(data)
                 while view:
                     await d.flowing.wait()
@@ -171,6 +203,11 @@ class _Link:
                     d.bytes += len(piece)  # before the write: a reader may look as soon as it lands
                     writer.write(piece)
                     await writer.drain()
+                if cut:  # the budget ran out: the connection ends here, both sides
+                    for w in ends:
+                        if w is not None:
+                            w.close()
+                    return
             if writer.can_write_eof():
                 writer.write_eof()  # half-close: the other direction may still be talking
 
@@ -296,6 +333,16 @@ class LinkProxy:
 
         self._call(go())
 
+    def chop(self, name: str, up: int | None = None, down: int | None = None, max_cuts: int = 0) -> None:
+        """Cut the link's new connections after a random number of bytes (at most ``up`` one way,
+        ``down`` the other), ``max_cuts`` times in all; ``chop(name)`` stops it for new ones."""
+        async def go() -> None:
+            link = self._links[name]
+            link.chop_limits = {"up": up, "down": down} if up or down else {}
+            link.chop_left = max_cuts
+
+        self._call(go())
+
     def heal_all(self) -> None:
         for name in self._links:
             self.heal(name)
@@ -307,7 +354,8 @@ class LinkProxy:
     def stats(self, name: str) -> dict[str, int]:
         link = self._links[name]
         return {"up_bytes": link.dirs["up"].bytes, "down_bytes": link.dirs["down"].bytes,
-                "accepted": link.accepted, "connected": link.connected, "open": len(link.conns)}
+                "accepted": link.accepted, "connected": link.connected, "open": len(link.conns),
+                "chopped": link.chopped}
 
     def close(self) -> None:
         async def go() -> None:

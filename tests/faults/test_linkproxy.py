@@ -196,3 +196,26 @@ def test_links_are_independent(proxy, echo):
     proxy.heal_all()
     with _connect(pa) as s:
         _roundtrip(s)
+
+
+def test_chop_cuts_each_new_connection_within_its_budget_up_to_max_cuts(proxy, echo):
+    """``chop``: a connection is closed once a direction carried its random budget (the bytes up
+    to it forwarded, so a message arrives cut), at most ``max_cuts`` times; then links forward."""
+    port = proxy.add("a->b", echo.addr)
+    proxy.chop("a->b", up=None, down=1000, max_cuts=2)
+    payload = b"x" * 2000  # longer than any budget: every echo is cut short
+    for _ in range(2):
+        with _connect(port) as s:
+            s.sendall(payload)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            assert 1 <= len(got) <= 1000 and got == payload[:len(got)]  # then EOF: closed
+    assert proxy.stats("a->b")["chopped"] == 2
+    with _connect(port) as s:  # the allowance is spent: whole round trips again
+        _roundtrip(s, payload)
+    proxy.chop("a->b", up=10, max_cuts=5)
+    proxy.chop("a->b")  # stopped before any connection
+    with _connect(port) as s:
+        _roundtrip(s, payload)
+    assert proxy.stats("a->b")["chopped"] == 2
