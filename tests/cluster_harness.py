@@ -278,8 +278,8 @@ class ProxiedCluster(Cluster):
             from etcd_cluster import ProxiedEtcd
 
             prefix = url.removeprefix("etcd://").partition("/")[2]
-            for n, b in self.brokers.items():
-                self.etcd_links[n] = ProxiedEtcd(etcd)
+            for n, b in self.brokers.items():  # links b<n>->etcd:<member>, healed with the others
+                self.etcd_links[n] = ProxiedEtcd(etcd, self.links, f"b{n}->etcd")
                 b.overrides["shoal.metadata.store"] = self.etcd_links[n].url(prefix)
 
     def client_bootstrap(self, client: str, *nodes: int) -> str:
@@ -305,8 +305,6 @@ class ProxiedCluster(Cluster):
     def heal(self) -> None:
         """Every link, etcd's included."""
         self.links.heal_all()
-        for p in self.etcd_links.values():
-            p.restore()
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The leader Metadata (through a live broker's direct port) names; -1 when none."""
@@ -325,6 +323,4 @@ class ProxiedCluster(Cluster):
             if b.proc is not None and b.proc.poll() is None:
                 b.proc.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
         super().close()
-        self.links.close()
-        for p in self.etcd_links.values():
-            p.close()
+        self.links.close()  # the etcd links' too

@@ -249,114 +249,42 @@ class EtcdCluster:
         return "\n".join(out)
 
 
-class TcpProxy:
-    """A TCP forwarder on loopback to one etcd member, run in the test's event loop: ``cut()``
-    drops every connection and refuses new ones (a client cut off from etcd while the cluster
-    goes on), ``restore()`` lets them through again."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self.target = (host, int(port))
-        self.is_cut = False
-        self._writers: set = set()
-        self._server = None
-        self.port = 0
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        import asyncio
-
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader, writer) -> None:
-        import asyncio
-
-        if self.is_cut:
-            writer.close()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        if self.is_cut:  # cut while this connection was being made: cut() did not see it
-            writer.close()
-            up_writer.close()
-            return
-        self._writers.update((writer, up_writer))
-
-        async def pipe(r, w) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                w.close()
-                self._writers.discard(w)
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def cut(self) -> None:
-        self.is_cut = True
-        for w in list(self._writers):
-            w.close()
-        self._writers.clear()
-
-    def restore(self) -> None:
-        self.is_cut = False
-
-    async def close(self) -> None:
-        self.cut()
-        if self._server is not None:
-            self._server.close()
-
-
 class ProxiedEtcd:
-    """A ``TcpProxy`` to each member, run in an event loop of its own thread, for a broker
-    PROCESS: start it with ``url(prefix)`` and ``cut()`` cuts it off from the whole etcd cluster
-    (the others go on), ``restore()`` lets it through again."""
+    """A link proxy (tests/faults/linkproxy.py) to each member, for a client that must be cut off
+    from etcd while the cluster goes on: give it ``url(prefix)``; ``cut()`` resets its connections
+    and refuses new ones (the others go on), ``restore()`` lets it through again. On a
+    ``LinkProxy`` of its own, or on ``links`` (links named ``<name>:<member index>``, healed with
+    the others' ``heal_all``). Thread-safe: usable from a test's event loop too."""
 
-    def __init__(self, cluster: EtcdCluster) -> None:
-        import asyncio
-        import threading
+    def __init__(self, cluster: EtcdCluster, links=None, name: str = "etcd") -> None:
+        from broker_process import free_port
+        from faults.linkproxy import LinkProxy
 
         self.cluster = cluster
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="etcd-proxies", daemon=True)
-        self._thread.start()
-        self.proxies = [TcpProxy(m.endpoint) for m in cluster.members]
-        for p in self.proxies:
-            self._call(p.start())
-
-    def _call(self, coro):
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+        self._own = links is None
+        self.links = LinkProxy() if links is None else links
+        self.names = [f"{name}:{i}" for i in range(len(cluster.members))]
+        for n, m in zip(self.names, cluster.members):
+            host, _, port = m.endpoint.rpartition(":")
+            # below the ephemeral range: the port is free again while cut (refused), and heal binds
+            # it again, where a client's outgoing connection could have taken an ephemeral one
+            self.links.add(n, (host, int(port)), free_port())
 
     def url(self, prefix: str = "") -> str:
-        return "etcd://" + ",".join(p.endpoint for p in self.proxies) + (("/" + prefix.strip("/")) if prefix else "")
-
-    async def _each(self, method: str) -> None:
-        for p in self.proxies:
-            getattr(p, method)()
+        return "etcd://" + ",".join(f"127.0.0.1:{self.links.port(n)}" for n in self.names) + \
+            (("/" + prefix.strip("/")) if prefix else "")
 
     def cut(self) -> None:
-        self._call(self._each("cut"))
+        for n in self.names:
+            self.links.cut(n, mode="reset", new="refuse")
 
     def restore(self) -> None:
-        self._call(self._each("restore"))
+        for n in self.names:
+            self.links.heal(n)
 
     def close(self) -> None:
-        for p in self.proxies:
-            self._call(p.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+        if self._own:
+            self.links.close()
 
 
 def broker_store(url: str, **kw: Any) -> "EtcdMetadataStore":

@@ -1,5 +1,5 @@
 """A broker whose registration lease is lost registers again under a new lease, in one log line:
-the lease revoked behind its back, or expired while it was cut off from etcd (``TcpProxy``); and
+the lease revoked behind its back, or expired while it was cut off from etcd (``ProxiedEtcd``); and
 it stays unregistered, saying why, when another live broker took its node id meanwhile. Against the
 session's real etcd (``tests/etcd_cluster.py``), each test on a prefix of its own."""
 
@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from etcd_cluster import TcpProxy, broker_store
+from etcd_cluster import ProxiedEtcd, broker_store
 from polling import until_async
 from shoal.etcd.client import EtcdClient, parse_url
 from shoal.metadata import BrokerInfo
@@ -66,9 +66,8 @@ async def test_a_revoked_lease_registers_again_under_a_new_one(pair, caplog):
 
 async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(etcd_cluster, etcd_prefix, caplog):
     caplog.set_level(logging.INFO, "shoal.cluster.registration")
-    proxy = TcpProxy(etcd_cluster.members[0].endpoint)
-    await proxy.start()
-    a = broker_store(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    proxy = ProxiedEtcd(etcd_cluster)
+    a = broker_store(proxy.url(etcd_prefix), node_id=1, session_timeout_ms=SESSION_MS)
     b = broker_store(etcd_cluster.url(etcd_prefix), node_id=2, session_timeout_ms=SESSION_MS)
     await a.start()
     await b.start()
@@ -86,7 +85,7 @@ async def test_a_lease_expired_while_cut_off_registers_again_when_etcd_is_back(e
     finally:
         await a.close()
         await b.close()
-        await proxy.close()
+        proxy.close()
 
 
 async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_prefix, caplog):
@@ -95,10 +94,9 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
     lease gone and the id held by a live broker, says so, and stays unregistered. (Revoking it
     while it was connected raced with its keep-alive, which notices within a second.)"""
     caplog.set_level(logging.INFO, "shoal.cluster.registration")
-    proxy = TcpProxy(etcd_cluster.members[0].endpoint)
-    await proxy.start()
+    proxy = ProxiedEtcd(etcd_cluster)
     url = etcd_cluster.url(etcd_prefix)
-    a = broker_store(f"etcd://{proxy.endpoint}{etcd_prefix}", node_id=1, session_timeout_ms=SESSION_MS)
+    a = broker_store(proxy.url(etcd_prefix), node_id=1, session_timeout_ms=SESSION_MS)
     b = broker_store(url, node_id=2, session_timeout_ms=SESSION_MS)
     direct = EtcdClient(parse_url(url)[0])
     await a.start()
@@ -118,4 +116,4 @@ async def test_a_node_id_taken_meanwhile_is_not_taken_back(etcd_cluster, etcd_pr
         await direct.close()
         await a.close()
         await b.close()
-        await proxy.close()
+        proxy.close()

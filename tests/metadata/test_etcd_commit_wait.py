@@ -5,7 +5,7 @@ returns the watch's delivery of that revision changes nothing more (a registrati
 still applied). A three-member etcd of this module's own (``tests/etcd_cluster.py``): the test
 kills the quorum.
 
-The broker's watch reaches etcd through a ``TcpProxy`` cut just before the transaction (which goes
+The broker's watch reaches etcd through a ``ProxiedEtcd`` cut just before the transaction (which goes
 straight to etcd), so the watch cannot have delivered the change before the quorum dies: the
 interleaving is the same every run.
 """
@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy, broker_store
+from etcd_cluster import EtcdCluster, ProxiedEtcd, broker_store
 from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataImage
 from shoal.etcd.client import EtcdClient, parse_url
@@ -39,9 +39,8 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
     caplog.set_level(logging.INFO, "shoal.metadata.etcd")
     cluster.start_all()
     prefix = f"/wait-{uuid.uuid4().hex[:8]}"
-    proxy = TcpProxy(cluster.members[0].endpoint)
-    await proxy.start()
-    a = broker_store(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # its watch: via the proxy
+    proxy = ProxiedEtcd(cluster)
+    a = broker_store(proxy.url(prefix), node_id=1)  # its watch: via the proxy
     b = broker_store(cluster.url(prefix), node_id=2)
     direct = EtcdClient(parse_url(cluster.url(prefix))[0])
     await a.start()
@@ -94,7 +93,7 @@ async def test_quorum_dies_right_after_the_txn_commit_answers_within_the_bound(c
     finally:
         a.backend.client.txn = real_txn
         await asyncio.to_thread(cluster.start_all)
-        await proxy.close()
+        proxy.close()
         await direct.close()
         await a.close()
         await b.close()

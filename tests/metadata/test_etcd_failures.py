@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from etcd_cluster import EtcdCluster, TcpProxy, broker_store
+from etcd_cluster import EtcdCluster, ProxiedEtcd, broker_store
 from polling import until_async
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, changed_topics
 
@@ -74,10 +74,9 @@ async def test_quorum_down_changes_refused_retriably_reads_kept_then_converges(c
 
 
 async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_difference(cluster, url):
-    proxy = TcpProxy(cluster.members[0].endpoint)
-    await proxy.start()
+    proxy = ProxiedEtcd(cluster)
     prefix = "/" + url.rpartition("/")[2]
-    a = broker_store(f"etcd://{proxy.endpoint}{prefix}", node_id=1)  # reaches etcd only via the proxy
+    a = broker_store(proxy.url(prefix), node_id=1)  # reaches etcd only via the proxy
     b = broker_store(url, node_id=2)
     await a.start()
     await b.start()
@@ -105,7 +104,7 @@ async def test_cut_off_past_a_compaction_reloads_and_tells_listeners_the_differe
         await a.create_topic("after", [(1,)], {})  # and a writes again
         await until_async(lambda: "after" in b.image.topics)
     finally:
-        await proxy.close()
+        proxy.close()
         await a.close()
         await b.close()
 
