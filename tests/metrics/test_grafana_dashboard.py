@@ -106,10 +106,14 @@ def traffic(c) -> None:
     asyncio.run(quota())
     operator = AdminClient(c.operator_conf())
     operator.create_topics([NewTopic("dash-op", 1, 1)])["dash-op"].result(TIMEOUT)
-    slow = Producer({**c.operator_conf(), "client.id": "dash-throttled", "linger.ms": 0})
-    for _ in range(20):
+    throttled: list = []  # librdkafka's throttle events: the broker answered with a throttle time
+    slow = Producer({**c.operator_conf(), "client.id": "dash-throttled", "linger.ms": 0,
+                     "throttle_cb": throttled.append})
+    for _ in range(20):  # until the first throttled answer (each after it waits out its throttle)
         slow.produce("dash-op", b"t" * 1000)
         slow.flush(TIMEOUT)
+        if throttled:
+            break
     time.sleep(1.1)  # a loop-lag probe or two more
 
 
