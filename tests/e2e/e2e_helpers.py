@@ -48,28 +48,37 @@ def consume(
     bootstrap: str,
     topic: str,
     partitions: list[int] | int,
-    expected: int,
+    expected: int | dict[int, int],
     *,
     start: int = OFFSET_BEGINNING,
     timeout: float = OP_TIMEOUT,
     **extra: Any,
 ) -> list[Any]:
-    """Assign the partitions at ``start`` and poll until ``expected`` messages arrived."""
+    """Assign the partitions at ``start`` and poll until ``expected`` messages arrived: a count,
+    or {partition: offset}, until the consumer's position in each of those partitions reached the
+    offset (an end offset: past transaction markers too, which no message counts)."""
     if isinstance(partitions, int):
         partitions = list(range(partitions))
     c = consumer(bootstrap, **extra)
     out: list[Any] = []
+
+    def done() -> bool:
+        if isinstance(expected, int):
+            return len(out) >= expected
+        ends = {p: end for p, end in expected.items() if end > 0}
+        return all(tp.offset >= ends[tp.partition] for tp in c.position([TopicPartition(topic, p) for p in ends]))
+
     try:
         c.assign([TopicPartition(topic, p, start) for p in partitions])
         deadline = time.monotonic() + timeout
-        while len(out) < expected and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             msgs = c.consume(num_messages=500, timeout=0.2)
             for m in msgs:
                 if m.error():
                     raise KafkaException(m.error())
                 out.append(m)
         # Anything beyond what was expected is a bug too; give it a brief chance to show up.
-        if len(out) >= expected:
+        if done():
             for m in c.consume(num_messages=500, timeout=0.3):
                 if not m.error():
                     out.append(m)

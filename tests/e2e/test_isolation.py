@@ -363,9 +363,9 @@ async def a_state(w: World) -> dict[str, Any]:
         out["group"] = [(g.group_state, g.protocol_type, sorted(m.member_id for m in g.members)) for g in r.groups]
         r = ok(await send(c, 65, {"transactional_ids": [w.pa(TXN)]}))
         out["transaction"] = [(t.transaction_state, t.producer_id, t.producer_epoch) for t in r.transaction_states]
-    out["records"] = {
+    out["records"] = {  # every record up to the end offsets (past A's transaction marker)
         t: sorted(bytes(m.value()) for m in consume(w.operator.props["bootstrap.servers"], t, n,
-                                                    sum(out["offsets"][f"{t}-{p}"][1] for p in range(n))))
+                                                    {p: out["offsets"][f"{t}-{p}"][1] for p in range(n)}))
         for t, (_, n) in out["topics"].items()
     }
     doc = read_document(w.cluster.broker.data_dir)  # the snapshot with its journal replayed
