@@ -16,11 +16,14 @@ import time
 from typing import Any, Callable
 
 
-def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.1,
-          retry: tuple[type[BaseException], ...] = (Exception,)) -> Any:
+def until(cond: Callable[[], Any], timeout: float = 30.0, what: str | Callable[[], str] = "condition",
+          every: float = 0.1, retry: tuple[type[BaseException], ...] = (Exception,),
+          between: Callable[[], Any] | None = None) -> Any:
     """Poll ``cond`` every ``every`` seconds until it is truthy; its value. Exceptions of the
     ``retry`` types count as not yet (a broker going away, a connection refused; the last one is in
-    the failure); pass ``retry=()`` to let them fail the test at once."""
+    the failure); pass ``retry=()`` to let them fail the test at once. ``between``, when given, runs
+    between polls instead of the sleep (clients that must be polled meanwhile: consumers, group
+    members); ``what`` may be a function, for a failure that says how things stood."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -31,8 +34,12 @@ def until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition
         except retry as e:
             last = e
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout}s" + (f" (last error: {last!r})" if last else ""))
-        time.sleep(every)
+            said = what() if callable(what) else what
+            raise AssertionError(f"{said}: not within {timeout}s" + (f" (last error: {last!r})" if last else ""))
+        if between is None:
+            time.sleep(every)
+        else:
+            between()
 
 
 async def until_async(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition",

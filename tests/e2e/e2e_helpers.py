@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from polling import until
 
 # Every blocking wait in these tests is bounded by one of these (seconds).
 OP_TIMEOUT = 15.0
@@ -117,14 +118,8 @@ def commit_and_count(member: Any, batch: list) -> None:
 
 def run_until(members: list, cond, what: str, timeout: float) -> None:
     """Step every member until ``cond()`` holds; fail with each member's assignment otherwise."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what}: " + ", ".join(f"{m.name}={sorted(m.assignment)}" for m in members)
-            )
-        for m in members:
-            m.step()
+    until(cond, timeout, lambda: f"{what} ({', '.join(f'{m.name}={sorted(m.assignment)}' for m in members)})",
+          retry=(), between=lambda: [m.step() for m in members])
 
 
 def one_line(r: Any, status: int, *words: str) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from acked_producer import AckedProducer
 from broker_process import BrokerProcess
 from e2e_helpers import OP_TIMEOUT, consume, create_topic
+from polling import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,9 +50,5 @@ def test_fsync_per_record_loses_nothing_acknowledged_over_kill9_cycles(fsync_bro
 
 def _banner(b) -> bool:
     """The start-up banner announces fsync per record (it follows readiness by a moment)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if "every acknowledged record is fsynced" in b.log_text():
-            return True
-        time.sleep(0.1)
-    return False
+    return until(lambda: "every acknowledged record is fsynced" in b.log_text(), 10, "the fsync banner",
+                 retry=())

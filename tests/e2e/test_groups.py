@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from e2e_helpers import OP_TIMEOUT, commit_and_count, create_topic
 from e2e_helpers import run_until as _run_until
+from polling import until
 
 pytestmark = pytest.mark.timeout(60)
 DEADLINE = 20.0
@@ -48,14 +49,9 @@ def group_consumer(bootstrap: str, group: str, **extra) -> Consumer:
 
 
 def wait_until(cond, what: str, consumers=(), timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        for c in consumers:
-            c.poll(0.02)
-        if not consumers:
-            time.sleep(0.02)
+    """``until``, polling ``consumers`` (if any) between checks."""
+    until(cond, timeout, what, every=0.02, retry=(),
+          between=(lambda: [c.poll(0.02) for c in consumers]) if consumers else None)
 
 
 class Member:

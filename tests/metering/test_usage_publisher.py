@@ -14,6 +14,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourceType)
 
 from broker_thread import ThreadBroker
+from polling import until
 from shoal.metering.publisher import STATE_FILE
 from shoal.metering.record import USAGE_TOPIC, UsageRecord
 
@@ -52,10 +53,8 @@ def read_usage(bootstrap: str, timeout: float = 15.0) -> list[UsageRecord]:
 
 def wait_published(tb: ThreadBroker, windows: int, timeout: float = 15.0) -> None:
     start = tb.broker.metering.windows_published
-    deadline = time.monotonic() + timeout
-    while tb.broker.metering.windows_published < start + windows:
-        assert time.monotonic() < deadline, "usage windows not published"
-        time.sleep(0.05)
+    until(lambda: tb.broker.metering.windows_published >= start + windows, timeout, "usage windows published",
+          every=0.05, retry=())
 
 
 def topic_bytes_in(tb: ThreadBroker, topic: str) -> tuple[int, int]:
