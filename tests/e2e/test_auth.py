@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -24,35 +21,24 @@ import pytest
 pytest.importorskip("cryptography")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "auth"))
 from auth_certs import make_pki  # noqa: E402
+from broker_process import REPO, BrokerProcess, free_port  # noqa: E402
 
 from raw_client import RawClient  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 REAUTH_MS = 1500
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class AuthBroker(BrokerProcess):
+    """A broker with only authenticated listeners: SASL (plain and TLS), TLS, mutual TLS, and a
+    SASL listener whose sessions expire after ``REAUTH_MS``. Ready once SASL_PLAINTEXT answers
+    ApiVersions (allowed before authentication)."""
 
-
-class AuthBroker:
     def __init__(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="shoal-auth-"))
-        self.pki = make_pki(self.workdir / "pki")
-        self.ports = {n: _free_port() for n in ("SASL_PLAINTEXT", "SSL", "SASL_SSL", "MTLS", "REAUTH")}
-        self.log_path = self.workdir / "broker.log"
-        self.proc: subprocess.Popen | None = None
-
-    def addr(self, listener: str) -> str:
-        return f"127.0.0.1:{self.ports[listener]}"
-
-    def start(self) -> None:
-        p = self.pki
-        overrides = {
-            "listeners": ",".join(f"{n}://127.0.0.1:{port}" for n, port in self.ports.items()),
+        workdir = Path(tempfile.mkdtemp(prefix="shoal-auth-"))
+        self.pki = p = make_pki(workdir / "pki")
+        self.ports = {n: free_port() for n in ("SASL_PLAINTEXT", "SSL", "SASL_SSL", "MTLS", "REAUTH")}
+        super().__init__(workdir, self.ports["SASL_PLAINTEXT"], {
             "listener.security.protocol.map":
                 "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,MTLS:SSL,REAUTH:SASL_PLAINTEXT",
             "ssl.keystore.type": "PEM",
@@ -64,38 +50,13 @@ class AuthBroker:
             "listener.name.mtls.ssl.client.auth": "required",
             "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
             "shoal.sasl.bootstrap.users": ",".join(f"{u}:{pw}" for u, pw in USERS.items()),
-        }
-        args = [sys.executable, "-m", "shoal", "serve", "--log-dirs", str(self.workdir / "data")]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited:\n{self.log()}")
-            try:
-                with Raw(self.addr("SASL_PLAINTEXT")) as r:
-                    if r.call(18, 0, {}).error_code == 0:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"broker not ready:\n{self.log()}")
+        })
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+    def listeners(self) -> list[str]:
+        return [f"{n}://{self.host}:{port}" for n, port in self.ports.items()]
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def addr(self, listener: str) -> str:
+        return f"{self.host}:{self.ports[listener]}"
 
 
 class Raw(RawClient):
@@ -273,7 +234,7 @@ def test_wrong_password_and_unknown_user(auth_broker):
         assert messages[0] == messages[1]
         assert "PLAIN" in messages[0] and "alice" not in messages[0]
         assert good.metadata().brokers  # other clients unaffected
-    log = b.log()
+    log = b.log_text()
     assert "failed authentication from 127.0.0.1:" in log and "mechanism PLAIN" in log
     assert "wrong-pw-123" not in log and "whatever-456" not in log
 
@@ -283,7 +244,7 @@ def test_request_before_authentication_closes(auth_broker):
         assert r.call(18, 0, {}).error_code == 0  # ApiVersions is allowed
         r.send(3, 1, {"topics": ()})
         assert r.closed()
-    assert "before SASL authentication" in auth_broker.log()
+    assert "before SASL authentication" in auth_broker.log_text()
 
 
 def test_reauthentication_raw(auth_broker):
@@ -302,7 +263,7 @@ def test_reauthentication_raw(auth_broker):
         assert r.plain("alice", USERS["alice"]).error_code == 0
         assert r.plain("admin", USERS["admin"]).error_code == 58
         assert r.closed()
-    assert "SASL session expired" in b.log()
+    assert "SASL session expired" in b.log_text()
 
 
 def test_reauthentication_keeps_a_confluent_producer_working(auth_broker):
@@ -310,7 +271,7 @@ def test_reauthentication_keeps_a_confluent_producer_working(auth_broker):
 
     b = auth_broker
     conf = sasl_conf(b, "REAUTH", "SCRAM-SHA-256")
-    before = b.log().count("SASL session expired")
+    before = b.log_text().count("SASL session expired")
     p = Producer({**conf, "allow.auto.create.topics": True, "linger.ms": 5})
     topic = f"auth-reauth-{uuid.uuid4().hex[:8]}"
     errors, delivered = [], []
@@ -320,7 +281,7 @@ def test_reauthentication_keeps_a_confluent_producer_working(auth_broker):
         p.poll(0.1)
     assert p.flush(15) == 0
     assert not errors and len(delivered) > 20
-    assert b.log().count("SASL session expired") == before
+    assert b.log_text().count("SASL session expired") == before
 
 
 def test_cli_scram_set_then_login(auth_broker, tmp_path):
