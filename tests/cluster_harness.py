@@ -164,22 +164,27 @@ class Cluster:
 
 @contextmanager
 def running_cluster(etcd_cluster: Any, tmp_path_factory: Any, name: str, cls: type[Cluster] | None = None,
-                    metrics: bool = False, **kwargs: Any) -> Iterator[Any]:
+                    metrics: bool = False, proxied: Any = None, through: tuple[int, ...] = (),
+                    **kwargs: Any) -> Iterator[Any]:
     """A started cluster (``cls``, ``Cluster`` unless given; ``kwargs`` go to it) on a fresh prefix
     of ``etcd_cluster`` (the session's, or an ``EtcdCluster`` of the module's own) in a fresh
     directory named ``name``, closed at the end, also when it fails to start. With ``metrics``,
-    every broker also serves its metrics on a port of its own. The body of a module's cluster
-    fixture::
+    every broker also serves its metrics on a port of its own; the brokers ``through`` reach etcd
+    through ``proxied`` (an ``etcd_cluster.ProxiedEtcd`` of that etcd: ``proxied.cut()`` cuts them
+    off). The body of a module's cluster fixture::
 
         @pytest.fixture(scope="module")
         def cluster(etcd_cluster, tmp_path_factory):
             with running_cluster(etcd_cluster, tmp_path_factory, "racks", racks=["dc1", "dc1", "dc2"]) as c:
                 yield c
     """
-    c = (cls or Cluster)(tmp_path_factory.mktemp(name), etcd_cluster.url(f"/{name}-{uuid.uuid4().hex[:8]}"), **kwargs)
+    prefix = f"/{name}-{uuid.uuid4().hex[:8]}"
+    c = (cls or Cluster)(tmp_path_factory.mktemp(name), etcd_cluster.url(prefix), **kwargs)
     if metrics:
         for b in c.brokers.values():
             b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
+    for n in through:
+        c[n].overrides["shoal.metadata.store"] = proxied.url(prefix)
     try:
         c.start()
         yield c

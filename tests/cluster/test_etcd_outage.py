@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
-from cluster_harness import SESSION_MS, Cluster, run, until
+from cluster_harness import SESSION_MS, run, running_cluster, until
 from etcd_cluster import EtcdCluster, ProxiedEtcd
 from shoal.client import AdminClient
 
@@ -44,15 +44,9 @@ def proxies(etcd):
 
 @pytest.fixture(scope="module")
 def cluster(etcd, proxies, tmp_path_factory):
-    prefix = f"/outage-{uuid.uuid4().hex[:8]}"
-    c = Cluster(tmp_path_factory.mktemp("cluster"), etcd.url(prefix))
-    c[3].overrides["shoal.metadata.store"] = proxies.url(prefix)  # broker 3: through the proxies
-    try:
-        c.start()
+    with running_cluster(etcd, tmp_path_factory, "outage", proxied=proxies, through=(3,)) as c:
         c.wait_controller()
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

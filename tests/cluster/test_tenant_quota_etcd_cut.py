@@ -14,13 +14,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from broker_process import free_port
-from cluster_harness import Cluster, until
+from cluster_harness import running_cluster, until
 # the outage tests' module-scoped fixtures (a three-member etcd of the module's own, since the
 # tests cut it; the TCP proxies to it): this module gets its own instances
 from test_etcd_outage import etcd, proxies  # noqa: F401
@@ -36,19 +34,14 @@ STALE_MS = 3000
 
 @pytest.fixture(scope="module")
 def cluster(etcd, proxies, tmp_path_factory):
-    prefix = f"/quota-cut-{uuid.uuid4().hex[:8]}"
-    c = Cluster(tmp_path_factory.mktemp("cluster"), etcd.url(prefix),
-                overrides={"shoal.quota.tenant.split": "demand", "shoal.quota.tenant.demand.stale.ms": str(STALE_MS)})
-    for b in c.brokers.values():
-        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
-    c[3].overrides["shoal.metadata.store"] = proxies.url(prefix)  # broker 3: through the proxies
-    try:
-        c.start()
-        c.wait_controller()
-        yield c
-    finally:
-        proxies.restore()
-        c.close()
+    with running_cluster(etcd, tmp_path_factory, "quota-cut", metrics=True, proxied=proxies, through=(3,),
+                         overrides={"shoal.quota.tenant.split": "demand",
+                                    "shoal.quota.tenant.demand.stale.ms": str(STALE_MS)}) as c:
+        try:
+            c.wait_controller()
+            yield c
+        finally:
+            proxies.restore()
 
 
 def producer(conf: dict, topic: str, rate: float, stop: threading.Event) -> None:
