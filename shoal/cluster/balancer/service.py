@@ -99,7 +99,10 @@ class BalancerService:
         return plan(brokers, parts, s.planner)
 
     async def set_paused(self, paused: bool) -> None:
-        await self.store.decide_and_commit(lambda img: _set_configs(img, {"shoal.balancer.paused": "true" if paused else None}))
+        """Pause or resume, as a cluster-wide dynamic config (``false`` written, not deleted, so a
+        resume also overrides a broker's static ``shoal.balancer.paused=true``)."""
+        value = "true" if paused else "false"
+        await self.store.decide_and_commit(lambda img: _set_configs(img, {"shoal.balancer.paused": value}))
 
     async def remove_broker(self, node: int, cancel: bool = False) -> dict[str, object]:
         image = self.store.image
