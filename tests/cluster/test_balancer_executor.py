@@ -109,11 +109,12 @@ class Harness:
                                  lambda img, wanted: election_change(img, PREFERRED, wanted),
                                  monotonic=lambda: self.now)
 
-    async def catch_up(self) -> None:
-        """Every adding replica joins its ISR and the reassignments complete."""
+    async def catch_up(self, alive=(1, 2, 3, 4)) -> None:
+        """Every adding replica on a live broker joins its ISR and the reassignments complete."""
         def decide(img):
             t = img.topics["t"]
-            parts = tuple(dataclasses.replace(p, isr=tuple(dict.fromkeys(p.isr + p.adding))) for p in t.partitions)
+            parts = tuple(dataclasses.replace(p, isr=tuple(dict.fromkeys(p.isr + tuple(r for r in p.adding if r in alive))))
+                          for p in t.partitions)
             return topic_rules.Result(Change(topics={"t": dataclasses.replace(t, partitions=parts)}), None)
         await self.store.decide_and_commit(decide)
         await self.store.decide_and_commit(topic_rules.complete_reassignments)
@@ -161,11 +162,34 @@ async def test_a_broker_down_past_the_threshold_is_healed_and_one_down_for_less_
     h.now += 2
     for _ in range(10):
         status = await h.balancer.round({1, 2, 3}, epoch=1)
-        await h.catch_up()
+        await h.catch_up(alive=(1, 2, 3))
         if h.on(4) == 0:
             break
     assert h.on(4) == 0 and status.healing == [4]
     assert all(len(p.replicas) == 2 for p in h.store.image.topics["t"].partitions)
+
+
+async def test_a_move_onto_a_broker_gone_for_good_is_cancelled_and_healed():
+    """A reassignment adding a replica on a broker that then dies never completes (the replica
+    never joins the ISR), and a moving partition is left alone by the planner: past the threshold
+    the executor cancels it, and the next plan heals the partition."""
+    h = Harness(dataclasses.replace(SETTINGS, heal_threshold_ms=60_000))
+    await h.start()
+    t = h.store.image.topics["t"]
+    p = next(p for p in t.partitions if 4 not in p.replicas)
+    target = (p.replicas[0], 4)
+    await h.store.decide_and_commit(lambda img: topic_rules.start_reassignment(img, "t", p.partition, target))
+    await h.balancer.round({1, 2, 3, 4}, epoch=1)
+    await h.balancer.round({1, 2, 3}, epoch=1)  # broker 4 dies with the move in flight
+    h.now += 61
+    for _ in range(10):
+        await h.balancer.round({1, 2, 3}, epoch=1)
+        await h.catch_up(alive=(1, 2, 3))
+        if h.on(4) == 0:
+            break
+    moved = h.store.image.topics["t"].partitions[p.partition]
+    assert not moved.reassigning and 4 not in moved.replicas and len(moved.replicas) == 2
+    assert h.on(4) == 0
 
 
 async def test_paused_or_disabled_starts_nothing():

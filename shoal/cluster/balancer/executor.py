@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Awaitable, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from shoal.cluster.balancer.inputs import BalancerSettings, TopicConfigs, cluster_inputs
-from shoal.cluster.balancer.model import ACTIVE, BrokerInfo, Capacity, PartitionInfo, PartitionLoad, TopicPartition
+from shoal.cluster.balancer.inputs import BalancerSettings, TopicConfigs, broker_state, cluster_inputs
+from shoal.cluster.balancer.model import ACTIVE, EXCLUDED, BrokerInfo, Capacity, PartitionInfo, PartitionLoad, TopicPartition
 from shoal.cluster.balancer.planner import Change as PlanChange
 from shoal.cluster.balancer.planner import Plan, plan
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.metadata.change import Change, Result, unchanged
-from shoal.metadata.rules.topics import start_reassignment
+from shoal.metadata.rules.topics import cancel_reassignment, start_reassignment
 
 __all__ = ["THROTTLE_RATES", "THROTTLED_REPLICAS", "Balancer", "Status", "choose", "leaders_off",
            "settle_throttles", "start_moves", "throttle_plan"]
@@ -259,6 +259,24 @@ class Status:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
 
 
+def cancel_stuck(image: MetadataImage, gone: Collection[int]) -> Result[list[TopicPartition]]:
+    """Cancel the reassignments that add a replica on a broker in ``gone`` (down past the healing
+    threshold, or being removed): that replica never joins the ISR, so the move would never end
+    and the partition, moving, would never be healed. Response: the partitions cancelled."""
+    work = image
+    done: list[TopicPartition] = []
+    for name, topic in image.topics.items():
+        for p in topic.partitions:
+            if p.reassigning and any(r in gone for r in p.adding):
+                r = cancel_reassignment(work, name, p.partition)
+                if r.change is not None:
+                    work = r.change.apply(work)
+                    done.append((name, p.partition))
+    if not done:
+        return unchanged([])
+    return Result(Change(topics={n: work.topics[n] for n in {n for n, _ in done}}), done)
+
+
 def drain_progress(image: MetadataImage, remove: Collection[int]) -> tuple[dict[str, int], list[int]]:
     """Per broker being removed, the replicas (current or being added) still on it; and those
     with none (removed)."""
@@ -377,6 +395,14 @@ class Balancer:
         return st
 
     async def _plan_and_start(self, alive: Collection[int], settings: BalancerSettings, status: Status) -> None:
+        now = self._monotonic()
+        gone = {n for n in self.down_since if broker_state(n, alive, self.down_since, now, settings) == EXCLUDED}
+        if gone:
+            cancelled = await self.store.decide_and_commit(lambda img: cancel_stuck(img, gone))
+            if cancelled:
+                log.warning("balancer: cancelled %d reassignment(s) adding a replica on a broker gone for good (%s): "
+                            "%s; the next plan places them again", len(cancelled), sorted(gone),
+                            ", ".join(f"{n}-{i}" for n, i in cancelled[:20]))
         image = self.store.image
         loads: Loads = ({}, {})
         if self._loads is not None:
