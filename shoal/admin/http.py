@@ -236,7 +236,7 @@ class AdminHttpServer:
         if segs[:2] == ["v1", "cluster"] and len(segs) > 2:
             return await self.cluster.route(method, segs[2:])
         if segs[:2] == ["v1", "tenants"] and len(segs) > 3 and segs[3] in TENANCY_SECTIONS:
-            return await self.tenancy.route(method, segs[2], segs[3:], query, raw)
+            return await self.tenancy.route(method, segs[2], segs[3:], query, raw, caller)
         if segs[:2] != ["v1", "tenants"] or len(segs) > 5:
             raise HttpError(404, "not_found", f"no such path: {path}")
         if len(segs) == 2:

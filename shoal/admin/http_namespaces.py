@@ -36,7 +36,9 @@ from shoal.metadata.change import Result
 from shoal.metadata.rules import existing_tenant
 from shoal.metadata.rules import namespaces as namespace_rules
 from shoal.metadata.rules import tenants as tenant_rules
+from shoal.placement import cells
 from shoal.tenancy import namespaces as ns
+from shoal.tenancy.scope import operator_config_refused
 from shoal.tenancy.policy import validate_policy
 
 if TYPE_CHECKING:
@@ -83,15 +85,17 @@ class TenancyRoutes:
     def store(self) -> Any:
         return self.server.store
 
-    async def route(self, method: str, tenant_id: str, segs: list[str], query: str, raw: bytes) -> tuple[int, Any]:
-        """``segs``: the path after ``/v1/tenants/{id}/`` (its first is one of SECTIONS)."""
+    async def route(self, method: str, tenant_id: str, segs: list[str], query: str, raw: bytes,
+                    caller: str | None = None) -> tuple[int, Any]:
+        """``segs``: the path after ``/v1/tenants/{id}/`` (its first is one of SECTIONS); ``caller``:
+        the tenant whose administrator calls, None for the operator."""
         self.server._tenant(tenant_id)
         prefix = tenant_prefix(tenant_id)
         q = parse_qs(query, keep_blank_values=True)
         head, rest = segs[0], segs[1:]
         try:
             if head == "configs" and not rest:
-                return await self._tenant_configs(method, tenant_id, raw)
+                return await self._tenant_configs(method, tenant_id, raw, caller)
             if head == "policy" and not rest:
                 return await self._policy(method, tenant_id, raw)
             if head == "namespaces":
@@ -220,14 +224,18 @@ class TenancyRoutes:
 
     # -- tenant defaults and policy -----------------------------------------------------------
 
-    async def _tenant_configs(self, method: str, tenant_id: str, raw: bytes) -> tuple[int, Any]:
+    async def _tenant_configs(self, method: str, tenant_id: str, raw: bytes, caller: str | None) -> tuple[int, Any]:
+        """The tenant's topic config defaults and, the operator's alone, its cell
+        (``shoal.placement.cells``: a tenant's administrator changing it is refused with 403)."""
         if self.server._allow(method, "GET", "PUT", "PATCH") != "GET":
             body = self.server._json(raw)
+            defaults_body, cell_body = _split_cell(method, body)
 
             def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
-                current = dict(existing_tenant(image, tenant_id).configs)
-                new = self._changed(method, current, body, ns.tenant_default_key)
-                return tenant_rules.update_tenant(image, tenant_id, configs=new)
+                current = existing_tenant(image, tenant_id).configs
+                new = self._changed(method, dict(cells.topic_defaults(current)), defaults_body, ns.tenant_default_key)
+                return tenant_rules.update_tenant(image, tenant_id, configs={**new, **_cell_changed(
+                    method, cells.cell_configs(current), cell_body, operator=caller is None)})
 
             await self.server._store_call(self.store.decide_and_commit(alter))
         return 200, {"tenant_id": tenant_id, "configs": dict(sorted(self.store.image.tenants[tenant_id].configs.items()))}
@@ -275,6 +283,49 @@ class TenancyRoutes:
         except ConfigError as e:
             raise _error(e.code, e.message) from None
         return new
+
+
+def _split_cell(method: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tenant configs body as (its topic config defaults' part, its cell's part), each in the
+    body's shape (PUT {"configs"}, PATCH {"set", "delete"}); malformed parts are left for
+    ``_changed`` to refuse."""
+    def split(value: Any) -> tuple[Any, dict[str, Any]]:
+        if not isinstance(value, dict):
+            return value, {}
+        return ({k: v for k, v in value.items() if k not in cells.CELL_CONFIGS},
+                {k: v for k, v in value.items() if k in cells.CELL_CONFIGS})
+
+    if method == "PUT":
+        configs, cell = split(body.get("configs"))
+        return {"configs": configs}, {"configs": cell}
+    sets, cell_sets = split(body.get("set", {}))
+    deletes = body.get("delete", [])
+    cell_deletes = [d for d in deletes if d in cells.CELL_CONFIGS] if isinstance(deletes, list) else []
+    if isinstance(deletes, list):
+        deletes = [d for d in deletes if d not in cells.CELL_CONFIGS]
+    return {"set": sets, "delete": deletes}, {"set": cell_sets, "delete": cell_deletes}
+
+
+def _cell_changed(method: str, current: dict[str, str], body: dict[str, Any], *, operator: bool) -> dict[str, str]:
+    """The tenant's cell configs after ``body`` (``_split_cell``'s cell part), validated. A
+    tenant's administrator may not change them (its PUT without them keeps them)."""
+    if method == "PUT":
+        new = dict(body["configs"]) if body["configs"] or operator else dict(current)
+    else:
+        new = {k: v for k, v in current.items() if k not in body["delete"]}
+        new.update(body["set"])
+    if new == current:
+        return new
+    if not operator:
+        changed = sorted(k for k in cells.CELL_CONFIGS if new.get(k) != current.get(k))
+        raise HttpError(403, "forbidden", operator_config_refused(changed[0]))
+    if not all(isinstance(v, str) for v in new.values()):
+        raise _error("INVALID_REQUEST", "the cell configs' values must be strings")
+    try:
+        cells.parse_cell(new)
+    except cells.CellError as e:
+        raise _error(e.code, e.message) from None
+    return new
 
 
 # -- OpenAPI ------------------------------------------------------------------------------------

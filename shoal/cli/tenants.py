@@ -1,4 +1,4 @@
-"""``shoal tenants create|list|describe|delete`` and ``shoal users create|delete``: tenants (logical
+"""``shoal tenants create|list|describe|delete|cell`` and ``shoal users create|delete``: tenants (logical
 clusters) and their SCRAM users, through the broker's HTTP admin API (``shoal.admin.listener``).
 
 The password is read from stdin (``--password-stdin``, first line) and sent to the admin API, which
@@ -44,6 +44,12 @@ def add_parser(subparsers: Any) -> None:
     p = sub.add_parser("delete", help="delete a tenant with its users")
     p.add_argument("tenant_id", metavar="ID")
     common(p, cmd_tenants)
+    p = sub.add_parser("cell", help="confine a tenant's partitions to brokers or racks (the balancer moves them)")
+    p.add_argument("tenant_id", metavar="ID")
+    p.add_argument("--brokers", metavar="IDS", help="broker ids, comma-separated (shoal.tenant.cell.brokers)")
+    p.add_argument("--racks", metavar="RACKS", help="racks, comma-separated (shoal.tenant.cell.racks)")
+    p.add_argument("--clear", action="store_true", help="no cell: any broker")
+    common(p, cmd_tenants)
 
     users = subparsers.add_parser("users", help="create and delete the SCRAM users of tenants")
     sub = users.add_subparsers(dest="users_command", required=True)
@@ -81,6 +87,26 @@ def _print_tenant(t: dict[str, Any]) -> None:
           f"users={','.join(t.get('users', []))}")
 
 
+def _cell(args: argparse.Namespace) -> int:
+    """``shoal tenants cell ID --brokers 1,2 | --racks a,b | --clear``: sets (or removes) the
+    tenant's cell configs; the balancer moves its replicas into the new cell, throttled."""
+    from shoal.placement.cells import CELL_BROKERS, CELL_RACKS
+
+    if args.clear == (args.brokers is not None or args.racks is not None):
+        print("shoal tenants cell: give --brokers and/or --racks, or --clear", file=sys.stderr)
+        return EXIT_USAGE
+    if args.clear:
+        body: dict[str, Any] = {"delete": [CELL_BROKERS, CELL_RACKS]}
+    else:
+        given = {CELL_BROKERS: args.brokers, CELL_RACKS: args.racks}
+        body = {"set": {k: v for k, v in given.items() if v is not None},
+                "delete": [k for k, v in given.items() if v is None]}
+    t = call_admin_api(args, "PATCH", f"/v1/tenants/{quote(args.tenant_id, safe='')}/configs", body)
+    cell = {k: v for k, v in t["configs"].items() if k in (CELL_BROKERS, CELL_RACKS)}
+    print(f"{t['tenant_id']}\t" + ("\t".join(f"{k}={v}" for k, v in sorted(cell.items())) or "no cell"))
+    return 0
+
+
 def cmd_tenants(args: argparse.Namespace) -> int:
     try:
         cmd = args.tenants_command
@@ -104,6 +130,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
                 users = ", ".join(u + (" (admin)" if u in admins else "") for u in t["users"])
                 print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {iso_time(t.get('created_ms'))}\n"
                       f"Users: {users}")
+        elif cmd == "cell":
+            return _cell(args)
         else:
             t = call_admin_api(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
             print(f"tenant {t['tenant_id']} deleted")

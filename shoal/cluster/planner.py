@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Sequence
 
+from shoal.metadata import owner_tenant
 from shoal.placement.assignment import PlacementError, assign_replicas, start_index_for_new_partitions
+from shoal.placement.cells import CellError, parse_cell
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
@@ -56,6 +58,7 @@ __all__ = [
     "Plan",
     "PlacementError",
     "TopicRequest",
+    "cell_brokers",
     "live_brokers",
     "plan_new_partitions",
     "plan_topic",
@@ -114,14 +117,58 @@ class Plan:
         return len(self.assignments[0]) if self.assignments else 0
 
 
-def live_brokers(image: "MetadataImage", fenced: Collection[int] = ()) -> list[Broker]:
+class Brokers(list[Broker]):
+    """The brokers placement may use; ``cell`` names the tenant's cell they were narrowed to
+    (for the refusals' messages), "" when they were not."""
+
+    cell: str = ""
+
+
+def live_brokers(image: "MetadataImage", fenced: Collection[int] = (), topic: str | None = None) -> list[Broker]:
     """The brokers placement may use, ``(node id, rack)`` sorted by id (Kafka sorts them too):
     the registered ones but those the controller treats as gone (``fenced``,
     ``shoal.cluster.controller.Controller.fenced_brokers``). A killed broker stays registered until its
     lease expires, while the controller already moved its leaderships away (its port refuses);
-    KRaft's controller likewise places new replicas on unfenced brokers only."""
-    return [(b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
-            if b.node_id not in fenced]
+    KRaft's controller likewise places new replicas on unfenced brokers only. With ``topic`` (a
+    physical name) of a tenant confined to a cell (``shoal.placement.cells``), those in the cell."""
+    out = Brokers((b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+                  if b.node_id not in fenced)
+    tenant_id = owner_tenant(topic, image.tenants) if topic else None
+    cell = cell_brokers(image, tenant_id) if tenant_id else None
+    if tenant_id is None or cell is None:
+        return out
+    narrowed = Brokers(b for b in out if b[0] in cell)
+    narrowed.cell = f" in tenant {tenant_id}'s cell ({_cell_text(image, tenant_id)})"
+    return narrowed
+
+
+def _cell_text(image: "MetadataImage", tenant_id: str) -> str:
+    cell = parse_cell(image.tenants[tenant_id].configs)
+    return cell.describe() if cell is not None else ""
+
+
+def cell_brokers(image: "MetadataImage", tenant_id: str,
+                 racks: Mapping[int, str | None] | None = None) -> frozenset[int] | None:
+    """The brokers of tenant ``tenant_id``'s cell (``shoal.placement.cells``): those its
+    ``shoal.tenant.cell.brokers`` lists, and those in its ``shoal.tenant.cell.racks`` (by
+    ``racks``, each broker's rack, else the registered brokers' racks); None when the tenant has no
+    cell (or its cell config does not parse: validated when set)."""
+    tenant = image.tenants.get(tenant_id)
+    if tenant is None:
+        return None
+    try:
+        cell = parse_cell(tenant.configs)
+    except CellError:
+        return None
+    if cell is None:
+        return None
+    if racks is None:
+        racks = {b.node_id: b.rack for b in image.brokers.values()}
+    return cell.members(racks.items())
+
+
+def _where(brokers: Sequence[Broker]) -> str:
+    return brokers.cell if isinstance(brokers, Brokers) else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,12 +242,12 @@ def _check_brokers(brokers: Sequence[Broker], rf: int) -> None:
             "INVALID_REPLICATION_FACTOR", f"Invalid replication factor {rf}: the replication factor must be positive."
         )
     if not brokers:
-        raise PlacementError("INVALID_REPLICATION_FACTOR", "All brokers are currently fenced.")
+        raise PlacementError("INVALID_REPLICATION_FACTOR", f"All brokers{_where(brokers)} are currently fenced.")
     if rf > len(brokers):
         raise PlacementError(
             "INVALID_REPLICATION_FACTOR",
             f"The target replication factor of {rf} cannot be reached because only "
-            f"{len(brokers)} broker(s) are registered.",
+            f"{len(brokers)} broker(s) are registered{_where(brokers)}.",
         )
 
 
@@ -233,7 +280,7 @@ def _manual_topic(brokers: Sequence[Broker], request: TopicRequest) -> tuple[tup
             raise PlacementError(
                 "INVALID_REPLICA_ASSIGNMENT", f"Found multiple manual partition assignments for partition {index}"
             )
-        _check_manual(registered, replicas, rf)
+        _check_manual(registered, replicas, rf, _where(brokers))
         rf = len(replicas)
         by_index[index] = tuple(replicas)
         _check_partition_count(len(by_index))
@@ -242,7 +289,7 @@ def _manual_topic(brokers: Sequence[Broker], request: TopicRequest) -> tuple[tup
     return tuple(by_index[i] for i in range(len(by_index)))
 
 
-def _check_manual(registered: set[int], replicas: Iterable[int], rf: int | None) -> None:
+def _check_manual(registered: set[int], replicas: Iterable[int], rf: int | None, where: str = "") -> None:
     """KRaft's ``validateManualPartitionAssignment``."""
     ids = sorted(replicas)
     if not ids:
@@ -254,7 +301,7 @@ def _check_manual(registered: set[int], replicas: Iterable[int], rf: int | None)
         if b not in registered:
             raise PlacementError(
                 "INVALID_REPLICA_ASSIGNMENT",
-                f"The manual partition assignment includes broker {b}, but no such broker is registered.",
+                f"The manual partition assignment includes broker {b}, but no such broker is registered{where}.",
             )
         if b == previous:
             raise PlacementError(
@@ -315,7 +362,7 @@ def plan_new_partitions(
             )
         registered = {b for b, _ in brokers}
         for replicas in assignments:
-            _check_manual(registered, replicas, rf or None)
+            _check_manual(registered, replicas, rf or None, _where(brokers))
         return Plan(name, tuple(tuple(r) for r in assignments), current)
     _check_brokers(brokers, rf)
     start = start_index_for_new_partitions([b for b, _ in brokers], existing[0] if existing else ())

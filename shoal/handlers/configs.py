@@ -68,6 +68,7 @@ from shoal.metadata.rules import tenants as tenant_rules
 from shoal.metadata.rules import topics as topic_rules
 from shoal.cluster import planner
 from shoal.cluster.planner import PlacementError
+from shoal.placement import cells
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode, error_code
 from shoal.tenancy.acl import Operation, ResourceType
@@ -162,7 +163,7 @@ def _tenant_configs(scope: Any, image: MetadataImage) -> Mapping[str, str]:
     tenant = image.tenants.get(scope.tenant_id)
     if tenant is None:  # gone meanwhile: the connection is about to be closed
         raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
-    return tenant.configs
+    return cells.topic_defaults(tenant.configs)  # its cell is the operator's (HTTP admin API)
 
 
 def _tenant_default_key(name: str, value: str | None) -> tuple[str, str | None]:
@@ -197,7 +198,8 @@ def _placement_change(scope: Any, image: MetadataImage, topic: TopicInfo, placem
         raise AdminError("POLICY_VIOLATION", PLACEMENT_IS_OPERATORS)
     try:
         spec = parse_placement(placement)
-        return planner.placement_targets(planner.live_brokers(image, fenced), spec, [p.replicas for p in topic.partitions])
+        return planner.placement_targets(planner.live_brokers(image, fenced, topic.name), spec,
+                                         [p.replicas for p in topic.partitions])
     except PlacementSpecError as e:
         raise AdminError(e.code, f"replica.placement: {e.message}") from None
     except PlacementError as e:
@@ -466,7 +468,8 @@ def _tenant_defaults_decision(ctx: RequestContext, tenant_id: str, resource_name
         current = _tenant_configs(scope, image)
         new = compute(current, True, _effective_topic_value(ctx.services.config, {}), _tenant_default_key)
         return _topic_configs_decision(
-            current, new, validate_only, lambda c: tenant_rules.update_tenant(image, tenant_id, configs=c)
+            current, new, validate_only,
+            lambda c: tenant_rules.update_tenant(image, tenant_id, configs={**c, **cells.cell_configs(image.tenants[tenant_id].configs)})
         )
 
     return tenant_defaults

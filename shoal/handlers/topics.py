@@ -329,7 +329,7 @@ def _plan_partitions(
     placement = topic.configs.get("replica.placement")
     try:
         plan = planner.plan_new_partitions(
-            planner.live_brokers(image, fenced), t.name, [p.replicas for p in topic.partitions], t.count, manual,
+            planner.live_brokers(image, fenced, topic.name), t.name, [p.replicas for p in topic.partitions], t.count, manual,
             placement=parse_placement(placement) if placement else None,
         )
     except PlacementError as e:

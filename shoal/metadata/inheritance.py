@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 
 from shoal.metadata import owner_tenant, tenant_prefix
+from shoal.placement.cells import topic_defaults
 
 if TYPE_CHECKING:
     from shoal.metadata import MetadataImage
@@ -79,13 +80,13 @@ def namespace_layers(image: "MetadataImage", physical_namespace: str) -> list[Co
                 layers.append(ConfigLayer(NAMESPACE, ns[len(prefix):], info.configs))
     tenant = image.tenants.get(tid) if tid else None
     if tenant is not None:
-        layers.append(ConfigLayer(TENANT_DEFAULT, None, tenant.configs))
+        layers.append(ConfigLayer(TENANT_DEFAULT, None, topic_defaults(tenant.configs)))
     return layers
 
 
 def tenant_layers(image: "MetadataImage", tenant_id: str) -> list[ConfigLayer]:
     tenant = image.tenants.get(tenant_id)
-    return [ConfigLayer(TENANT_DEFAULT, None, tenant.configs)] if tenant is not None else []
+    return [ConfigLayer(TENANT_DEFAULT, None, topic_defaults(tenant.configs))] if tenant is not None else []
 
 
 def config_layers(

@@ -103,8 +103,9 @@ class TopicCreation:
     def decide(self, image: MetadataImage) -> Result[TopicInfo | None]:
         raise NotImplementedError
 
-    def _live(self, image: MetadataImage) -> list[planner.Broker]:
-        return planner.live_brokers(image, self.fenced())
+    def _live(self, image: MetadataImage, name: str) -> list[planner.Broker]:
+        """The live brokers topic ``name`` (physical) may be placed on: its tenant's cell's."""
+        return planner.live_brokers(image, self.fenced(), name)
 
     def _create(self, image: MetadataImage, planned: Planned, *, internal: bool = False) -> Result[TopicInfo]:
         return topic_rules.create_topic(image, planned.name, list(planned.assignments), planned.configs,
@@ -175,7 +176,7 @@ class CreateTopic(TopicCreation):
             configs["replica.placement"] = configs.get("replica.placement") or placement.to_json()
         request = planner.TopicRequest(scope.physical(name), self.num_partitions, self.replication_factor,
                                        self.assignments, placement=placement)
-        plan = _place(self._live(image), request, planner.Defaults.for_topics(self.config), self.rng)
+        plan = _place(self._live(image, request.name), request, planner.Defaults.for_topics(self.config), self.rng)
         planned = Planned(request.name, plan.assignments, plan.observers, configs)
         why = _create_policy_error(image, scope, name, planned)
         if why is not None:
@@ -254,7 +255,7 @@ class AutoCreateTopic(TopicCreation):
         placement = cfg.get("replica.placement")  # the broker's default placement, if any
         # the cluster's one planner, as CreateTopics: too few brokers is refused, never shrunk
         request = planner.TopicRequest(name, placement=parse_placement(placement) if placement else None)
-        plan = _place(self._live(image), request, defaults, self.rng)
+        plan = _place(self._live(image, name), request, defaults, self.rng)
         configs = {"replica.placement": placement} if placement else {}  # recorded: how it was placed
         return self._create(image, Planned(name, plan.assignments, plan.observers, configs))
 
@@ -297,7 +298,7 @@ class InternalTopic(TopicCreation):
     def decide(self, image: MetadataImage) -> Result[TopicInfo | None]:
         if image.topic(self.name) is not None:
             return unchanged(None)
-        live = self._live(image)
+        live = self._live(image, self.name)
         rf = self.replication_factor
         if self.shrink_to_live and live:
             rf = max(1, min(rf, len(live)))

@@ -22,10 +22,10 @@ async def api(tmp_path):
     tid = (await store.create_tenant("T")).tenant_id
     other = (await store.create_tenant("O")).tenant_id
 
-    async def call(method, path, body=None, *, query="", status=200):
+    async def call(method, path, body=None, *, query="", status=200, caller=None):
         raw = b"" if body is None else json.dumps(body).encode()
         try:
-            got, payload = await server.route(method, path.replace("{t}", tid), raw, query)
+            got, payload = await server.route(method, path.replace("{t}", tid), raw, query, caller)
         except HttpError as e:
             got, payload = e.status, {"error": e.code, "message": e.message}
         assert got == status, payload
@@ -140,6 +140,35 @@ async def test_configs_with_origins(api):
     eff = {e["name"]: e for e in out["effective"]}
     assert eff["retention.ms"]["source"] == "NAMESPACE payments" and eff["flush.ms"]["source"] == "TENANT_DEFAULT"
     await call("GET", "/v1/tenants/{t}/topics/ghost/configs", status=404)
+
+
+async def test_a_tenants_cell_is_the_operators_to_set_and_no_topic_default(api):
+    call, store, tid, _ = api
+    cell = {"shoal.tenant.cell.brokers": "1,2"}
+    out = await call("PATCH", "/v1/tenants/{t}/configs", {"set": {**cell, "retention.ms": "5"}})
+    assert out["configs"] == {**cell, "retention.ms": "5"}
+    await store.create_topic(tid + "_orders", [(1,)], {})
+    out = await call("GET", "/v1/tenants/{t}/topics/orders/configs")
+    names = {e["name"] for e in out["effective"]}
+    assert "retention.ms" in names and "shoal.tenant.cell.brokers" not in names  # not inherited by topics
+    for bad in ({"shoal.tenant.cell.brokers": "1,x"}, {"shoal.tenant.cell.racks": ""}):
+        out = await call("PATCH", "/v1/tenants/{t}/configs", {"set": bad}, status=400)
+        assert out["error"] == "bad_request" and "comma-separated" in out["message"]
+    # the tenant's administrator: its defaults yes, its cell no (set, changed or removed)
+    out = await call("PUT", "/v1/tenants/{t}/configs", {"configs": {"retention.ms": "6"}}, caller=tid)
+    assert out["configs"] == {**cell, "retention.ms": "6"}  # a PUT without the cell keeps it
+    for body in ({"set": {"shoal.tenant.cell.brokers": "3"}}, {"delete": ["shoal.tenant.cell.brokers"]},
+                 {"set": {"shoal.tenant.cell.racks": "a"}}, {"configs": {"shoal.tenant.cell.brokers": "3"}}):
+        out = await call("PUT" if "configs" in body else "PATCH", "/v1/tenants/{t}/configs", body, caller=tid,
+                         status=403)
+        assert out["message"].startswith("Replica placement is the platform operator's: a tenant's principals "
+                                         "cannot set or change shoal.tenant.cell.")
+    assert dict(store.image.tenants[tid].configs) == {**cell, "retention.ms": "6"}
+    # the operator moves it (one call) and removes it
+    out = await call("PATCH", "/v1/tenants/{t}/configs", {"set": {"shoal.tenant.cell.brokers": "3,4"}})
+    assert out["configs"]["shoal.tenant.cell.brokers"] == "3,4"
+    out = await call("PATCH", "/v1/tenants/{t}/configs", {"delete": ["shoal.tenant.cell.brokers"]})
+    assert out["configs"] == {"retention.ms": "6"}
 
 
 async def test_policy(api):

@@ -10,7 +10,7 @@ from test_admin import T0, create_req, make_broker, req_mod
 from shoal.handlers import configs as config_admin
 from shoal.handlers import topics as topic_admin
 from shoal.handlers.context import RequestContext
-from shoal.metadata import AclEntry
+from shoal.metadata import AclEntry, BrokerInfo
 from shoal.protocol.codec import build, decode_request, decode_response, encode_request, encode_response
 from shoal.protocol.errors import ErrorCode
 from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType
@@ -204,6 +204,34 @@ async def test_tenant_defaults_on_the_broker_resource(env):
     assert dict(store.image.broker_configs) == {}
     (res,) = (await call_as(b, config_admin.DESCRIBE_CONFIGS, 4, describe_req(4, (4, "", None)), principal="User:ANONYMOUS")).results
     assert res.configs == ()
+
+
+async def test_a_tenants_cell_places_its_topics_and_its_defaults_leave_it_alone(env):
+    b, tid, p = env
+    store = b.metadata
+    for node in (2, 3):
+        await store.register_broker(BrokerInfo(node, "127.0.0.1", 9092 + node, None))
+    await store.update_tenant(tid, configs={"shoal.tenant.cell.brokers": "1", "retention.ms": "5"})
+    resp = await create_as(b, tid, {"name": "in", "partitions": 3, "rf": 1}, {"name": "wide", "partitions": 1, "rf": 2})
+    r = {t.name: t for t in resp.topics}
+    assert r["in"].error_code == ErrorCode.none
+    assert all(part.replicas == (1,) for part in store.image.topics[p + "in"].partitions)
+    assert r["wide"].error_code == ErrorCode.invalid_replication_factor
+    assert r["wide"].error_message == (
+        "Unable to replicate the partition 2 time(s): The target replication factor of 2 cannot be reached because "
+        f"only 1 broker(s) are registered in tenant {tid}'s cell (shoal.tenant.cell.brokers=1).")
+    # the tenant's defaults over the wire: the cell is not one of them, and stays
+    (res,) = (await describe_as(b, tid, (4, "", None))).results
+    assert [c.name for c in res.configs] == ["retention.ms"]
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req(
+        (4, "", [("shoal.tenant.cell.brokers", SET, "2")])), tenant=tid)
+    assert resp.responses[0].error_code == ErrorCode.policy_violation
+    resp = await call_as(b, config_admin.INCREMENTAL_ALTER_CONFIGS, 1, inc_req((4, "", [("segment.ms", SET, "60000")])),
+                         tenant=tid)
+    assert resp.responses[0].error_code == ErrorCode.none
+    resp = await call_as(b, config_admin.ALTER_CONFIGS, 2, alter_req((4, "", {"flush.ms": "7"})), tenant=tid)
+    assert resp.responses[0].error_code == ErrorCode.none
+    assert dict(store.image.tenants[tid].configs) == {"shoal.tenant.cell.brokers": "1", "flush.ms": "7"}
 
 
 async def test_create_topic_policy(env):
