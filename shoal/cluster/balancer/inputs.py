@@ -13,6 +13,8 @@ A broker's state for the planner (:mod:`shoal.cluster.balancer.model`):
   saw it missing.
 
 A partition being reassigned is ``moving`` (left alone), counted at its target replicas.
+A tenant's partitions may use only its cell's brokers (``allowed``: ``shoal.placement.cells``, by
+``shoal.cluster.planner.cell_brokers``): the planner's placement goal moves those outside it in.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from shoal.cluster.balancer.model import (
     TopicPartition,
 )
 from shoal.cluster.balancer.planner import BalancerConfig
+from shoal.cluster.planner import cell_brokers
 from shoal.config import TOPIC_CONFIGS, BrokerConfig, format_value, topic_config_value
 from shoal.metadata import MetadataImage, owner_tenant
 from shoal.metadata.inheritance import topic_overrides
@@ -128,6 +131,8 @@ def cluster_inputs(image: MetadataImage, alive: Collection[int], down_since: Map
     loads = loads or {}
     nodes = set(image.brokers) | set(settings.remove)
     parts: list[PartitionInfo] = []
+    known_racks = {**racks, **{n: b.rack for n, b in image.brokers.items()}}
+    cells: dict[str, frozenset[int] | None] = {}
     for name, topic in image.topics.items():
         configs = topic_configs(image, name)
         spec = _placement(configs)
@@ -136,6 +141,9 @@ def cluster_inputs(image: MetadataImage, alive: Collection[int], down_since: Map
         except ValueError:
             racks_needed = 1
         tenant = owner_tenant(name, image.tenants) or ""
+        if tenant not in cells:  # the brokers its tenant's cell may use (shoal.placement.cells)
+            cells[tenant] = cell_brokers(image, tenant, known_racks) if tenant else None
+        allowed = cells[tenant]
         for p in topic.partitions:
             if p.reassigning:
                 replicas = tuple(r for r in p.replicas if r not in p.removing)
@@ -147,7 +155,7 @@ def cluster_inputs(image: MetadataImage, alive: Collection[int], down_since: Map
                 continue
             nodes.update(replicas)
             parts.append(PartitionInfo(name, p.partition, replicas, observers, loads.get((name, p.partition), PartitionLoad()),
-                                       spec, racks_needed, None, tenant, p.reassigning))
+                                       spec, racks_needed, allowed, tenant, p.reassigning))
     brokers = []
     for node in sorted(nodes):
         reg = image.brokers.get(node)
