@@ -1,9 +1,10 @@
 """Tenant cells (issue 27 part 5) without broker processes: the cell configs parse or are
 refused, ``cell_brokers`` is a tenant's listed brokers plus those in its racks, creation places a
 tenant's partitions in its cell only (and says so when the cell is too small), a cell is no topic
-config its topics inherit, the balancer's inputs confine the tenant's partitions to it, and the
-executor carries a tenant moved to another cell over there with throttled moves (on a memory
-store; the controller's part, replicas catching up, done by hand)."""
+config its topics inherit, its tenant-wide quota is split over the cell's leaders, the balancer's
+inputs confine the tenant's partitions to it, and the executor carries a tenant moved to another
+cell over there with throttled moves (on a memory store; the controller's part, replicas catching
+up, done by hand)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from shoal.metadata.change import Change
 from shoal.metadata.memory import memory_store
 from shoal.metadata.rules import topics as topic_rules
 from shoal.placement.cells import CELL_BROKERS, CELL_RACKS, Cell, CellError, parse_cell
+from shoal.quotas.entities import tenant_leaders
+from shoal.quotas.fairshare import tenant_quota_slices
 
 RACKS = {1: "a", 2: "b", 3: "a", 4: "b", 5: "c"}
 TA, TB = "lkc-aaaaaa", "lkc-bbbbbb"
@@ -95,6 +98,16 @@ def test_creation_places_a_tenants_partitions_in_its_cell_and_refuses_a_cell_too
 def test_a_cell_is_no_topic_default_the_tenants_topics_inherit():
     img = image({TA: {CELL_BROKERS: "1,2", "retention.ms": "5"}})
     assert inheritance.topic_overrides(img, f"{TA}_t", {}) == {"retention.ms": "5"}
+
+
+def test_a_tenant_wide_quota_is_split_over_the_cell_brokers_that_lead_its_partitions():
+    img = image({TA: {CELL_BROKERS: "3,4"}})
+    name = f"{TA}_t"
+    plan = planner.plan_topic(planner.live_brokers(img, (), name), planner.TopicRequest(name), planner.Defaults(8, 2),
+                              random.Random(3))
+    img = image({TA: {CELL_BROKERS: "3,4"}}, {name: list(plan.assignments), "free": [(1, 2), (5, 1)]})
+    assert tenant_leaders(img, TA) == {3, 4}  # leaders are replicas: in the cell
+    assert tenant_quota_slices(1000.0, tenant_leaders(img, TA)) == {3: 500.0, 4: 500.0}
 
 
 def settings(**kw) -> BalancerSettings:
