@@ -15,7 +15,9 @@ and the create-topic policy (``shoal.admin.http`` routes ``/v1/tenants/{id}/<the
     POST   /v1/tenants/{id}/topics/{topic}/move       {"namespace": NS2} ("" = default namespace)
     GET    /v1/tenants/{id}/topics/{topic}/configs    effective configs with their origins
     GET|PUT|PATCH /v1/tenants/{id}/configs      the tenant's topic config defaults (names as
-                                                topic configs or their broker synonyms)
+                                                topic configs or their broker synonyms) and
+                                                its cell (shoal.tenant.cell.brokers|racks, the
+                                                operator's: shoal.placement.cells)
     GET|PUT /v1/tenants/{id}/policy             the create-topic policy (shoal.tenancy.policy)
 
 Names are as the tenant's clients see them (no ``lkc-…_`` prefix). A move is a rename in the
@@ -394,7 +396,9 @@ def openapi_paths(ref: Callable[[str], dict[str, str]], resp: Callable[[str, str
         },
         "/v1/tenants/{tenant_id}/configs": {
             "parameters": [tenant_id],
-            **configs_of("tenantConfigs", "TenantConfigs", "The tenant's defaults for topic configs"),
+            **configs_of("tenantConfigs", "TenantConfigs",
+                         "The tenant's defaults for topic configs, and its cell "
+                         "(shoal.tenant.cell.brokers / shoal.tenant.cell.racks: the operator's)"),
         },
         "/v1/tenants/{tenant_id}/policy": {
             "parameters": [tenant_id],
