@@ -131,12 +131,13 @@ def test_remove_broker_drains_it_under_load_and_cancelling_fills_it_again(cluste
     # Every topic's replicas count (the balancer takes the first partitions by name that help:
     # __consumer_offsets' come before the test topic's). Each partition keeps one replica per rack,
     # so broker 4 can only take rack dc1's replicas from broker 1: they end split between the two.
+    # (An internal topic created meanwhile may add a few replicas to the rack.)
     assert replicas_on(boot, 4) == 0
     dc1 = replicas_on(boot, 1)
 
     def settled() -> bool:
         on1, on4 = replicas_on(boot, 1), replicas_on(boot, 4)
-        return on1 + on4 == dc1 and abs(on1 - on4) <= 2 and not shoal_status(admin)["controller"]["in_flight"]
+        return on1 + on4 >= dc1 and abs(on1 - on4) <= 2 and not shoal_status(admin)["controller"]["in_flight"]
     until(settled, 120, "broker 4, empty again, takes half of rack dc1's replicas (EMPTY_BROKER)", every=1.0)
     until(lambda: all_in_sync(boot, topic), 60, "in sync after the refill")
 
