@@ -221,6 +221,10 @@ def main() -> None:
                 ps = {}
             if ps and all(len(reps) == 3 and 3 not in reps and sorted(isr) == sorted(reps) for _l, reps, isr in ps.values()):
                 break
+            if int(time.monotonic() - t0) % 20 == 0:  # what the operator sees meanwhile
+                st = shoal("cluster", "balancer", "status", "--admin-url", c[1].admin_url).stdout.strip().splitlines()
+                left = sum(3 in reps for _l, reps, _i in ps.values())
+                print(f"  {time.monotonic() - t0:.0f} s: {left} partition(s) still list broker 3; " + " | ".join(st[1:6]))
             time.sleep(1)
         print(f"heal: kill -9 broker 3 -> every partition at 3 in-sync replicas without it in "
               f"{time.monotonic() - t0:.1f} s (threshold {args.heal_ms / 1000:g} s)")

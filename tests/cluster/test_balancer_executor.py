@@ -192,6 +192,25 @@ async def test_a_move_onto_a_broker_gone_for_good_is_cancelled_and_healed():
     assert h.on(4) == 0
 
 
+async def test_a_move_keeping_a_replica_on_a_broker_gone_for_good_is_cancelled_and_healed():
+    """The same for a move that keeps a replica on the broker that dies (1 -> 3 while 4 stays)."""
+    h = Harness(dataclasses.replace(SETTINGS, heal_threshold_ms=60_000))
+    await h.start()
+    p = next(p for p in h.store.image.topics["t"].partitions if 4 in p.replicas and 3 not in p.replicas)
+    target = tuple(3 if r != 4 else 4 for r in p.replicas)
+    await h.store.decide_and_commit(lambda img: topic_rules.start_reassignment(img, "t", p.partition, target))
+    await h.balancer.round({1, 2, 3, 4}, epoch=1)
+    await h.balancer.round({1, 2, 3}, epoch=1)
+    h.now += 61
+    for _ in range(10):
+        await h.balancer.round({1, 2, 3}, epoch=1)
+        await h.catch_up(alive=(1, 2, 3))
+        if h.on(4) == 0:
+            break
+    moved = h.store.image.topics["t"].partitions[p.partition]
+    assert not moved.reassigning and 4 not in moved.replicas and len(moved.replicas) == 2
+
+
 async def test_paused_or_disabled_starts_nothing():
     for settings in (dataclasses.replace(SETTINGS, remove=frozenset({4}), paused=True),
                      dataclasses.replace(SETTINGS, remove=frozenset({4}), enabled=False)):

@@ -260,14 +260,15 @@ class Status:
 
 
 def cancel_stuck(image: MetadataImage, gone: Collection[int]) -> Result[list[TopicPartition]]:
-    """Cancel the reassignments that add a replica on a broker in ``gone`` (down past the healing
-    threshold, or being removed): that replica never joins the ISR, so the move would never end
-    and the partition, moving, would never be healed. Response: the partitions cancelled."""
+    """Cancel the reassignments whose target names a broker in ``gone`` (down past the healing
+    threshold): its replica, added or kept, never joins the ISR, so the move would never end and
+    the partition, moving, would never be healed. Response: the partitions cancelled."""
     work = image
     done: list[TopicPartition] = []
     for name, topic in image.topics.items():
         for p in topic.partitions:
-            if p.reassigning and any(r in gone for r in p.adding):
+            target = [r for r in p.replicas if r not in p.removing and r not in p.observers]
+            if p.reassigning and any(r in gone for r in target):
                 r = cancel_reassignment(work, name, p.partition)
                 if r.change is not None:
                     work = r.change.apply(work)
@@ -400,7 +401,7 @@ class Balancer:
         if gone:
             cancelled = await self.store.decide_and_commit(lambda img: cancel_stuck(img, gone))
             if cancelled:
-                log.warning("balancer: cancelled %d reassignment(s) adding a replica on a broker gone for good (%s): "
+                log.warning("balancer: cancelled %d reassignment(s) whose target names a broker gone for good (%s): "
                             "%s; the next plan places them again", len(cancelled), sorted(gone),
                             ", ".join(f"{n}-{i}" for n, i in cancelled[:20]))
         image = self.store.image
