@@ -110,11 +110,12 @@ class Harness:
                                  monotonic=lambda: self.now)
 
     async def catch_up(self, alive=(1, 2, 3, 4)) -> None:
-        """Every adding replica on a live broker joins its ISR and the reassignments complete."""
+        """Replicas on dead brokers leave their ISR (as their leader drops them), every adding
+        replica on a live broker joins it, and the reassignments that may complete do."""
         def decide(img):
             t = img.topics["t"]
-            parts = tuple(dataclasses.replace(p, isr=tuple(dict.fromkeys(p.isr + tuple(r for r in p.adding if r in alive))))
-                          for p in t.partitions)
+            parts = tuple(dataclasses.replace(p, isr=tuple(r for r in dict.fromkeys(p.isr + p.adding) if r in alive)
+                                              or p.isr) for p in t.partitions)
             return topic_rules.Result(Change(topics={"t": dataclasses.replace(t, partitions=parts)}), None)
         await self.store.decide_and_commit(decide)
         await self.store.decide_and_commit(topic_rules.complete_reassignments)
