@@ -16,6 +16,7 @@ from shoal.cluster.balancer.executor import (
     THROTTLED_REPLICAS,
     Balancer,
     choose,
+    cooled,
     leaders_off,
     settle_throttles,
     start_moves,
@@ -84,6 +85,16 @@ def test_start_moves_reassigns_and_throttles_and_settling_removes_the_throttles_
     assert not any(k in img4.topics["t"].configs for k in THROTTLED_REPLICAS)
     assert not any(k in img4.broker_configs for k in THROTTLE_RATES)
     assert settle_throttles(img4, 1000).change is None
+
+
+def test_a_leadership_moved_to_balance_is_not_moved_again_for_the_cooldown():
+    led_at = {("t", 0): 100.0, ("t", 1): 10.0}
+    changes = [PlanChange(("t", 0), (1, 2), (2, 1), (), 0.0),  # moved 5 s ago: held back
+               PlanChange(("t", 1), (1, 2), (2, 1), (), 0.0),  # 95 s ago: free again
+               PlanChange(("t", 0), (1, 2), (1, 3), (), 9.0)]  # a replica move is not held back
+    got = cooled(changes, led_at, now=105.0, cooldown_s=60.0)
+    assert [(c.tp, c.after) for c in got] == [(("t", 1), (2, 1)), (("t", 0), (1, 3))]
+    assert led_at == {("t", 0): 100.0}
 
 
 def test_an_operators_own_rate_is_left_alone():

@@ -170,6 +170,17 @@ def choose(changes: Iterable[PlanChange], image: MetadataImage, max_per_broker: 
     return out
 
 
+def cooled(changes: Sequence[PlanChange], led_at: dict[TopicPartition, float], now: float,
+           cooldown_s: float) -> list[PlanChange]:
+    """``changes`` without the leadership moves of partitions whose leadership the balancer moved
+    less than ``cooldown_s`` ago (and ``led_at`` without the entries older than that): under a load
+    whose rates move, balancing alone otherwise moves a few leaderships back and forth every round,
+    each a preferred election that clients must follow."""
+    for tp in [tp for tp, t in led_at.items() if now - t >= cooldown_s]:
+        del led_at[tp]
+    return [c for c in changes if not (c.leadership_only and c.tp in led_at)]
+
+
 def leaders_off(image: MetadataImage, brokers: Collection[int], alive: Collection[int]) -> list[PlanChange]:
     """Leadership moves that take the leaderships of ``brokers`` (being removed) to another
     in-sync, alive sync replica: the replicas reordered with it first."""
@@ -336,6 +347,7 @@ class Balancer:
         # EMPTY_BROKER: brokers seen empty and usable (joined, or their removal cancelled), filled
         # until a plan moves nothing more onto them
         self.filling: set[int] = set()
+        self._led_at: dict[TopicPartition, float] = {}  # when its leadership last moved to balance
         self.last_plan: Plan | None = None
         self.status = Status(node_id, 0)
 
@@ -421,7 +433,11 @@ class Balancer:
         self.last_plan = result
         first = leaders_off(image, settings.remove, alive)
         moved = {c.tp for c in first}
-        changes = choose(first + [c for c in result.changes if c.tp not in moved], image, settings.max_moves_per_broker)
+        planned = [c for c in result.changes if c.tp not in moved]
+        now = self._monotonic()
+        if result.after.hard >= result.before.hard:  # a plan that only balances: no leadership ping-pong
+            planned = cooled(planned, self._led_at, now, LEADERSHIP_COOLDOWN_INTERVALS * settings.interval_s)
+        changes = choose(first + planned, image, settings.max_moves_per_broker)
         status.planned_at_ms = self._wall_ms()
         status.goals = [(g, round(v, 6), round(result.after.of(g), 6)) for g, v in result.before.goals]
         status.plan_replica_moves, status.plan_leadership_moves = result.replica_moves, result.leadership_moves
@@ -434,6 +450,8 @@ class Balancer:
         status.started = len(started)
         for c in started:
             self._elect[c.tp] = ELECT_TRIES
+            if c.leadership_only:
+                self._led_at[c.tp] = now
             if not c.leadership_only:
                 self._sizes[c.tp] = c.bytes
         await self._elect_preferred()  # the reordered partitions' new first replicas lead now
@@ -474,3 +492,6 @@ class Balancer:
 
 
 ELECT_TRIES = 50
+# A partition whose leadership a balancing-only plan moved is not moved again for this many
+# planning intervals (removals and heals are not held back)
+LEADERSHIP_COOLDOWN_INTERVALS = 10
