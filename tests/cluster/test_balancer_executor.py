@@ -131,6 +131,14 @@ class Harness:
         await self.store.decide_and_commit(decide)
         await self.store.decide_and_commit(topic_rules.complete_reassignments)
 
+    async def rounds_without_4(self) -> None:
+        """Rounds with broker 4 down (its moves never catching up) until it holds nothing, 10 at most."""
+        for _ in range(10):
+            await self.balancer.round({1, 2, 3}, epoch=1)
+            await self.catch_up(alive=(1, 2, 3))
+            if self.on(4) == 0:
+                break
+
     def on(self, node: int) -> int:
         return sum(node in p.replicas for p in self.store.image.topics["t"].partitions)
 
@@ -194,11 +202,7 @@ async def test_a_move_onto_a_broker_gone_for_good_is_cancelled_and_healed():
     await h.balancer.round({1, 2, 3, 4}, epoch=1)
     await h.balancer.round({1, 2, 3}, epoch=1)  # broker 4 dies with the move in flight
     h.now += 61
-    for _ in range(10):
-        await h.balancer.round({1, 2, 3}, epoch=1)
-        await h.catch_up(alive=(1, 2, 3))
-        if h.on(4) == 0:
-            break
+    await h.rounds_without_4()
     moved = h.store.image.topics["t"].partitions[p.partition]
     assert not moved.reassigning and 4 not in moved.replicas and len(moved.replicas) == 2
     assert h.on(4) == 0
@@ -214,11 +218,7 @@ async def test_a_move_keeping_a_replica_on_a_broker_gone_for_good_is_cancelled_a
     await h.balancer.round({1, 2, 3, 4}, epoch=1)
     await h.balancer.round({1, 2, 3}, epoch=1)
     h.now += 61
-    for _ in range(10):
-        await h.balancer.round({1, 2, 3}, epoch=1)
-        await h.catch_up(alive=(1, 2, 3))
-        if h.on(4) == 0:
-            break
+    await h.rounds_without_4()
     moved = h.store.image.topics["t"].partitions[p.partition]
     assert not moved.reassigning and 4 not in moved.replicas and len(moved.replicas) == 2
 
@@ -234,3 +234,19 @@ async def test_paused_or_disabled_starts_nothing():
 
 
 pytestmark = pytest.mark.asyncio
+
+
+async def test_a_resumed_balancer_says_so_and_a_disabled_one_touches_no_throttle():
+    h = Harness(dataclasses.replace(SETTINGS, paused=True))
+    await h.start()
+    assert (await h.balancer.round({1, 2, 3, 4}, epoch=1)).state == "paused"
+    h.settings = dataclasses.replace(h.settings, paused=False)
+    assert (await h.balancer.round({1, 2, 3, 4}, epoch=1)).state in ("idle", "balancing")
+    # an operator's throttle on a partition no longer moving is the balancer's to drop only when it runs
+    h.settings = dataclasses.replace(h.settings, enabled=False)
+    t = h.store.image.topics["t"]
+    await h.store.decide_and_commit(lambda img: topic_rules.Result(Change(topics={"t": dataclasses.replace(
+        t, configs=MappingProxyType({THROTTLED_REPLICAS[0]: "0:1"}))}), None))
+    assert (await h.balancer.round({1, 2, 3, 4}, epoch=1)).state == "disabled"
+    assert h.store.image.topics["t"].configs[THROTTLED_REPLICAS[0]] == "0:1"
+

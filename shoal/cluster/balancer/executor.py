@@ -36,17 +36,24 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Awaitable, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from shoal.cluster.balancer.inputs import BalancerSettings, TopicConfigs, broker_state, cluster_inputs
-from shoal.cluster.balancer.model import ACTIVE, EXCLUDED, BrokerInfo, Capacity, PartitionInfo, PartitionLoad, TopicPartition
+from shoal.cluster.balancer.inputs import (
+    BalancerSettings,
+    LoadSource,
+    TopicConfigs,
+    broker_state,
+    cluster_inputs,
+    read_loads,
+)
+from shoal.cluster.balancer.model import ACTIVE, EXCLUDED, BrokerInfo, PartitionInfo, TopicPartition
 from shoal.cluster.balancer.planner import Change as PlanChange
 from shoal.cluster.balancer.planner import Plan, plan
 from shoal.metadata import MetadataError, MetadataImage, TopicInfo
 from shoal.metadata.change import Change, Result, unchanged
 from shoal.metadata.rules.topics import cancel_reassignment, start_reassignment
 
-__all__ = ["THROTTLE_RATES", "THROTTLED_REPLICAS", "Balancer", "Status", "choose", "leaders_off",
+__all__ = ["THROTTLE_RATES", "THROTTLED_REPLICAS", "Balancer", "ImageFacts", "Status", "choose", "leaders_off",
            "settle_throttles", "start_moves", "throttle_plan"]
 
 log = logging.getLogger("shoal.cluster.balancer")
@@ -63,9 +70,6 @@ class DecidingStore(Protocol):
     def image(self) -> MetadataImage: ...
 
     async def decide_and_commit(self, decide: Callable[[MetadataImage], Result[T]]) -> T: ...
-
-
-Loads = tuple[Mapping[int, Capacity], Mapping[TopicPartition, PartitionLoad]]
 
 
 # -- throttles ----------------------------------------------------------------------------------
@@ -269,6 +273,11 @@ class Status:
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
 
+    def steady_json(self) -> bytes:
+        """``to_json`` without what only the clock changes (how long each broker has been down):
+        the controller publishes a status that differs only there at most every few seconds."""
+        return dataclasses.replace(self, down={b: 0.0 for b in self.down}).to_json()
+
 
 def cancel_stuck(image: MetadataImage, gone: Collection[int]) -> Result[list[TopicPartition]]:
     """Cancel the reassignments whose target names a broker in ``gone`` (down past the healing
@@ -289,16 +298,30 @@ def cancel_stuck(image: MetadataImage, gone: Collection[int]) -> Result[list[Top
     return Result(Change(topics={n: work.topics[n] for n in {n for n, _ in done}}), done)
 
 
-def drain_progress(image: MetadataImage, remove: Collection[int]) -> tuple[dict[str, int], list[int]]:
-    """Per broker being removed, the replicas (current or being added) still on it; and those
-    with none (removed)."""
-    left: Counter[int] = Counter()
-    for topic in image.topics.values():
-        for p in topic.partitions:
-            for r in p.replicas:
-                if r in remove:
-                    left[r] += 1
-    return ({str(b): left[b] for b in sorted(remove) if left[b]}, [b for b in sorted(remove) if not left[b]])
+@dataclass(frozen=True)
+class ImageFacts:
+    """What a round reads of one metadata image, scanned once per image (a round comes every half
+    second; a scan of 10,000 partitions costs ~3 ms): every broker a replica list names, replicas
+    per broker (current or being added), the partitions being reassigned."""
+
+    counts: Counter[int]
+    moving: tuple[TopicPartition, ...]
+
+    @classmethod
+    def of(cls, image: MetadataImage) -> "ImageFacts":
+        counts: Counter[int] = Counter()
+        moving = []
+        for name, topic in image.topics.items():
+            for p in topic.partitions:
+                counts.update(p.replicas)
+                if p.reassigning:
+                    moving.append((name, p.partition))
+        return cls(counts, tuple(moving))
+
+    def drain_progress(self, remove: Collection[int]) -> tuple[dict[str, int], list[int]]:
+        """Per broker being removed, the replicas still on it; and those with none (removed)."""
+        left = self.counts
+        return ({str(b): left[b] for b in sorted(remove) if left[b]}, [b for b in sorted(remove) if not left[b]])
 
 
 def nearly_empty(brokers: Sequence[BrokerInfo], parts: Sequence[PartitionInfo]) -> set[int]:
@@ -328,7 +351,7 @@ class Balancer:
 
     def __init__(self, store: DecidingStore, node_id: int, settings: Callable[[], BalancerSettings],
                  topic_configs: TopicConfigs, elect: Elect,
-                 loads: Callable[[], Awaitable[Loads]] | None = None,
+                 loads: LoadSource | None = None,
                  monotonic: Callable[[], float] = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  ) -> None:
         self.store = store
@@ -350,10 +373,17 @@ class Balancer:
         self._led_at: dict[TopicPartition, float] = {}  # when its leadership last moved to balance
         self.last_plan: Plan | None = None
         self.status = Status(node_id, 0)
+        self._facts: tuple[MetadataImage, ImageFacts] | None = None
+        self._settled: tuple[MetadataImage, int] | None = None  # the image and rate throttles were settled on
 
     def wake(self) -> None:
         """Plan at the next round (a remove-broker, a resume, a broker that joined)."""
         self._next_plan = 0.0
+
+    def facts(self, image: MetadataImage) -> ImageFacts:
+        if self._facts is None or self._facts[0] is not image:
+            self._facts = (image, ImageFacts.of(image))
+        return self._facts[1]
 
     def observe(self, image: MetadataImage, alive: Collection[int]) -> None:
         now = self._monotonic()
@@ -361,7 +391,7 @@ class Balancer:
             if node not in self.racks:
                 self.wake()  # a broker joined: fill it
             self.racks[node] = info.rack
-        known = set(self.racks) | {r for t in image.topics.values() for p in t.partitions for r in p.replicas}
+        known = set(self.racks) | set(self.facts(image).counts)
         for node in known:
             if node in alive:
                 self.down_since.pop(node, None)
@@ -371,39 +401,46 @@ class Balancer:
     async def round(self, alive: Collection[int], epoch: int) -> Status:
         """One round (see the module doc); the status to publish."""
         settings = self._settings()
+        if not settings.enabled:  # nothing at all: not even the throttles of others' moves
+            self.status = dataclasses.replace(self.status, controller=self.node_id, epoch=epoch, state="disabled")
+            return self.status
         image = self.store.image
         self.observe(image, alive)
-        await self.store.decide_and_commit(lambda img: settle_throttles(img, settings.throttle))
+        await self._settle(settings)
         await self._elect_preferred()
         now = self._monotonic()
         status = self._status(self.store.image, alive, settings, epoch, now)
         if now >= self._next_plan:
             self._next_plan = now + settings.interval_s
-            if not settings.enabled:
-                status.state = "disabled"
-            elif settings.paused:
-                status.state = "paused"
-            else:
+            if not settings.paused:
                 await self._plan_and_start(alive, settings, status)
         return status
+
+    async def _settle(self, settings: BalancerSettings) -> None:
+        """``settle_throttles``, when the image or the rate changed since it last ran."""
+        image = self.store.image
+        if self._settled is not None and self._settled[0] is image and self._settled[1] == settings.throttle:
+            return
+        await self.store.decide_and_commit(lambda img: settle_throttles(img, settings.throttle))
+        self._settled = (self.store.image, settings.throttle)
 
     def _status(self, image: MetadataImage, alive: Collection[int], settings: BalancerSettings, epoch: int,
                 now: float) -> Status:
         st = dataclasses.replace(self.status, controller=self.node_id, epoch=epoch)
-        st.state = "disabled" if not settings.enabled else "paused" if settings.paused else st.state
         st.trigger = settings.planner.trigger
-        st.removing, st.removed = drain_progress(image, settings.remove)
+        facts = self.facts(image)
+        st.removing, st.removed = facts.drain_progress(settings.remove)
         st.down = {str(b): round(now - t, 1) for b, t in sorted(self.down_since.items())}
         threshold = settings.heal_threshold_ms
         st.healing = [b for b, t in sorted(self.down_since.items())
                       if threshold >= 0 and (now - t) * 1000 >= threshold and b not in settings.remove]
-        moving = [(n, p.partition) for n, t in image.topics.items() for p in t.partitions if p.reassigning]
+        moving = facts.moving
         st.in_flight = [f"{n}-{i}" for n, i in moving]
         st.in_flight_bytes = sum(self._sizes.get(tp, 0.0) for tp in moving)
         st.eta_s = round(st.in_flight_bytes / settings.throttle, 1) if settings.throttle else 0.0
-        if st.state in ("balancing", "idle") and settings.enabled and not settings.paused:
-            st.state = "balancing" if moving else "idle"
-        self._sizes = {tp: s for tp, s in self._sizes.items() if tp in set(moving)}
+        st.state = "paused" if settings.paused else "balancing" if moving else "idle"
+        still = set(moving)
+        self._sizes = {tp: s for tp, s in self._sizes.items() if tp in still}
         self.status = st
         return st
 
@@ -417,12 +454,7 @@ class Balancer:
                             "%s; the next plan places them again", len(cancelled), sorted(gone),
                             ", ".join(f"{n}-{i}" for n, i in cancelled[:20]))
         image = self.store.image
-        loads: Loads = ({}, {})
-        if self._loads is not None:
-            try:
-                loads = await self._loads()
-            except Exception as e:  # no load reports: plan on counts and sizes known
-                log.warning("balancer: no load reports (%s): planning without them", e)
+        loads = await read_loads(self._loads)
         brokers, parts = cluster_inputs(image, alive, self.down_since, self._monotonic(), self.racks, settings,
                                         self._topic_configs, loads[0], loads[1])
         self.filling |= nearly_empty(brokers, parts)
@@ -455,7 +487,7 @@ class Balancer:
             if not c.leadership_only:
                 self._sizes[c.tp] = c.bytes
         await self._elect_preferred()  # the reordered partitions' new first replicas lead now
-        await self.store.decide_and_commit(lambda img: settle_throttles(img, settings.throttle))  # rates on
+        await self._settle(settings)  # rates on
         if started:
             status.state = "balancing"
             replica = [c for c in started if not c.leadership_only]
