@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BALANCER_STATUS_REFRESH_S = 5.0  # a published balancer status's "down for" seconds are this fresh at least
+
 
 class ReplicationStopper(Protocol):
     async def stop_replication(self) -> None:
@@ -355,7 +357,7 @@ class Controller:
         # controller; its status goes to ``balancer_key`` for every broker's admin API
         self.balancer = balancer
         self.balancer_key = self.key + b"/balancer"
-        self._balancer_published = b""
+        self._balancer_published: tuple[bytes, bytes, float] = (b"", b"", 0.0)  # raw, steady, when
 
     @property
     def is_controller(self) -> bool:
@@ -663,10 +665,13 @@ class Controller:
         except Exception:  # a bug in a round must not stop the controller's other work
             log.exception("balancer round failed (next round in %.1f s)", POLL_S)
             return
-        raw = status.to_json()
-        if raw != self._balancer_published and await self.backend.session.put_while_held(
-                self.balancer_key, raw, self.key, self.epoch):
-            self._balancer_published = raw
+        raw, steady, now = status.to_json(), status.steady_json(), self._monotonic()
+        if raw == self._balancer_published[0]:
+            return
+        if steady == self._balancer_published[1] and now - self._balancer_published[2] < BALANCER_STATUS_REFRESH_S:
+            return  # only the seconds a broker has been down moved: not a put every round
+        if await self.backend.session.put_while_held(self.balancer_key, raw, self.key, self.epoch):
+            self._balancer_published = (raw, steady, now)
 
     async def balancer_status(self) -> dict[str, object] | None:
         """The status the controller published (any broker; None before the first)."""

@@ -19,8 +19,9 @@ A tenant's partitions may use only its cell's brokers (``allowed``: ``shoal.plac
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Callable, Collection, Mapping
+from typing import Awaitable, Callable, Collection, Mapping
 
 from shoal.cluster.balancer.model import (
     ACTIVE,
@@ -39,7 +40,9 @@ from shoal.metadata import MetadataImage, owner_tenant
 from shoal.metadata.inheritance import topic_overrides
 from shoal.placement.constraints import PlacementSpec, PlacementSpecError, parse_placement
 
-__all__ = ["BalancerSettings", "TopicConfigs", "cluster_inputs", "placement_configs", "settings_of"]
+log = logging.getLogger("shoal.cluster.balancer")
+
+__all__ = ["BalancerSettings", "LoadSource", "Loads", "read_loads", "TopicConfigs", "cluster_inputs", "placement_configs", "settings_of"]
 
 # (image, topic) -> the topic's effective configs (its own over its namespaces' and the broker's)
 TopicConfigs = Callable[[MetadataImage, str], Mapping[str, str]]
@@ -79,6 +82,23 @@ def settings_of(config: BrokerConfig) -> BalancerSettings:
             trigger=str(get("shoal.balancer.heal.uneven.load.trigger")),
         ),
     )
+
+
+# The brokers' load reports as the planner takes them: capacities by broker, loads by partition
+Loads = tuple[Mapping[int, Capacity], Mapping[TopicPartition, PartitionLoad]]
+LoadSource = Callable[[], Awaitable[Loads]]
+
+
+async def read_loads(source: LoadSource | None) -> Loads:
+    """The load reports from ``source``; none (plan on replica counts and what is known) when there
+    is no source or it fails, with one log line."""
+    if source is None:
+        return {}, {}
+    try:
+        return await source()
+    except Exception as e:
+        log.warning("balancer: no load reports (%s): planning without them", e)
+        return {}, {}
 
 
 PLACEMENT_CONFIGS = ("replica.placement", "min.insync.racks")

@@ -14,12 +14,12 @@ not place (the replication factor above the usable brokers, a rack with none lef
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Awaitable, Callable, Collection, Mapping
 
 from shoal.cluster.balancer.executor import DecidingStore
-from shoal.cluster.balancer.inputs import BalancerSettings, TopicConfigs, cluster_inputs, settings_of
-from shoal.cluster.balancer.model import Capacity, PartitionLoad, TopicPartition
+from shoal.cluster.balancer.inputs import BalancerSettings, LoadSource, TopicConfigs, cluster_inputs, read_loads, settings_of
 from shoal.cluster.balancer.planner import Plan, plan
 from shoal.config import BrokerConfig
 from shoal.metadata import MetadataError, MetadataImage
@@ -27,7 +27,6 @@ from shoal.metadata.change import Change, Result, unchanged
 
 __all__ = ["BalancerService", "RemoveRefused", "plan_json"]
 
-Loads = tuple[Mapping[int, Capacity], Mapping[TopicPartition, PartitionLoad]]
 UNLIMITED = 1_000_000_000
 
 
@@ -65,7 +64,7 @@ class BalancerService:
     def __init__(self, store: DecidingStore, config: Callable[[], BrokerConfig], topic_configs: TopicConfigs,
                  status: Callable[[], Awaitable[dict[str, object] | None]],
                  fenced: Callable[[], Collection[int]] = frozenset,
-                 loads: Callable[[], Awaitable[Loads]] | None = None) -> None:
+                 loads: LoadSource | None = None) -> None:
         self.store = store
         self._config = config
         self._topic_configs = topic_configs
@@ -89,14 +88,9 @@ class BalancerService:
         s = settings or self.settings()
         image = self.store.image
         alive = set(image.brokers) - set(self._fenced())
-        loads: Loads = ({}, {})
-        if self._loads is not None:
-            try:
-                loads = await self._loads()
-            except Exception:  # plan on what is known
-                pass
+        loads = await read_loads(self._loads)
         brokers, parts = cluster_inputs(image, alive, {}, 0.0, {}, s, self._topic_configs, loads[0], loads[1])
-        return plan(brokers, parts, s.planner)
+        return await asyncio.to_thread(plan, brokers, parts, s.planner)  # seconds of CPU at 10,000 partitions
 
     async def set_paused(self, paused: bool) -> None:
         """Pause or resume, as a cluster-wide dynamic config (``false`` written, not deleted, so a
