@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cluster_harness import running_cluster, until
 from test_replication import partitions, read_all
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(420)
 
 HEAL_MS = 6000
 
@@ -32,6 +32,9 @@ def cluster(etcd_cluster, tmp_path_factory):
                          overrides={"shoal.balancer.enable": "true", "shoal.balancer.interval.ms": "1000",
                                     "shoal.balancer.heal.broker.failure.threshold.ms": str(HEAL_MS),
                                     "shoal.balancer.throttle.bytes.per.second": "20000000",
+                                    # the refill moves ~30 replicas: 3 batches, not 6 (each a catch-up,
+                                    # an ISR change and a completion: 15 s or more on a loaded CI machine)
+                                    "shoal.balancer.max.concurrent.moves.per.broker": "10",
                                     "replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200"}) as c:
         yield c
 
@@ -138,7 +141,9 @@ def test_remove_broker_drains_it_under_load_and_cancelling_fills_it_again(cluste
     def settled() -> bool:
         on1, on4 = replicas_on(boot, 1), replicas_on(boot, 4)
         return on1 + on4 >= dc1 and abs(on1 - on4) <= 2 and not shoal_status(admin)["controller"]["in_flight"]
-    until(settled, 120, "broker 4, empty again, takes half of rack dc1's replicas (EMPTY_BROKER)", every=1.0)
+    until(settled, 200, lambda: "broker 4, empty again, takes half of rack dc1's replicas (EMPTY_BROKER): "
+          f"{replicas_on(boot, 1)} on broker 1, {replicas_on(boot, 4)} on 4 (of {dc1}); status "
+          f"{shoal_status(admin)['controller']}", every=1.0)
     until(lambda: all_in_sync(boot, topic), 60, "in sync after the refill")
 
 

@@ -9,7 +9,6 @@ import dataclasses
 import uuid
 from types import MappingProxyType
 
-import pytest
 
 from shoal.cluster.balancer.executor import (
     THROTTLE_RATES,
@@ -233,7 +232,6 @@ async def test_paused_or_disabled_starts_nothing():
         assert not any(p.reassigning for p in h.store.image.topics["t"].partitions)
 
 
-pytestmark = pytest.mark.asyncio
 
 
 async def test_a_resumed_balancer_says_so_and_a_disabled_one_touches_no_throttle():

@@ -57,9 +57,12 @@ def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
                   "enable.auto.commit": False})
     c.assign([TopicPartition(topic, i, 0) for i in range(2)])
     got: list[bytes] = []
+
+    def read() -> bool:  # a batch a poll: one record a poll slept 0.1 s each, 30 s for 300 records
+        got.extend(m.value() for m in c.consume(1000, 0.5) if m.error() is None)
+        return len(got) >= n
     try:
-        until(lambda: (m := c.poll(0.5)) is not None and m.error() is None and got.append(m.value()) is None
-              and len(got) >= n, 60, f"{n} records")
+        until(read, 60, lambda: f"{n} records (got {len(got)})", every=0)
     finally:
         c.close()
     return got
@@ -69,6 +72,12 @@ def change(a: KafkaAdmin, topic: str, value: str) -> None:
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("replica.placement", value, incremental_operation=AlterConfigOpType.SET)])
     a.incremental_alter_configs([res])[res].result(30)
+
+
+def moves_logged(cluster, topic: str) -> dict[int, list[str]]:
+    """Each broker's log lines about ``topic`` and the controller's (for a failure's message)."""
+    return {n: [line for line in text.splitlines() if topic in line or "controller" in line][-15:]
+            for n, text in cluster.logs_since({}).items()}
 
 
 def racks(replicas) -> list[str]:
@@ -92,7 +101,8 @@ def test_v1_dc1_heavy_to_dc2_heavy_moves_the_replicas(cluster):
         lay = layout(a, topic)
         ok = all(racks(r) == ["dc2", "dc2", "dc1"] and len(isr) == 3 for _l, r, isr in lay.values())
         return ok and lay
-    after = until(moved, 90, "every partition dc2-heavy, in sync")
+    after = until(moved, 90, lambda: f"every partition dc2-heavy, in sync: {layout(a, topic)}; the logs: "
+                  f"{moves_logged(cluster, topic)}")
     for i, (_leader, replicas, isr) in after.items():
         assert set(isr) == set(replicas)
         assert len(set(replicas) & set(before[i][1])) == 2  # one dc1 replica and the dc2 one stayed
