@@ -381,11 +381,17 @@ class Broker:
     def _balancer(self) -> Any:
         """The controller's balancer (issue 27; shoal.cluster.balancer.executor), on an etcd cluster."""
         from shoal.cluster.balancer.executor import Balancer
-        from shoal.cluster.balancer.inputs import settings_of
+        from shoal.cluster.balancer.expansion import Expansion
+        from shoal.cluster.balancer.inputs import expansion_settings_of, settings_of
         from shoal.cluster.controller import PREFERRED, election_change
 
+        def reports() -> Any:  # the load reports as last read (the reporter starts after the controller)
+            reporter = self.load_reporter
+            return reporter.latest if reporter is not None and reporter.steps else None
+        expansion = Expansion(reports, lambda: expansion_settings_of(self.config))
         return Balancer(self.metadata, self.node_id, lambda: settings_of(self.config), self._balancer_configs_of,
-                        lambda image, wanted: election_change(image, PREFERRED, wanted), loads=self._balancer_loads)
+                        lambda image, wanted: election_change(image, PREFERRED, wanted), loads=self._balancer_loads,
+                        expansion=expansion)
 
     async def _balancer_loads(self) -> Any:
         """The cluster's capacities and per-partition loads, as the brokers last reported them."""

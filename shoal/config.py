@@ -918,6 +918,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.balancer.interval.ms", "long", 30_000,
            "Shoal: how often the controller plans (and at once after a remove-broker or a resume).",
            at_least(100), True),
+        # Automatic expansion (issue 27, part 6; shoal.cluster.balancer.expansion)
+        _d("shoal.balancer.expand.command", "string", "",
+           "Shoal: the operator's expansion hook: an executable the controller runs once, with the current and "
+           "the recommended broker counts as its arguments, when the cluster's p95 utilization stays above "
+           "1 - shoal.balancer.expand.headroom for shoal.balancer.expand.after.ms; empty: never. Static (server "
+           "properties only): a dynamic config must not name a program to run.", None, False),
+        _d("shoal.balancer.expand.after.ms", "long", 600_000,
+           "Shoal: how long the cluster's utilization must stay above 1 - headroom before the expansion hook "
+           "runs.", at_least(1000), True),
+        _d("shoal.balancer.expand.headroom", "double", 0.3,
+           "Shoal: the headroom the cluster keeps: it expands when its p95 utilization is above 1 - headroom, "
+           "to ceil(load / (1 - headroom)) brokers.", between(0, 0.95), True),
+        _d("shoal.balancer.expand.timeout.ms", "long", 300_000,
+           "Shoal: the expansion hook is killed if it runs longer than this.", at_least(1000), True),
+        _d("shoal.balancer.expand.wait.ms", "long", 1_800_000,
+           "Shoal: after the hook ran, how long the controller waits for the recommended brokers to register "
+           "before it may run the hook again.", at_least(1000), True),
+        _d("shoal.balancer.shrink.after.ms", "long", 86_400_000,
+           "Shoal: how long the load must fit fewer brokers (with the headroom) before the balancer status "
+           "recommends shrinking (it never removes a broker by itself).", at_least(1000), True),
     ]
 }
 

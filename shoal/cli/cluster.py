@@ -407,6 +407,28 @@ def _status_lines(d: dict[str, Any]) -> list[str]:
         lines.append(c["note"])
     for u in c["unfixable"]:
         lines.append(f"cannot place: {u}")
+    lines += _expansion_lines(c.get("expansion") or {})
+    return lines
+
+
+def _expansion_lines(e: dict[str, Any]) -> list[str]:
+    """The automatic expansion's part of the status (shoal.cluster.balancer.expansion)."""
+    if not e:
+        return []
+    state = e["state"]
+    said = {"off": "off (no shoal.balancer.expand.command)", "watching": "watching",
+            "hot": f"above the headroom for {e['hot_for_s']} s", "expanding": "running the hook",
+            "waiting": "waiting for the brokers the hook was asked for"}.get(state, state)
+    lines = [f"expansion: {said}; p95 utilization {100 * e['utilization_p95']:.0f}% of {e['brokers']} broker(s) "
+             f"({e['load_p95']:.2f} brokers of load), recommended {e['recommended']}"]
+    if e.get("shrink_to") is not None:
+        lines.append(f"shrink recommended: {e['brokers']} -> {e['shrink_to']} brokers (never done automatically)")
+    h = e.get("hook")
+    if h:
+        ran = "running" if h["exit"] is None else f"exit {h['exit']} after {h['seconds']:g} s"
+        out = h["output"].strip().splitlines()[-1:] or [""]
+        lines.append(f"expansion hook ({h['current']} -> {h['recommended']} brokers): {ran}"
+                     + (f": {out[0][:200]}" if out[0] else ""))
     return lines
 
 

@@ -387,6 +387,8 @@ class Controller:
                 await self._task
             self._task = None
         self._unwatch(set(self._watches))
+        if self.balancer is not None and self.balancer.expansion is not None:
+            await self.balancer.expansion.stop()  # a hook still running goes on, in its own session
         self.epoch = None
 
     # -- liveness: a connection held open to each probed broker -----------------------------

@@ -126,6 +126,9 @@ class BrokerReport:
     sizes: Mapping[TopicPartition, int] = field(default_factory=dict)
     follower_out: Mapping[TopicPartition, float] = field(default_factory=dict)
     truncated: bool = False
+    # the share of the window its event loop's thread was busy (CPU time of that thread per second:
+    # the request-handling time the capacity model counts; 1.0 = the whole thread); None: unknown
+    busy: float | None = None
 
     @property
     def bytes_in(self) -> float:
@@ -152,10 +155,12 @@ class LoadMeter:
 
     def __init__(self, window_ms: int) -> None:
         self.window_ms = window_ms
-        self._samples: deque[tuple[int, dict[TopicPartition, tuple[int, int, int]]]] = deque()
+        self._samples: deque[tuple[int, dict[TopicPartition, tuple[int, int, int]], float | None]] = deque()
 
-    def sample(self, now_ms: int, partitions: Iterable[HostedPartition], node: int, capacity: BrokerCapacity
-               ) -> BrokerReport:
+    def sample(self, now_ms: int, partitions: Iterable[HostedPartition], node: int, capacity: BrokerCapacity,
+               busy_s: float | None = None) -> BrokerReport:
+        """``busy_s``: the CPU seconds the event loop's thread has used so far (``time.thread_time``
+        on it), for the report's ``busy``."""
         counts: dict[TopicPartition, tuple[int, int, int]] = {}
         led: dict[TopicPartition, LedLoad] = {}
         sizes: dict[TopicPartition, int] = {}
@@ -163,7 +168,7 @@ class LoadMeter:
         samples = self._samples
         while len(samples) >= 2 and samples[1][0] <= now_ms - self.window_ms:
             samples.popleft()
-        base_ms, base = samples[0] if samples else (now_ms, {})
+        base_ms, base, base_busy = samples[0] if samples else (now_ms, {}, busy_s)
         span_s = (now_ms - base_ms) / 1000.0
         for p in partitions:
             view = p.view
@@ -180,8 +185,11 @@ class LoadMeter:
                 led[key] = LedLoad(p.leader_epoch, rates[0], rates[1], rates[2], size)
             elif rates[1] > 0:
                 follower_out[key] = rates[1]
-        samples.append((now_ms, counts))
-        return BrokerReport(node, now_ms - base_ms, capacity, led, sizes, follower_out)
+        samples.append((now_ms, counts, busy_s))
+        busy = None
+        if busy_s is not None and base_busy is not None and span_s > 0:
+            busy = max(0.0, busy_s - base_busy) / span_s
+        return BrokerReport(node, now_ms - base_ms, capacity, led, sizes, follower_out, busy=busy)
 
 
 def measure_capacity(config: BrokerConfig, log_dirs: Sequence[str], log_bytes: int) -> BrokerCapacity:
@@ -228,6 +236,8 @@ def _body(report: BrokerReport, led: Collection[TopicPartition], replicas: bool)
             "c": [c.disk_bytes, c.disk_used, c.network_in, c.network_out, c.disk_write], "t": topics}
     if not replicas or len(led) < len(report.led):
         body["x"] = 1  # truncated
+    if report.busy is not None:
+        body["q"] = round(report.busy * 1e6)  # millionths of the loop's thread
     return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
 
 
@@ -289,7 +299,11 @@ def decode_report(value: bytes) -> BrokerReport:
             sizes[(topic, p)] = size
             if out:
                 follower_out[(topic, p)] = float(out)
-    return BrokerReport(node, window, capacity, led, sizes, follower_out, truncated=body.get("x") == 1)
+    busy = body.get("q")
+    if busy is not None and (type(busy) is not int or busy < 0):
+        raise ValueError(f"q: expected a non-negative integer, got {busy!r}")
+    return BrokerReport(node, window, capacity, led, sizes, follower_out, truncated=body.get("x") == 1,
+                        busy=None if busy is None else busy / 1e6)
 
 
 def load_key_prefix(cluster_prefix: str) -> bytes:
@@ -359,7 +373,8 @@ def cluster_load_json(load: ClusterLoad) -> dict[str, object]:
                          "disk_write_bytes_per_second": c.disk_write},
             "bytes_in_per_second": round(r.bytes_in), "bytes_out_per_second": round(r.bytes_out),
             "replication_bytes_out_per_second": round(r.replication_out), "log_bytes": r.log_bytes,
-            "leaders": len(r.led), "replicas": len(r.sizes)})
+            "leaders": len(r.led), "replicas": len(r.sizes),
+            "loop_busy": None if r.busy is None else round(r.busy, 4)})
     sizes = load.replica_sizes()
     partitions = []
     for key, node in sorted(load.leaders().items()):
@@ -411,7 +426,8 @@ class LoadReporter:
         parts = list(self.partitions())
         log_bytes = sum(v.size_bytes for p in parts if (v := p.view) is not None)
         capacity = await asyncio.to_thread(measure_capacity, self.config(), self.log_dirs, log_bytes)
-        return self.meter.sample(self.now_ms(), parts, self.node_id, capacity)
+        # on the event loop's thread: its own CPU time (the worker threads' statvfs and encoding not in it)
+        return self.meter.sample(self.now_ms(), parts, self.node_id, capacity, time.thread_time())
 
     async def step(self) -> None:
         """Measure, publish, read everyone's."""

@@ -19,7 +19,10 @@ Every round of the controller (``Controller._run``) calls :meth:`Balancer.round`
    AlterPartitionReassignments starts) with their replicas throttled
    (``shoal.balancer.throttle.bytes.per.second``); leadership moves reorder the replicas and
    elect the new first one.
-4. **Publishes its status** (:class:`Status`) under ``<prefix>/controller/balancer`` for
+4. **Automatic expansion** (:mod:`shoal.cluster.balancer.expansion`): a sample of the cluster's
+   utilization per new set of load reports; the operator's expansion hook run once when it stays
+   above the headroom; a shrink recommended when it stays low.
+5. **Publishes its status** (:class:`Status`) under ``<prefix>/controller/balancer`` for
    ``shoal cluster balancer status`` on any broker.
 
 Brokers listed in ``shoal.balancer.remove.brokers`` drain; one that holds no replica any more is
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
+from shoal.cluster.balancer.expansion import Expansion
 from shoal.cluster.balancer.inputs import (
     BalancerSettings,
     LoadSource,
@@ -269,6 +273,7 @@ class Status:
     healing: list[int] = field(default_factory=list)
     unfixable: list[str] = field(default_factory=list)
     note: str = ""
+    expansion: dict[str, object] = field(default_factory=dict)  # Expansion.status(): {} when not wired
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
@@ -351,7 +356,7 @@ class Balancer:
 
     def __init__(self, store: DecidingStore, node_id: int, settings: Callable[[], BalancerSettings],
                  topic_configs: TopicConfigs, elect: Elect,
-                 loads: LoadSource | None = None,
+                 loads: LoadSource | None = None, expansion: Expansion | None = None,
                  monotonic: Callable[[], float] = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  ) -> None:
         self.store = store
@@ -360,6 +365,7 @@ class Balancer:
         self._topic_configs = topic_configs
         self._elect_change = elect
         self._loads = loads
+        self.expansion = expansion  # automatic expansion (shoal.cluster.balancer.expansion), if wired
         self._monotonic = monotonic
         self._wall_ms = wall_ms
         self.down_since: dict[int, float] = {}
@@ -410,6 +416,8 @@ class Balancer:
         await self._elect_preferred()
         now = self._monotonic()
         status = self._status(self.store.image, alive, settings, epoch, now)
+        if self.expansion is not None:
+            status.expansion = self.expansion.step(self.store.image, len(set(alive) - settings.remove))
         if now >= self._next_plan:
             self._next_plan = now + settings.interval_s
             if not settings.paused:

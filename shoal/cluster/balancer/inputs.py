@@ -33,6 +33,7 @@ from shoal.cluster.balancer.model import (
     PartitionLoad,
     TopicPartition,
 )
+from shoal.cluster.balancer.expansion import ExpansionSettings
 from shoal.cluster.balancer.planner import BalancerConfig
 from shoal.cluster.planner import cell_brokers
 from shoal.config import TOPIC_CONFIGS, BrokerConfig, format_value, topic_config_value
@@ -42,7 +43,7 @@ from shoal.placement.constraints import PlacementSpec, PlacementSpecError, parse
 
 log = logging.getLogger("shoal.cluster.balancer")
 
-__all__ = ["BalancerSettings", "LoadSource", "Loads", "read_loads", "TopicConfigs", "cluster_inputs", "placement_configs", "settings_of"]
+__all__ = ["BalancerSettings", "expansion_settings_of", "LoadSource", "Loads", "read_loads", "TopicConfigs", "cluster_inputs", "placement_configs", "settings_of"]
 
 # (image, topic) -> the topic's effective configs (its own over its namespaces' and the broker's)
 TopicConfigs = Callable[[MetadataImage, str], Mapping[str, str]]
@@ -82,6 +83,17 @@ def settings_of(config: BrokerConfig) -> BalancerSettings:
             trigger=str(get("shoal.balancer.heal.uneven.load.trigger")),
         ),
     )
+
+
+def expansion_settings_of(config: BrokerConfig) -> ExpansionSettings:
+    """The automatic expansion's settings in ``config`` (``shoal.balancer.expand.*``)."""
+    get = config.get
+    return ExpansionSettings(command=str(get("shoal.balancer.expand.command") or "").strip(),
+                             after_ms=int(get("shoal.balancer.expand.after.ms")),
+                             headroom=float(get("shoal.balancer.expand.headroom")),
+                             timeout_ms=int(get("shoal.balancer.expand.timeout.ms")),
+                             wait_ms=int(get("shoal.balancer.expand.wait.ms")),
+                             shrink_after_ms=int(get("shoal.balancer.shrink.after.ms")))
 
 
 # The brokers' load reports as the planner takes them: capacities by broker, loads by partition
