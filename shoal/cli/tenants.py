@@ -107,6 +107,16 @@ def _cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell_of(args: argparse.Namespace, tenant_id: str) -> str:
+    """The tenant's cell as ``describe`` says it: its brokers and racks, or any broker."""
+    from shoal.placement.cells import CELL_BROKERS, CELL_RACKS
+
+    configs = call_admin_api(args, "GET", f"/v1/tenants/{quote(tenant_id, safe='')}/configs")["configs"]
+    parts = [f"{what} {configs[key]}" for key, what in ((CELL_BROKERS, "brokers"), (CELL_RACKS, "racks"))
+             if configs.get(key)]
+    return "; ".join(parts) or "any broker (no cell)"
+
+
 def cmd_tenants(args: argparse.Namespace) -> int:
     try:
         cmd = args.tenants_command
@@ -129,7 +139,7 @@ def cmd_tenants(args: argparse.Namespace) -> int:
                 admins = set(t.get("admins", []))
                 users = ", ".join(u + (" (admin)" if u in admins else "") for u in t["users"])
                 print(f"Tenant: {t['tenant_id']}\nName: {t['display_name']}\nCreated: {iso_time(t.get('created_ms'))}\n"
-                      f"Users: {users}")
+                      f"Users: {users}\nCell: {_cell_of(args, t['tenant_id'])}")
         elif cmd == "cell":
             return _cell(args)
         else:

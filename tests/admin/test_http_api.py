@@ -211,6 +211,7 @@ def test_cli(admin_broker):
                                      for line in r.stdout.splitlines()), r.stdout
     r = shoal("tenants", "describe", tid)
     assert r.returncode == 0 and "Users: carl" in r.stdout and "Name: Cli Co" in r.stdout
+    assert "Cell: any broker (no cell)" in r.stdout
     _confluent_metadata(b, "carl", "carl-pw")
     assert shoal("users", "delete", "carl").returncode == 0
     assert "Users: \n" in shoal("tenants", "describe", tid).stdout + "\n"

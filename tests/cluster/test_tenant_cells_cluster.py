@@ -57,6 +57,8 @@ class Tenant:
         r = shoal("tenants", "cell", self.tenant_id, "--brokers", brokers, "--admin-url", self.cluster[1].admin_url)
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.strip() == f"{self.tenant_id}\tshoal.tenant.cell.brokers={brokers}"
+        r = shoal("tenants", "describe", self.tenant_id, "--admin-url", self.cluster[1].admin_url)
+        assert f"\nCell: brokers {brokers}\n" in r.stdout + "\n", r.stdout
 
     def conf(self, *nodes: int) -> dict:
         return {"bootstrap.servers": ",".join(self.cluster[n].sasl_bootstrap for n in nodes),
