@@ -165,6 +165,59 @@ def test_empty_broker_trigger_fills_only_new_brokers():
     assert loads(with_new, applied(parts, p), Resource.REPLICAS)[5] > 0
 
 
+def fill_rounds(brokers, parts, fill, cap=5):
+    """The executor's fill, round by round: each plan's leadership moves and its first ``cap``
+    replica moves applied; a broker stays filling while a plan moves replicas onto it."""
+    for _ in range(60):
+        p = plan(brokers, parts, BalancerConfig(trigger=EMPTY_BROKER), fill=fill)
+        if not p.changes:
+            break
+        started = [c for c in p.changes if c.leadership_only] + [c for c in p.changes if not c.leadership_only][:cap]
+        after = {c.tp: c.after for c in started}
+        parts = [dataclasses.replace(x, replicas=after[x.tp], observers=after[x.tp][x.sync_count:])
+                 if x.tp in after else x for x in parts]
+        fill = fill & {b for c in p.changes if not c.leadership_only for b in set(c.after) - set(c.before)}
+        if not fill:
+            break
+    return parts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_broker_joining_a_rack_of_two_gets_half_of_the_racks_replicas_and_bytes(seed):
+    # Racks dc1 (brokers 1 and the new 4), dc2, dc3; one replica per rack: dc2's and dc3's brokers
+    # hold every partition, more than the mean, and can give nothing to dc1. The fill stopped at a
+    # third of dc1's replicas before: each soft goal refused a move between two brokers both below
+    # its band, a plan of the last few moves gained too little of an objective mostly made of what
+    # no move fixes, and a partition half the disk gap large was never tried.
+    rnd = random.Random(seed)
+    racks = {1: "dc1", 2: "dc2", 3: "dc3", 4: "dc1"}
+    brokers = [BrokerInfo(b, racks[b]) for b in (1, 2, 3, 4)]
+    parts = []
+    for name, n, rate in (("__consumer_offsets", 50, 0), ("events", 8, 50_000), ("usage", 3, 100)):
+        for i in range(n):
+            order = [1, 2, 3]
+            rnd.shuffle(order)
+            parts.append(PartitionInfo(name, i, tuple(order), load=PartitionLoad(rate, rate, rate * 30 + rnd.randint(0, 1000))))
+    after = fill_rounds(brokers, parts, {4})
+    m = ClusterModel(brokers, after)
+    count, disk = (loads(brokers, after, r) for r in (Resource.REPLICAS, Resource.DISK))
+    assert count[1] + count[4] == 61 and abs(count[1] - count[4]) <= 1, count
+    assert abs(disk[1] - disk[4]) <= 0.05 * (disk[1] + disk[4]), disk
+    assert all(len({m.rack(b) for b in reps}) == 3 for _info, reps in m.partitions())
+
+
+def test_a_partition_larger_than_half_the_gap_is_moved_when_it_helps():
+    # 8.0 MB on broker 1 (five 1.6 MB partitions), 5.2 MB on broker 2 (three and a 0.4 MB one):
+    # moving a 1.6 MB partition makes them 6.4 and 6.8, better; the bound on what may help was half
+    # the gap (1.4 MB), and no partition was moved
+    brokers = [BrokerInfo(b) for b in (1, 2)]
+    parts = [PartitionInfo("t", i, (1 if i < 5 else 2,), load=PartitionLoad(size=1.6 * MB)) for i in range(8)]
+    parts.append(PartitionInfo("t", 8, (2,), load=PartitionLoad(size=0.4 * MB)))
+    p = plan(brokers, parts)
+    assert p.replica_moves == 1
+    assert loads(brokers, applied(parts, p), Resource.DISK) == {1: pytest.approx(6.4 * MB), 2: pytest.approx(6.8 * MB)}
+
+
 def test_a_tiny_gain_is_not_worth_a_plan():
     brokers = [BrokerInfo(b) for b in (1, 2)]
     parts = [PartitionInfo("t", 0, (1,), load=PartitionLoad(100.0, 0, 1000.0)),

@@ -222,7 +222,12 @@ def plan(brokers: Sequence[BrokerInfo], partitions: Sequence[PartitionInfo],
                     if tuple(model.parts[tp].replicas) != original[tp])
     repaired = after.hard < before.hard - EPS
     gain = before.soft - after.soft
-    if changes and not repaired and gain <= config.min_improvement * before.soft + EPS:
+    # A fill is not held to min_improvement: the soft objective also counts what no move can fix
+    # (racks that hold more than their share), and the last moves onto a new broker gained too
+    # little of it, so a fill stopped short (a broker joining a rack of two had a third of it).
+    filling = config.trigger == EMPTY_BROKER and bool(empty) and any(
+        (set(c.after) - set(c.before)) & empty for c in changes)
+    if changes and not repaired and not filling and gain <= config.min_improvement * before.soft + EPS:
         return Plan((), before, before, unfixable, (),
                     f"no plan: the best found lowers the imbalance {gain:.3g} of {before.soft:.3g}, "
                     f"not more than min_improvement {config.min_improvement:g}")
