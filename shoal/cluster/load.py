@@ -156,6 +156,9 @@ class LoadMeter:
     def __init__(self, window_ms: int) -> None:
         self.window_ms = window_ms
         self._samples: deque[tuple[int, dict[TopicPartition, tuple[int, int, int]], float | None]] = deque()
+        # a partition led here since a sample inside the window: (leader epoch, that sample's time,
+        # its counts then); its rates are over the time since, not the whole window
+        self._led_since: dict[TopicPartition, tuple[int, int, tuple[int, int, int]]] = {}
 
     def sample(self, now_ms: int, partitions: Iterable[HostedPartition], node: int, capacity: BrokerCapacity,
                busy_s: float | None = None) -> BrokerReport:
@@ -169,23 +172,39 @@ class LoadMeter:
         while len(samples) >= 2 and samples[1][0] <= now_ms - self.window_ms:
             samples.popleft()
         base_ms, base, base_busy = samples[0] if samples else (now_ms, {}, busy_s)
+        last_ms, last = (samples[-1][0], samples[-1][1]) if samples else (now_ms, {})
         span_s = (now_ms - base_ms) / 1000.0
+        led_since: dict[TopicPartition, tuple[int, int, tuple[int, int, int]]] = {}
         for p in partitions:
             view = p.view
             if view is None:
                 continue
             key = (p.topic, p.index)
             now = counts[key] = (p.bytes_in, p.bytes_out, p.bytes_replicated)
-            before = base.get(key, (0, 0, 0))
+            before, span = base.get(key, (0, 0, 0)), span_s
+            if p.is_leader:
+                # A leadership that began after the window's base sample: its counts from the
+                # sample before the one that first saw it, over the time since (over the whole
+                # window, a leadership moved here a second ago read as a tenth of its rate for a
+                # window, and the balancer moved it, or others, again)
+                # (one hosted here at that sample: a partition new here counts from zero over the
+                # window, as before, so that rate x window is what it took in)
+                since = self._led_since.get(key)
+                if since is None or since[0] != p.leader_epoch:
+                    since = (p.leader_epoch, last_ms, last[key]) if key in last else (p.leader_epoch, -1, (0, 0, 0))
+                led_since[key] = since
+                if since[1] > base_ms:
+                    before, span = since[2], (now_ms - since[1]) / 1000.0
             if any(n < b for n, b in zip(now, before)):
                 before = (0, 0, 0)
-            rates = tuple((n - b) / span_s if span_s > 0 else 0.0 for n, b in zip(now, before))
+            rates = tuple((n - b) / span if span > 0 else 0.0 for n, b in zip(now, before))
             size = sizes[key] = view.size_bytes
             if p.is_leader:
                 led[key] = LedLoad(p.leader_epoch, rates[0], rates[1], rates[2], size)
             elif rates[1] > 0:
                 follower_out[key] = rates[1]
         samples.append((now_ms, counts, busy_s))
+        self._led_since = led_since
         busy = None
         if busy_s is not None and base_busy is not None and span_s > 0:
             busy = max(0.0, busy_s - base_busy) / span_s

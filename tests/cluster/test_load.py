@@ -204,6 +204,30 @@ def test_a_new_or_remade_partition_counts_from_zero():
     assert r.led[("t", 1)].bytes_in == 200.0 and r.led[("t", 0)].bytes_in == 100.0
 
 
+def test_a_leadership_that_moved_here_is_measured_over_the_time_since():
+    clock = ManualClock()
+    meter = LoadMeter(window_ms=60_000)
+    p = FakePartition("t", 0, is_leader=False, leader_epoch=3)
+    for _ in range(4):  # a follower for 30 s
+        meter.sample(clock.now_ms(), [p], 1, CAP)
+        clock.sleep(10)
+    p.is_leader, p.leader_epoch = True, 4  # the leadership moves here; 10 kB/s from then on
+    p.bytes_in += 100_000
+    r = meter.sample(clock.now_ms(), [p], 1, CAP)
+    # over the 10 s since the last sample, not the 40 s window (2,500 B/s: the balancer took the
+    # partition for a quarter of its load and moved more, or moved it back)
+    assert r.window_ms == 40_000 and r.led[("t", 0)].bytes_in == pytest.approx(10_000)
+    clock.sleep(10)
+    p.bytes_in += 100_000
+    assert meter.sample(clock.now_ms(), [p], 1, CAP).led[("t", 0)].bytes_in == pytest.approx(10_000)
+    # ... until the window holds only its leadership: then the window as usual
+    for _ in range(6):
+        clock.sleep(10)
+        p.bytes_in += 100_000
+        r = meter.sample(clock.now_ms(), [p], 1, CAP)
+    assert r.window_ms == 60_000 and r.led[("t", 0)].bytes_in == pytest.approx(10_000)
+
+
 def test_a_partition_without_a_log_is_left_out():
     p = FakePartition("t", 0)
     p.view = None
