@@ -248,9 +248,11 @@ class Broker:
     async def _start(self) -> None:
         await self.metadata.start()
         # -- auth: TLS contexts and SASL settings per listener; bootstrap SCRAM users.
-        from shoal.auth import ensure_bootstrap_users, listener_security
+        from shoal.auth import ensure_bootstrap_users, jwks_caches, listener_security
 
         self.listener_security = listener_security(self.static_config)
+        for cache in jwks_caches(self.listener_security):  # OAUTHBEARER: the first fetch, off the loop, not awaited
+            asyncio.get_running_loop().run_in_executor(None, cache.refresh)
         if hasattr(getattr(self.metadata, "backend", None), "registration"):  # a cluster: followers log in to leaders
             from shoal.net.interbroker import inter_broker_security
 

@@ -714,8 +714,41 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            list_of("TLSv1.2", "TLSv1.3", allow_empty=False)),
         _d("ssl.cipher.suites", "list", (), "OpenSSL cipher list for TLSv1.2 (empty: OpenSSL's defaults)."),
         _d("sasl.enabled.mechanisms", "list", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-           "SASL mechanisms the SASL listeners accept (Kafka's default, GSSAPI, is not supported).",
-           list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+           "SASL mechanisms the SASL listeners accept (Kafka's default, GSSAPI, is not supported). OAUTHBEARER "
+           "needs sasl.oauthbearer.jwks.endpoint.url or the unsecured validator (sasl.server.callback.handler.class).",
+           list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
+        # -- auth: SASL/OAUTHBEARER (shoal.auth.oauthbearer; KIP-255, KIP-768)
+        _d("sasl.server.callback.handler.class", "string", None,
+           "OAUTHBEARER's token validator: unset (or Kafka's OAuthBearerValidatorCallbackHandler) validates signed "
+           "JWTs against sasl.oauthbearer.jwks.endpoint.url; Kafka's OAuthBearerUnsecuredValidatorCallbackHandler "
+           "accepts unsigned tokens (alg none) for development only (anyone can make one for any name).",
+           one_of("", "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+                  "OAuthBearerUnsecuredValidatorCallbackHandler",
+                  "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                  "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler")),
+        _d("sasl.oauthbearer.jwks.endpoint.url", "string", None,
+           "OAUTHBEARER: the identity provider's JWKS (https://, http:// or file:), whose keys verify tokens."),
+        _d("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000,
+           "OAUTHBEARER: fetch the JWKS again after this long (also, rate-limited, when a token names an unknown kid).",
+           at_least(1000)),
+        _d("shoal.sasl.oauthbearer.jwks.refresh.min.interval.ms", "long", 10000,
+           "Shoal: at most one JWKS fetch per this long for tokens with an unknown kid (or after a failed fetch).",
+           at_least(0)),
+        _d("shoal.sasl.oauthbearer.jwks.endpoint.timeout.ms", "long", 5000,
+           "Shoal: timeout of one JWKS fetch (done in a worker thread; logins wait for it, other requests do not).",
+           at_least(1)),
+        _d("sasl.oauthbearer.expected.audience", "list", (),
+           "OAUTHBEARER: a token's aud must hold one of these (empty: aud is not checked)."),
+        _d("sasl.oauthbearer.expected.issuer", "string", None,
+           "OAUTHBEARER: a token's iss must be this (unset: iss is not checked)."),
+        _d("sasl.oauthbearer.clock.skew.seconds", "int", 30,
+           "OAUTHBEARER: leeway when checking a token's exp, nbf and iat.", at_least(0)),
+        _d("sasl.oauthbearer.sub.claim.name", "string", "sub",
+           "OAUTHBEARER: the claim naming the principal (a token no identity pool maps)."),
+        _d("sasl.oauthbearer.scope.claim.name", "string", "scope", "OAUTHBEARER: the claim holding the token's scopes."),
+        _d("shoal.sasl.oauthbearer.identity.pools.required", "boolean", False,
+           "Shoal: refuse an OAUTHBEARER token that no identity pool maps to a tenant (false: its principal is its "
+           "sub claim in the operator's view, as in Kafka)."),
         # Kafka's Kerberos (GSSAPI) settings, dynamic per listener there: accepted and stored so
         # admin tools that set them (librdkafka's 0081) succeed, with no effect (no GSSAPI here)
         _d("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit", "Accepted for compatibility (GSSAPI is not supported).",

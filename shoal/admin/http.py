@@ -14,6 +14,11 @@ only (asyncio streams + json). One request per connection (``Connection: close``
     .../v1/tenants/{id}/namespaces|topics|configs|policy   KIP-37 namespaces, topic moves, the
                                             tenant's config defaults and create-topic policy
                                             (``shoal.admin.http_namespaces``)
+    GET|POST /v1/tenants/{id}/identity_pools  a tenant's OAuth identity pools; POST {"issuer",
+                                            "claim_filter"?, "principal_claim"?, "display_name"?}
+                                            -> 201 pool (the operator's only)
+    GET|DELETE /v1/tenants/{id}/identity_pools/{pool}  one pool
+    GET    /v1/identity_pools               every tenant's pools (the operator's only)
     GET    /v1/cluster/load                 per broker its capacity and load totals, per partition
                                             its leader's rates and size (``shoal.cluster.load``;
                                             the operator's only)
@@ -44,7 +49,7 @@ from shoal.admin.http_namespaces import SECTIONS as TENANCY_SECTIONS, TenancyRou
 from shoal.admin.http_namespaces import openapi_paths as tenancy_openapi
 from shoal.cluster.load import ClusterLoad, cluster_load_json
 from shoal.config import BrokerConfig
-from shoal.metadata import MetadataError, MetadataStore, TenantInfo
+from shoal.metadata import IdentityPool, MetadataError, MetadataStore, TenantInfo
 from shoal.tenancy.principals import operator_user_error, tenant_user
 
 if TYPE_CHECKING:
@@ -87,6 +92,12 @@ def tenant_json(t: TenantInfo, user_tenants: Any, admins: Any = frozenset()) -> 
         "users": users,
         "admins": [u for u in users if u in admins],
     }
+
+
+def identity_pool_json(p: IdentityPool) -> dict[str, Any]:
+    return {"pool_id": p.pool_id, "tenant_id": p.tenant_id, "issuer": p.issuer,
+            "claim_filter": dict(p.claim_filter), "principal_claim": p.principal_claim,
+            "display_name": p.display_name}
 
 
 def _name(body: dict[str, Any], key: str) -> str:
@@ -235,6 +246,9 @@ class AdminHttpServer:
             return 200, cluster_load_json(await self.cluster_load())
         if segs[:2] == ["v1", "cluster"] and len(segs) > 2:
             return await self.cluster.route(method, segs[2:])
+        if segs == ["v1", "identity_pools"] or (segs[:2] == ["v1", "tenants"] and len(segs) in (4, 5)
+                                                and segs[3] == "identity_pools"):
+            return await self._identity_pools(method, segs, raw, caller)
         if segs[:2] == ["v1", "tenants"] and len(segs) > 3 and segs[3] in TENANCY_SECTIONS:
             return await self.tenancy.route(method, segs[2], segs[3:], query, raw, caller)
         if segs[:2] != ["v1", "tenants"] or len(segs) > 5:
@@ -306,6 +320,42 @@ class AdminHttpServer:
         if admin:  # a tenant administrator may do anything within its tenant
             await self._store_call(self.store.set_tenant_admin(user, True))
         return {"user": user, "tenant_id": tenant_id, "mechanisms": list(mechanisms), "admin": admin}
+
+    async def _identity_pools(self, method: str, segs: list[str], raw: bytes, caller: str | None) -> tuple[int, Any]:
+        """OAuth identity pools (``shoal.tenancy.identity_pools``): the operator's alone."""
+        if caller is not None:
+            raise HttpError(403, "forbidden", "not allowed")
+        pools = self.store.image.identity_pools
+        if len(segs) == 2:
+            self._allow(method, "GET")
+            return 200, {"identity_pools": [identity_pool_json(pools[i]) for i in sorted(pools)]}
+        tenant_id = segs[2]
+        if len(segs) == 4:
+            if self._allow(method, "GET", "POST") == "GET":
+                self._tenant(tenant_id)
+                return 200, {"identity_pools": [identity_pool_json(p) for _, p in sorted(pools.items())
+                                                if p.tenant_id == tenant_id]}
+            body = self._json(raw)
+            unknown = set(body) - {"issuer", "claim_filter", "principal_claim", "display_name"}
+            if unknown:
+                raise HttpError(400, "bad_request", f"unknown fields: {', '.join(sorted(unknown))}")
+            try:
+                pool = await self._store_call(self.store.create_identity_pool(
+                    tenant_id, body.get("issuer"), body.get("claim_filter"),  # (checked by the rules)
+                    principal_claim=body.get("principal_claim", "sub"), display_name=body.get("display_name", "")))
+            except MetadataError as e:  # INVALID_REQUEST, POLICY_VIOLATION
+                raise HttpError(400, "bad_request", e.message) from None
+            log.info("identity pool %s of tenant %s created (issuer %s, filter %s)", pool.pool_id, tenant_id,
+                     pool.issuer, dict(pool.claim_filter) or "none")
+            return 201, identity_pool_json(pool)
+        pool = pools.get(segs[4])
+        if pool is None or pool.tenant_id != tenant_id:
+            raise HttpError(404, "not_found", f"Identity pool '{segs[4]}' does not exist in tenant {tenant_id}.")
+        if self._allow(method, "GET", "DELETE") == "GET":
+            return 200, identity_pool_json(pool)
+        await self._store_call(self.store.delete_identity_pool(pool.pool_id))
+        log.info("identity pool %s of tenant %s deleted", pool.pool_id, tenant_id)
+        return 200, identity_pool_json(pool)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -395,6 +445,27 @@ def openapi() -> dict[str, Any]:
                 "delete": {"operationId": "deleteUser", "summary": "Delete a user of the tenant",
                            "responses": {"200": resp("The deleted user", "User"), **errors(404)}},
             },
+            "/v1/tenants/{tenant_id}/identity_pools": {
+                "parameters": [tenant_id],
+                "get": {"operationId": "listIdentityPools", "summary": "The tenant's OAuth identity pools",
+                        "responses": {"200": resp("The pools", "IdentityPoolList"), **errors(403, 404)}},
+                "post": {"operationId": "createIdentityPool",
+                         "summary": "Map OAUTHBEARER tokens of an issuer whose claims pass a filter to principals of "
+                                    "the tenant (the operator's only)",
+                         "requestBody": body("IdentityPoolCreate"),
+                         "responses": {"201": resp("The new pool", "IdentityPool"), **errors(400, 403, 404)}},
+            },
+            "/v1/tenants/{tenant_id}/identity_pools/{pool_id}": {
+                "parameters": [tenant_id, {"name": "pool_id", "in": "path", "required": True, "schema": string}],
+                "get": {"operationId": "describeIdentityPool", "summary": "One identity pool",
+                        "responses": {"200": resp("The pool", "IdentityPool"), **errors(403, 404)}},
+                "delete": {"operationId": "deleteIdentityPool", "summary": "Delete an identity pool",
+                           "responses": {"200": resp("The deleted pool", "IdentityPool"), **errors(403, 404)}},
+            },
+            "/v1/identity_pools": {
+                "get": {"operationId": "listAllIdentityPools", "summary": "Every tenant's identity pools",
+                        "responses": {"200": resp("The pools", "IdentityPoolList"), **errors(403)}},
+            },
             "/v1/cluster/load": {
                 "get": {"operationId": "clusterLoad",
                         "summary": "Per broker its capacity and load, per partition its leader's byte rates and "
@@ -411,6 +482,20 @@ def openapi() -> dict[str, Any]:
                                           "admins": {"type": "array", "items": string},
                                           "warning": {"type": "string", "description": "on creation: other "
                                                       "tenants have this display name"}}},
+                "IdentityPool": {"type": "object",
+                                 "required": ["pool_id", "tenant_id", "issuer", "claim_filter", "principal_claim"],
+                                 "properties": {"pool_id": string, "tenant_id": string, "issuer": string,
+                                                "claim_filter": ref("ClaimFilter"), "principal_claim": string,
+                                                "display_name": string}},
+                "ClaimFilter": {"type": "object", "description": "{} (every token of the issuer), {claim, equals} "
+                                "or {claim, contains}",
+                                "properties": {"claim": string, "equals": string, "contains": string}},
+                "IdentityPoolCreate": {"type": "object", "required": ["issuer"],
+                                       "properties": {"issuer": string, "claim_filter": ref("ClaimFilter"),
+                                                      "principal_claim": {"type": "string", "default": "sub"},
+                                                      "display_name": string}},
+                "IdentityPoolList": {"type": "object", "required": ["identity_pools"],
+                                     "properties": {"identity_pools": {"type": "array", "items": ref("IdentityPool")}}},
                 "TenantList": {"type": "object", "required": ["tenants"],
                                "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}},
                 "TenantCreate": {"type": "object", "required": ["display_name"],

@@ -8,7 +8,8 @@
   - a super user (``User:<name>`` in ``super.users``) may call everything;
   - a tenant's administrator may read its own tenant (``GET /v1/tenants/{id}``) and manage
     everything under it (users, namespaces, topic moves, tenant default configs) except its
-    create-topic policy, which it may only read;
+    create-topic policy, which it may only read, and its OAuth identity pools (the operator's:
+    they decide which tokens join the tenant);
   - anyone else gets 403, as does an administrator for any other tenant (indistinguishable from
     a tenant that does not exist to it: the same 403 whether the id exists or not).
 
@@ -104,6 +105,8 @@ class HttpAuth:
             if len(segs) == 3 and method != "GET":
                 raise AuthError(403, "forbidden", "not allowed")
             if len(segs) >= 4 and segs[3] == "policy" and method != "GET":
+                raise AuthError(403, "forbidden", "not allowed")
+            if len(segs) >= 4 and segs[3] == "identity_pools":  # which tokens join a tenant: the operator's
                 raise AuthError(403, "forbidden", "not allowed")
             return tenant
         raise AuthError(403, "forbidden", "not allowed")

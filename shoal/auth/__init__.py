@@ -1,8 +1,9 @@
-"""Authentication: TLS listeners, SASL (PLAIN, SCRAM-SHA-256/512) and principals.
+"""Authentication: TLS listeners, SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) and principals.
 
 - ``scram``: SCRAM credential math (the broker stores salted hashes only) and bootstrap users.
 - ``sasl``: SASL servers and the per-connection state machine (gate, handshake, authenticate,
   KIP-368 re-authentication), free of I/O.
+- ``oauthbearer``: SASL/OAUTHBEARER, its token validators (JWKS, unsecured) and the JWKS cache.
 - ``principal``: ``User:<name>``; certificate subjects in RFC 2253 form and
   ``ssl.principal.mapping.rules``.
 - ``tls``: ``SSLContext`` per SSL/SASL_SSL listener from the ``ssl.*`` configs.
@@ -20,7 +21,7 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from shoal.auth.backoff import LoginBackoff
 from shoal.auth.principal import MappingError, PrincipalMapper, principal_from_peercert
@@ -28,6 +29,8 @@ from shoal.auth.sasl import AuthenticationFailed, SaslSession
 from shoal.logutil import RateLimitedLog
 
 if TYPE_CHECKING:
+    from shoal.auth.oauthbearer import JwksCache, Validator
+    from shoal.auth.sasl import SaslServer
     from shoal.config import BrokerConfig
     from shoal.metadata import MetadataStore, ScramCredential
 
@@ -42,6 +45,7 @@ __all__ = [
     "LoginBackoff",
     "SaslSession",
     "ensure_bootstrap_users",
+    "jwks_caches",
     "listener_security",
     "shared_backoff",
 ]
@@ -64,6 +68,11 @@ class ListenerSecurity:
     backoff: LoginBackoff = field(default_factory=LoginBackoff)
     # Failed logins, one line per user per 10 s at most (shared like ``backoff``).
     failure_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+    # OAUTHBEARER (when enabled): the token validator, the principal claim of tokens no identity
+    # pool maps, and whether such tokens are refused
+    oauth_validator: "Validator | None" = None
+    oauth_principal_claim: str = "sub"
+    oauth_pools_required: bool = False
 
     @property
     def sasl(self) -> bool:
@@ -76,8 +85,25 @@ class ListenerSecurity:
 
         return SaslSession(
             self.sasl_mechanisms, lookup, max_reauth_ms=self.max_reauth_ms, fake_secret=self.fake_secret,
-            dummy=self.plain_dummy,
+            dummy=self.plain_dummy, oauth=self._oauth_factory(store),
         )
+
+    def _oauth_factory(self, store: "MetadataStore") -> "Callable[[], SaslServer] | None":
+        validator = self.oauth_validator
+        if validator is None:
+            return None
+        from shoal.auth.oauthbearer import POOL_EXTENSION, OAuthBearerServer, TokenRejected
+        from shoal.tenancy.identity_pools import NoIdentity, resolve_principal
+
+        def resolve(claims: Mapping[str, Any], extensions: Mapping[str, str]) -> str:
+            try:  # (in a worker thread: images are immutable, reading the current one is safe)
+                return resolve_principal(
+                    store.image.identity_pools, claims, extensions=extensions, principal_claim=self.oauth_principal_claim,
+                    required=self.oauth_pools_required, pool_extension=POOL_EXTENSION)
+            except NoIdentity as e:
+                raise TokenRejected(str(e)) from None
+
+        return lambda: OAuthBearerServer(validator, resolve)
 
     def tls_principal(self, transport: Any) -> str:
         """The principal of an SSL listener's connection: its client certificate, else ANONYMOUS.
@@ -99,6 +125,7 @@ def listener_security(config: "BrokerConfig", backoff: LoginBackoff | None = Non
     protocols = config.listener_security_protocols
     backoff = backoff or LoginBackoff.from_config(config)
     failure_log = RateLimitedLog(log)
+    jwks: dict[str, "JwksCache"] = {}  # one cache per JWKS URL, shared by the listeners naming it
     for name, _host, _port in config.listeners:
         protocol = protocols[name]
         sec = ListenerSecurity(name, protocol, backoff=backoff, failure_log=failure_log)
@@ -108,11 +135,62 @@ def listener_security(config: "BrokerConfig", backoff: LoginBackoff | None = Non
         if sec.sasl:
             sec.sasl_mechanisms = tuple(config.for_listener(name, "sasl.enabled.mechanisms"))
             sec.max_reauth_ms = int(config.for_listener(name, "connections.max.reauth.ms"))
+            if "OAUTHBEARER" in sec.sasl_mechanisms:
+                _oauth_settings(sec, config, name, jwks)
             if "PLAIN" in sec.sasl_mechanisms:
                 from shoal.auth.scram import make_credential
 
                 sec.plain_dummy = make_credential("SCRAM-SHA-512", os.urandom(16).hex())
         out[name] = sec
+    return out
+
+
+def _oauth_settings(sec: ListenerSecurity, config: "BrokerConfig", listener: str, jwks: dict[str, "JwksCache"]) -> None:
+    """OAUTHBEARER's validator of one listener from the ``sasl.oauthbearer.*`` configs (per
+    listener first, as Kafka's); ConfigError when neither validator is configured."""
+    from shoal.auth.oauthbearer import UNSECURED_VALIDATOR_CLASS, JwksCache, JwksValidator, UnsecuredValidator
+    from shoal.config import ConfigError
+
+    def get(key: str) -> Any:
+        return config.for_listener(listener, key)
+
+    skew = int(get("sasl.oauthbearer.clock.skew.seconds"))
+    sec.oauth_principal_claim = str(get("sasl.oauthbearer.sub.claim.name") or "sub")
+    sec.oauth_pools_required = bool(get("shoal.sasl.oauthbearer.identity.pools.required"))
+    url = get("sasl.oauthbearer.jwks.endpoint.url")
+    if get("sasl.server.callback.handler.class") == UNSECURED_VALIDATOR_CLASS:
+        sec.oauth_validator = UnsecuredValidator(skew_s=skew, scope_claim=str(get("sasl.oauthbearer.scope.claim.name")))
+        log.warning("listener %s accepts unsecured OAUTHBEARER tokens (alg none, no signature): for development only",
+                    listener)
+        return
+    if not url:
+        raise ConfigError("INVALID_CONFIG", f"listener {listener} enables OAUTHBEARER but sets no "
+                          "sasl.oauthbearer.jwks.endpoint.url (or, for development only, sasl.server.callback.handler.class="
+                          f"{UNSECURED_VALIDATOR_CLASS})")
+    if not str(url).startswith(("https://", "http://", "file:")):
+        raise ConfigError("INVALID_CONFIG", f"sasl.oauthbearer.jwks.endpoint.url {url!r} is not an https://, "
+                          "http:// or file: URL")
+    cache = jwks.get(url)
+    if cache is None:
+        cache = jwks[url] = JwksCache(
+            str(url), refresh_ms=int(get("sasl.oauthbearer.jwks.endpoint.refresh.ms")),
+            timeout_s=int(get("shoal.sasl.oauthbearer.jwks.endpoint.timeout.ms")) / 1000,
+            min_interval_s=int(get("shoal.sasl.oauthbearer.jwks.refresh.min.interval.ms")) / 1000)
+    sec.oauth_validator = JwksValidator(
+        cache, audience=tuple(get("sasl.oauthbearer.expected.audience") or ()),
+        issuer=get("sasl.oauthbearer.expected.issuer") or None, skew_s=skew, principal_claim=sec.oauth_principal_claim)
+
+
+def jwks_caches(security: dict[str, ListenerSecurity]) -> list["JwksCache"]:
+    """The JWKS caches of the listeners' OAUTHBEARER validators (the broker fetches each once at
+    start-up, in a worker thread, so that the first login need not wait)."""
+    from shoal.auth.oauthbearer import JwksValidator
+
+    out: list[JwksCache] = []
+    for sec in security.values():
+        v = sec.oauth_validator
+        if isinstance(v, JwksValidator) and all(c is not v.keys for c in out):
+            out.append(v.keys)
     return out
 
 

@@ -1,4 +1,4 @@
-"""SASL servers (PLAIN, SCRAM-SHA-256/512) and a connection's authentication state (KIP-368).
+"""SASL servers (PLAIN, SCRAM-SHA-256/512; OAUTHBEARER is ``shoal.auth.oauthbearer``) and a connection's authentication state (KIP-368).
 
 No I/O and no clock reads: a ``SaslServer`` turns client tokens into server tokens, and
 ``SaslSession`` is the per-connection state machine the network layer consults before each
@@ -17,14 +17,17 @@ Before authentication only ApiVersions (before the handshake), SaslHandshake and
 are allowed; anything else closes the connection, as Kafka's SaslServerAuthenticator does. With
 ``connections.max.reauth.ms`` > 0 a session expires that long after it authenticated; after that
 only a SaslHandshake that starts re-authentication is accepted, anything else closes the
-connection. Re-authentication must keep the mechanism and the principal.
+connection. Re-authentication must keep the mechanism and the principal. A credential that
+expires (an OAUTHBEARER token's ``exp``) ends the session then at the latest, as Kafka's
+SaslServerAuthenticator does: the lifetime is the smaller of the two (the token's alone when
+``connections.max.reauth.ms`` is 0).
 
 Failures never say which part was wrong: an unknown user, a wrong password and a malformed token
 all give ``AuthenticationFailed`` with the same message. SCRAM for an unknown user goes through the
 whole exchange with a fake credential (a salt derived from the user name and a per-broker secret),
 so the server-first message does not reveal whether the user exists.
 
-Deviations from Kafka: no GSSAPI, OAUTHBEARER or delegation tokens; a SCRAM authorization id is
+Deviations from Kafka: no GSSAPI or delegation tokens; a SCRAM authorization id is
 refused. As in Kafka, the client-final nonce need only end with the server's combined nonce (the
 librdkafka build bundled with Debian's kcat 1.7 repeats its own nonce there).
 """
@@ -46,7 +49,7 @@ from shoal.metadata import ScramCredential
 log = logging.getLogger("shoal.auth")
 
 PLAIN = "PLAIN"
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 
@@ -60,11 +63,14 @@ def failure_message(mechanism: str) -> str:
 
 
 class AuthenticationFailed(Exception):
-    """Wrong credentials or a malformed exchange; ``str()`` is safe to send to the client."""
+    """Wrong credentials or a malformed exchange; ``str()`` is safe to send to the client
+    (``message``: the mechanism's own, else Kafka's generic one). ``logged``: the server has had
+    the reason logged already (OAUTHBEARER's refused token)."""
 
-    def __init__(self, mechanism: str) -> None:
-        super().__init__(failure_message(mechanism))
+    def __init__(self, mechanism: str, message: str | None = None, *, logged: bool = False) -> None:
+        super().__init__(message or failure_message(mechanism))
         self.mechanism = mechanism
+        self.logged = logged
 
 
 class SaslServer(Protocol):
@@ -349,8 +355,11 @@ class SaslSession:
         max_reauth_ms: int = 0,
         fake_secret: bytes = b"",
         dummy: ScramCredential | None = None,
+        oauth: Callable[[], SaslServer] | None = None,
     ) -> None:
         self.enabled = tuple(enabled)
+        self._oauth = oauth  # makes OAUTHBEARER servers (None: the mechanism is off)
+        self._expiry_cause = f"connections.max.reauth.ms={max_reauth_ms}"
         self._lookup = lookup
         self.max_reauth_ms = max_reauth_ms
         self._fake_secret = fake_secret or os.urandom(32)
@@ -382,7 +391,7 @@ class SaslSession:
             return None
         expired = self.expires_at_ms is not None and now_ms >= self.expires_at_ms
         if expired and not (api_key == SASL_HANDSHAKE and s == self.AUTHENTICATED):
-            return f"SASL session expired (connections.max.reauth.ms={self.max_reauth_ms}) without re-authentication"
+            return f"SASL session expired ({self._expiry_cause}) without re-authentication"
         return None
 
     def handshake(self, mechanism: str) -> str | None:
@@ -393,7 +402,8 @@ class SaslSession:
                 return "ILLEGAL_SASL_STATE"
             self.state = self.REAUTHENTICATE
         elif self.state == self.HANDSHAKE:
-            if mechanism not in self.enabled or mechanism not in SUPPORTED_MECHANISMS:
+            if (mechanism not in self.enabled or mechanism not in SUPPORTED_MECHANISMS
+                    or (mechanism == "OAUTHBEARER" and self._oauth is None)):
                 self.state = self.FAILED
                 return "UNSUPPORTED_SASL_MECHANISM"
             self.mechanism = mechanism
@@ -405,6 +415,8 @@ class SaslSession:
         return None
 
     def _new_server(self, mechanism: str) -> SaslServer:
+        if mechanism == "OAUTHBEARER" and self._oauth is not None:
+            return self._oauth()
         if mechanism == PLAIN:
             if self._dummy is None:
                 self._dummy = make_credential("SCRAM-SHA-512", os.urandom(16).hex())
@@ -452,5 +464,12 @@ class SaslSession:
         self.state = self.AUTHENTICATED
         self.server = None
         lifetime = self.max_reauth_ms if self.max_reauth_ms > 0 else 0
+        credential_ends: int | None = getattr(server, "expires_at_ms", None)
+        self._expiry_cause = f"connections.max.reauth.ms={self.max_reauth_ms}"
+        if credential_ends is not None:  # a token's exp bounds the session (Kafka: the smaller)
+            left = max(credential_ends - now_ms, 1)
+            if not lifetime or left < lifetime:
+                lifetime = left
+                self._expiry_cause = f"the {server.mechanism} credential's lifetime ended"
         self.expires_at_ms = now_ms + lifetime if lifetime else None
         return out, lifetime

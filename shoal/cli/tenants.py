@@ -1,4 +1,4 @@
-"""``shoal tenants create|list|describe|delete|cell`` and ``shoal users create|delete``: tenants (logical
+"""``shoal tenants create|list|describe|delete|cell|identity-pools`` and ``shoal users create|delete``: tenants (logical
 clusters) and their SCRAM users, through the broker's HTTP admin API (``shoal.admin.listener``).
 
 The password is read from stdin (``--password-stdin``, first line) and sent to the admin API, which
@@ -49,6 +49,28 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--brokers", metavar="IDS", help="broker ids, comma-separated (shoal.tenant.cell.brokers)")
     p.add_argument("--racks", metavar="RACKS", help="racks, comma-separated (shoal.tenant.cell.racks)")
     p.add_argument("--clear", action="store_true", help="no cell: any broker")
+    common(p, cmd_tenants)
+
+    p = sub.add_parser("identity-pools", help="OAuth identity pools: which OAUTHBEARER tokens join a tenant")
+    pools = p.add_subparsers(dest="pools_command", required=True)
+    p = pools.add_parser("create", help="map tokens of an issuer (whose claims pass a filter) to the tenant")
+    p.add_argument("tenant_id", metavar="ID")
+    p.add_argument("--issuer", required=True, help="the tokens' iss claim")
+    p.add_argument("--claim", help="the claim the filter looks at (with --equals or --contains)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--equals", metavar="VALUE", help="the claim is VALUE (or a list holding it)")
+    how.add_argument("--contains", metavar="VALUE", help="the claim is a list (or space-separated words) holding VALUE")
+    p.add_argument("--principal-claim", default="sub", help="the claim naming the principal in the tenant (sub)")
+    p.add_argument("--name", default="", help="display name")
+    output_argument(p)
+    common(p, cmd_tenants)
+    p = pools.add_parser("list", help="the identity pools of a tenant (of every tenant without ID)")
+    p.add_argument("tenant_id", metavar="ID", nargs="?")
+    output_argument(p)
+    common(p, cmd_tenants)
+    p = pools.add_parser("delete", help="delete an identity pool")
+    p.add_argument("tenant_id", metavar="ID")
+    p.add_argument("pool_id", metavar="POOL")
     common(p, cmd_tenants)
 
     users = subparsers.add_parser("users", help="create and delete the SCRAM users of tenants")
@@ -117,6 +139,45 @@ def _cell_of(args: argparse.Namespace, tenant_id: str) -> str:
     return "; ".join(parts) or "any broker (no cell)"
 
 
+def _print_pool(p: dict[str, Any]) -> None:
+    f = p.get("claim_filter") or {}
+    how = next((f"{f['claim']} {op} {f[op]}" for op in ("equals", "contains") if op in f), "any token")
+    print(f"{p['pool_id']}\t{p['tenant_id']}\tissuer={p['issuer']}\tfilter={how}\t"
+          f"principal={p['principal_claim']}" + (f"\tname={p['display_name']}" if p.get("display_name") else ""))
+
+
+def _identity_pools(args: argparse.Namespace) -> int:
+    """``shoal tenants identity-pools create|list|delete`` (the operator's: a tenant administrator gets 403)."""
+    cmd = args.pools_command
+    if cmd == "create":
+        if (args.claim is None) != (args.equals is None and args.contains is None):
+            print("shoal tenants identity-pools create: --claim goes with --equals or --contains", file=sys.stderr)
+            return EXIT_USAGE
+        body: dict[str, Any] = {"issuer": args.issuer, "principal_claim": args.principal_claim,
+                                "display_name": args.name, "claim_filter": {}}
+        if args.claim is not None:
+            op = "equals" if args.equals is not None else "contains"
+            body["claim_filter"] = {"claim": args.claim, op: args.equals if op == "equals" else args.contains}
+        pool = call_admin_api(args, "POST", f"/v1/tenants/{quote(args.tenant_id, safe='')}/identity_pools", body)
+        if args.output == "json":
+            print(json.dumps(pool, indent=2))
+        else:
+            print(pool["pool_id"])
+    elif cmd == "list":
+        path = (f"/v1/tenants/{quote(args.tenant_id, safe='')}/identity_pools" if args.tenant_id
+                else "/v1/identity_pools")
+        found = call_admin_api(args, "GET", path)["identity_pools"]
+        if args.output == "json":
+            print(json.dumps(found, indent=2))
+        for p in found if args.output == "text" else ():
+            _print_pool(p)
+    else:
+        call_admin_api(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}/identity_pools/"
+                       f"{quote(args.pool_id, safe='')}")
+        print(f"identity pool {args.pool_id} deleted")
+    return 0
+
+
 def cmd_tenants(args: argparse.Namespace) -> int:
     try:
         cmd = args.tenants_command
@@ -142,6 +203,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
                       f"Users: {users}\nCell: {_cell_of(args, t['tenant_id'])}")
         elif cmd == "cell":
             return _cell(args)
+        elif cmd == "identity-pools":
+            return _identity_pools(args)
         else:
             t = call_admin_api(args, "DELETE", f"/v1/tenants/{quote(args.tenant_id, safe='')}")
             print(f"tenant {t['tenant_id']} deleted")

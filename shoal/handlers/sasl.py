@@ -6,7 +6,8 @@
   from ``connections.max.reauth.ms`` (KIP-368). A failure answers SASL_AUTHENTICATION_FAILED with
   the same message for an unknown user, a wrong password or a malformed token, logs one
   rate-limited line (client address, listener, mechanism, user), and closes the connection after
-  the response. Failed-login backoff (``shoal.auth.backoff``), per client address and user: an
+  the response. OAUTHBEARER refuses a token with an error challenge first (``shoal.auth.oauthbearer``):
+  the line, with why the token was refused, is logged then. Failed-login backoff (``shoal.auth.backoff``), per client address and user: an
   attempt on a user with recent failures from that address waits for the next slot before its
   password is checked (refused unchecked when the line is full), and a failure is answered after
   the current delay (``connection.failed.authentication.delay.ms`` doubling up to
@@ -144,6 +145,11 @@ async def sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateReques
         except AuthenticationFailed:
             session.fail()
             raise
+        rejection = getattr(server, "rejection", None)  # OAUTHBEARER: a refused token, before its error challenge
+        if rejection is not None and security is not None:
+            security.failure_log.warning(
+                ("sasl", ctx.client_address), "failed authentication from %s on %s with SASL mechanism %s: %s",
+                ctx.client_address, ctx.listener, server.mechanism, rejection)
         out, lifetime = session.end_step(server, out, now())
     except AuthenticationFailed as e:
         delay = 0
@@ -158,7 +164,7 @@ async def sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateReques
                 "(%d failures in a row from there%s; answered after %d ms)", ctx.client_address, ctx.listener,
                 e.mechanism, claimed, backoff.failures(key, mono()),
                 ", refused unchecked" if refused else "", delay)
-        elif security is not None:
+        elif security is not None and not e.logged:
             security.failure_log.warning(
                 ("sasl", ctx.client_address), "failed authentication from %s on %s with SASL mechanism %s",
                 ctx.client_address, ctx.listener, e.mechanism)

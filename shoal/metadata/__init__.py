@@ -156,6 +156,22 @@ class TenantInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class IdentityPool:
+    """An OAuth identity pool (SASL/OAUTHBEARER): a token from ``issuer`` whose claims pass
+    ``claim_filter`` authenticates as a principal of ``tenant_id`` named by its
+    ``principal_claim``. ``pool_id`` is ``pool-`` + 6 random lowercase base36 chars. The rules
+    (filter shapes, matching) are ``shoal.tenancy.identity_pools``'s."""
+
+    pool_id: str
+    tenant_id: str
+    issuer: str
+    # {} (every token of the issuer), {"claim": C, "equals": V} or {"claim": C, "contains": V}
+    claim_filter: Mapping[str, str] = field(default_factory=dict)
+    principal_claim: str = "sub"
+    display_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceInfo:
     """A KIP-37 namespace (``payments:eu``); ``name`` is physical (tenant-qualified)."""
 
@@ -234,6 +250,8 @@ class MetadataImage:
     user_tenants: Mapping[str, str] = field(default_factory=lambda: _NO_USER_TENANTS)
     # users that administer their tenant (tenant super users)
     tenant_admins: frozenset[str] = frozenset()
+    # OAuth identity pools by pool id (SASL/OAUTHBEARER tokens -> a tenant's principals)
+    identity_pools: Mapping[str, IdentityPool] = field(default_factory=lambda: MappingProxyType({}))
     # namespaces by physical name (tenant-qualified)
     namespaces: Mapping[str, NamespaceInfo] = field(default_factory=lambda: MappingProxyType({}))
     # per-broker dynamic configs (AlterConfigs on broker "<node id>"): node id -> overrides
@@ -467,6 +485,17 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def set_tenant_admin(self, user: str, admin: bool) -> None:
         """Make ``user`` (mapped to a tenant) an administrator of its tenant, or not."""
+
+    @abc.abstractmethod
+    async def create_identity_pool(
+        self, tenant_id: str, issuer: str, claim_filter: Mapping[str, str] | None, *,
+        principal_claim: str = "sub", display_name: str = "",
+    ) -> IdentityPool:
+        """An OAuth identity pool of ``tenant_id`` (``shoal.metadata.rules.identity_pools``)."""
+
+    @abc.abstractmethod
+    async def delete_identity_pool(self, pool_id: str) -> IdentityPool:
+        """Remove an identity pool; RESOURCE_NOT_FOUND for an unknown one."""
 
     # -- namespaces (KIP-37) ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    IdentityPool,
     MetadataImage,
     NamespaceInfo,
     QuotaEntity,
@@ -72,6 +73,7 @@ class Change:
     user_tenants: dict[str, str | None] = dataclasses.field(default_factory=dict)
     tenant_admins: dict[str, bool] = dataclasses.field(default_factory=dict)
     namespaces: dict[str, NamespaceInfo | None] = dataclasses.field(default_factory=dict)
+    identity_pools: dict[str, IdentityPool | None] = dataclasses.field(default_factory=dict)
     acls_removed: set[AclEntry] = dataclasses.field(default_factory=set)
     acls_added: list[AclEntry] = dataclasses.field(default_factory=list)
     client_quotas: dict[QuotaEntity, Mapping[str, float] | None] = dataclasses.field(default_factory=dict)
@@ -147,6 +149,7 @@ class Change:
             user_tenants=_patched(old.user_tenants, self.user_tenants),
             tenant_admins=admins,
             namespaces=_patched(old.namespaces, self.namespaces),
+            identity_pools=_patched(old.identity_pools, self.identity_pools),
             broker_overrides=_patched(old.broker_overrides, self.broker_overrides),
             acls=acls,
             client_quotas=_patched(old.client_quotas, self.client_quotas),
@@ -167,6 +170,7 @@ class Change:
             ("tenants", self.tenants, codec.tenant_to_json),
             ("user_tenants", self.user_tenants, str),
             ("namespaces", self.namespaces, lambda ns: dict(sorted(ns.configs.items()))),
+            ("identity_pools", self.identity_pools, codec.identity_pool_to_json),
             ("renamed_topics", self.renamed_topics, str),
             ("broker_overrides", self.broker_overrides, lambda v: dict(sorted(v.items()))),
         )

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, NotRequired, Sequence, TypedDict, cas
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    IdentityPool,
     PartitionInfo,
     QuotaEntity,
     ScramCredential,
@@ -192,6 +193,34 @@ def tenant_from_json(d: TenantDoc) -> TenantInfo:
 
 def tenants_from_json(items: Iterable[TenantDoc]) -> dict[str, TenantInfo]:
     return {t.tenant_id: t for t in map(tenant_from_json, items)}
+
+
+class IdentityPoolDoc(TypedDict):
+    pool_id: str
+    tenant_id: str
+    issuer: str
+    claim_filter: dict[str, str]
+    principal_claim: str
+    display_name: str
+
+
+def identity_pool_to_json(p: IdentityPool) -> IdentityPoolDoc:
+    return {
+        "pool_id": p.pool_id,
+        "tenant_id": p.tenant_id,
+        "issuer": p.issuer,
+        "claim_filter": dict(sorted(p.claim_filter.items())),
+        "principal_claim": p.principal_claim,
+        "display_name": p.display_name,
+    }
+
+
+def identity_pool_from_json(d: IdentityPoolDoc) -> IdentityPool:
+    return IdentityPool(
+        str(d["pool_id"]), str(d["tenant_id"]), str(d["issuer"]),
+        MappingProxyType({str(k): str(v) for k, v in d.get("claim_filter", {}).items()}),
+        str(d.get("principal_claim", "sub")), str(d.get("display_name", "")),
+    )
 
 
 def acl_to_json(a: AclEntry) -> AclDoc:

@@ -206,6 +206,7 @@ def _snapshot_doc(image: MetadataImage, node_id: int, seq: int) -> dict[str, Any
         "user_tenants": dict(sorted(image.user_tenants.items())),
         "tenant_admins": sorted(image.tenant_admins),
         "namespaces": {n: dict(sorted(ns.configs.items())) for n, ns in sorted(image.namespaces.items())},
+        "identity_pools": {i: codec.identity_pool_to_json(p) for i, p in sorted(image.identity_pools.items())},
         "acls": [codec.acl_to_json(a) for a in image.acls],
         "client_quotas": codec.quotas_to_json(image.client_quotas),
         "renamed_topics": {n: str(i) for n, i in sorted(image.renamed_topics.items())},
@@ -232,7 +233,7 @@ def _encode_doc(doc: Mapping[str, Any]) -> bytes:
 
 # Snapshot sections that are lists of objects, keyed for replay by the field that names them.
 _KEYED_LISTS = {"topics": "name", "tenants": "tenant_id"}
-_KEYED_MAPS = ("scram_credentials", "user_tenants", "namespaces", "renamed_topics", "broker_overrides")
+_KEYED_MAPS = ("scram_credentials", "user_tenants", "namespaces", "identity_pools", "renamed_topics", "broker_overrides")
 
 
 def _replay(doc: dict[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
@@ -495,6 +496,9 @@ class EmbeddedBackend(MetadataBackend):
                 "namespaces": MappingProxyType({
                     str(n): NamespaceInfo(str(n), MappingProxyType({str(k): str(v) for k, v in c.items()}))
                     for n, c in doc.get("namespaces", {}).items()
+                }),
+                "identity_pools": MappingProxyType({
+                    str(i): codec.identity_pool_from_json(p) for i, p in doc.get("identity_pools", {}).items()
                 }),
                 "acls": tuple(codec.acl_from_json(a) for a in doc.get("acls", [])),
                 "client_quotas": MappingProxyType(codec.quotas_from_json(doc.get("client_quotas", []))),

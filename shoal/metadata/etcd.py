@@ -23,6 +23,7 @@ Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.
     /scram/<user>             the user's SCRAM credentials, by mechanism
     /tenants/<id>             a tenant;  /user_tenants/<user>: its tenant id;  /tenant_admins/<user>
     /namespaces/<name>        a KIP-37 namespace's configs
+    /identity_pools/<id>      an OAuth identity pool (SASL/OAUTHBEARER token claims -> a tenant)
     /acls/<binding as JSON>   an ACL binding (value: its index in its change; image order follows
                               the keys' create revisions, i.e. the order they were added)
     /quotas/<entity as JSON>  client quota values
@@ -454,6 +455,8 @@ class EtcdBackend(MetadataBackend):
                 elif section == b"namespaces":
                     c.namespaces[name] = NamespaceInfo(
                         name, MappingProxyType({str(k): str(v) for k, v in value.items()})) if put else None
+                elif section == b"identity_pools":
+                    c.identity_pools[name] = codec.identity_pool_from_json(value) if put else None
                 elif section == b"acls":
                     entry = codec.acl_from_json(json.loads(name))
                     if put:
@@ -641,6 +644,7 @@ class EtcdBackend(MetadataBackend):
         section("tenants", c.tenants, lambda t: _json(codec.tenant_to_json(t)))
         section("user_tenants", c.user_tenants, lambda t: str(t).encode())
         section("namespaces", c.namespaces, lambda ns: _json(dict(sorted(ns.configs.items()))))
+        section("identity_pools", c.identity_pools, lambda p: _json(codec.identity_pool_to_json(p)))
         section("renamed_topics", c.renamed_topics, lambda i: str(i).encode())
         section("broker_configs", {str(n): v for n, v in c.broker_overrides.items()},
                 lambda v: _json(dict(sorted(v.items()))))

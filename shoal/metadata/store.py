@@ -37,6 +37,7 @@ from typing import AsyncContextManager, Callable, Mapping, Sequence, TypeVar
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    IdentityPool,
     IsrChange,
     MetadataError,
     MetadataImage,
@@ -52,6 +53,7 @@ from shoal.metadata.change import Change, Result
 from shoal.metadata.rules import acls as acl_rules
 from shoal.metadata.rules import cluster as cluster_rules
 from shoal.metadata.rules import configs as config_rules
+from shoal.metadata.rules import identity_pools as pool_rules
 from shoal.metadata.rules import namespaces as namespace_rules
 from shoal.metadata.rules import quotas as quota_rules
 from shoal.metadata.rules import tenants as tenant_rules
@@ -72,6 +74,11 @@ _TENANT_ALPHABET = string.digits + string.ascii_lowercase
 def new_tenant_id(choice: Callable[[str], str] = secrets.choice) -> str:
     """``lkc-`` + 6 random lowercase base36 characters."""
     return "lkc-" + "".join(choice(_TENANT_ALPHABET) for _ in range(6))
+
+
+def new_pool_id(choice: Callable[[str], str] = secrets.choice) -> str:
+    """``pool-`` + 6 random lowercase base36 characters (an OAuth identity pool)."""
+    return "pool-" + "".join(choice(_TENANT_ALPHABET) for _ in range(6))
 
 
 class CommitConflict(Exception):
@@ -374,6 +381,17 @@ class DecidingStore(MetadataStore):
 
     async def set_tenant_admin(self, user: str, admin: bool) -> None:
         await self.decide_and_commit(lambda img: tenant_rules.set_tenant_admin(img, user, admin))
+
+    async def create_identity_pool(
+        self, tenant_id: str, issuer: str, claim_filter: Mapping[str, str] | None, *,
+        principal_claim: str = "sub", display_name: str = "",
+    ) -> IdentityPool:
+        return await self.decide_and_commit(lambda img: pool_rules.create_identity_pool(
+            img, tenant_id, issuer, claim_filter, principal_claim=principal_claim, display_name=display_name,
+            new_pool_id=new_pool_id))
+
+    async def delete_identity_pool(self, pool_id: str) -> IdentityPool:
+        return await self.decide_and_commit(lambda img: pool_rules.delete_identity_pool(img, pool_id))
 
     # namespaces (KIP-37)
     async def create_namespaces(self, names: list[str]) -> None:

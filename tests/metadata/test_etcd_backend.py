@@ -111,6 +111,7 @@ async def test_everything_the_image_holds_round_trips_through_etcd(two, etcd_clu
     await a.set_scram_credential("alice", "SCRAM-SHA-256", b"s", b"k", b"v", 4096)
     await a.create_namespaces([f"{t.tenant_id}_payments"])
     await a.set_namespace_configs(f"{t.tenant_id}_payments", {"retention.ms": "1"})
+    await a.create_identity_pool(t.tenant_id, "https://idp", {"claim": "groups", "contains": "acme"})
     await a.create_topic(f"{t.tenant_id}_orders", [(1, 2)], {"cleanup.policy": "compact"})
     await a.rename_topic(f"{t.tenant_id}_orders", f"{t.tenant_id}_orders2")
     await a.alter_client_quotas([((("tenant", t.tenant_id),), {"producer_byte_rate": 1024.0})])
@@ -123,13 +124,14 @@ async def test_everything_the_image_holds_round_trips_through_etcd(two, etcd_clu
         for other in (b.image, c.image):
             for field in ("cluster_id", "epoch", "topics", "topics_by_id", "broker_configs", "scram_credentials",
                           "tenants", "user_tenants", "tenant_admins", "namespaces", "acls", "client_quotas",
-                          "renamed_topics", "next_producer_id"):
+                          "renamed_topics", "next_producer_id", "identity_pools"):
                 assert getattr(other, field) == getattr(a.image, field), field
         # the tenant-delete cascade is one transaction too
         await c.delete_tenant(t.tenant_id)
         await until(lambda: a.image.epoch == c.image.epoch)
         assert not a.image.tenants and not a.image.topics and not a.image.user_tenants
         assert not a.image.namespaces and not a.image.client_quotas and not a.image.tenant_admins
+        assert not a.image.identity_pools
     finally:
         await c.close()
 

@@ -1,7 +1,7 @@
 """Tenant (logical cluster) rules: creation, updates, tenant administrators, and the delete cascade.
 
 A tenant owns every physical name with its prefix (``tenant_prefix``): topics, namespaces and the
-SCRAM users it creates; plus the users mapped to it, its ACLs (``AclEntry.tenant``) and the client
+SCRAM users it creates; plus the users mapped to it, its OAuth identity pools, its ACLs (``AclEntry.tenant``) and the client
 quotas whose entity names it or carries its prefix. Deleting a tenant removes all of that in the
 same change.
 """
@@ -40,6 +40,7 @@ def delete_tenant(image: MetadataImage, tenant_id: str) -> Result[TenantInfo]:
         tenant_admins=dict.fromkeys(users & image.tenant_admins, False),
         topics=dict.fromkeys(n for n in image.topics if n.startswith(prefix)),
         namespaces=dict.fromkeys(n for n in image.namespaces if n.startswith(prefix)),
+        identity_pools=dict.fromkeys(i for i, p in image.identity_pools.items() if p.tenant_id == tenant_id),
         acls_removed={a for a in image.acls if a.tenant == tenant_id},
         client_quotas=dict.fromkeys(
             e for e in image.client_quotas
