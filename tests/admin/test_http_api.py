@@ -123,6 +123,10 @@ def test_openapi_describes_the_endpoints(admin_broker):
         "/v1/tenants/{tenant_id}/configs": ["get", "patch", "put"],
         "/v1/tenants/{tenant_id}/policy": ["get", "put"],
         "/v1/cluster/load": ["get"],  # the balancer's inputs (shoal.cluster.load), the operator's
+        # OAuth identity pools (the operator's)
+        "/v1/tenants/{tenant_id}/identity_pools": ["get", "post"],
+        "/v1/tenants/{tenant_id}/identity_pools/{pool_id}": ["delete", "get"],
+        "/v1/identity_pools": ["get"],
     }
     schemas = doc["components"]["schemas"]
     refs = {v for v in _refs(doc["paths"]) if v.startswith("#/components/schemas/")}
