@@ -1,7 +1,7 @@
 """SASL/OAUTHBEARER's pure parts: the client's message, the validators, the JWKS cache's refresh
 rules, identity pool filters and matching, the session (lifetime, error challenge), and identity
 pools in the embedded metadata store (journal and snapshot). No broker: see
-tests/e2e/test_oauthbearer.py for real clients."""
+tests/e2e/test_oauth_clients.py for real clients."""
 
 from __future__ import annotations
 

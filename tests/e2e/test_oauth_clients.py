@@ -241,25 +241,29 @@ def test_bad_tokens_are_refused(env, case):
 
 
 def test_reauthentication_with_fresh_tokens_keeps_the_connection(env):
+    """Tokens live 8 s; librdkafka fetches a new one at 80% of that (its timer ticks once a second)
+    and re-authenticates at 85-95% of each session, whose end the broker puts at the token's exp:
+    after 9.5 s of producing, the one connection to the broker has outlived its first token."""
     from confluent_kafka import Producer
 
     idp, b, _tenants = env
-    conf, calls = oauth_conf(b, lambda: idp.token("svc-reauth", ttl=3))
+    conf, calls = oauth_conf(b, lambda: idp.token("svc-reauth", ttl=8))
     stats = []
     p = Producer({**conf, "linger.ms": 5, "statistics.interval.ms": 500, "stats_cb": stats.append})
     errors, delivered = [], []
     before = b.log_text().count("SASL session expired")
-    deadline = time.monotonic() + 7.5
+    deadline = time.monotonic() + 9.5
     while time.monotonic() < deadline:
         p.produce("reauth", b"x", on_delivery=lambda err, _m: (errors if err else delivered).append(err))
         p.poll(0.1)
     assert p.flush(15) == 0, (len(delivered), errors, b.log_tail(30))
-    assert not errors and len(delivered) > 30
-    assert len(calls) >= 3  # the token was refreshed (at 80% of its 3 s life) and used to re-authenticate
+    assert not errors and len(delivered) > 40
+    assert len(calls) >= 2  # the token was refreshed and used to re-authenticate
     brokers = json.loads(stats[-1])["brokers"]
     leader = [s for s in brokers.values() if s["nodeid"] >= 0]
     assert leader and all(s["connects"] == 1 for s in leader), [(s["name"], s["connects"]) for s in leader]
-    assert b.log_text().count("SASL session expired") == before
+    expired = [ln for ln in b.log_text().splitlines() if "SASL session expired" in ln]
+    assert len(expired) == before, (expired, [(s["name"], s["connects"]) for s in brokers.values()])
 
 
 class Raw(RawClient):
