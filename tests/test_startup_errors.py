@@ -224,3 +224,13 @@ def test_ctrl_c_while_waiting_for_etcd_stops_in_one_line(tmp_path) -> None:
             p.wait()
     assert p.returncode == 130, after
     assert after.splitlines() == ["shoal serve: stopped (interrupted while starting)"], after
+
+
+def test_oauthbearer_without_a_validator(tmp_path) -> None:
+    """OAUTHBEARER enabled with neither a JWKS URL nor the unsecured validator: one line naming both
+    (Kafka would fall back to the unsecured validator, which accepts a token for any name)."""
+    line = _one_line(_serve(tmp_path / "data", "--listeners", "PLAINTEXT://127.0.0.1:0,OAUTH://127.0.0.1:0",
+                            "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,OAUTH:SASL_PLAINTEXT",
+                            "--override", "listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER"))
+    assert "listener OAUTH enables OAUTHBEARER but sets no sasl.oauthbearer.jwks.endpoint.url" in line
+    assert "OAuthBearerUnsecuredValidatorCallbackHandler" in line
