@@ -146,12 +146,17 @@ def listener_security(config: "BrokerConfig", backoff: LoginBackoff | None = Non
 
 
 def _oauth_settings(sec: ListenerSecurity, config: "BrokerConfig", listener: str, jwks: dict[str, "JwksCache"]) -> None:
-    """OAUTHBEARER's validator of one listener from the ``sasl.oauthbearer.*`` configs (per
-    listener first, as Kafka's); ConfigError when neither validator is configured."""
+    """OAUTHBEARER's validator of one listener from the ``sasl.oauthbearer.*`` configs, as Kafka
+    reads them: ``listener.name.<listener>.oauthbearer.<name>`` first, then
+    ``listener.name.<listener>.<name>``, then ``<name>``; ConfigError when neither validator is
+    configured."""
     from shoal.auth.oauthbearer import UNSECURED_VALIDATOR_CLASS, JwksCache, JwksValidator, UnsecuredValidator
-    from shoal.config import ConfigError
+    from shoal.config import BROKER_CONFIGS, ConfigError
 
     def get(key: str) -> Any:
+        prefixed = config.raw(f"listener.name.{listener.lower()}.oauthbearer.{key}")
+        if prefixed is not None:
+            return BROKER_CONFIGS[key].parse(prefixed)
         return config.for_listener(listener, key)
 
     skew = int(get("sasl.oauthbearer.clock.skew.seconds"))

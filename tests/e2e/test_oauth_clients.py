@@ -91,7 +91,8 @@ class OAuthBroker(BrokerProcess):
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OAUTH:SASL_PLAINTEXT,UNSEC:SASL_PLAINTEXT",
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             "listener.name.unsec.sasl.enabled.mechanisms": "OAUTHBEARER",
-            "listener.name.unsec.sasl.server.callback.handler.class": UNSECURED,
+            # (Kafka's form: the mechanism's prefix after the listener's)
+            "listener.name.unsec.oauthbearer.sasl.server.callback.handler.class": UNSECURED,
             "listener.name.unsec.shoal.sasl.oauthbearer.identity.pools.required": "false",
             "sasl.oauthbearer.jwks.endpoint.url": idp.url,
             "sasl.oauthbearer.expected.audience": AUDIENCE,
