@@ -418,6 +418,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: a connection stops reading requests while this many bytes of its responses wait to be "
            "sent (the client is not reading them) or wait behind an earlier response, and goes on when "
            "they drain.", at_least(1024)),
+        _d("shoal.fetch.zero.copy", "boolean", True,
+           "Shoal: on plaintext listeners (SASL_PLAINTEXT included) a Fetch's record sets larger than a "
+           "small read are sent from the segment files with sendfile, never read into the broker; TLS "
+           "connections copy them. false: copy on every listener (new connections)."),
         # -- connection limits (KIP-402, KIP-612; shoal.server.limits). Listener-level values:
         # listener.name.<listener>.max.connections / .max.connection.creation.rate.
         _d("max.connections", "int", INT_MAX,

@@ -25,6 +25,7 @@ class ConnectionControls(Protocol):
     replica_session: "ReplicaSession | None"  # a follower's fetch session (shoal.replica.sessions)
     replica_order: "ReplicaOrder | None"  # the order of a follower's pipelined fetches
     closers: list[Callable[[], None]]  # called when the connection closes
+    zero_copy: bool  # plaintext: a Fetch's record sets may be sent from their files (sendfile)
 
     def bind_principal(self, principal: str) -> None:
         """The connection is now ``principal``'s (a SASL login; request memory shares)."""

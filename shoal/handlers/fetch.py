@@ -57,7 +57,8 @@ from shoal.cluster import routing
 from shoal.handlers.registry import api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
-from shoal.replica.read import ReplicaOrder, count_sent, fetch_messages
+from shoal.protocol.regions import Region
+from shoal.replica.read import ReadResult, ReplicaOrder, count_sent, fetch_messages
 from shoal.replica.sessions import CachedPartition, ReplicaSession
 from shoal.tenancy.acl import Operation, ResourceType
 
@@ -164,7 +165,7 @@ def _timedelta_s(value: datetime.timedelta | int) -> float:
 
 
 def _partition_data(mod: ModuleType, index: int, code: ErrorCode, *, hwm: int = -1, lso: int = -1, log_start: int = -1,
-                    records: bytes | None = b"", pinfo: PartitionInfo | None = None,
+                    records: bytes | Region | None = b"", pinfo: PartitionInfo | None = None,
                     diverging: tuple[int, int] | None = None, preferred: int = -1,
                     aborted: list[tuple[int, int]] | None = None) -> Entity:
     # KIP-951: tell the client who leads now, so it need not refresh metadata first.
@@ -297,11 +298,13 @@ async def handle_fetch(ctx: RequestContext, req: FetchRequest) -> FetchResponse:
         replica_id=replica_id, follower=follower, rsession=rsession, my_seq=my_seq,
         order=ReplicaOrder.of(ctx.connection) if follower else None, conn_id=ctx.client_address,
         client_rack=(getattr(req, "rack_id", "") or "") if not follower and v >= 11 else "",
-        committed=not follower and getattr(req, "isolation_level", 0) == 1)
+        committed=not follower and getattr(req, "isolation_level", 0) == 1,
+        regions=conn is not None and conn.zero_copy)
 
     # quotas: over the consumer's quota, the bytes are taken back and the answer is empty, with
     # the throttle time (Kafka's getThrottledResponse: a new session is not kept)
     if not follower and svc.quotas.record_fetch(ctx, total, svc.clock.now_ms()):
+        _close_regions(results.values())
         if session is not None and not incremental:
             sessions.remove(session.session_id)
             session = None
@@ -371,6 +374,13 @@ async def handle_fetch(ctx: RequestContext, req: FetchRequest) -> FetchResponse:
             [r.pinfo.leader for r in results.values() if r.pinfo is not None] + list(preferred.values()),
             ctx.listener),
     )
+
+
+def _close_regions(results: Iterable[ReadResult]) -> None:
+    """Give back the descriptors of record sets read as file regions and not sent."""
+    for r in results:
+        if isinstance(r.records, Region):
+            r.records.close()
 
 
 def _top_error(mod: ModuleType, code: ErrorCode, session_id: int = 0) -> FetchResponse:

@@ -22,6 +22,7 @@ from shoal.observability.requests import (
     BYTES_IN, BYTES_OUT, FAILED_FETCH, FAILED_PRODUCE, FETCH_REQUESTS, LATENCY_BUCKETS_S, LATENCY_SLOTS, MESSAGES_IN,
     PRODUCE_REQUESTS, SIZE_BUCKETS, SIZE_SLOTS, ApiStats, BrokerMetrics,
 )
+from shoal.protocol.regions import RegionCounters
 
 if TYPE_CHECKING:
     from shoal.observability.ports import CollectorHost
@@ -149,6 +150,12 @@ class BrokerCollector:
         out.gauge("shoal_connections", "open client connections, per listener", ("listener",), _keyed(open_))
         out.counter("shoal_connections_created", "connections accepted, per listener", ("listener",),
                     _keyed(m.connections_created))
+        out.counter("shoal_fetch_sendfile_bytes", "record bytes of Fetch responses sent from the segment files "
+                    "with sendfile (zero copy, plaintext listeners)", (), [((), RegionCounters.sent_bytes)])
+        out.counter("shoal_fetch_padded_bytes", "bytes of Fetch responses padded because a segment was truncated "
+                    "while they were sent (read as a partial last batch)", (), [((), RegionCounters.padded_bytes)])
+        out.gauge("shoal_fetch_regions_open", "file regions (duplicated segment descriptors) waiting to be sent",
+                  (), [((), RegionCounters.open)])
         out.counter("shoal_authentications", "SASL authentications (and re-authentications), per listener, "
                     "mechanism and result (success, failure)", ("listener", "mechanism", "result"),
                     _keyed(m.authentications))

@@ -26,6 +26,7 @@ from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
 from shoal.protocol import guard
+from shoal.protocol.regions import SINK, Region, RegionFrame
 from shoal.protocol.writer import entity_writer as fast_writer
 
 API_VERSIONS_KEY = 18
@@ -156,15 +157,42 @@ def decode_request(api_key: int, api_version: int, frame: bytes | memoryview) ->
     return header, body
 
 
-def encode_response(correlation_id: int, api_key: int, api_version: int, body: Any) -> bytearray:
-    """The response frame, length prefix included (shoal.protocol.writer: kio's bytes, faster)."""
+def encode_response(correlation_id: int, api_key: int, api_version: int, body: Any) -> bytearray | RegionFrame:
+    """The response frame, length prefix included (shoal.protocol.writer: kio's bytes, faster).
+
+    A record set that is a file region (zero-copy Fetch, ``shoal.protocol.regions``) is not copied:
+    the answer is then a ``RegionFrame``, the response's bytes around the regions, its length
+    prefix counting them."""
     out = bytearray(8)
     _I32.pack_into(out, 4, correlation_id)
     if api_key != API_VERSIONS_KEY and is_flexible(api_key, api_version):
         out += b"\0"  # response header v1: no tagged fields
-    fast_writer(type(body))(out, body)
-    _I32.pack_into(out, 0, len(out) - 4)
-    return out
+    sink: list[tuple[int, Region]] = []
+    SINK.regions = sink
+    try:
+        fast_writer(type(body))(out, body)
+    except BaseException:
+        for _, r in sink:
+            r.close()
+        raise
+    finally:
+        SINK.regions = None
+    if not sink:
+        _I32.pack_into(out, 0, len(out) - 4)
+        return out
+    size = len(out) + sum(r.length for _, r in sink)
+    _I32.pack_into(out, 0, size - 4)
+    parts: list[Any] = []
+    view = memoryview(out)
+    at = 0
+    for pos, r in sink:
+        if pos > at:
+            parts.append(view[at:pos])
+        parts.append(r)
+        at = pos
+    if at < len(out):
+        parts.append(view[at:])
+    return RegionFrame(parts, size)
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:

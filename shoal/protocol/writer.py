@@ -27,6 +27,7 @@ from kio.serial._introspect import (
 )
 
 from shoal.protocol.records import encode_uvarint as uvarint
+from shoal.protocol.regions import Region, take_region
 
 Write = Callable[[bytearray, Any], None]
 
@@ -112,7 +113,10 @@ def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Write:
                     return
                 raw = v.encode() if is_str and isinstance(v, str) else v
                 out += _uv(len(raw) + 1)
-                out += raw
+                if isinstance(raw, Region):  # a record set sent from its file (shoal.protocol.regions)
+                    take_region(out, raw)
+                else:
+                    out += raw
 
             return w_compact
         if is_str:
@@ -136,7 +140,10 @@ def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Write:
                 out += b"\xff\xff\xff\xff"
                 return
             out += _I(len(v))
-            out += v
+            if isinstance(v, Region):  # a record set sent from its file (shoal.protocol.regions)
+                take_region(out, v)
+            else:
+                out += v
 
         return w_legacy_bytes
     raise NotImplementedError(f"no writer for kafka_type {kafka_type!r}")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol
 from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import selector_kind
 from shoal.protocol.errors import ErrorCode
+from shoal.protocol.regions import Region
 from shoal.replica.purgatory import expire
 from shoal.replica.selector import ReplicaView, select_read_replica
 from shoal.replica.sessions import CachedPartition
@@ -50,6 +51,7 @@ async def fetch_messages(
     replicas: "ReplicaManager", image: MetadataImage, targets: dict[Key, CachedPartition], *, deadline: float, min_bytes: int, max_bytes: int,
     replica_id: int = -1, follower: bool = False, rsession: "ReplicaSession | None" = None, my_seq: int = 0,
     order: ReplicaOrder | None = None, conn_id: str = "", client_rack: str = "", committed: bool = False,
+    regions: bool = False,
 ) -> tuple[dict[tuple[str, int], ReadResult], int, dict[tuple[str, int], int]]:
     """Read ``targets`` (partition -> what the fetch asks of it: offset, byte limit, epochs),
     waiting until ``min_bytes`` are there or ``deadline`` (``replicas.clock.monotonic()`` time) passes (Kafka's
@@ -62,7 +64,9 @@ async def fetch_messages(
     what this leader already sent it on ``conn_id``, and, in a fetch session ``rsession`` (this
     fetch its number ``my_seq``), reads too what changed in the session and waits on it. A
     consumer that sent its ``client_rack`` may be sent to a replica in its rack, and may read
-    from a follower; ``committed``: READ_COMMITTED, up to the last stable offset."""
+    from a follower; ``committed``: READ_COMMITTED, up to the last stable offset. ``regions``:
+    long reads may be file regions, not bytes (zero-copy Fetch on a plaintext connection,
+    ``shoal.storage.regions``); the caller sends or closes them."""
     clock = replicas.clock  # the deadline and the timers (a ManualClock's in tests)
     fetch_ms = clock.now_ms()
     if follower:  # replica: what the follower has (its fetch offset) may move the HW / ISR
@@ -93,7 +97,7 @@ async def fetch_messages(
                 if my_turn and throttled and throttle.exceeded("leader"):
                     skip = throttled
             results, total, must_answer = read_from_log(replicas, targets, max_bytes, follower, skip, from_followers,
-                                                        committed, pipeline)
+                                                        committed, pipeline, regions)
             if must_answer or preferred or total >= min_bytes or clock.monotonic() >= deadline or not (
                     rsession.partitions if rsession is not None else targets):
                 break
@@ -105,7 +109,7 @@ async def fetch_messages(
             notified = await replicas.wait_for_data(list(targets.keys()), deadline - clock.monotonic(), follower)
             if not notified:
                 results, total, _ = read_from_log(replicas, targets, max_bytes, follower, skip, from_followers,
-                                                  committed, pipeline)
+                                                  committed, pipeline, regions)
                 break
         if rsession is not None:
             keep_pending(rsession, targets, results)
@@ -235,7 +239,7 @@ class ReplicaOrder:
 @dataclass(slots=True)
 class ReadResult:
     code: ErrorCode
-    records: bytes | None = None
+    records: bytes | Region | None = None  # a Region: zero copy (shoal.protocol.regions)
     hwm: int = -1
     log_start: int = -1
     lso: int = -1
@@ -281,7 +285,8 @@ def preferred_read_replicas(replicas: "ReplicaManager", image: MetadataImage, ta
 
 def read_from_log(replicas: "ReplicaManager", targets: Mapping[Key, CachedPartition], max_bytes: int, follower: bool,
                   skip: Collection[Key] = frozenset(), from_followers: bool = False, committed: bool = False,
-                  pipeline: tuple[int, str] | None = None) -> tuple[dict[Key, ReadResult], int, bool]:
+                  pipeline: tuple[int, str] | None = None,
+                  regions: bool = False) -> tuple[dict[Key, ReadResult], int, bool]:
     """Read every partition once. Returns results, total bytes, and whether to answer at once.
     A consumer reads up to the high watermark (``committed``, READ_COMMITTED: the last stable
     offset, with the aborted transactions of what it returns), a follower up to the log end; ``skip``: partitions
@@ -289,7 +294,8 @@ def read_from_log(replicas: "ReplicaManager", targets: Mapping[Key, CachedPartit
     ``from_followers`` (KIP-392, a v11+ consumer that sent its rack): a partition this broker
     follows (or observes) is served too, up to the high watermark this follower knows.
     ``pipeline``: a replica's fetch, ``(replica id, connection)``: read past what this leader
-    already sent that replica on that connection (``Partition.follower_read_offset``)."""
+    already sent that replica on that connection (``Partition.follower_read_offset``).
+    ``regions``: a long read may be a file region (``LogView.read``)."""
     image = replicas.image()
     results: dict[tuple[str, int], ReadResult] = {}
     total = 0
@@ -336,7 +342,8 @@ def read_from_log(replicas: "ReplicaManager", targets: Mapping[Key, CachedPartit
             start = part.follower_read_offset(pipeline[0], pipeline[1], start)
         if key not in skip and start < upto and (limit > 0 or total == 0):
             try:
-                info = plog.read(start, max(limit, 0), max_offset=upto, min_one_batch=total == 0)
+                info = plog.read(start, max(limit, 0), max_offset=upto, min_one_batch=total == 0,
+                                 regions=regions)
             except OffsetOutOfRange:
                 r.code = ErrorCode.offset_out_of_range
                 must_answer = True
@@ -358,9 +365,12 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
-def end_offset(records: bytes) -> int:
+def end_offset(records: bytes | Region) -> int:
     """The offset after the last of the whole batches ``records`` (as the log returns them):
-    a walk over the batch lengths only, about 0.1 ms for a MiB of 1 KiB batches."""
+    a walk over the batch lengths only, about 0.1 ms for a MiB of 1 KiB batches (a file region
+    knows it: the log read it)."""
+    if isinstance(records, Region):
+        return records.end_offset
     length = _I32.unpack_from
     pos, n = 0, len(records)
     while True:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
@@ -61,8 +62,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from shoal.handlers.context import RequestContext
 from shoal.protocol import codec
 from shoal.protocol.errors import ErrorCode, error_response
+from shoal.protocol.regions import RegionFrame
 from shoal.quotas.manager import client_throttles, with_throttle_time
 from shoal.server.bounds import FRAME_TOO_LARGE, ConnectionGuard, Liveness, Timeouts
+from shoal.server.sendfile import Outbox
 
 if TYPE_CHECKING:
     from shoal.server.ports import ConnectionHost
@@ -174,6 +177,10 @@ class KafkaConnection(asyncio.Protocol):
         self.client_software: tuple[str, str] | None = None  # ApiVersions v3+
         self.replica_session: Any = None  # a follower's fetch session (shoal.handlers.fetch)
         self.replica_order: Any = None  # its pipelined fetches' order (shoal.replica.read)
+        # zero-copy Fetch (shoal.server.sendfile): plaintext connections send record sets with
+        # sendfile; the outbox keeps responses in order behind a region being sent
+        self.zero_copy = False
+        self._outbox: Outbox | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -188,8 +195,14 @@ class KafkaConnection(asyncio.Protocol):
         # -- bounds: pause_writing past this many unsent response bytes; the sweep watches us
         transport.set_write_buffer_limits(high=self._queue_max, low=self._queue_max // 4)  # type: ignore[attr-defined]
         self._guard.watch()
-        # -- auth: TLS principal (SSL listeners), SASL session (SASL listeners)
         security = self.broker.listener_security.get(self.listener)
+        sock = transport.get_extra_info("socket")
+        plaintext = (security is None or security.ssl_context is None) and transport.get_extra_info("sslcontext") is None
+        self.zero_copy = bool(plaintext and sock is not None and hasattr(os, "sendfile")
+                              and self.broker.config.get("shoal.fetch.zero.copy"))
+        self._outbox = Outbox(transport, sock.fileno() if self.zero_copy else -1, self._outbox_moved,
+                              self._outbox_failed)
+        # -- auth: TLS principal (SSL listeners), SASL session (SASL listeners)
         if security is not None:
             if security.sasl:
                 self.sasl = security.session(self.broker.metadata)
@@ -221,8 +234,13 @@ class KafkaConnection(asyncio.Protocol):
             self._memory.used -= reserved  # what had arrived of a partial frame
             self._memory.charge(self._owner, -announced)  # and its announced size
             self._memory.release(held, self._owner)
+        for s in self._pending:  # zero copy: responses never sent give back their regions
+            if isinstance(s.data, RegionFrame):
+                s.data.close()
         self._pending.clear()
         self._queued = 0
+        if self._outbox is not None:
+            self._outbox.close()
         self._buf = bytearray()
         self._guard.unwatch()
         closers, self.closers = self.closers, []
@@ -620,7 +638,7 @@ class KafkaConnection(asyncio.Protocol):
         """Read, and dispatch what is buffered, unless muted, too many requests are unanswered,
         the client does not take its responses, or the request memory is used up."""
         pause = (self._mute is not None or self._pending_full or self._write_paused
-                 or self._queued >= self._queue_max or self._memory_wait
+                 or self._queued + self._outbox_bytes() >= self._queue_max or self._memory_wait
                  or self._sched_full)  # scheduler: this connection's or its tenant's queue is full
         if pause == self._paused or self._closed or self.transport is None:
             return
@@ -655,11 +673,11 @@ class KafkaConnection(asyncio.Protocol):
             if s.data is not None:
                 if s is not slot:
                     queued += len(s.data)
-                transport.write(s.data)
+                self._write(s.data)
             if s.m is not None:  # metrics: the request is done
                 self.broker.metrics.sent(s.m)
             if s.close_after:
-                self.close()
+                self._close_after_sent()
         self._held -= answered
         self._memory.release(answered, self._owner)
         if queued:
@@ -670,6 +688,48 @@ class KafkaConnection(asyncio.Protocol):
             self._update_reading()
         if self._sched_parked_io:
             self._responses_flow()
+
+    # -- zero copy (shoal.server.sendfile): responses with file regions -----------------------------
+
+    def _write(self, data: Any) -> None:
+        outbox = self._outbox
+        if outbox is None:
+            if isinstance(data, RegionFrame):
+                data = data.materialize()
+            assert self.transport is not None
+            self.transport.write(data)
+        else:
+            outbox.write(data)
+
+    def _outbox_bytes(self) -> int:
+        return self._outbox.bytes if self._outbox is not None else 0
+
+    def _outbox_moved(self) -> None:
+        """Part of a response left the outbox: the client is reading (the sweep's liveness), and
+        the connection may read requests again."""
+        self._active = True
+        if self._closed:
+            return
+        if self._close_when_sent and not self._outbox_bytes():
+            self.close()
+            return
+        if self._paused:
+            self._update_reading()
+        if self._sched_parked_io:
+            self._responses_flow()
+
+    def _outbox_failed(self, reason: str) -> None:
+        log.info("closing connection %s: %s", self.peer, reason)
+        self.close()
+
+    _close_when_sent = False
+
+    def _close_after_sent(self) -> None:
+        """Close once what was written has gone (the outbox may still hold regions)."""
+        if self._outbox_bytes():
+            self._close_when_sent = True
+        else:
+            self.close()
 
     # -- bounds: flow control, request memory, the sweep -----------------------------------------
 
@@ -689,7 +749,7 @@ class KafkaConnection(asyncio.Protocol):
     def _responses_blocked(self) -> bool:
         """The client is not taking its responses (or too many are unanswered): run nothing
         more for it, even what the scheduler has queued."""
-        return self._write_paused or self._pending_full or self._queued >= self._queue_max
+        return self._write_paused or self._pending_full or self._queued + self._outbox_bytes() >= self._queue_max
 
     def _responses_flow(self) -> None:
         if not self._responses_blocked():
@@ -730,7 +790,7 @@ class KafkaConnection(asyncio.Protocol):
         """Bytes of responses this connection holds: finished and waiting behind an earlier one,
         or handed to the transport and not yet sent."""
         buffered = self.transport.get_write_buffer_size() if self.transport is not None and not self._closed else 0
-        return self._queued + buffered
+        return self._queued + buffered + self._outbox_bytes()
 
     @property
     def paused_because(self) -> str | None:

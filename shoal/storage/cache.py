@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 def default_max_open_files() -> int:
     """Half the process's descriptor limit (sockets need the rest), between 16 and 32768."""
+    return max(16, min(32768, descriptor_limit() // 2))
+
+
+def descriptor_limit() -> int:
+    """The process's soft limit of open descriptors (65536 when unlimited, 1024 when unknown)."""
     try:
         import resource
 
@@ -32,7 +37,7 @@ def default_max_open_files() -> int:
             soft = 65536
     except (ImportError, ValueError, OSError):
         soft = 1024
-    return max(16, min(32768, soft // 2))
+    return soft
 
 
 class FileHandles:

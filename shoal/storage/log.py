@@ -122,12 +122,26 @@ from shoal.storage.segment import (
     iter_headers,
     whole_batches,
 )
+from shoal.storage.regions import FileRegion
 from shoal.storage.transactions import LogTransactions
 from shoal.storage.txn_index import SUFFIX as TXN_SUFFIX, read_marker
 
 log = logging.getLogger("shoal.storage.log")
 
 _MIN_READ = 16 * 1024
+
+
+def _next_offset(buf: bytes, stop: int) -> int:
+    """The offset after the whole batches that end at ``buf[stop]``: the last one's last offset + 1,
+    or, when none is in ``buf`` (it starts at a batch that does not fit), the base offset of the
+    batch at ``buf[0]`` (the first after the ones before it; a compacted gap holds no record)."""
+    i = 0
+    nxt = PREFIX.unpack_from(buf, 0)[0]
+    while i < stop:
+        b, length = PREFIX.unpack_from(buf, i)
+        nxt = b + LAST_OFFSET_DELTA.unpack_from(buf, i + LOD_AT)[0] + 1
+        i += length + LOG_OVERHEAD
+    return nxt
 
 
 class OffsetOutOfRange(Exception):
@@ -173,7 +187,7 @@ class AppendInfo:
 
 @dataclass(slots=True)
 class ReadInfo:
-    records: bytes  # whole batches, possibly empty
+    records: bytes | FileRegion  # whole batches, possibly empty; a region only if asked (zero copy)
     log_start_offset: int
     high_watermark: int
     log_end_offset: int
@@ -818,10 +832,15 @@ class PartitionLog(LogLoader, LogEpochs, LogCompaction, LogTransactions):
         *,
         max_offset: int | None = None,
         min_one_batch: bool = True,
+        regions: bool = False,
     ) -> ReadInfo:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the first
         whole if ``min_one_batch``), none reaching ``max_offset`` (exclusive, e.g. the high
-        watermark). Empty at the log end offset; OffsetOutOfRange outside [start, end]."""
+        watermark). Empty at the log end offset; OffsetOutOfRange outside [start, end].
+
+        With ``regions`` a long read (one that does not fit the first small read) is answered
+        with a ``FileRegion`` of the segment instead of its bytes, for the connection to send
+        with ``sendfile`` (zero-copy Fetch, ``shoal.storage.regions``); the caller closes it."""
         with self._lock:
             leo = self._leo
             start = self._log_start
@@ -840,20 +859,22 @@ class PartitionLog(LogLoader, LogEpochs, LogCompaction, LogTransactions):
                 segs = self._segments
                 i = max(0, bisect_right(self._bases, offset) - 1)
                 while i < len(segs):
-                    got = self._read_segment(segs[i], offset, max_bytes, limit, min_one_batch)
+                    got = self._read_segment(segs[i], offset, max_bytes, limit, min_one_batch, regions)
                     if got is not None:
                         data = got
                         break
                     i += 1
             return ReadInfo(data, start, self._hw, leo)
 
-    def _read_segment(self, seg: Segment, offset: int, max_bytes: int, limit: int, min_one: bool) -> bytes | None:
+    def _read_segment(self, seg: Segment, offset: int, max_bytes: int, limit: int, min_one: bool,
+                      regions: bool = False) -> bytes | FileRegion | None:
         """Bytes to return from ``seg`` (possibly empty), or None if it holds nothing at ``offset``.
 
         A small read finds the batch holding ``offset`` (from the offset index's position). If
         the answer fits in that read it is sliced from it; otherwise the offset index gives the
         start of a batch near the end of the range, only the batches after it are walked to find
-        the last whole one, and the range is read exactly, with no copy.
+        the last whole one, and the range is read exactly, with no copy; or, with ``regions``, not
+        read at all: a region of the file over a descriptor of its own is returned instead.
         """
         end = seg.size
         if end == 0:
@@ -917,6 +938,10 @@ class PartitionLog(LogLoader, LogEpochs, LogCompaction, LogTransactions):
             return data if stop == len(data) else data[:stop]
         tail = pread(fd, stop_at - q, q)
         stop = q + whole_batches(tail, 0, len(tail), limit)
+        if regions and len(tail) >= LOG_OVERHEAD:
+            region = FileRegion.take(fd, start, stop - start, _next_offset(tail, stop - q))
+            if region is not None:
+                return region
         return pread(fd, stop - start, start)
 
     # -- timestamps ------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ class LogView(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
 
     def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True,
+        regions: bool = False,
     ) -> ReadInfo: ...
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[tuple[int, int]]: ...
