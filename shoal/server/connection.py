@@ -700,6 +700,8 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.write(data)
         else:
             outbox.write(data)
+            if outbox.bytes >= self._queue_max and not self._paused:
+                self._update_reading()  # the client is not taking them: read nothing more for now
 
     def _outbox_bytes(self) -> int:
         return self._outbox.bytes if self._outbox is not None else 0

@@ -222,7 +222,7 @@ def test_a_segment_deleted_while_its_region_is_sent_still_answers_its_bytes(zb) 
 def test_stalled_and_closed_connections_hold_bounded_regions_and_leak_no_descriptor(zb) -> None:
     """Three clients pipeline 60 fetches of ~2 MB each and read nothing: the broker stops reading
     from them (the outbox counts toward shoal.connection.queued.response.max.bytes), so the
-    regions open stay bounded; the clients then vanish (RST) mid-send, and 20 more connections
+    regions open stay bounded (two or three answers each, not 60); the clients then vanish (RST) mid-send, and 20 more connections
     fetch and close: the broker's descriptors are as before."""
     topic = "zc-fds"
     vs = make(zb, topic, 2200)
@@ -233,7 +233,8 @@ def test_stalled_and_closed_connections_hold_bounded_regions_and_leak_no_descrip
         s.sendall(b"".join(fetch_frame(topic, i) for i in range(60)))
     time.sleep(1.0)
     opened = zb.metric("shoal_fetch_regions_open")
-    assert 3 <= opened <= 3 * 33, opened  # at most MAX_IN_FLIGHT + 1 answers of each, not 60
+    # each stops being read once its unsent answers pass queued.response.max.bytes (4 MiB): 2-3 of them
+    assert 3 <= opened <= 3 * 4, opened
     for s in socks:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
