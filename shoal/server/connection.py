@@ -38,7 +38,9 @@ already in its buffer, while any of these holds, and goes on when none does:
   the socket; resumes below half);
 - its responses are not being taken: the transport's write buffer is over
   ``shoal.connection.queued.response.max.bytes`` (asyncio's ``pause_writing``; resumes when it
-  drains to a quarter), or as many bytes of finished responses wait behind an earlier one;
+  drains to a quarter), or as many bytes of finished responses wait behind an earlier one or in
+  the outbox (zero-copy Fetch on plaintext: file regions waiting for ``sendfile`` and the
+  responses behind them, ``shoal.server.sendfile``);
 - the broker's request memory (``queued.max.request.bytes``) is used up.
 
 So a client that pipelines requests and reads nothing costs the broker at most about
