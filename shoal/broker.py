@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import platform
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal import __version__
 from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import BrokerConfig
 from shoal.handlers.fetch import FetchSessionCache
@@ -336,11 +338,13 @@ class Broker:
             self.metrics_http = MetricsHttpServer(self, metrics_listener)
             await self.metrics_http.start()
         log.info(
-            "broker %d started: %s, data in %s, cluster id %s",
+            "broker %d started: %s, data in %s, cluster id %s, shoal %s (Python %s)",
             self.node_id,
             ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.listeners),
             self.data_dir,
             self.metadata.image.cluster_id,
+            __version__,
+            platform.python_version(),
         )
 
     def _metering_enabled(self) -> bool:

@@ -122,19 +122,27 @@ class BrokerProcess:
             args += ["--override", f"{k}={v}"]
         return args + (["--log-level", self.log_level] if self.log_level else [])
 
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+    def command(self) -> list[str]:
+        """What runs ``shoal serve`` (this checkout's, on this Python)."""
+        return [sys.executable, "-m", "shoal", "serve", *self.serve_args()]
+
+    def environment(self) -> dict[str, str]:
+        """The broker's environment: this one, with the checkout on PYTHONPATH."""
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
         self.starts += 1
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "shoal", "serve", *self.serve_args()],
+                self.command(),
                 cwd=self.workdir,
-                env=env,
+                env=self.environment(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -12,6 +12,8 @@ import os
 import signal
 import sys
 
+from shoal import __version__
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -136,7 +138,7 @@ def cmd_serve(args) -> int:
                 continue  # the quickstart's banner shows how to use it
             print(
                 f"Shoal broker {broker.node_id} is up: {l.name}://{l.host}:{l.port} "
-                f"(cluster {image.cluster_id}, data in {broker.data_dir})\n"
+                f"(shoal {__version__}, cluster {image.cluster_id}, data in {broker.data_dir})\n"
                 f"  connect with: --bootstrap-server {l.host}:{l.port}   e.g.\n"
                 f"  kcat -b {l.host}:{l.port} -L\n"
                 f"  shoal topics create demo --partitions 3 --bootstrap-server {l.host}:{l.port}",

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from shoal.net.entities import build_entity
+from shoal.net import requests
 from shoal.net.errors import ConnectionLost, KafkaError, check
 from shoal.net.security import ClientSecurity
 from shoal.protocol import codec
@@ -93,10 +94,7 @@ class Connection:
         kio_lo, kio_hi = codec.kio_versions(API_VERSIONS) or (0, 0)
         version = min(3, kio_hi)
         while True:
-            body = build_entity(
-                codec.request_type(API_VERSIONS, version),
-                {"client_software_name": "shoal-client", "client_software_version": "0.1.0"},
-            )
+            body = requests.api_versions(version, "shoal-client")
             resp = await self.send(API_VERSIONS, version, body)
             broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
             if resp.error_code == ErrorCode.unsupported_version and API_VERSIONS in broker:

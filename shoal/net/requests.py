@@ -16,6 +16,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Iterable
 
+from shoal import __version__
 from shoal.net.entities import build_entity
 from shoal.protocol import codec
 
@@ -35,9 +36,10 @@ def fetch_types(version: int) -> ModuleType:
 
 
 def api_versions(version: int, software_name: str) -> Any:
-    """ApiVersions v``version`` naming the sending component (``shoal-replica``, ``shoal-controller``)."""
+    """ApiVersions v``version`` naming the sending component (``shoal-replica``, ``shoal-controller``)
+    and Shoal's release (KIP-511: the broker it reaches shows both for the connection)."""
     return build_entity(codec.request_type(API_VERSIONS, version),
-                        {"client_software_name": software_name, "client_software_version": "0.1.0"})
+                        {"client_software_name": software_name, "client_software_version": __version__})
 
 
 def produce(version: int, topic: str, partition: int, records: bytes, *, acks: int, timeout_ms: int) -> Any:

@@ -14,18 +14,24 @@ the physical prefix never shows.
 
 from __future__ import annotations
 
+import platform
 from typing import TYPE_CHECKING, Any, Iterator
 
+from shoal import __version__
 from shoal.metadata import owner_tenant
 from shoal.observability.exposition import TextExposition
 from shoal.observability.requests import (
     BYTES_IN, BYTES_OUT, FAILED_FETCH, FAILED_PRODUCE, FETCH_REQUESTS, LATENCY_BUCKETS_S, LATENCY_SLOTS, MESSAGES_IN,
     PRODUCE_REQUESTS, SIZE_BUCKETS, SIZE_SLOTS, ApiStats, BrokerMetrics,
 )
+from shoal.protocol.records import NATIVE
 from shoal.protocol.regions import RegionCounters
 
 if TYPE_CHECKING:
     from shoal.observability.ports import CollectorHost
+
+UNKNOWN_SOFTWARE = "unknown"  # Kafka's ClientInformation.UNKNOWN_NAME_OR_VERSION
+BUILD_INFO = ((__version__, platform.python_version(), "c" if NATIVE else "python"), 1)
 
 TOPIC_COUNTERS = (
     ("shoal_topic_bytes_in", BYTES_IN, "record bytes appended by Produce (Kafka's BytesInPerSec)"),
@@ -95,6 +101,8 @@ class BrokerCollector:
     def exposition(self) -> str:
         broker = self.broker
         out = TextExposition()
+        out.gauge("shoal_build_info", "1, labelled with this broker's release, its Python and whether the C "
+                  "speed-up (shoal._native) is in use", ("version", "python", "speedups"), [BUILD_INFO])
         m: BrokerMetrics | None = getattr(broker, "metrics", None)
         image = broker.metadata.image
         if m is not None:
@@ -148,6 +156,16 @@ class BrokerCollector:
         for conn in list(self.broker.connections):
             open_[conn.listener] = open_.get(conn.listener, 0) + 1
         out.gauge("shoal_connections", "open client connections, per listener", ("listener",), _keyed(open_))
+        # Kafka's connections{clientSoftwareName, clientSoftwareVersion, listener} (KIP-511): what each
+        # client named itself in ApiVersions v3+ ("unknown" before that, or for older clients)
+        software: dict[tuple[str, str, str], int] = {}
+        for conn in list(self.broker.connections):
+            name, version = getattr(conn, "client_software", None) or (UNKNOWN_SOFTWARE, UNKNOWN_SOFTWARE)
+            software[(conn.listener, name, version)] = software.get((conn.listener, name, version), 0) + 1
+        out.gauge("shoal_client_software_connections",
+                  "open client connections per listener and the client software name and version they sent "
+                  "in ApiVersions (KIP-511; 'unknown' when not sent)",
+                  ("listener", "client_software_name", "client_software_version"), _keyed(software))
         out.counter("shoal_connections_created", "connections accepted, per listener", ("listener",),
                     _keyed(m.connections_created))
         out.counter("shoal_fetch_sendfile_bytes", "record bytes of Fetch responses sent from the segment files "

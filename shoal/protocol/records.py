@@ -519,6 +519,7 @@ try:  # the same walk in C (shoal/_native/speedups.c): ~30x faster on batches of
     from shoal._native.speedups import check_records as _check_records
 except ImportError:  # not built: pure Python
     _check_records = _check_records_py
+NATIVE = _check_records is not _check_records_py  # the C speed-up is in use (/metrics' shoal_build_info)
 
 
 # --- offset assignment --------------------------------------------------------------------------

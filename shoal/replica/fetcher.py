@@ -256,12 +256,10 @@ class ReplicaFetcher:
         """The round trip to the leader in ms: the fastest of three ApiVersions requests, timed
         with ``time.perf_counter`` (uvloop's ``loop.time()`` counts whole milliseconds: a 4.6 ms
         link measured 4 or 5 ms, either side of ``...pipeline.min.rtt.ms``' 5)."""
-        from shoal.net import API_VERSIONS, build_entity
-        from shoal.protocol import codec
+        from shoal.net import API_VERSIONS, requests
 
         version = conn.version_for(API_VERSIONS)
-        body = build_entity(codec.request_type(API_VERSIONS, version),
-                            {"client_software_name": "shoal-replica", "client_software_version": "0.1.0"})
+        body = requests.api_versions(version, "shoal-replica")
         rtt = float("inf")
         for _ in range(3):
             t0 = time.perf_counter()

@@ -368,9 +368,14 @@ class KafkaConnection(asyncio.Protocol):
         rate-limited per client address and kind of reason (its first word; shoal.logutil)."""
         self.broker.client_log.warning(
             ("reject", self.peer.rpartition(":")[0], reason.partition(" ")[0]),
-            "closing connection from %s on %s: %s", self.peer, self.listener, reason,
+            "closing connection from %s%s on %s: %s", self.peer, self.software_note(), self.listener, reason,
         )
         self.close()
+
+    def software_note(self) -> str:
+        """`` (librdkafka 2.5.0)``: the client software the client named in ApiVersions (KIP-511), for
+        the log lines about it; "" before it did."""
+        return f" ({self.client_software[0]} {self.client_software[1]})" if self.client_software else ""
 
     def close(self) -> None:
         if not self._closed:
@@ -554,8 +559,8 @@ class KafkaConnection(asyncio.Protocol):
         known = codec.kio_versions(api_key)
         if known and known[0] <= api_version <= known[1]:
             log.warning(
-                "client %s sent api %d v%d, outside the supported %d..%d; answering UNSUPPORTED_VERSION",
-                self.peer, api_key, api_version, spec.min_version, spec.max_version,
+                "client %s%s sent api %d v%d, outside the supported %d..%d; answering UNSUPPORTED_VERSION",
+                self.peer, self.software_note(), api_key, api_version, spec.min_version, spec.max_version,
             )
             body = error_response(codec.response_type(api_key, api_version), ErrorCode.unsupported_version)
             self._pending.append(slot)
@@ -584,8 +589,8 @@ class KafkaConnection(asyncio.Protocol):
         except Exception as e:
             self.broker.client_log.exception(  # a traceback once per api and error per interval
                 ("handler", hdr.api_key, type(e).__name__),
-                "handler for api %d v%d failed on a request from %s; answering UNKNOWN_SERVER_ERROR",
-                hdr.api_key, hdr.api_version, self.peer,
+                "handler for api %d v%d failed on a request from %s%s; answering UNKNOWN_SERVER_ERROR",
+                hdr.api_key, hdr.api_version, self.peer, self.software_note(),
             )
             failed = True
             try:
