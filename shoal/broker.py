@@ -22,6 +22,7 @@ from shoal.config import BrokerConfig
 from shoal.handlers.fetch import FetchSessionCache
 from shoal.handlers.registry import Registry
 from shoal.metadata import BrokerInfo, MetadataStore
+from shoal.metadata.features import supported as supported_features
 from shoal.replica import ReplicaManager
 from shoal.services import Services
 from shoal.storage import LogManager
@@ -44,11 +45,12 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import describe_log_dirs  # replica: sizes and lags of hosted replicas
     from shoal.handlers import reassignments  # replica: KIP-455 Alter/ListPartitionReassignments
     from shoal.handlers import transactions  # txn: AddPartitionsToTxn ... ListTransactions
+    from shoal.handlers import features  # KIP-584 UpdateFeatures
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, topics, configs, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
-        elect_leaders, describe_log_dirs, reassignments, transactions,
+        elect_leaders, describe_log_dirs, reassignments, transactions, features,
     ]
 
 
@@ -249,6 +251,12 @@ class Broker:
 
     async def _start(self) -> None:
         await self.metadata.start()
+        # -- features (KIP-584): refuse a cluster whose finalized levels this release cannot run at
+        from shoal.metadata import MetadataError, features
+
+        why = features.refusal(self.metadata.image.features.levels, features.supported(), __version__)
+        if why is not None:
+            raise MetadataError("UNSUPPORTED_VERSION", why)
         # -- auth: TLS contexts and SASL settings per listener; bootstrap SCRAM users.
         from shoal.auth import ensure_bootstrap_users, jwks_caches, listener_security
 
@@ -282,6 +290,9 @@ class Broker:
             self.listeners.append(Listener(name, host, actual))
             self._servers.append(server)
         await self.metadata.register_broker(self._broker_info())
+        from shoal.txn.coordinator import configured_transaction_version
+
+        await self.metadata.finalize_missing_features(features.defaults(configured_transaction_version(self.config)))
         if hasattr(self.metadata, "backend") and hasattr(self.metadata.backend, "registration"):
             from shoal.cluster.controller import Controller  # cluster: the controller election
 
@@ -370,6 +381,7 @@ class Broker:
             port=first[2],
             rack=self.static_config.rack,
             endpoints=tuple(endpoints),
+            features=supported_features(),
         )
 
     def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int], Any]:

@@ -687,9 +687,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("transactional.id.expiration.ms", "int", 604800000, "Idle transactional ids expire after this.", at_least(1)),
         _d("transaction.max.timeout.ms", "int", 900000, "Maximum transaction timeout a producer may ask for.", at_least(1)),
         _d("shoal.transaction.version", "int", 2,
-           "Shoal: the transaction.version feature level ApiVersions finalizes (Kafka sets it with "
-           "kafka-features.sh). 2: KIP-890 part 2 (Produce v12 and TxnOffsetCommit v5 add partitions to the "
-           "transaction, EndTxn v5 bumps the epoch); 1 or 0: clients keep transaction version 1.", between(0, 2)),
+           "Shoal: the transaction.version feature level a cluster finalizes when it has none yet (a new "
+           "cluster, or one made before feature levels); afterwards the finalized level is the cluster's, "
+           "changed with UpdateFeatures (shoal features upgrade|downgrade, kafka-features.sh). 2: KIP-890 part "
+           "2 (Produce v12 and TxnOffsetCommit v5 add partitions to the transaction, EndTxn v5 bumps the "
+           "epoch); 1 or 0: clients keep transaction version 1.", between(0, 2)),
         _d("producer.id.expiration.ms", "int", 86400000, "Idle producer ids expire after this.", at_least(1), True),
         _d("request.timeout.ms", "int", 30000, "Accepted for compatibility; informational."),
         _d("process.roles", "list", ("broker", "controller"), "Roles of this node (informational: Shoal nodes do both)."),

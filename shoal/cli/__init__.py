@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from shoal.cli import (acls, capacity, cluster, configs, groups, metering, namespaces, placement, quotas, scram,
-                           serve, tenants, topics, transactions)
+    from shoal.cli import (acls, capacity, cluster, configs, features, groups, metering, namespaces, placement, quotas,
+                           scram, serve, tenants, topics, transactions)
 
     serve.add_parser(sub)  # shoal serve
     topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     transactions.add_parser(sub)  # shoal transactions list|describe|abort|...
     metering.add_parser(sub)  # shoal metering run
     capacity.add_parser(sub)  # shoal capacity report
+    features.add_parser(sub)  # shoal features describe|upgrade|downgrade
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)

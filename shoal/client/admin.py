@@ -56,6 +56,7 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 32, 33, 37
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+UPDATE_FEATURES = 57
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
 DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCRIBE = 42, 47, 69
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
@@ -125,6 +126,16 @@ class ClusterMetadata:
     controller_id: int
     brokers: dict[int, tuple[str, int, str | None]]  # node id -> (host, port, rack)
     topics: dict[str, TopicDescription | KafkaError]
+
+
+@dataclass(frozen=True)
+class FeatureMetadata:
+    """ApiVersions v3+'s features (KIP-584): what the answering broker supports and what the
+    cluster finalized (a level 0 is not listed), with the epoch of the finalized levels."""
+
+    supported: dict[str, tuple[int, int]]  # feature -> (min, max) level
+    finalized: dict[str, int]  # feature -> level
+    epoch: int  # -1: none finalized
 
 
 @dataclass(frozen=True)
@@ -805,6 +816,36 @@ class AdminClient:
         for (entity, _ops), r in zip(items, resp.entries):
             out[tuple(sorted(entity))] = check(r.error_code, r.error_message, str(dict(entity)))
         return _finish(out, raise_errors)
+
+    # -- features (KIP-584) ----------------------------------------------------------------------
+
+    async def describe_features(self) -> FeatureMetadata:
+        """The broker's supported feature ranges and the cluster's finalized levels (ApiVersions
+        v3+, as Kafka's Admin.describeFeatures)."""
+        from shoal.net import requests
+
+        resp = await self.request(API_VERSIONS, requests.api_versions(3, "shoal-admin"))
+        err = check(resp.error_code)
+        if err:
+            raise err
+        return FeatureMetadata(
+            supported={f.name: (int(f.min_version), int(f.max_version)) for f in resp.supported_features},
+            finalized={f.name: int(f.max_version_level) for f in resp.finalized_features},
+            epoch=int(resp.finalized_features_epoch),
+        )
+
+    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        """Finalize ``{feature: (level, upgrade type)}`` (1 upgrade, 2 safe downgrade, 3 unsafe
+        downgrade), all or none; KafkaError (INVALID_UPDATE_VERSION, CLUSTER_AUTHORIZATION_FAILED)."""
+        resp = await self.request(UPDATE_FEATURES, {
+            "timeout": datetime.timedelta(milliseconds=int(self.timeout * 1000)),
+            "feature_updates": [{"feature": n, "max_version_level": level, "upgrade_type": kind,
+                                 "allow_downgrade": kind != 1} for n, (level, kind) in updates.items()],
+            "validate_only": validate_only,
+        })
+        err = check(resp.error_code, resp.error_message)
+        if err:
+            raise err
 
     # -- partitions ----------------------------------------------------------------------------
 

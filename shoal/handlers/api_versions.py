@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING
 from shoal.handlers.registry import Registry, api
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
-from shoal.txn.coordinator import MAX_TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE, transaction_version
+from shoal.metadata import features
+from shoal.txn.coordinator import configured_transaction_version
 
 if TYPE_CHECKING:
     from kio.static.protocol import Entity
 
+    from shoal.config import BrokerConfig
+    from shoal.metadata import MetadataImage
     from shoal.handlers.context import RequestContext
     from shoal.handlers.messages import ApiVersionsRequest, ApiVersionsResponse
 
@@ -52,37 +55,42 @@ async def handle_api_versions(ctx: RequestContext, req: ApiVersionsRequest) -> A
             conn = ctx.connection
             if conn is not None:
                 conn.client_software = (getattr(req, "client_software_name"), getattr(req, "client_software_version"))
-    return _response(ctx.services.registry, ctx.api_version, code, transaction_version(ctx.services.config))
+        levels, epoch = finalized_levels(ctx.services.config, ctx.services.metadata.image)
+        return _response(ctx.services.registry, ctx.api_version, code, tuple(sorted(levels.items())), epoch)
+    return _response(ctx.services.registry, ctx.api_version, code)
+
+
+def finalized_levels(config: BrokerConfig, image: MetadataImage) -> tuple[dict[str, int], int]:
+    """The cluster's finalized feature levels and their epoch (the image's, ``shoal features``);
+    a family the cluster has no level for yet shows the level this broker finalizes for it at
+    start-up (``shoal.metadata.features.defaults``)."""
+    levels = {**features.defaults(configured_transaction_version(config)), **image.features.levels}
+    return levels, max(image.features.epoch, 0)
 
 
 @functools.lru_cache(maxsize=64)
-def _response(registry: Registry, version: int, code: ErrorCode, txn_version: int = 0) -> ApiVersionsResponse:
-    """The (immutable) response for a registry, version, error code and ``transaction.version``
-    level: every client sends an ApiVersions on every connection, and building the table is a
-    third of its cost. v3+ lists the ``transaction.version`` feature (supported 0-2, finalized at
-    the broker's level, as Kafka 4 does; a client uses transaction version 2 when it is finalized
-    at 2 or more); a level 0 is not finalized."""
+def _response(registry: Registry, version: int, code: ErrorCode, finalized_levels: tuple[tuple[str, int], ...] = (),
+              epoch: int = -1) -> ApiVersionsResponse:
+    """The (immutable) response for a registry, version, error code and finalized feature levels:
+    every client sends an ApiVersions on every connection, and building the table is a third of
+    its cost. v3+ lists the features this broker supports (shoal.metadata.features: its release's
+    ranges) and the cluster's finalized levels with their epoch (KIP-584; a client uses transaction
+    version 2 when ``transaction.version`` is finalized at 2 or more); a level 0 is not finalized."""
     mod = response_module(KEY, version)
     supported: tuple = ()
     finalized: tuple = ()
     if version >= 3:
-        supported = (build(mod.SupportedFeatureKey, name=TRANSACTION_VERSION_FEATURE, min_version=0,
-                           max_version=MAX_TRANSACTION_VERSION),)
-        if txn_version > 0:
-            finalized = (build(mod.FinalizedFeatureKey, name=TRANSACTION_VERSION_FEATURE,
-                               max_version_level=txn_version, min_version_level=txn_version),)
+        supported = tuple(build(mod.SupportedFeatureKey, name=name, min_version=lo, max_version=hi)
+                          for name, lo, hi in features.supported())
+        finalized = tuple(build(mod.FinalizedFeatureKey, name=name, max_version_level=level, min_version_level=level)
+                          for name, level in finalized_levels if level > 0)
     return build(
         mod.ApiVersionsResponse,
         error_code=code,
         api_keys=_api_keys(mod, registry),
         throttle_time=datetime.timedelta(0),
         supported_features=supported,
-        finalized_features_epoch=FEATURES_EPOCH if finalized else -1,
+        finalized_features_epoch=epoch if finalized else -1,
         finalized_features=finalized,
         zk_migration_ready=False,
     )
-
-
-# Kafka's epoch of the finalized features (the metadata offset that set them): a client takes the
-# features of the answer with the highest epoch it has seen; Shoal's are fixed by configuration.
-FEATURES_EPOCH = 1

@@ -443,6 +443,10 @@ if TYPE_CHECKING:
     import kio.schema.describe_user_scram_credentials.v0.response
     import kio.schema.alter_user_scram_credentials.v0.request
     import kio.schema.alter_user_scram_credentials.v0.response
+    import kio.schema.update_features.v0.request
+    import kio.schema.update_features.v1.request
+    import kio.schema.update_features.v0.response
+    import kio.schema.update_features.v1.response
     import kio.schema.describe_cluster.v0.request
     import kio.schema.describe_cluster.v1.request
     import kio.schema.describe_cluster.v2.request
@@ -1067,6 +1071,14 @@ if TYPE_CHECKING:
     )
     AlterUserScramCredentialsResponse = (
         kio.schema.alter_user_scram_credentials.v0.response.AlterUserScramCredentialsResponse
+    )
+    UpdateFeaturesRequest = (
+        kio.schema.update_features.v0.request.UpdateFeaturesRequest
+        | kio.schema.update_features.v1.request.UpdateFeaturesRequest
+    )
+    UpdateFeaturesResponse = (
+        kio.schema.update_features.v0.response.UpdateFeaturesResponse
+        | kio.schema.update_features.v1.response.UpdateFeaturesResponse
     )
     DescribeClusterRequest = (
         kio.schema.describe_cluster.v0.request.DescribeClusterRequest

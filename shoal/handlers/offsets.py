@@ -251,7 +251,7 @@ async def _verify_txn(ctx: RequestContext, req: TxnOffsetCommitRequest, coord: G
         return ErrorCode.none
     from shoal.handlers.produce import verification_error  # the producer's view of a refusal
 
-    add = ctx.api_version >= 5 and transaction_version(svc.config) >= 2
+    add = ctx.api_version >= 5 and transaction_version(svc.config, svc.metadata.image) >= 2
     codes = await svc.txn.verify(ctx.scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
                                  [(OFFSETS_TOPIC, partition)], add)
     code = codes.get((OFFSETS_TOPIC, partition), ErrorCode.unknown_server_error)

@@ -137,7 +137,7 @@ async def _verify_transactional(ctx: RequestContext, req: ProduceRequest, image:
     version 2 the partitions are added to the transaction (KIP-890 part 2)."""
     svc = ctx.services
     scope = ctx.scope
-    add = ctx.api_version >= 12 and transaction_version(svc.config) >= 2
+    add = ctx.api_version >= 12 and transaction_version(svc.config, svc.metadata.image) >= 2
     need: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for t in req.topic_data:
         physical = scope.physical(t.name)

@@ -140,7 +140,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext,
         return build(mod.AddPartitionsToTxnResponse, throttle_time=ZERO,
                      error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
-    ctv = 2 if transaction_version(ctx.services.config) >= 2 else 0  # a broker adding a Produce v12's partitions
+    ctv = 2 if transaction_version(ctx.services.config, ctx.services.metadata.image) >= 2 else 0  # a broker adding a Produce v12's partitions
     for t in getattr(req, "transactions"):
         codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only,
                                       ctv)
@@ -197,7 +197,7 @@ async def handle_end_txn(ctx: RequestContext, req: EndTxnRequest) -> EndTxnRespo
     if not scope.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         return answer(ErrorCode.transactional_id_authorization_failed)
     coordinator = ctx.services.txn
-    if v >= 5 and transaction_version(ctx.services.config) >= 2:
+    if v >= 5 and transaction_version(ctx.services.config, ctx.services.metadata.image) >= 2:
         res = await coordinator.end_txn_v2(scope.physical(req.transactional_id), req.producer_id, req.producer_epoch,
                                            bool(req.committed))
         return answer(res.error, res.producer_id, res.producer_epoch)

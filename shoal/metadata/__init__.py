@@ -42,6 +42,8 @@ class BrokerInfo:
     rack: str | None = None
     # (listener name, host, port) per advertised listener; host/port above are the first one.
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    # (feature, min level, max level) this broker's release supports (shoal.metadata.features)
+    features: tuple[tuple[str, int, int], ...] = ()
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         for name, host, port in self.endpoints:
@@ -199,6 +201,18 @@ class AclEntry:
 
 # A client quota entity: sorted ((entity_type, name or None for the default), ...), entity types
 # "user", "client-id", "ip" as Kafka's, plus Shoal's "tenant". Names are physical.
+@dataclass(frozen=True, slots=True)
+class FinalizedFeatures:
+    """The cluster's finalized feature levels (KIP-584; ``shoal.metadata.features``): feature ->
+    level, and the image epoch of the change that set them (ApiVersions' FinalizedFeaturesEpoch;
+    -1: never set)."""
+
+    levels: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    epoch: int = -1
+
+
+NO_FEATURES = FinalizedFeatures()
+
 QuotaEntity = tuple[tuple[str, "str | None"], ...]
 
 
@@ -268,6 +282,8 @@ class MetadataImage:
     # The first producer id no block has been given out for (``allocate_producer_ids``), as
     # KRaft's ProducerIdsImage: ids below it are never handed out again.
     next_producer_id: int = 0
+    # The finalized feature levels (UpdateFeatures, ``shoal features``; shoal.metadata.features)
+    features: FinalizedFeatures = NO_FEATURES
     # Set by the store when this image's topics changed: lets ``changed_topics`` skip a diff.
     topics_delta: TopicsDelta | None = field(default=None, compare=False, repr=False)
 
@@ -399,6 +415,15 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         """Replace the dynamic cluster-wide broker config overrides."""
+
+    @abc.abstractmethod
+    async def update_features(self, updates: Sequence[tuple[str, int, int]], validate_only: bool = False) -> None:
+        """Finalize feature levels: (feature, level, upgrade type) each, all or none
+        (``shoal.metadata.rules.features``; INVALID_UPDATE_VERSION)."""
+
+    @abc.abstractmethod
+    async def finalize_missing_features(self, defaults: Mapping[str, int]) -> None:
+        """Finalize ``defaults`` for the feature families the cluster has no level for."""
 
     @abc.abstractmethod
     def subscribe(self, listener: Callable[[MetadataImage, MetadataImage], None]) -> None:

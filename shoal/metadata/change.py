@@ -15,6 +15,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    FinalizedFeatures,
     IdentityPool,
     MetadataImage,
     NamespaceInfo,
@@ -79,6 +80,7 @@ class Change:
     client_quotas: dict[QuotaEntity, Mapping[str, float] | None] = dataclasses.field(default_factory=dict)
     renamed_topics: dict[str, uuid.UUID | None] = dataclasses.field(default_factory=dict)
     next_producer_id: int | None = None  # a producer id block was given out below this
+    features: FinalizedFeatures | None = None  # the finalized feature levels, all of them
 
     def settle(self, old: MetadataImage) -> "Change":
         """This change with the former names it makes stale (their topic went, or a topic takes
@@ -155,6 +157,7 @@ class Change:
             client_quotas=_patched(old.client_quotas, self.client_quotas),
             renamed_topics=_patched(old.renamed_topics, renamed),
             next_producer_id=old.next_producer_id if self.next_producer_id is None else self.next_producer_id,
+            features=old.features if self.features is None else self.features,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -164,6 +167,8 @@ class Change:
             rec["next_producer_id"] = self.next_producer_id
         if self.broker_configs is not None:
             rec["broker_configs"] = dict(sorted(self.broker_configs.items()))
+        if self.features is not None:
+            rec["features"] = codec.features_to_json(self.features)
         sections: tuple[tuple[str, Mapping[Any, Any], Callable[[Any], object]], ...] = (
             ("topics", self.topics, codec.topic_to_json),
             ("scram_credentials", self.scram_credentials, codec.user_credentials_to_json),

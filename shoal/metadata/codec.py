@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, NotRequired, Sequence, TypedDict, cas
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
+    FinalizedFeatures,
     IdentityPool,
     PartitionInfo,
     QuotaEntity,
@@ -71,6 +72,12 @@ class BrokerDoc(TypedDict):
     port: int
     rack: NotRequired[str | None]
     endpoints: NotRequired[list[list[str | int]]]  # (listener, host, port)
+    features: NotRequired[list[list[str | int]]]  # (feature, min level, max level) supported
+
+
+class FeaturesDoc(TypedDict):
+    epoch: int
+    levels: dict[str, int]
 
 
 AclDoc = list[str | int | None]  # tenant, resource type and name, pattern, principal, host, operation, permission
@@ -259,6 +266,7 @@ def broker_to_json(b: BrokerInfo) -> BrokerDoc:
         "port": b.port,
         "rack": b.rack,
         "endpoints": [list(e) for e in b.endpoints],
+        "features": [list(f) for f in b.features],
     }
 
 
@@ -269,4 +277,13 @@ def broker_from_json(d: BrokerDoc) -> BrokerInfo:
         port=int(d["port"]),
         rack=None if d.get("rack") is None else str(d["rack"]),
         endpoints=tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints", [])),
+        features=tuple((str(n), int(lo), int(hi)) for n, lo, hi in d.get("features", [])),
     )
+
+
+def features_to_json(f: FinalizedFeatures) -> FeaturesDoc:
+    return {"epoch": f.epoch, "levels": dict(sorted(f.levels.items()))}
+
+
+def features_from_json(d: FeaturesDoc) -> FinalizedFeatures:
+    return FinalizedFeatures(MappingProxyType({str(k): int(v) for k, v in d["levels"].items()}), int(d["epoch"]))

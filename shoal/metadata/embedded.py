@@ -68,6 +68,7 @@ from shoal.metadata import (
     BrokerInfo,
     MetadataError,
     MetadataImage,
+    NO_FEATURES,
     NamespaceInfo,
     ScramCredential,
     TenantInfo,
@@ -200,6 +201,7 @@ def _snapshot_doc(image: MetadataImage, node_id: int, seq: int) -> dict[str, Any
         "journal_seq": seq,
         "next_producer_id": image.next_producer_id,
         "broker_configs": dict(sorted(image.broker_configs.items())),
+        "features": codec.features_to_json(image.features),
         "topics": [codec.topic_to_json(image.topics[n]) for n in sorted(image.topics)],
         "scram_credentials": codec.credentials_to_json(image.scram_credentials),  # auth
         "tenants": codec.tenants_to_json(image.tenants),
@@ -248,7 +250,7 @@ def _replay(doc: dict[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
     acls = {tuple(a): a for a in doc.get("acls", [])}  # ordered: removals, then appends
     quotas = {codec.entity_from_json(q["entity"]): q for q in doc.get("client_quotas", [])}
     for rec in records:
-        for key in ("epoch", "next_producer_id", "broker_configs"):
+        for key in ("epoch", "next_producer_id", "broker_configs", "features"):
             if key in rec:
                 doc[key] = rec[key]
         for section, entries in keyed.items():
@@ -506,6 +508,7 @@ class EmbeddedBackend(MetadataBackend):
                     str(n): uuid.UUID(str(i)) for n, i in doc.get("renamed_topics", {}).items()
                 }),
                 "next_producer_id": max(next_producer_id, 0),
+                "features": codec.features_from_json(doc["features"]) if "features" in doc else NO_FEATURES,
                 "broker_overrides": MappingProxyType({
                     int(n): MappingProxyType({str(k): str(v) for k, v in c.items()})
                     for n, c in doc.get("broker_overrides", {}).items()

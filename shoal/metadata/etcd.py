@@ -17,6 +17,7 @@ Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.
     /meta/cluster_id          created once, by the first broker (create-if-absent)
     /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
     /meta/next_producer_id    the first producer id no block was given out for
+    /meta/features            the finalized feature levels and the epoch that set them (KIP-584)
     /brokers/<node id>        BrokerInfo, under the broker's lease (shoal.cluster.registration)
     /configs/broker           the dynamic cluster-wide broker configs
     /topics/<name>            a topic with all its partitions (one key: a topic is one put)
@@ -437,6 +438,8 @@ class EtcdBackend(MetadataBackend):
                         epoch, epoch_mod, token = int(d["epoch"]), int(kv.mod_revision), d.get("by")
                     elif name == "next_producer_id" and put:
                         c.next_producer_id = int(kv.value)
+                    elif name == "features" and put:
+                        c.features = codec.features_from_json(json.loads(kv.value))
                 elif section == b"brokers":
                     c.brokers[int(name)] = codec.broker_from_json(value) if put else None  # type: ignore[assignment]
                 elif section == b"configs" and name == "broker":
@@ -657,6 +660,8 @@ class EtcdBackend(MetadataBackend):
             put(self.key("configs", "broker"), _json(dict(sorted(c.broker_configs.items()))))
         if c.next_producer_id is not None:
             put(self.key("meta", "next_producer_id"), str(c.next_producer_id).encode())
+        if c.features is not None:
+            put(self.key("meta", "features"), _json(codec.features_to_json(c.features)))
         existing = set(old.acls)
         for a in c.acls_removed:
             if a not in c.acls_added:

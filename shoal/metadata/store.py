@@ -53,6 +53,7 @@ from shoal.metadata.change import Change, Result
 from shoal.metadata.rules import acls as acl_rules
 from shoal.metadata.rules import cluster as cluster_rules
 from shoal.metadata.rules import configs as config_rules
+from shoal.metadata.rules import features as feature_rules
 from shoal.metadata.rules import identity_pools as pool_rules
 from shoal.metadata.rules import namespaces as namespace_rules
 from shoal.metadata.rules import quotas as quota_rules
@@ -325,6 +326,12 @@ class DecidingStore(MetadataStore):
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         await self.decide_and_commit(lambda img: config_rules.set_broker_configs(img, configs))
+
+    async def update_features(self, updates: Sequence[tuple[str, int, int]], validate_only: bool = False) -> None:
+        await self.decide_and_commit(lambda img: feature_rules.update_features(img, updates, validate_only))
+
+    async def finalize_missing_features(self, defaults: Mapping[str, int]) -> None:
+        await self.decide_and_commit(lambda img: feature_rules.finalize_missing(img, defaults))
 
     # auth: SCRAM credentials
     async def set_scram_credential(

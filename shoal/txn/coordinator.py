@@ -49,6 +49,7 @@ from shoal.clock import Clock
 from shoal.groups.records import partition_for
 from shoal.groups.runtime import InternalTopicCoordinator, OwnedPartition
 from shoal.groups.storage import CoordinatorLog
+from shoal.metadata.features import FEATURES, TRANSACTION_VERSION
 from shoal.protocol.errors import ErrorCode
 from shoal.txn.markers import MarkerWriter
 from shoal.txn.metadata import (
@@ -61,6 +62,7 @@ from shoal.txn.records import (
 if TYPE_CHECKING:
     from shoal.groups import GroupCoordinator
     from shoal.groups.runtime import CoordinatorContext
+    from shoal.metadata import MetadataImage
 
 log = logging.getLogger("shoal.txn")
 
@@ -109,14 +111,21 @@ class TxnConfig:
         )
 
 
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-MAX_TRANSACTION_VERSION = 2
+TRANSACTION_VERSION_FEATURE = TRANSACTION_VERSION  # shoal.metadata.features
+MAX_TRANSACTION_VERSION = FEATURES[TRANSACTION_VERSION].max_level
 
 
-def transaction_version(cfg) -> int:
-    """The finalized ``transaction.version`` feature level (``shoal.transaction.version``):
+def transaction_version(cfg, image: "MetadataImage | None" = None) -> int:
+    """The finalized ``transaction.version`` feature level: the cluster's (``image.features``,
+    UpdateFeatures, ``shoal features``), else the broker's ``shoal.transaction.version``.
     KIP-890 part 2's requests (Produce v12, TxnOffsetCommit v5, EndTxn v5) act as transaction
     version 2 only at level 2; below, they are served as the versions before them."""
+    level = None if image is None else image.features.levels.get(TRANSACTION_VERSION_FEATURE)
+    return configured_transaction_version(cfg) if level is None else int(level)
+
+
+def configured_transaction_version(cfg) -> int:
+    """``shoal.transaction.version``: the level a cluster without a finalized one starts with."""
     try:
         v = cfg.get("shoal.transaction.version")
     except KeyError:

@@ -619,6 +619,12 @@ async def alter_partition_reassignments(env: Env, c: Caller, cl: AdminClient) ->
         {"partition_index": 0, "replicas": None}]}]})
 
 
+@row(57, "validate", Expect(CLUSTER_DENIED), ((on_cluster(ALTER),), Expect(CLUSTER_DENIED)), note=OPERATORS)
+async def update_features(env: Env, c: Caller, cl: AdminClient) -> Any:
+    return await send(cl, 57, {"timeout": 5000, "validate_only": True, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}]})
+
+
 @row(46, "all", Expect(CLUSTER_DENIED), ((on_cluster(DESCRIBE),), Expect(holds=lambda r: r["topics"] == [])))
 async def list_partition_reassignments(env: Env, c: Caller, cl: AdminClient) -> Any:
     return await send(cl, 46, {"timeout": 5000, "topics": None})
@@ -1008,15 +1014,17 @@ PLACEMENT_ROWS = {  # what an operator's ALTER gets, where a tenant's gets CLUST
                            holds=lambda r: r["replica_election_results"][0]["topic"].endswith("_" + T)),
     "45-cancel": Expect(ErrorCode.no_reassignment_in_progress,
                         holds=lambda r: r["responses"][0]["name"].endswith("_" + T)),
+    "57-validate": Expect(holds=lambda r: [f["feature"] for f in r["results"]] == ["transaction.version"]),
 }
 
 
 @pytest.mark.parametrize("rid", list(PLACEMENT_ROWS))
 def test_placement_is_the_operators(env, rid):
     """ElectLeaders and AlterPartitionReassignments decide where a tenant's load lands on the
-    shared brokers: a physical-view principal with ALTER on the cluster is served (carol, for the
-    tenant's topics by their physical names), a tenant's are refused even with ALTER (mallory) and
-    even as the tenant's administrator (ada), with a message that says why."""
+    shared brokers, UpdateFeatures (validate only here) what every tenant's clients get: a
+    physical-view principal with ALTER on the cluster is served (carol, for the tenant's topics by
+    their physical names), a tenant's are refused even with ALTER (mallory) and even as the
+    tenant's administrator (ada), with a message that says why."""
     r = ROW[rid]
     carol = env.carol
     asyncio.run(climb(env, env.operator, carol, r.cell, [((on_cluster(ALTER),), PLACEMENT_ROWS[rid])],

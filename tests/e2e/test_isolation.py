@@ -679,6 +679,19 @@ async def api_versions(w: World, _: str) -> None:
     assert got[0] == got[1], got
 
 
+@row(57, NO_RESOURCE)
+async def update_features(w: World, _: str) -> None:
+    """Feature levels are the cluster's, so what A's clients are offered: B cannot change them
+    (CLUSTER_AUTHORIZATION_FAILED, nothing changed for A)."""
+    fields = {"client_software_name": "isolation", "client_software_version": "1"}
+    before = plain(await call(w.alice, 18, fields))
+    r = plain(await call(w.b, 57, {"timeout": 5000, "validate_only": False, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}]}))
+    assert r["error_code"] == 31 and [f["error_code"] for f in r["results"]] == [31], r  # CLUSTER_AUTHORIZATION_FAILED
+    after = plain(await call(w.alice, 18, fields))
+    assert after["finalized_features"] == before["finalized_features"] and after["finalized_features"], after
+
+
 @row(36, "A's users")
 async def sasl_authenticate(w: World, _: str) -> None:
     """Logging in as A's users with a wrong password fails exactly as for users that do not exist."""
