@@ -133,10 +133,12 @@ def test_the_installed_broker_serves_produce_and_consume_outside_the_repository(
 def test_metrics_show_the_build_and_each_connections_client_software(release):
     *_, broker = release
     url = broker.overrides["shoal.metrics.listener"] + "/metrics"
-    build = scrape(url).samples
-    infos = [dict(labels) for (name, labels), v in build.items() if name == "shoal_build_info" and v == 1]
+    first = scrape(url)
+    infos = [dict(labels) for (name, labels), v in first.samples.items() if name == "shoal_build_info" and v == 1]
     assert infos == [{"version": VERSION, "python": f"{sys.version_info[0]}.{sys.version_info[1]}."
                       f"{sys.version_info[2]}", "speedups": "python"}]
+    assert first.value("shoal_feature_finalized_level", feature="shoal.version") == 1
+    assert first.value("shoal_feature_max_supported_level", feature="transaction.version") == 2
     p = Producer({"bootstrap.servers": broker.bootstrap})
     with RawClient(broker.bootstrap) as ok, RawClient(broker.bootstrap) as old:
         assert p.list_topics(timeout=TIMEOUT).brokers

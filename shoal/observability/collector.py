@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from shoal import __version__
 from shoal.metadata import owner_tenant
+from shoal.metadata.features import supported as supported_features
 from shoal.observability.exposition import TextExposition
 from shoal.observability.requests import (
     BYTES_IN, BYTES_OUT, FAILED_FETCH, FAILED_PRODUCE, FETCH_REQUESTS, LATENCY_BUCKETS_S, LATENCY_SLOTS, MESSAGES_IN,
@@ -105,6 +106,12 @@ class BrokerCollector:
                   "speed-up (shoal._native) is in use", ("version", "python", "speedups"), [BUILD_INFO])
         m: BrokerMetrics | None = getattr(broker, "metrics", None)
         image = broker.metadata.image
+        # KIP-584: what this broker can run at, and what the cluster runs at (a finalized level below
+        # every broker's max is an upgrade that can be finalized; docs/cluster.md, Feature levels)
+        out.gauge("shoal_feature_max_supported_level", "the highest level of each feature this broker's release "
+                  "supports", ("feature",), [((name,), hi) for name, _lo, hi in supported_features()])
+        out.gauge("shoal_feature_finalized_level", "the cluster's finalized level of each feature (shoal features "
+                  "describe)", ("feature",), _keyed(dict(image.features.levels)))
         if m is not None:
             self._requests(out, m)
             self._topics(out, m, image)
