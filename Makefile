@@ -18,10 +18,11 @@ serve: install
 # The editable install of this checkout, only when needed: pip (half a minute, most of it building
 # the editable wheel; a restart's broker needs under a second) runs when Python's `shoal` is not the
 # editable install of this directory (a fresh machine, or another checkout installed since) or when
-# what the install builds from (pyproject.toml, setup.py, the C speed-ups) changed after the last
-# install from here, which $(INSTALL_STAMP) records. `make deps` (so `make test`) always installs.
+# what the install builds from (pyproject.toml, setup.py, the C speed-ups, the version in
+# shoal/__init__.py, which pyproject.toml reads) changed after the last install from here, which
+# $(INSTALL_STAMP) records. `make deps` (so `make test`) always installs.
 INSTALL_STAMP := .install.stamp
-INSTALL_INPUTS := pyproject.toml setup.py shoal/_native/speedups.c
+INSTALL_INPUTS := pyproject.toml setup.py shoal/_native/speedups.c shoal/__init__.py
 # (The first `shoal` with a direct_url.json: `python -c` also finds the checkout's own shoal.egg-info.)
 INSTALLED_HERE := $(PYTHON) -c 'import json, os, sys, importlib.metadata as m, urllib.parse as u; \
 	d = next((json.loads(t) for t in (x.read_text("direct_url.json") for x in m.distributions(name="shoal")) if t), {}); \

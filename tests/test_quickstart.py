@@ -45,12 +45,13 @@ def test_make_serve_runs_the_quickstart():
 def test_make_install_runs_pip_only_when_needed(tmp_path):
     """Issue 24: `make serve` ran `pip install -e .` on every start (28.6 s before a broker that
     starts in under one). Now pip runs when `shoal` is not the editable install of this checkout or
-    pyproject.toml, setup.py or the C speed-ups changed since the last install. The checkout is a
-    copy of the files the Makefile reads; pip is a stand-in that records its arguments and writes
-    the dist-info an editable install leaves (on PYTHONPATH, so it is the `shoal` Python finds)."""
+    pyproject.toml, setup.py, the C speed-ups or the version (shoal/__init__.py) changed since the
+    last install. The checkout is a copy of the files the Makefile reads; pip is a stand-in that
+    records its arguments and writes the dist-info an editable install leaves (on PYTHONPATH, so it
+    is the `shoal` Python finds)."""
     import json
 
-    for name in ("Makefile", "pyproject.toml", "setup.py", "shoal/_native/speedups.c"):
+    for name in ("Makefile", "pyproject.toml", "setup.py", "shoal/_native/speedups.c", "shoal/__init__.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((REPO / name).read_bytes())
     site = tmp_path / "site" / "shoal-0.1.0.dist-info"
