@@ -293,6 +293,7 @@ class Broker:
         from shoal.txn.coordinator import configured_transaction_version
 
         await self.metadata.finalize_missing_features(features.defaults(configured_transaction_version(self.config)))
+        self.metadata.subscribe(self._on_features)
         if hasattr(self.metadata, "backend") and hasattr(self.metadata.backend, "registration"):
             from shoal.cluster.controller import Controller  # cluster: the controller election
 
@@ -362,6 +363,17 @@ class Broker:
         from shoal.metering.counters import is_usage_hook
 
         return is_usage_hook(self.metrics)
+
+    def _on_features(self, old: Any, new: Any) -> None:
+        """A finalized level this release cannot run at, set while this broker was not registered
+        (UpdateFeatures checks the registered brokers' ranges): one error line; a restart refuses."""
+        if new.features is old.features:
+            return
+        from shoal.metadata.features import refusal
+
+        why = refusal(new.features.levels, supported_features(), __version__)
+        if why is not None:
+            log.error("%s; this broker keeps serving but will not start again on this release", why)
 
     def _broker_info(self) -> BrokerInfo:
         advertised = list(self.static_config.advertised_listeners)

@@ -107,13 +107,17 @@ def test_updates_reach_every_broker_and_downgrades_follow_kip_584(cluster):
 
 def test_a_broker_that_cannot_run_the_finalized_level_refuses_to_start(cluster):
     """As a release that finalized shoal.version 2 would leave the cluster: broker 2 (this
-    release, 1 to 1) is refused in one line naming both, having served nothing; back at 1 it starts."""
+    release, 1 to 1) is refused in one line naming both, having served nothing, and broker 1,
+    running, logs that it could not start again; back at 1 broker 2 starts."""
     before = etcd_json(cluster, "meta/features")
     cluster.stop(2)
     newer = {"epoch": before["epoch"], "levels": {**before["levels"], "shoal.version": 2}}
+    mark, mark1 = len(cluster[2].log_text()), len(cluster[1].log_text())
     cluster.etcd.etcdctl("put", f"{cluster.prefix}/meta/features", json.dumps(newer))
-    mark = len(cluster[2].log_text())
     try:
+        # broker 1, running, says in one error line that it could not start again
+        until(lambda: "ERROR shoal.broker: the cluster's finalized shoal.version is 2, this broker" in
+              cluster[1].log_text()[mark1:], 10, "broker 1's error line")
         with pytest.raises(RuntimeError, match="exited with status 1"):
             cluster.start_one(2)
         log = cluster[2].log_text()[mark:].strip().splitlines()
