@@ -21,8 +21,7 @@ from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import BrokerConfig
 from shoal.handlers.fetch import FetchSessionCache
 from shoal.handlers.registry import Registry
-from shoal.metadata import BrokerInfo, MetadataStore
-from shoal.metadata.features import supported as supported_features
+from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, MetadataStore, features
 from shoal.replica import ReplicaManager
 from shoal.services import Services
 from shoal.storage import LogManager
@@ -45,12 +44,12 @@ def handler_modules() -> list[Any]:
     from shoal.handlers import describe_log_dirs  # replica: sizes and lags of hosted replicas
     from shoal.handlers import reassignments  # replica: KIP-455 Alter/ListPartitionReassignments
     from shoal.handlers import transactions  # txn: AddPartitionsToTxn ... ListTransactions
-    from shoal.handlers import features  # KIP-584 UpdateFeatures
+    from shoal.handlers import features as feature_updates  # KIP-584 UpdateFeatures
 
     return [
         api_versions, metadata, produce, fetch, list_offsets, topics, configs, producer_ids, groups, offsets,
         consumer_groups, sasl, acls, client_quotas, describe_topic_partitions, offsets_for_leader_epoch,
-        elect_leaders, describe_log_dirs, reassignments, transactions, features,
+        elect_leaders, describe_log_dirs, reassignments, transactions, feature_updates,
     ]
 
 
@@ -252,8 +251,6 @@ class Broker:
     async def _start(self) -> None:
         await self.metadata.start()
         # -- features (KIP-584): refuse a cluster whose finalized levels this release cannot run at
-        from shoal.metadata import MetadataError, features
-
         why = features.refusal(self.metadata.image.features.levels, features.supported(), __version__)
         if why is not None:
             raise MetadataError("UNSUPPORTED_VERSION", why)
@@ -364,14 +361,12 @@ class Broker:
 
         return is_usage_hook(self.metrics)
 
-    def _on_features(self, old: Any, new: Any) -> None:
+    def _on_features(self, old: MetadataImage, new: MetadataImage) -> None:
         """A finalized level this release cannot run at, set while this broker was not registered
         (UpdateFeatures checks the registered brokers' ranges): one error line; a restart refuses."""
         if new.features is old.features:
             return
-        from shoal.metadata.features import refusal
-
-        why = refusal(new.features.levels, supported_features(), __version__)
+        why = features.refusal(new.features.levels, features.supported(), __version__)
         if why is not None:
             log.error("%s; this broker keeps serving but will not start again on this release", why)
 
@@ -393,7 +388,7 @@ class Broker:
             port=first[2],
             rack=self.static_config.rack,
             endpoints=tuple(endpoints),
-            features=supported_features(),
+            features=features.supported(),
         )
 
     def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int], Any]:

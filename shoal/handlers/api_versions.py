@@ -14,18 +14,18 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from shoal.handlers.registry import Registry, api
+from shoal.metadata import features
 from shoal.protocol.codec import build, response_module
 from shoal.protocol.errors import ErrorCode
-from shoal.metadata import features
 from shoal.txn.coordinator import configured_transaction_version
 
 if TYPE_CHECKING:
     from kio.static.protocol import Entity
 
     from shoal.config import BrokerConfig
-    from shoal.metadata import MetadataImage
     from shoal.handlers.context import RequestContext
     from shoal.handlers.messages import ApiVersionsRequest, ApiVersionsResponse
+    from shoal.metadata import MetadataImage
 
 KEY = 18
 # KIP-511: client software name and version must be non-empty and well formed.
