@@ -6,7 +6,9 @@ cluster, the physical view).
 - ``describe``: one line per feature, kafka-features' ``Feature: transaction.version
   SupportedMinVersion: 0  SupportedMaxVersion: 2  FinalizedVersionLevel: 2  Epoch: 5``.
 - ``upgrade --feature NAME=LEVEL`` (repeatable): raise levels, once every broker of the cluster
-  supports them (a broker of an older release would refuse to start afterwards).
+  supports them (a broker of an older release would refuse to start afterwards); ``upgrade
+  --latest``: every feature to the highest level the answering broker's release supports (Kafka's
+  ``--release-version``, for the release the brokers were rolled onto).
 - ``downgrade --feature NAME=LEVEL [--unsafe]``: lower levels of the families whose downgrade
   loses nothing (``transaction.version``); ``shoal.version`` is never lowered once finalized.
 - ``--dry-run``: the broker decides and answers, changing nothing (UpdateFeatures' validate_only).
@@ -32,8 +34,13 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_features)
     for name, verb in (("upgrade", "raise"), ("downgrade", "lower")):
         p = sub.add_parser(name, help=f"{verb} finalized feature levels")
-        p.add_argument("--feature", action="append", default=[], metavar="NAME=LEVEL", required=True,
-                       help=f"a feature and the level to {verb} it to, e.g. transaction.version=2 (repeatable)")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--feature", action="append", default=[], metavar="NAME=LEVEL",
+                           help=f"a feature and the level to {verb} it to, e.g. transaction.version=2 (repeatable)")
+        if name == "upgrade":
+            which.add_argument("--latest", action="store_true",
+                               help="every feature to the highest level the answering broker's release supports "
+                                    "(after rolling every broker onto a release: refused while one does not)")
         if name == "downgrade":
             p.add_argument("--unsafe", action="store_true", help="an unsafe (lossy) downgrade, as Kafka's")
         p.add_argument("--dry-run", action="store_true", help="validate only: change nothing")
@@ -75,12 +82,19 @@ def cmd_features(args: argparse.Namespace) -> int:
                 print("\n".join(describe_lines(await client.describe_features())))
                 return 0
             return describe
-        levels = parse_features(args.feature)
+        latest = getattr(args, "latest", False)
+        levels = {} if latest else parse_features(args.feature)
         kind = UPGRADE if command == "upgrade" else UNSAFE_DOWNGRADE if args.unsafe else SAFE_DOWNGRADE
 
         async def update(client) -> int:
             from shoal.client import KafkaError
 
+            if latest:
+                fm = await client.describe_features()
+                levels.update({n: hi for n, (_lo, hi) in sorted(fm.supported.items()) if fm.finalized.get(n, 0) < hi})
+                if not levels:
+                    print("Every feature is finalized at the highest level this broker's release supports.")
+                    return 0
             try:
                 await client.update_features({n: (v, kind) for n, v in levels.items()}, validate_only=args.dry_run)
             except KafkaError as e:

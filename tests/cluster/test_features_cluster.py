@@ -91,13 +91,17 @@ def test_updates_reach_every_broker_and_downgrades_follow_kip_584(cluster):
     epoch = etcd_json(cluster, "meta/features")["epoch"]
     until(lambda: finalized(b2)["transaction.version"] == ((1, 1), epoch), 10, "broker 2 sees the downgrade")
     assert finalized(b1)["transaction.version"] == ((1, 1), epoch)
-    # shoal features: describe as kafka-features.sh, then the upgrade back, through broker 2
+    # shoal features: describe as kafka-features.sh, then the upgrade back (--latest), through broker 2
     out = shoal_cli("features", "describe", "--bootstrap-server", b2)
     assert out.returncode == 0, out.stderr
     assert (f"Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
             f"FinalizedVersionLevel: 1\tEpoch: {epoch}") in out.stdout.splitlines()
-    out = shoal_cli("features", "upgrade", "--feature", "transaction.version=2", "--bootstrap-server", b2)
+    out = shoal_cli("features", "upgrade", "--latest", "--bootstrap-server", b2)
     assert (out.returncode, out.stdout) == (0, "transaction.version was upgraded to 2.\n"), out.stderr
+    until(lambda: finalized(b2)["transaction.version"][0] == (2, 2), 10, "broker 2 sees the upgrade")
+    out = shoal_cli("features", "upgrade", "--latest", "--bootstrap-server", b2)
+    assert (out.returncode, out.stdout) == (
+        0, "Every feature is finalized at the highest level this broker's release supports.\n"), out.stderr
     out = shoal_cli("features", "upgrade", "--feature", "shoal.version=2", "--bootstrap-server", b2)
     assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         "Could not upgrade shoal.version to 2. INVALID_UPDATE_VERSION: Invalid update version 2 for feature "
