@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
 from broker_process import free_port  # noqa: E402
 from metrics_scrape import Scrape, scrape  # noqa: E402
+from polling import until  # noqa: E402
 from raw_client import RawClient  # noqa: E402
 from tenancy_fixtures import tenant_cluster  # noqa: E402
 
@@ -227,7 +228,10 @@ def test_authentications_and_connections_are_counted(mcluster):
 
 
 def test_process_and_event_loop(mcluster):
-    s = now_scrape(mcluster)
+    # the loop's lag is probed every 0.5 s from the start: run first on its own, a scrape can come
+    # before the first probe
+    s = until(lambda: (x := now_scrape(mcluster)).value("shoal_event_loop_lag_seconds_count") and x, 10,
+              "a loop lag probe")
     assert s.value("process_open_fds") > 0
     assert s.value("process_resident_memory_bytes") > 10 << 20
     assert s.value("process_cpu_seconds_total") > 0
