@@ -66,7 +66,9 @@ def release():
     work = Path(tempfile.mkdtemp(prefix="shoal-release-"))
     dist, venv = work / "dist", work / "venv"
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], cwd=work, env=clean)
+    # --no-isolation: the build backend this machine has (setuptools and wheel: the test extras), not
+    # one downloaded into a fresh environment per run (14 s of the module's time, 40 s loaded)
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(REPO)], cwd=work, env=clean)
     (wheel,) = dist.glob("*.whl")
     (sdist,) = dist.glob("*.tar.gz")
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=work, env=clean)
