@@ -230,6 +230,8 @@ class Expansion:
         self._now_ms = now_ms
         self.watch = ExpansionWatch()
         self._seen: object = None
+        self._rf: tuple[object, int] = (None, 1)  # (image, its largest replication factor)
+        self._decided_on: tuple[object, ...] = ()
         self.last: Decision | None = None
         self.hook: HookRun | None = None
         self._task: asyncio.Task[None] | None = None
@@ -244,8 +246,16 @@ class Expansion:
             utils = {b: u for b, use in cluster_use(load, image).items() if (u := use.util) is not None}
             if utils:
                 self.watch.observe(now, utils, brokers)
-        rf = max((len(p.replicas) for t in image.topics.values() for p in t.partitions), default=1)
-        decision = self.watch.decide(now, settings, brokers, rf)
+        if self._rf[0] is not image:  # a scan of every partition, once per image (a round is 0.5 s)
+            self._rf = (image, max((len(p.replicas) for t in image.topics.values() for p in t.partitions), default=1))
+        # decided again on a new sample or a change of the inputs (a day of samples is 8,640 to sort;
+        # a round comes every half second, a sample every load interval)
+        inputs = (len(self.watch.samples), self.watch.samples[-1][0] if self.watch.samples else 0, brokers,
+                  settings, self._rf[1], self.watch.fired_at_ms)
+        if self.last is not None and inputs == self._decided_on:
+            return self.status()
+        self._decided_on = inputs
+        decision = self.watch.decide(now, settings, brokers, self._rf[1])
         if decision.expand_to is not None and (self._task is None or self._task.done()):
             self.watch.fired(now, decision.expand_to)
             self.hook = HookRun(now, brokers, decision.expand_to)
