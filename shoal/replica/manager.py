@@ -496,9 +496,11 @@ class ReplicaManager:
                     topic.name, p.partition, self.node_id, plog, p, self._progress, self.clock.now_ms
                 )
             elif part.info is not p or part.log is not plog:
-                isr = part.info.isr
+                isr, replicas = part.info.isr, part.info.replicas
                 part.update(p, plog)
-                if p.isr != isr and part.is_leader:  # a follower that left may rejoin: read at its session's next fetch
+                # a follower that left may rejoin, one a reassignment added may join: read at its
+                # session's next fetch
+                if (p.isr != isr or p.replicas != replicas) and part.is_leader:
                     self.sessions.changed(key, False)
 
     def _create_off_loop(self, topic: TopicInfo, cfg: LogConfig) -> set[int] | None:

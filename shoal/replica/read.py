@@ -160,7 +160,10 @@ def keep_pending(session: ReplicaSession, targets: Mapping[Key, CachedPartition]
     their way, or held back by a byte limit or a throttle); or it is a sync replica outside the
     ISR (each fetch may let it rejoin, ``Partition._expansion``, as Kafka's walk of the session
     would); or its follower state does not follow this session's clock (it was not led here when
-    the fetch arrived, or a new leader epoch reset it)."""
+    the fetch arrived, or a new leader epoch reset it); or this leader does not know it as a
+    replica yet (a reassignment that adds it: the follower's image had it before this one's, and
+    its fetch, at the log end of an idle partition, named the partition once and never again, so
+    the replica never joined the ISR and the reassignment never completed)."""
     replica = session.replica_id
     for key, sp in targets.items():
         r = results[key]
@@ -171,7 +174,7 @@ def keep_pending(session: ReplicaSession, targets: Mapping[Key, CachedPartition]
         f = part.followers.get(replica)
         if (part.log.log_end_offset > sp.fetch_offset
                 or (replica not in info.isr and replica in info.replicas and replica not in info.observers)
-                or (f is not None and f.session is not session)):
+                or f is None or f.session is not session):
             session.keep_dirty(key)
 
 

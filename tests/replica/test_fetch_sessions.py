@@ -276,6 +276,56 @@ async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it
     logs.close()
 
 
+async def test_a_follower_a_reassignment_adds_joins_though_its_fetch_came_before_the_leader_knew_it(tmp_path) -> None:
+    """Images reach brokers apart: the new replica's fetcher, at the log end of an idle partition,
+    named it once in its session before the leader's image listed the replica, so the leader had
+    no follower state to update; its later fetches name nothing. The partition stays marked until
+    the leader knows the replica, and is read then: the replica joins the ISR and the reassignment
+    can complete (it never did: the balancer's refill and a placement change waited for ever on
+    idle __consumer_offsets partitions under load)."""
+    from shoal.clock import ManualClock
+    from shoal.replica import ReplicaManager
+    from shoal.replica.read import ReadResult, keep_pending
+    from shoal.storage import LogManager
+
+    clock = ManualClock()
+    logs = LogManager(tmp_path, clock=clock)
+    holder = {"image": image([SOLE, WITH_FOLLOWER])}
+    proposals = []
+
+    async def alter_isrs(changes):
+        proposals.extend(c.isr for c in changes)
+        return [Exception("not committed: the test publishes the image itself")] * len(changes)
+
+    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isrs=alter_isrs)
+    m.load()
+    m.start()
+    p = m.partition("t", 1)
+    p.append_as_leader(batch(2), 0)
+    s = ReplicaSession(3)  # broker 3: being added, not a replica in the leader's image yet
+    s.partitions = {KEY: at(2)}
+    m.sessions.add(s, [KEY])
+
+    def fetch(named: dict) -> list:
+        """One of the session's fetches naming ``named``: what it reads (those and ``changed``)."""
+        read = {**named, **changed(s, named, s.seq)}
+        m.follower_fetched(3, holder["image"], read.items(), clock.now_ms(), s)
+        keep_pending(s, read, {k: ReadResult(ErrorCode.none, part=p) for k in read})
+        return list(read)
+
+    assert fetch({KEY: at(2)}) == [KEY]  # the full fetch, at the log end: no follower state for 3 here
+    assert fetch({}) == [KEY]  # still marked: read at each fetch...
+    await asyncio.sleep(0)
+    assert proposals == []
+    old, holder["image"] = holder["image"], image(
+        [SOLE, PartitionInfo(1, (1, 2, 3), (1, 2), leader=1, leader_epoch=0, partition_epoch=1, adding=(3,))], epoch=2)
+    m.on_metadata(old, holder["image"])  # ...until the reassignment reaches the leader
+    assert fetch({}) == [KEY]
+    await asyncio.sleep(0)
+    assert proposals == [(1, 2, 3)]  # it joins
+    logs.close()
+
+
 def test_a_partition_whose_follower_state_does_not_follow_the_session_stays_marked(rm) -> None:  # noqa: F811
     """A follower state reset (a new leader epoch here) or not updated (the partition was not led
     here yet when the fetch arrived) would leave an idle follower's ISR clock standing: the
