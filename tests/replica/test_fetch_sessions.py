@@ -214,21 +214,18 @@ def test_a_leader_that_opens_no_session_is_sent_full_fetches(rm) -> None:  # noq
         assert (r.session_id, r.session_epoch) == (0, -1) and named(r) == {p2.key: 0}
 
 
-async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it_rejoins(tmp_path) -> None:
-    """Kafka's leader walks every partition of a session at every fetch, so an idle follower that
-    left the ISR (paused past replica.lag.time.max.ms, or removed by the controller while its
-    lease lapsed) rejoins at its next fetch. Here its fetches name nothing (its log did not
-    change): the ISR change marks the partition in its session, and the partition stays marked,
-    read at each fetch, until the follower is back in the ISR."""
+def leader_proposing(tmp_path):
+    """A started ReplicaManager leading KEY (follower 2) on a manual clock, whose image the test
+    publishes itself; the ISRs it proposes are collected (never committed). Returns (manager, log
+    manager, clock, {"image": the image}, proposals)."""
     from shoal.clock import ManualClock
-    from shoal.replica.read import ReadResult, keep_pending
     from shoal.replica import ReplicaManager
     from shoal.storage import LogManager
 
     clock = ManualClock()
     logs = LogManager(tmp_path, clock=clock)
     holder = {"image": image([SOLE, WITH_FOLLOWER])}
-    proposals = []
+    proposals: list = []
 
     async def alter_isrs(changes):
         proposals.extend(c.isr for c in changes)
@@ -237,6 +234,18 @@ async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it
     m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isrs=alter_isrs)
     m.load()
     m.start()
+    return m, logs, clock, holder, proposals
+
+
+async def test_an_idle_follower_that_left_the_isr_is_read_at_each_fetch_until_it_rejoins(tmp_path) -> None:
+    """Kafka's leader walks every partition of a session at every fetch, so an idle follower that
+    left the ISR (paused past replica.lag.time.max.ms, or removed by the controller while its
+    lease lapsed) rejoins at its next fetch. Here its fetches name nothing (its log did not
+    change): the ISR change marks the partition in its session, and the partition stays marked,
+    read at each fetch, until the follower is back in the ISR."""
+    from shoal.replica.read import ReadResult, keep_pending
+
+    m, logs, clock, holder, proposals = leader_proposing(tmp_path)
 
     def publish(isr: tuple[int, ...], epoch: int) -> None:
         old, holder["image"] = holder["image"], image(
@@ -283,23 +292,9 @@ async def test_a_follower_a_reassignment_adds_joins_though_its_fetch_came_before
     the leader knows the replica, and is read then: the replica joins the ISR and the reassignment
     can complete (it never did: the balancer's refill and a placement change waited for ever on
     idle __consumer_offsets partitions under load)."""
-    from shoal.clock import ManualClock
-    from shoal.replica import ReplicaManager
     from shoal.replica.read import ReadResult, keep_pending
-    from shoal.storage import LogManager
 
-    clock = ManualClock()
-    logs = LogManager(tmp_path, clock=clock)
-    holder = {"image": image([SOLE, WITH_FOLLOWER])}
-    proposals = []
-
-    async def alter_isrs(changes):
-        proposals.extend(c.isr for c in changes)
-        return [Exception("not committed: the test publishes the image itself")] * len(changes)
-
-    m = ReplicaManager(1, logs, lambda: holder["image"], lambda: BrokerConfig.load(None, {}), clock, alter_isrs=alter_isrs)
-    m.load()
-    m.start()
+    m, logs, clock, holder, proposals = leader_proposing(tmp_path)
     p = m.partition("t", 1)
     p.append_as_leader(batch(2), 0)
     s = ReplicaSession(3)  # broker 3: being added, not a replica in the leader's image yet
