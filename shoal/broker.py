@@ -19,6 +19,7 @@ from typing import Any
 from shoal import __version__
 from shoal.clock import SYSTEM_CLOCK, Clock
 from shoal.config import BrokerConfig
+from shoal.etcd.client import is_etcd_url
 from shoal.handlers.fetch import FetchSessionCache
 from shoal.handlers.registry import Registry
 from shoal.metadata import BrokerInfo, MetadataError, MetadataImage, MetadataStore, features
@@ -75,13 +76,14 @@ class Broker:
         self.data_dir = Path(config.data_dir)
         if metadata is None:
             store = str(config.get("shoal.metadata.store"))
-            if store.startswith("etcd://"):  # cluster: the brokers sharing the prefix share the image
+            if is_etcd_url(store):  # cluster: the brokers sharing the prefix share the image
                 from shoal.cluster.registration import Registration
+                from shoal.etcd.security import EtcdSecurity
                 from shoal.metadata.etcd import EtcdMetadataStore
 
                 metadata = EtcdMetadataStore(
                     store, node_id=self.node_id, session_timeout_ms=int(config.get("broker.session.timeout.ms")),
-                    registration=Registration.for_backend,
+                    registration=Registration.for_backend, security=EtcdSecurity.from_config(store, config.get),
                 )
             else:
                 from shoal.metadata.embedded import EmbeddedMetadataStore

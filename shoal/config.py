@@ -201,7 +201,7 @@ def _metadata_store(name: str, v: Any) -> None:
     try:
         parse_url(str(v))
     except ValueError as e:
-        raise _invalid(name, v, f"embedded or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] ({e})") from None
+        raise _invalid(name, v, f"embedded or etcd[s]://HOST:PORT[,HOST:PORT...][/PREFIX] ({e})") from None
 
 
 def list_of(*allowed: str, allow_empty: bool = True) -> Validator:
@@ -350,7 +350,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.metadata.store", "string", "embedded",
            "Shoal: embedded (one node, the metadata in <log.dirs>/__metadata, no etcd) or "
            "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: brokers sharing a prefix of an etcd cluster form one "
-           "cluster (the prefix defaults to /shoal; several clusters may share one etcd).", _metadata_store),
+           "cluster (the prefix defaults to /shoal; several clusters may share one etcd); etcds:// is gRPC over "
+           "TLS (shoal.etcd.ssl.*).", _metadata_store),
+        # etcd in production (shoal.etcd.security, docs/cluster.md): files, never secrets in the config
+        _d("shoal.etcd.ssl.cafile", "string", None,
+           "Shoal: with etcds://, a PEM file of the CA certificates that verify the etcd members' certificates "
+           "(default: the system's)."),
+        _d("shoal.etcd.ssl.certfile", "string", None,
+           "Shoal: with etcds://, a PEM client certificate (chain) this broker presents to etcd members that run "
+           "with --client-cert-auth (with shoal.etcd.ssl.keyfile)."),
+        _d("shoal.etcd.ssl.keyfile", "string", None,
+           "Shoal: the unencrypted PEM private key of shoal.etcd.ssl.certfile (protect the file: mode 0600)."),
+        _d("shoal.etcd.user", "string", None,
+           "Shoal: the etcd user this broker authenticates as (etcd RBAC: its role needs readwrite on the "
+           "prefix), with its password in shoal.etcd.password.file."),
+        _d("shoal.etcd.password.file", "string", None,
+           "Shoal: a file holding the password of shoal.etcd.user (one line; never on a command line)."),
         _d("broker.session.timeout.ms", "int", 9000,
            "How long a broker's registration outlives its last heartbeat (the TTL of its etcd lease, in "
            "whole seconds): a broker that dies leaves Metadata this long after. Kafka's default; shorter "

@@ -81,12 +81,13 @@ def inter_broker_exposure(config: Any) -> str | None:
     whoever holds CLUSTER_ACTION on the cluster. On a listener that authenticates nobody (PLAINTEXT,
     or SSL without ``ssl.client.auth=required``) every client is ``User:ANONYMOUS``, which holds it
     when there is no authorizer (everything is allowed) or when it is a super user: the cluster
-    quick start's settings. Only a cluster (``shoal.metadata.store=etcd://``) has followers; a
+    quick start's settings. Only a cluster (``shoal.metadata.store=etcd://`` or ``etcds://``) has followers; a
     single node's listeners are described by the other warnings. None when nothing is exposed."""
+    from shoal.etcd.client import is_etcd_url
     from shoal.net.interbroker import inter_broker_listener
     from shoal.tenancy.scope import super_users
 
-    if not str(config.get("shoal.metadata.store") or "").startswith("etcd://"):
+    if not is_etcd_url(str(config.get("shoal.metadata.store") or "")):
         return None
     listener = inter_broker_listener(config)
     protocol = config.listener_security_protocols.get(listener, listener)

@@ -11,6 +11,12 @@
     c.leader()                        # index of the raft leader member (to kill it)
     c.close()                         # every member killed, the directory removed
 
+    c = EtcdCluster(workdir, tls=True)  # client URLs on TLS with --client-cert-auth (a test CA)
+    c.start(); c.enable_auth()          # etcd RBAC on: a root user, etcdctl authenticates as it
+    c.add_user("shoal", "pw", "/prefix")  # a user whose role reads and writes only /prefix
+    c.url("/prefix")                  # "etcds://127.0.0.1:P1,..."
+    c.shoal_settings("shoal", "pw")   # the shoal.etcd.* broker settings for that user (files)
+
 Members run with the settings Shoal needs (``docs/cluster.md``): ``--max-txn-ops`` and
 ``--max-request-bytes`` raised so that one metadata change (a tenant-delete cascade, a topic with
 thousands of partitions) fits in one transaction. When ``etcd`` is not installed, ``start`` fails
@@ -56,8 +62,9 @@ def require_etcd() -> None:
 
 
 class EtcdMember:
-    def __init__(self, name: str, data_dir: Path, client_port: int, peer_port: int) -> None:
+    def __init__(self, name: str, data_dir: Path, client_port: int, peer_port: int, scheme: str = "http") -> None:
         self.name = name
+        self.scheme = scheme
         self.data_dir = data_dir
         self.client_port = client_port
         self.peer_port = peer_port
@@ -78,11 +85,19 @@ class EtcdMember:
 
 
 class EtcdCluster:
-    def __init__(self, workdir: Path, size: int = 3) -> None:
+    """``tls``: the members' client URLs are https, with ``--client-cert-auth`` and a certificate
+    authority of the cluster's own (``pki``: ``tests/auth/auth_certs.py``'s, made in ``workdir``);
+    ``etcdctl`` and ``healthy`` present its client certificate. The peer URLs stay http."""
+
+    def __init__(self, workdir: Path, size: int = 3, tls: bool = False) -> None:
         self.workdir = Path(workdir)
         self.token = f"shoal-test-{uuid.uuid4().hex[:12]}"
+        self.tls = tls
+        self.pki: Any = None
+        self.root_password: str | None = None  # set by enable_auth: etcdctl runs as root
+        scheme = "https" if tls else "http"
         self.members = [
-            EtcdMember(f"m{i}", self.workdir / f"m{i}.etcd", free_port(), free_port()) for i in range(size)
+            EtcdMember(f"m{i}", self.workdir / f"m{i}.etcd", free_port(), free_port(), scheme) for i in range(size)
         ]
 
     # -- addresses --------------------------------------------------------------------------------
@@ -94,13 +109,15 @@ class EtcdCluster:
     def url(self, prefix: str = "", members: list[int] | None = None) -> str:
         """``etcd://`` URL of the cluster (or of some members), with an optional ``/prefix``."""
         eps = self.endpoints if members is None else [self.members[i].endpoint for i in members]
-        return "etcd://" + ",".join(eps) + (("/" + prefix.strip("/")) if prefix else "")
+        return ("etcds://" if self.tls else "etcd://") + ",".join(eps) + (("/" + prefix.strip("/")) if prefix else "")
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> None:
         require_etcd()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.tls and self.pki is None:
+            self.pki = make_test_pki(self.workdir / "pki")
         for i in range(len(self.members)):
             self._spawn(i)
         self.wait_healthy(timeout)
@@ -112,8 +129,8 @@ class EtcdCluster:
             ETCD,
             "--name", m.name,
             "--data-dir", str(m.data_dir),
-            "--listen-client-urls", f"http://{m.endpoint}",
-            "--advertise-client-urls", f"http://{m.endpoint}",
+            "--listen-client-urls", f"{m.scheme}://{m.endpoint}",
+            "--advertise-client-urls", f"{m.scheme}://{m.endpoint}",
             "--listen-peer-urls", m.peer_url,
             "--initial-advertise-peer-urls", self.advertised_peer_url(i),
             "--initial-cluster", initial,
@@ -126,6 +143,7 @@ class EtcdCluster:
             "--election-timeout", "1500",
             "--logger", "zap",
             "--log-level", "warn",
+            *self._tls_flags(),
         ]
         out = open(m.log, "ab")
         try:
@@ -138,11 +156,27 @@ class EtcdCluster:
         link proxy there)."""
         return self.members[i].peer_url
 
+    def _tls_flags(self) -> list[str]:
+        if not self.tls:
+            return []
+        p = self.pki
+        return ["--cert-file", str(p.server_cert), "--key-file", str(p.server_key),
+                "--trusted-ca-file", str(p.ca), "--client-cert-auth"]
+
     def healthy(self, i: int) -> bool:
         m = self.members[i]
+        context = None
+        if self.tls:
+            import ssl
+
+            context = ssl.create_default_context(cafile=str(self.pki.ca))
+            context.load_cert_chain(str(self.pki.client_cert), str(self.pki.client_key))
         try:
-            with urllib.request.urlopen(f"http://{m.endpoint}/health", timeout=2) as r:
-                return b'"true"' in r.read()
+            with urllib.request.urlopen(f"{m.scheme}://{m.endpoint}/health", timeout=2, context=context) as r:
+                # with RBAC on, /health answers {"health":"false","reason":"RANGE ERROR"} to a client
+                # that is no user: the member is serving all the same
+                body = r.read()
+                return b'"true"' in body or (self.root_password is not None and b"RANGE ERROR" in body)
         except OSError:
             return False
 
@@ -194,21 +228,94 @@ class EtcdCluster:
 
     def close(self) -> None:
         for i in range(len(self.members)):
+            self.resume_member(i)
             self.kill_member(i)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- tools ------------------------------------------------------------------------------------
 
-    def etcdctl(self, *args: str, members: list[int] | None = None) -> str:
+    def etcdctl(self, *args: str, members: list[int] | None = None, stdin: bytes | None = None) -> str:
         eps = self.endpoints if members is None else [self.members[i].endpoint for i in members]
         env = dict(os.environ, ETCDCTL_API="3")
         r = subprocess.run(
-            [ETCDCTL, "--endpoints", ",".join(eps), "--command-timeout=10s", *args],
-            env=env, capture_output=True, timeout=30,
+            [ETCDCTL, "--endpoints", ",".join(f"{self.members[0].scheme}://{e}" for e in eps),
+             "--command-timeout=10s", *self.etcdctl_flags(), *args],
+            env=env, capture_output=True, timeout=30, input=stdin,
         )
         if r.returncode != 0:
             raise RuntimeError(f"etcdctl {' '.join(args)}: {r.stderr.decode(errors='replace').strip()}")
         return r.stdout.decode()
+
+    def etcdctl_flags(self) -> list[str]:
+        """etcdctl's TLS flags (the test CA, the client certificate) and, with RBAC on, root's
+        credentials."""
+        flags = []
+        if self.tls:
+            p = self.pki
+            flags += ["--cacert", str(p.ca), "--cert", str(p.client_cert), "--key", str(p.client_key)]
+        if self.root_password is not None:
+            flags += ["--user", f"root:{self.root_password}"]
+        return flags
+
+    # -- backups (etcd's disaster recovery guide) ---------------------------------------------------
+
+    def snapshot(self, path: Path) -> Path:
+        """``etcdctl snapshot save`` from one running member (a snapshot is one member's)."""
+        self.etcdctl("snapshot", "save", str(path), members=[self._live()])
+        return path
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Path, workdir: Path, like: "EtcdCluster", size: int = 1) -> "EtcdCluster":
+        """A new cluster (``size`` members, not started) whose members ``etcdctl snapshot restore``
+        made from ``snapshot``, with ``like``'s TLS files and root password (the snapshot holds
+        etcd's users and roles: RBAC stays on)."""
+        new = cls(workdir, size=size, tls=like.tls)
+        new.pki, new.root_password = like.pki, like.root_password
+        new.workdir.mkdir(parents=True, exist_ok=True)
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in new.members)
+        for m in new.members:
+            r = subprocess.run(
+                [ETCDCTL, "snapshot", "restore", str(snapshot), "--name", m.name, "--data-dir", str(m.data_dir),
+                 "--initial-cluster", initial, "--initial-advertise-peer-urls", m.peer_url,
+                 "--initial-cluster-token", new.token],
+                env=dict(os.environ, ETCDCTL_API="3"), capture_output=True, timeout=60)
+            if r.returncode != 0:
+                raise RuntimeError(f"etcdctl snapshot restore: {r.stderr.decode(errors='replace').strip()}")
+        return new
+
+    # -- RBAC (etcd's authentication guide) -------------------------------------------------------
+
+    def enable_auth(self, root_password: str | None = None) -> None:
+        """Add etcd's root user and turn authentication on; etcdctl authenticates as root since."""
+        pw = root_password or uuid.uuid4().hex
+        self.etcdctl("user", "add", "root", "--new-user-password", pw)
+        self.etcdctl("auth", "enable")
+        self.root_password = pw
+
+    def add_user(self, user: str, password: str, prefix: str | None) -> None:
+        """A user with a role of its own (``<user>-role``) that may read and write ``prefix`` and
+        every key below it (None: a role without permissions)."""
+        role = f"{user}-role"
+        self.etcdctl("role", "add", role)
+        if prefix is not None:
+            self.etcdctl("role", "grant-permission", role, "--prefix=true", "readwrite", prefix)
+        self.etcdctl("user", "add", user, "--new-user-password", password)
+        self.etcdctl("user", "grant-role", user, role)
+
+    def shoal_settings(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
+        """The broker settings that reach this cluster: the ``shoal.etcd.ssl.*`` files and, for
+        ``user``, ``shoal.etcd.user`` and a password file (written here, mode 0600)."""
+        out: dict[str, str] = {}
+        if self.tls:
+            p = self.pki
+            out |= {"shoal.etcd.ssl.cafile": str(p.ca), "shoal.etcd.ssl.certfile": str(p.client_cert),
+                    "shoal.etcd.ssl.keyfile": str(p.client_key)}
+        if user is not None:
+            path = self.workdir / f"{user}-{uuid.uuid4().hex[:6]}.password"
+            path.write_text((password or "") + "\n")
+            path.chmod(0o600)
+            out |= {"shoal.etcd.user": user, "shoal.etcd.password.file": str(path)}
+        return out
 
     def revision(self) -> int:
         """The cluster's current revision."""
@@ -229,11 +336,47 @@ class EtcdCluster:
         live = [i for i, m in enumerate(self.members) if m.running]
         out = json.loads(self.etcdctl("endpoint", "status", "-w", "json", members=live))
         by_ep = {self.members[i].endpoint: i for i in live}
-        ids = {int(s["Status"]["header"]["member_id"]): by_ep[s["Endpoint"].removeprefix("http://")] for s in out}
+        ids = {int(s["Status"]["header"]["member_id"]): by_ep[s["Endpoint"].partition("://")[2]] for s in out}
         leader = int(out[0]["Status"]["leader"])
         if leader not in ids:
             raise RuntimeError(f"etcd leader {leader:x} is not a running member")
         return ids[leader]
+
+    def members_used_by(self, pid: int) -> set[int]:
+        """The members process ``pid`` holds an established connection to (its client port),
+        from ``/proc``: which member a broker uses."""
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        ports = {m.client_port: i for i, m in enumerate(self.members)}
+        used = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                lines = Path(table).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                f = line.split()
+                remote_port, state, inode = int(f[2].rsplit(":", 1)[1], 16), f[3], f[9]
+                if state == "01" and inode in inodes and remote_port in ports:  # 01: ESTABLISHED
+                    used.add(ports[remote_port])
+        return used
+
+    def pause_member(self, i: int) -> None:
+        """SIGSTOP: the member keeps its connections and accepts new ones, and answers nothing."""
+        proc = self.members[i].proc
+        assert proc is not None and proc.poll() is None
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume_member(self, i: int) -> None:
+        proc = self.members[i].proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
 
     def _live(self) -> int:
         return next(i for i, m in enumerate(self.members) if m.running)
@@ -285,6 +428,19 @@ class ProxiedEtcd:
     def close(self) -> None:
         if self._own:
             self.links.close()
+
+
+def make_test_pki(directory: Path) -> Any:
+    """A test CA, a server certificate for 127.0.0.1/localhost and a client certificate
+    (``tests/auth/auth_certs.py``'s ``make_pki``)."""
+    import sys
+
+    auth = str(Path(__file__).resolve().parent / "auth")
+    if auth not in sys.path:
+        sys.path.insert(0, auth)
+    from auth_certs import make_pki
+
+    return make_pki(directory, {"O": "shoal-test", "CN": "shoal-etcd-client"})
 
 
 def broker_store(url: str, **kw: Any) -> "EtcdMetadataStore":

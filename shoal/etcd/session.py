@@ -12,10 +12,13 @@ was revoked behind its back), the keeper notices it at its next round (etcd answ
 tells the loop, which forgets the lease and awaits ``on_lease_lost`` (the owner of the ephemeral
 keys makes them again under a new lease), retrying every ``RETRY_S`` while that fails. An outage
 of the whole quorum loses no lease: etcd's new leader extends every lease by its TTL. A refresh
-waits one keep-alive interval at most and carries ``hasleader``, and a failed one is sent again
+waits half a keep-alive interval at most and carries ``hasleader``, and a failed one is sent again
 ``RETRY_S`` later: a refresh held by a member while etcd elects (its leader paused or cut off, not
 killed) had waited the whole request timeout (5 s), longer than a 3 s session, and brokers in the
-surviving datacenter lost their registrations in a datacenter-loss drill.
+surviving datacenter lost their registrations in a datacenter-loss drill. A refresh that failed in
+transit moves the client on to the next member (``EtcdClient.move_off``; the loop's channel and
+watch follow): a member that hangs (paused, black-holed) is left within a third of the session,
+and the refresh sent again to the next member keeps the lease (issue 28).
 
 What rides on the lease: ephemeral keys (``claim``: created only if absent, or replaced when ours;
 ``put_ephemeral``), and an election key (``campaign``: its creation revision is the holder's epoch;
@@ -32,7 +35,8 @@ import threading
 import time
 from typing import Awaitable, Callable, Sequence
 
-from shoal.etcd.client import Compare, EtcdClient, KeyValue, range_end
+from shoal.etcd.client import Channel, Compare, EtcdClient, KeyValue, range_end, transient, why
+from shoal.etcd.security import stale_token
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +49,10 @@ class LeaseKeeper:
     broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
     lose its registration, or the controller's key that rides on the same lease, because its
     loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
-    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
-    answers at once), a failed one sent again ``retry_s`` later. When etcd answers TTL 0 (the
+    refresh waiting half an interval at most and carrying ``hasleader`` (a member without a leader
+    answers at once) and the client's etcd token, a failed one sent again ``retry_s`` later, to
+    the next member when it failed in transit (``EtcdClient.move_off``), after authenticating
+    again when etcd refused the token. When etcd answers TTL 0 (the
     lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
     its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
 
@@ -59,6 +65,9 @@ class LeaseKeeper:
         self.interval = interval
         self.retry_s = retry_s
         self._on_lost = on_lost
+        # a keep-alive waits half an interval at most: one to a member that does not answer fails,
+        # moves the client on and is sent again to the next member within a third of the TTL
+        self.timeout = max(0.25, interval / 2)
         self.lease_id: int | None = None
         self.refreshes = 0
         self.max_gap = 0.0
@@ -87,8 +96,10 @@ class LeaseKeeper:
     def _run(self) -> None:
         import grpc
 
-        rpc = self._client.rpc
-        channel = self._client.open_channel(blocking=True)
+        client = self._client
+        rpc = client.rpc
+        member = client.member
+        channel = client.open_channel(blocking=True, member=member)
         stub = rpc.LeaseStub(channel)
         wait = 0.0
         try:
@@ -99,13 +110,24 @@ class LeaseKeeper:
                 lease = self.lease_id
                 if self._stop.is_set() or lease is None:
                     continue
+                if client.member != member:  # the client moved on (here or on the loop): follow it
+                    channel.close()
+                    member = client.member
+                    channel = client.open_channel(blocking=True, member=member)
+                    stub = rpc.LeaseStub(channel)
+                token = client.token
                 try:
-                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.interval,
-                                                  metadata=(("hasleader", "true"),))
+                    replies = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=self.timeout,
+                                                  metadata=(("hasleader", "true"),) + ((("token", token),) if token else ()))
                     ttl = next((int(r.TTL) for r in replies), 0)
                 except grpc.RpcError as e:  # etcd unreachable or electing: the watch logs it
                     log.debug("lease %x keep-alive failed: %s", lease, e.code() if hasattr(e, "code") else e)
                     wait = min(self.interval, self.retry_s)
+                    if stale_token(e):
+                        client.token_refused(token)
+                        self._authenticate(channel)
+                    elif transient(e):  # a member that does not answer: the next one, well within the TTL
+                        client.move_off(member, f"did not answer a lease keep-alive within {self.timeout:.1f} s ({why(e)})")
                     continue
                 if ttl > 0:
                     now = time.monotonic()
@@ -120,6 +142,14 @@ class LeaseKeeper:
             log.exception("the lease keep-alive thread failed")
         finally:
             channel.close()
+
+    def _authenticate(self, channel: Channel) -> None:
+        import grpc
+
+        try:
+            self._client.authenticate_blocking(channel)
+        except grpc.RpcError as e:
+            log.debug("authenticating the lease keep-alive failed: %s", why(e))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,6 +80,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from shoal.etcd.client import DEFAULT_PREFIX, REQUEST_TIMEOUT_S, EtcdClient, parse_url
+from shoal.etcd.security import EtcdSecurity, EtcdSecurityError, refusal
 from shoal.etcd.client import range_end as _range_end
 from shoal.etcd.client import transient as _transient
 from shoal.etcd.client import why as _why
@@ -156,9 +157,10 @@ class EtcdBackend(MetadataBackend):
         new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
         timeout: float = REQUEST_TIMEOUT_S,
         registration: Callable[["EtcdBackend"], BrokerRegistration] | None = None,
+        security: EtcdSecurity | None = None,
     ) -> None:
         super().__init__()
-        self.client = EtcdClient(endpoints, timeout=timeout)
+        self.client = EtcdClient(endpoints, timeout=timeout, security=security)
         self.prefix = prefix.rstrip("/")
         self._root = (self.prefix + "/").encode()
         self.node_id = node_id
@@ -316,6 +318,11 @@ class EtcdBackend(MetadataBackend):
                 except MetadataError:
                     raise
                 except Exception as e:  # grpc.aio.AioRpcError and friends: etcd unreachable
+                    refused = refusal(e, self.client.security, self.prefix)
+                    if refused is not None and not (self._ready is not None and self._ready.is_set()):
+                        # a broker etcd will not serve (certificate, password, permission): starting
+                        # fails in one line instead of retrying for ever
+                        raise EtcdSecurityError(refused) from None
                     if self._backoff == 0.0 and self._reachable:
                         # the member we watched went away: watch again at once, through another
                         self._backoff = 0.1
@@ -374,13 +381,14 @@ class EtcdBackend(MetadataBackend):
 
     async def _watch(self) -> None:
         stop = asyncio.Event()
-        call = self.client.watch(self._root, _range_end(self._root), self._revision + 1, stop)
+        call = await self.client.watch(self._root, _range_end(self._root), self._revision + 1, stop)
         self._watch_call = call
         try:
             async for resp in call:
                 if resp.compact_revision:
                     raise _Compacted()
                 if resp.canceled:
+                    self.client.watch_canceled(resp.cancel_reason)
                     raise ConnectionError(resp.cancel_reason or "watch cancelled by etcd")
                 if resp.created:
                     self._backoff = 0.0
@@ -735,10 +743,13 @@ class EtcdMetadataStore(DecidingStore):
         new_tenant_id: Callable[[], str] = new_tenant_id,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         registration: Callable[[EtcdBackend], BrokerRegistration] | None = None,
+        security: EtcdSecurity | None = None,
     ) -> None:
         endpoints, prefix = parse_url(url)
+        if security is None and url.startswith("etcds://"):
+            security = EtcdSecurity(tls=True)
         backend = EtcdBackend(endpoints, prefix, node_id=node_id, session_timeout_ms=session_timeout_ms,
-                              new_uuid=new_uuid, registration=registration)
+                              new_uuid=new_uuid, registration=registration, security=security)
         super().__init__(backend, new_uuid=new_uuid, new_tenant_id=new_tenant_id, now_ms=now_ms)
         self.url = url
         self.node_id = node_id

@@ -1,0 +1,246 @@
+"""etcd in production (issue 28, part 3; ``docs/cluster.md``, *etcd in production*): three real
+brokers on a real three-member etcd whose client URLs are TLS with ``--client-cert-auth`` and
+whose RBAC is on, the brokers authenticating as a user whose role may read and write only their
+prefix; certificates made by the test (``tests/auth/auth_certs.py``).
+
+- the cluster serves a real client's produce and consume, and no password reaches a log or a
+  command line; a token etcd revokes (the user's password set again) is replaced;
+- the member a broker uses hangs (SIGSTOP) for longer than the session: the broker moves to
+  another member within a third of the session, keeps its lease, registration and leaderships;
+- a wrong CA, a client certificate etcd does not trust, a wrong password, a user without
+  permission on the prefix and an unreadable password file each stop ``shoal serve`` in one line;
+- ``etcdctl snapshot save``, restored into a new etcd (``etcdctl snapshot restore``): a broker
+  started on it has its topics and their records.
+
+One etcd cluster for the module; the restore runs last (it stops the brokers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewTopic
+
+from broker_process import REPO
+from cluster_harness import LEASE_LOST, SESSION_MS, Cluster, run, until
+from etcd_cluster import EtcdCluster, make_test_pki
+from shoal.client import AdminClient
+
+pytestmark = pytest.mark.timeout(120)
+
+PREFIX = "/shoal-prod"
+USER, PASSWORD = "shoal", f"pw-{uuid.uuid4().hex}"
+STRANGER, STRANGER_PASSWORD = "stranger", f"pw-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    c = EtcdCluster(tmp_path_factory.mktemp("etcd-tls"), tls=True)
+    c.start()
+    try:
+        c.enable_auth()
+        c.add_user(USER, PASSWORD, PREFIX + "/")  # what docs/cluster.md says to grant
+        c.add_user(STRANGER, STRANGER_PASSWORD, None)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd, tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("prod"), etcd.url(PREFIX), overrides=etcd.shoal_settings(USER, PASSWORD))
+    try:
+        c.start()
+        c.wait_controller()
+        yield c
+    finally:
+        c.close()
+
+
+def create(bootstrap: str, name: str, partitions: int = 3, rf: int = 3) -> None:
+    a = KafkaAdmin({"bootstrap.servers": bootstrap, "log_level": 2})
+    a.create_topics([NewTopic(name, partitions, rf)], request_timeout=20)[name].result(25)
+
+
+def produce(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "log_level": 2})
+    values = [f"{topic}-{i}".encode() for i in range(n)]
+    for v in values:
+        p.produce(topic, v)
+    assert p.flush(30) == 0
+    return values
+
+
+def consume(bootstrap: str, topic: str, partitions: int, n: int) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 2})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+async def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    async with AdminClient(bootstrap, timeout=10) as a:
+        md = await a.metadata([topic])
+    return {p.partition: p.leader for p in md.topics[topic].partitions}
+
+
+def registration(etcd: EtcdCluster, node_id: int) -> tuple[int, int] | None:
+    """(lease, create revision) of broker ``node_id``'s registration key, None when absent."""
+    out = json.loads(etcd.etcdctl("get", f"{PREFIX}/brokers/{node_id}", "-w", "json"))
+    kvs = out.get("kvs") or []
+    return (int(kvs[0].get("lease", 0)), int(kvs[0]["create_revision"])) if kvs else None
+
+
+def test_tls_rbac_cluster_serves_clients_and_keeps_secrets(etcd, cluster):
+    topic = f"prod-{uuid.uuid4().hex[:6]}"
+    create(cluster.bootstrap(), topic)
+    sent = produce(cluster.bootstrap(), topic, 300)
+    assert sorted(consume(cluster.bootstrap(), topic, 3, len(sent))) == sorted(sent)
+    # the metadata is in etcd, under the prefix the user may use
+    assert json.loads(etcd.etcdctl("get", f"{PREFIX}/topics/{topic}", "-w", "json")).get("count") == 1
+    for b in cluster.brokers.values():
+        log = b.log_text()
+        assert f"authenticated to etcd as user '{USER}'" in log
+        assert PASSWORD not in log
+        assert PASSWORD.encode() not in Path(f"/proc/{b.proc.pid}/cmdline").read_bytes()
+        assert "etcds://" in " ".join(b.serve_args())
+
+    # etcd revokes every token of the user (its password set again, to the same one): each broker's
+    # next request is refused, authenticates again and goes through
+    before = {n: b.log_text().count("authenticated to etcd") for n, b in cluster.brokers.items()}
+    etcd.etcdctl("user", "passwd", USER, "--interactive=false", stdin=PASSWORD.encode() + b"\n")
+    again = f"again-{uuid.uuid4().hex[:6]}"
+    create(cluster.bootstrap(), again)
+    sent = produce(cluster.bootstrap(), again, 30)
+    assert sorted(consume(cluster.bootstrap(), again, 3, len(sent))) == sorted(sent)
+    until(lambda: any(b.log_text().count("authenticated to etcd") > before[n] for n, b in cluster.brokers.items()),
+          10, "a broker authenticated again")
+    assert "etcd refused the token" in "".join(b.log_text() for b in cluster.brokers.values())
+
+
+def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
+    topic = f"hung-{uuid.uuid4().hex[:6]}"
+    create(cluster.bootstrap(), topic, partitions=6)
+    node = next(n for n in cluster.brokers if n != cluster.wait_controller())  # a broker the controller watches
+    broker = cluster[node]
+    until(lambda: len(etcd.members_used_by(broker.proc.pid)) == 1, 10, "the broker on one etcd member")
+    (member,) = etcd.members_used_by(broker.proc.pid)
+    held, leaders = registration(etcd, node), run(_leaders(cluster.bootstrap(), topic))
+    assert held is not None and held[0] != 0
+    assert node in leaders.values()
+    marks = cluster.log_marks()
+
+    paused_at = time.time()
+    etcd.pause_member(member)
+    try:
+        # longer than the session; every broker lists the paused one's broker all along
+        while time.time() - paused_at < SESSION_MS / 1000 + 2.0:
+            for b in cluster.brokers.values():
+                assert node in cluster.describe(b.node_id)["brokers"], f"broker {node} dropped"
+            time.sleep(0.3)
+        moved_to = etcd.members_used_by(broker.proc.pid)
+    finally:
+        etcd.resume_member(member)
+
+    log = cluster.logs_since(marks)[node]
+    moves = [line for line in log.splitlines() if "shoal.etcd.client: etcd member" in line and "moving to" in line]
+    assert moves and f":{etcd.members[member].client_port} " in moves[0], log[-3000:]
+    moved_in = datetime.strptime(moves[0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() - paused_at
+    # the next keep-alive (one interval, a third of the session) waits half an interval at most
+    assert moved_in <= SESSION_MS / 1000 / 3 * 1.5 + 0.5, moved_in
+    assert moved_to - {member}, moved_to  # (the old channel is closed once its calls ran out)
+    assert registration(etcd, node) == held  # the same lease, the same registration key
+    assert all(LEASE_LOST not in text for text in cluster.logs_since(marks).values())
+    assert run(_leaders(cluster.bootstrap(), topic)) == leaders
+    etcd.wait_healthy()
+
+
+def _serve_fails(cluster: Cluster, workdir: Path, cases: dict[str, dict[str, str]]) -> dict[str, tuple[int, str]]:
+    """``shoal serve`` with each case's settings (all at once): its exit status and stderr."""
+    procs = {}
+    for name, settings in cases.items():
+        d = workdir / name
+        d.mkdir(parents=True)
+        args = [sys.executable, "-m", "shoal", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0",
+                "--log-dirs", str(d / "data"), "--node-id", "9"]
+        for k, v in {**cluster[1].overrides, **settings}.items():
+            args += ["--override", f"{k}={v}"]
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        procs[name] = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=d)
+    out = {}
+    for name, p in procs.items():
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        out[name] = (p.returncode, err.decode(errors="replace"))
+    return out
+
+
+def test_refused_brokers_stop_in_one_line(etcd, cluster, tmp_path):
+    other = make_test_pki(tmp_path / "other-pki")
+    wrong_pw = tmp_path / "wrong.password"
+    wrong_pw.write_text("not-the-password\n")
+    stranger = etcd.shoal_settings(STRANGER, STRANGER_PASSWORD)
+    results = _serve_fails(cluster, tmp_path, {
+        "wrong-ca": {"shoal.etcd.ssl.cafile": str(other.ca)},
+        "untrusted-cert": {"shoal.etcd.ssl.certfile": str(other.client_cert),
+                           "shoal.etcd.ssl.keyfile": str(other.client_key)},
+        "wrong-password": {"shoal.etcd.password.file": str(wrong_pw)},
+        "no-permission": {k: v for k, v in stranger.items() if k.startswith("shoal.etcd.user") or "password" in k},
+        "unreadable": {"shoal.etcd.password.file": str(tmp_path)},  # a directory
+    })
+    expect = {
+        "wrong-ca": f"cannot verify the etcd member's TLS certificate with shoal.etcd.ssl.cafile {other.ca}",
+        "untrusted-cert": f"the etcd member refused the TLS client certificate shoal.etcd.ssl.certfile {other.client_cert}",
+        "wrong-password": f"etcd refused user '{USER}': etcdserver: authentication failed",
+        "no-permission": f"etcd user '{STRANGER}' may not read and write the prefix {PREFIX}",
+        "unreadable": f"cannot read shoal.etcd.password.file {tmp_path}: Is a directory",
+    }
+    for name, (code, err) in results.items():
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        assert code == 1, (name, code, err[-2000:])
+        assert last.startswith("shoal serve: cannot start: ") and expect[name] in last, (name, err[-2000:])
+        assert "Traceback" not in err and PASSWORD not in err and STRANGER_PASSWORD not in err, (name, err)
+
+
+def test_snapshot_restored_into_a_new_etcd_has_the_topics(etcd, cluster, tmp_path):
+    topic = f"backup-{uuid.uuid4().hex[:6]}"
+    create(cluster.bootstrap(), topic)
+    sent = produce(cluster.bootstrap(), topic, 100)
+    snapshot = etcd.snapshot(tmp_path / "shoal.db")
+    t0 = time.monotonic()
+    cluster.close()  # the old etcd is lost: the brokers stop, a new etcd is made from the backup
+    restored = EtcdCluster.from_snapshot(snapshot, tmp_path / "restored", like=etcd)
+    try:
+        restored.start()
+        b = cluster[1]
+        b.overrides["shoal.metadata.store"] = restored.url(PREFIX)
+        b.start()
+        # the other brokers' registrations (their leases restored too) expire; broker 1 leads it all
+        until(lambda: set(run(_leaders(b.bootstrap, topic)).values()) == {1}, 15, "broker 1 leading every partition")
+        assert sorted(consume(b.bootstrap, topic, 3, len(sent))) == sorted(sent)
+        assert time.monotonic() - t0 < 20
+    finally:
+        cluster.close()
+        restored.close()
