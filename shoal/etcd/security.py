@@ -23,7 +23,7 @@ import logging
 import os
 import ssl
 import stat
-from typing import Any, Callable
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class EtcdSecurity:
     password_file: str | None = None
 
     @classmethod
-    def from_config(cls, url: str, get: Callable[[str], Any]) -> "EtcdSecurity":
+    def from_config(cls, url: str, get: Callable[[str], object]) -> "EtcdSecurity":
         """The settings for ``url`` from a broker config's ``get``."""
         def opt(name: str) -> str | None:
             v = get(name)

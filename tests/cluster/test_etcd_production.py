@@ -10,13 +10,15 @@ prefix; certificates made by the test (``tests/auth/auth_certs.py``).
 - a wrong CA, a client certificate etcd does not trust, a wrong password, a user without
   permission on the prefix and an unreadable password file each stop ``shoal serve`` in one line;
 - ``etcdctl snapshot save``, restored into a new etcd (``etcdctl snapshot restore``): a broker
-  started on it has its topics and their records.
+  started on it has its topics and their records; and one prefix of it copied back into the live
+  etcd (the other keys left alone): the same.
 
 One etcd cluster for the module; the restore runs last (it stops the brokers).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -224,6 +226,21 @@ def test_refused_brokers_stop_in_one_line(etcd, cluster, tmp_path):
         assert "Traceback" not in err and PASSWORD not in err and STRANGER_PASSWORD not in err, (name, err)
 
 
+def copy_prefix(scratch: EtcdCluster, live: EtcdCluster, prefix: str) -> int:
+    """docs/cluster.md's restore of one prefix: delete it on ``live``, put ``scratch``'s keys
+    under it there, in creation order, but those under a lease (the brokers make them again).
+    How many keys it put."""
+    live.etcdctl("del", "--prefix", prefix)
+    kvs = json.loads(scratch.etcdctl("get", "--prefix", prefix, "-w", "json")).get("kvs") or []
+    put = 0
+    for kv in sorted(kvs, key=lambda kv: int(kv["create_revision"])):
+        if kv.get("lease"):
+            continue
+        live.etcdctl("put", base64.b64decode(kv["key"]).decode(), stdin=base64.b64decode(kv.get("value", "")))
+        put += 1
+    return put
+
+
 def test_snapshot_restored_into_a_new_etcd_has_the_topics(etcd, cluster, tmp_path):
     topic = f"backup-{uuid.uuid4().hex[:6]}"
     create(cluster.bootstrap(), topic)
@@ -232,15 +249,28 @@ def test_snapshot_restored_into_a_new_etcd_has_the_topics(etcd, cluster, tmp_pat
     t0 = time.monotonic()
     cluster.close()  # the old etcd is lost: the brokers stop, a new etcd is made from the backup
     restored = EtcdCluster.from_snapshot(snapshot, tmp_path / "restored", like=etcd)
+    b = cluster[1]
     try:
         restored.start()
-        b = cluster[1]
         b.overrides["shoal.metadata.store"] = restored.url(PREFIX)
         b.start()
         # the other brokers' registrations (their leases restored too) expire; broker 1 leads it all
         until(lambda: set(run(_leaders(b.bootstrap, topic)).values()) == {1}, 15, "broker 1 leading every partition")
         assert sorted(consume(b.bootstrap, topic, 3, len(sent))) == sorted(sent)
-        assert time.monotonic() - t0 < 20
+        whole = time.monotonic() - t0
+
+        # one prefix of a shared etcd: copied from a scratch etcd restored from the snapshot (the
+        # restored one) into the live one; the other keys of the live etcd are left alone
+        b.stop()
+        etcd.etcdctl("put", "/other-cluster/key", "kept")
+        t1 = time.monotonic()
+        assert copy_prefix(restored, etcd, PREFIX + "/") > 3
+        b.overrides["shoal.metadata.store"] = etcd.url(PREFIX)
+        b.start()
+        until(lambda: set(run(_leaders(b.bootstrap, topic)).values()) == {1}, 15, "broker 1 leading every partition")
+        assert sorted(consume(b.bootstrap, topic, 3, len(sent))) == sorted(sent)
+        assert etcd.etcdctl("get", "/other-cluster/key", "--print-value-only").strip() == "kept"
+        assert whole < 20 and time.monotonic() - t1 < 15, (whole, time.monotonic() - t1)
     finally:
         cluster.close()
         restored.close()
