@@ -378,6 +378,18 @@ class EtcdCluster:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
 
+    def move_leader(self, to: int) -> None:
+        """Make member ``to`` the raft leader (``etcdctl move-leader``, asked of the leader)."""
+        import json
+
+        out = json.loads(self.etcdctl("endpoint", "status", "-w", "json", members=[to]))
+        self.etcdctl("move-leader", f"{int(out[0]['Status']['header']['member_id']):x}", members=[self.leader()])
+        deadline = time.monotonic() + 10
+        while self.leader() != to:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"member {to} did not become the leader")
+            time.sleep(0.1)
+
     def _live(self) -> int:
         return next(i for i, m in enumerate(self.members) if m.running)
 

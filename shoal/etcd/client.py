@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Protocol, Sequence, TypeVar
 
 from shoal.etcd.security import PLAIN_SCHEME, TLS_SCHEME, Credentials, EtcdSecurity, EtcdSecurityError, stale_token
@@ -40,6 +41,7 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "/shoal"
 REQUEST_TIMEOUT_S = 5.0
+MOVE_LOG_EVERY_S = 5.0  # moves to another member are logged (WARNING) at most this often
 
 
 # -- etcd's messages, as far as Shoal reads them (aetcd's generated protobuf classes are untyped) --
@@ -178,6 +180,7 @@ class EtcdClient:
         self._lock = threading.Lock()
         self.member = 0  # the endpoint channels try first (move_off)
         self.moves = 0
+        self._move_logged = -MOVE_LOG_EVERY_S
         self._token: str | None = None
         self._authenticating: asyncio.Future[str] | None = None
         self.authentications = 0
@@ -270,7 +273,12 @@ class EtcdClient:
             self.member = (member + 1) % len(self.endpoints)
             self.moves += 1
         a, b = (self.endpoints[i] for i in (member, self.member))
-        log.warning("etcd member %s:%d %s: moving to %s:%d", *a, why, *b)
+        now = time.monotonic()
+        if now - self._move_logged >= MOVE_LOG_EVERY_S:  # the whole quorum down: every call fails
+            self._move_logged = now
+            log.warning("etcd member %s:%d %s: moving to %s:%d", *a, why, *b)
+        else:
+            log.debug("etcd member %s:%d %s: moving to %s:%d", *a, why, *b)
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
@@ -325,11 +333,11 @@ class EtcdClient:
         resp = await stub.Authenticate(self._auth_request(), timeout=self.timeout)
         return self._took(str(resp.token))
 
-    def authenticate_blocking(self, channel: Channel) -> str | None:
+    def authenticate_blocking(self, channel: Channel, timeout: float) -> str | None:
         """Authenticate on a blocking channel (the keeper's thread): the token, None without a user."""
         if self._credentials.user is None:
             return None
-        resp = self.rpc.AuthStub(channel).Authenticate(self._auth_request(), timeout=self.timeout)
+        resp = self.rpc.AuthStub(channel).Authenticate(self._auth_request(), timeout=timeout)
         return self._took(str(resp.token))
 
     def _took(self, token: str) -> str:
@@ -363,8 +371,9 @@ class EtcdClient:
         for attempt in (1, 2):
             self.connect()
             member = self.member
-            md = await self._metadata(hasleader)
+            md = None
             try:
+                md = await self._metadata(hasleader)
                 return await method(self)(req, timeout=timeout, metadata=md)
             except Exception as e:
                 token = dict(md or ()).get("token")
@@ -372,7 +381,7 @@ class EtcdClient:
                     self.token_refused(token)
                     continue
                 if transient(e):
-                    self.move_off(member, f"did not answer ({why(e)})")
+                    self.move_off(member, f"failed a request in transit ({why(e)})")
                 raise
         raise AssertionError("unreachable")
 

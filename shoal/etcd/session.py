@@ -147,7 +147,7 @@ class LeaseKeeper:
         import grpc
 
         try:
-            self._client.authenticate_blocking(channel)
+            self._client.authenticate_blocking(channel, self.timeout)
         except grpc.RpcError as e:
             log.debug("authenticating the lease keep-alive failed: %s", why(e))
 

@@ -105,6 +105,11 @@ async def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.partition: p.leader for p in md.topics[topic].partitions}
 
 
+async def _topics(bootstrap: str) -> set[str]:
+    async with AdminClient(bootstrap, timeout=10) as a:
+        return set((await a.metadata(None)).topics)
+
+
 def registration(etcd: EtcdCluster, node_id: int) -> tuple[int, int] | None:
     """(lease, create revision) of broker ``node_id``'s registration key, None when absent."""
     out = json.loads(etcd.etcdctl("get", f"{PREFIX}/brokers/{node_id}", "-w", "json"))
@@ -146,6 +151,8 @@ def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
     broker = cluster[node]
     until(lambda: len(etcd.members_used_by(broker.proc.pid)) == 1, 10, "the broker on one etcd member")
     (member,) = etcd.members_used_by(broker.proc.pid)
+    if etcd.leader() == member:  # a follower: a paused leader's successor would extend every lease
+        etcd.move_leader((member + 1) % len(etcd.members))
     held, leaders = registration(etcd, node), run(_leaders(cluster.bootstrap(), topic))
     assert held is not None and held[0] != 0
     assert node in leaders.values()
@@ -163,6 +170,8 @@ def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
     finally:
         etcd.resume_member(member)
 
+    assert registration(etcd, node) == held  # the same lease, the same registration key
+    assert all(LEASE_LOST not in text for text in cluster.logs_since(marks).values())
     log = cluster.logs_since(marks)[node]
     moves = [line for line in log.splitlines() if "shoal.etcd.client: etcd member" in line and "moving to" in line]
     assert moves and f":{etcd.members[member].client_port} " in moves[0], log[-3000:]
@@ -170,9 +179,11 @@ def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
     # the next keep-alive (one interval, a third of the session) waits half an interval at most
     assert moved_in <= SESSION_MS / 1000 / 3 * 1.5 + 0.5, moved_in
     assert moved_to - {member}, moved_to  # (the old channel is closed once its calls ran out)
-    assert registration(etcd, node) == held  # the same lease, the same registration key
-    assert all(LEASE_LOST not in text for text in cluster.logs_since(marks).values())
     assert run(_leaders(cluster.bootstrap(), topic)) == leaders
+    # its watch moved too: a change made through another broker reaches its image
+    later = f"later-{uuid.uuid4().hex[:6]}"
+    create(cluster[cluster.wait_controller()].bootstrap, later, rf=1)
+    until(lambda: later in run(_topics(broker.bootstrap)), 5, f"{later} in broker {node}'s image")
     etcd.wait_healthy()
 
 
