@@ -2,8 +2,9 @@
 
 ``describe(error, config)`` turns the exception a failed start-up raised into that line (without
 the ``shoal serve: cannot start:`` prefix the command adds). Errors that already say what to do
-(a locked or unusable directory, ``shoal.storage.dirlock``; a node.id held in etcd) are kept as
-they are; the others get the remedy appended here, by kind:
+(a locked or unusable directory, ``shoal.storage.dirlock``; a node.id held in etcd; etcd's TLS and
+RBAC files, or etcd refusing the broker's certificate, password or permissions,
+``shoal.etcd.security.EtcdSecurityError``, a ValueError) are kept as they are; the others get the remedy appended here, by kind:
 
 - the metadata file is not JSON, or not a format this Shoal reads: the directory is not Shoal's;
 - the data directory was written by another node id, or belongs to another cluster;

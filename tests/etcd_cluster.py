@@ -13,7 +13,7 @@
 
     c = EtcdCluster(workdir, tls=True)  # client URLs on TLS with --client-cert-auth (a test CA)
     c.start(); c.enable_auth()          # etcd RBAC on: a root user, etcdctl authenticates as it
-    c.add_user("shoal", "pw", "/prefix")  # a user whose role reads and writes only /prefix
+    c.add_user("shoal", "pw", "/prefix/")  # a user whose role reads and writes only /prefix/...
     c.url("/prefix")                  # "etcds://127.0.0.1:P1,..."
     c.shoal_settings("shoal", "pw")   # the shoal.etcd.* broker settings for that user (files)
 
@@ -292,12 +292,12 @@ class EtcdCluster:
         self.etcdctl("auth", "enable")
         self.root_password = pw
 
-    def add_user(self, user: str, password: str, prefix: str | None) -> None:
-        """A user with a role of its own (``<user>-role``) that may read and write ``prefix`` and
-        every key below it (None: a role without permissions)."""
+    def add_user(self, user: str, password: str, *prefixes: str) -> None:
+        """A user with a role of its own (``<user>-role``) that may read and write every key
+        starting with one of ``prefixes`` (none: a role without permissions)."""
         role = f"{user}-role"
         self.etcdctl("role", "add", role)
-        if prefix is not None:
+        for prefix in prefixes:
             self.etcdctl("role", "grant-permission", role, "--prefix=true", "readwrite", prefix)
         self.etcdctl("user", "add", user, "--new-user-password", password)
         self.etcdctl("user", "grant-role", user, role)

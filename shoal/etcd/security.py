@@ -33,6 +33,16 @@ SETTINGS = ("shoal.etcd.ssl.cafile", "shoal.etcd.ssl.certfile", "shoal.etcd.ssl.
             "shoal.etcd.user", "shoal.etcd.password.file")
 
 
+def granted_prefixes(prefix: str) -> list[str]:
+    """The key prefixes a Shoal cluster on ``prefix`` reads and writes, which its etcd user's role
+    must be granted (``etcdctl role grant-permission ROLE --prefix=true readwrite P`` for each):
+    the metadata under ``<prefix>/``, and beside it, outside the metadata watch, the brokers' load
+    reports (``shoal.cluster.load.load_key_prefix``) and quota demands
+    (``shoal.quotas.demand.demand_key_prefix``)."""
+    p = prefix.rstrip("/")
+    return [p + "/", p + ".balancer-load/", p + ".quota-demand/"]
+
+
 class EtcdSecurityError(ValueError):
     """A TLS or RBAC setting that cannot be used, or etcd refusing this broker: one line."""
 
@@ -162,7 +172,8 @@ def refusal(e: BaseException, security: EtcdSecurity, prefix: str) -> str | None
             return (f"etcd refused the request ({line}): its authentication is on; set shoal.etcd.user and "
                     "shoal.etcd.password.file to a user whose role may read and write the prefix")
         return (f"etcd user {security.user!r} may not read and write the prefix {prefix} ({line}): grant its role "
-                f"readwrite on it: etcdctl role grant-permission ROLE --prefix=true readwrite {prefix}/")
+                "readwrite on " + ", ".join(granted_prefixes(prefix)) + " (etcdctl role grant-permission ROLE "
+                "--prefix=true readwrite PREFIX, for each)")
     if name == "FAILED_PRECONDITION" and "authentication is not enabled" in text:
         return (f"etcd's authentication is off, but shoal.etcd.user is {security.user!r}: enable it "
                 "(etcdctl auth enable) or unset shoal.etcd.user and shoal.etcd.password.file")

@@ -12,13 +12,14 @@ was revoked behind its back), the keeper notices it at its next round (etcd answ
 tells the loop, which forgets the lease and awaits ``on_lease_lost`` (the owner of the ephemeral
 keys makes them again under a new lease), retrying every ``RETRY_S`` while that fails. An outage
 of the whole quorum loses no lease: etcd's new leader extends every lease by its TTL. A refresh
-waits half a keep-alive interval at most and carries ``hasleader``, and a failed one is sent again
+waits one keep-alive interval at most and carries ``hasleader``, and a failed one is sent again
 ``RETRY_S`` later: a refresh held by a member while etcd elects (its leader paused or cut off, not
 killed) had waited the whole request timeout (5 s), longer than a 3 s session, and brokers in the
 surviving datacenter lost their registrations in a datacenter-loss drill. A refresh that failed in
 transit moves the client on to the next member (``EtcdClient.move_off``; the loop's channel and
-watch follow): a member that hangs (paused, black-holed) is left within a third of the session,
-and the refresh sent again to the next member keeps the lease (issue 28).
+watch follow) and is sent there at once: a member that hangs (paused, black-holed) is left when a
+refresh to it times out, a third of the session after it was sent, and the refresh sent to the
+next member keeps the lease (issue 28).
 
 What rides on the lease: ephemeral keys (``claim``: created only if absent, or replaced when ours;
 ``put_ephemeral``), and an election key (``campaign``: its creation revision is the holder's epoch;
@@ -49,10 +50,10 @@ class LeaseKeeper:
     broker busy with thousands of partitions (a rejoin, a long request) is alive, and must not
     lose its registration, or the controller's key that rides on the same lease, because its
     loop was late. Every ``interval`` it refreshes ``lease_id`` (set with :meth:`keep`), each
-    refresh waiting half an interval at most and carrying ``hasleader`` (a member without a leader
-    answers at once) and the client's etcd token, a failed one sent again ``retry_s`` later, to
-    the next member when it failed in transit (``EtcdClient.move_off``), after authenticating
-    again when etcd refused the token. When etcd answers TTL 0 (the
+    refresh waiting one interval at most and carrying ``hasleader`` (a member without a leader
+    answers at once) and the client's etcd token, a failed one sent again ``retry_s`` later (at
+    once to the next member when it failed in transit: ``EtcdClient.move_off``), after
+    authenticating again when etcd refused the token. When etcd answers TTL 0 (the
     lease expired while etcd was out of reach, or was revoked) it calls ``on_lost(lease)`` from
     its thread (the caller hops to its loop) and refreshes nothing until given a new lease.
 
@@ -65,9 +66,11 @@ class LeaseKeeper:
         self.interval = interval
         self.retry_s = retry_s
         self._on_lost = on_lost
-        # a keep-alive waits half an interval at most: one to a member that does not answer fails,
-        # moves the client on and is sent again to the next member within a third of the TTL
-        self.timeout = max(0.25, interval / 2)
+        # a keep-alive waits one interval at most (a third of the TTL): one to a member that does
+        # not answer fails, moves the client on and is sent to the next member at once, two
+        # intervals after the last refresh at worst. (Half an interval left a loaded machine's
+        # slow but live member too often, and a test lost a 3 s lease.)
+        self.timeout = interval
         self.lease_id: int | None = None
         self.refreshes = 0
         self.max_gap = 0.0
@@ -126,8 +129,9 @@ class LeaseKeeper:
                     if stale_token(e):
                         client.token_refused(token)
                         self._authenticate(channel)
-                    elif transient(e):  # a member that does not answer: the next one, well within the TTL
-                        client.move_off(member, f"did not answer a lease keep-alive within {self.timeout:.1f} s ({why(e)})")
+                    elif transient(e) and client.move_off(
+                            member, f"did not answer a lease keep-alive within {self.timeout:.1f} s ({why(e)})"):
+                        wait = 0.0  # a member that does not answer: the next one at once, within the TTL
                     continue
                 if ttl > 0:
                     now = time.monotonic()
