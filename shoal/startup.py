@@ -10,6 +10,8 @@ acks=all means on a single node. Pure functions of the config (and the metadata 
   ``ssl.client.auth=required``) with no authorizer, or with ``User:ANONYMOUS`` a super user, lets
   any client that reaches it act as a broker (follower fetches). This one warns on loopback too:
   every process on the host reaches a loopback listener.
+- The metadata quorum reached over ``etcd://`` (no TLS) at a non-loopback address: everything in
+  etcd (credentials, ACLs, tenants) crosses the network in clear; ``etcds://`` (issue 28).
 - acks=all is not fsync (Kafka's default too: ``log.flush.interval.messages`` is Long.MAX and
   replication is the durability story). On a single node with replication factor 1, a power
   loss or kernel crash can lose acknowledged records; a killed process cannot (the data is in
@@ -71,7 +73,27 @@ def exposure_warnings(config: Any) -> list[str]:
     found = inter_broker_exposure(config)
     if found:
         out.append(found)
+    etcd = etcd_exposure(config)
+    if etcd:
+        out.append(etcd)
     return out
+
+
+def etcd_exposure(config: Any) -> str | None:
+    """The metadata quorum reached over ``etcd://`` (no TLS) at a non-loopback address: every
+    SCRAM hash, ACL and tenant crosses the network in clear, and no certificate says the member
+    is etcd. None for ``etcds://``, loopback members and the embedded store."""
+    from shoal.etcd.client import parse_url
+
+    url = str(config.get("shoal.metadata.store") or "")
+    if not url.startswith("etcd://"):
+        return None
+    exposed = [f"{h}:{p}" for h, p in parse_url(url)[0] if not is_loopback(h)]
+    if not exposed:
+        return None
+    return (f"the metadata quorum is reached over etcd:// (no TLS) at {', '.join(exposed)}: the cluster's "
+            "credentials, ACLs and tenants cross the network in clear, to whoever answers there. Use etcds:// with "
+            "shoal.etcd.ssl.* and an etcd user (docs/cluster.md, etcd in production)")
 
 
 def inter_broker_exposure(config: Any) -> str | None:

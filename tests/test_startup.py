@@ -47,3 +47,16 @@ def test_anonymous_super_user_on_an_unauthenticated_inter_broker_listener_warns(
 ], ids=["single-node", "authorizer", "sasl-inter-broker"])
 def test_no_warning_when_clients_cannot_act_as_brokers(settings):
     assert _warnings(**settings) == []
+
+
+def test_etcd_without_tls_beyond_loopback_warns_in_one_line():
+    def etcd_warnings(url: str) -> list[str]:
+        return [w for w in exposure_warnings(BrokerConfig.load(None, {"shoal.metadata.store": url}))
+                if "metadata quorum" in w]
+
+    [w] = etcd_warnings("etcd://127.0.0.1:2379,10.0.0.2:2379/prod")
+    assert w.startswith("the metadata quorum is reached over etcd:// (no TLS) at 10.0.0.2:2379: ") and "\n" not in w
+    assert "etcds://" in w
+    assert etcd_warnings("etcd://127.0.0.1:2379,localhost:22379/prod") == []
+    assert etcd_warnings("etcds://10.0.0.2:2379/prod") == []
+    assert etcd_warnings("embedded") == []

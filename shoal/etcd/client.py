@@ -13,7 +13,8 @@ does not answer (paused, overloaded, black-holed) is not passed over by gRPC unt
 ping times out, 15 s; so a request or a lease keep-alive that fails in transit (timed out, or a
 member without a leader) moves the client on to the next member (``move_off``): the session's
 keeper, whose keep-alive waits one interval (a third of the session), notices it when that times
-out, sends it to the next member at once and moves the loop's channel too, and the lease lives on (see ``shoal.etcd.session``).
+out, sends it to the next member at once and moves the loop's channel too, and the lease lives
+on (see ``shoal.etcd.session``).
 
 With an etcd user (``shoal.etcd.user``) every request carries its token (etcd's Authenticate);
 a request etcd refuses because the token expired or is no longer valid is authenticated again
