@@ -165,20 +165,25 @@ class Cluster:
 @contextmanager
 def running_cluster(etcd_cluster: Any, tmp_path_factory: Any, name: str, cls: type[Cluster] | None = None,
                     metrics: bool = False, proxied: Any = None, through: tuple[int, ...] = (),
-                    **kwargs: Any) -> Iterator[Any]:
+                    prefix: str | None = None, **kwargs: Any) -> Iterator[Any]:
     """A started cluster (``cls``, ``Cluster`` unless given; ``kwargs`` go to it) on a fresh prefix
     of ``etcd_cluster`` (the session's, or an ``EtcdCluster`` of the module's own) in a fresh
     directory named ``name``, closed at the end, also when it fails to start. With ``metrics``,
     every broker also serves its metrics on a port of its own; the brokers ``through`` reach etcd
     through ``proxied`` (an ``etcd_cluster.ProxiedEtcd`` of that etcd: ``proxied.cut()`` cuts them
-    off). The body of a module's cluster fixture::
+    off). ``prefix``: the etcd prefix (a fresh one unless given). The brokers reach an etcd on TLS
+    with RBAC with its ``client_settings`` (``tests/etcd_cluster.py``: the ``shoal.etcd.*``
+    files), under the ``overrides`` given. The body of a module's cluster fixture::
 
         @pytest.fixture(scope="module")
         def cluster(etcd_cluster, tmp_path_factory):
             with running_cluster(etcd_cluster, tmp_path_factory, "racks", racks=["dc1", "dc1", "dc2"]) as c:
                 yield c
     """
-    prefix = f"/{name}-{uuid.uuid4().hex[:8]}"
+    prefix = prefix or f"/{name}-{uuid.uuid4().hex[:8]}"
+    settings = getattr(etcd_cluster, "client_settings", {})
+    if settings:
+        kwargs["overrides"] = {**settings, **(kwargs.get("overrides") or {})}
     c = (cls or Cluster)(tmp_path_factory.mktemp(name), etcd_cluster.url(prefix), **kwargs)
     if metrics:
         for b in c.brokers.values():

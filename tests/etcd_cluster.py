@@ -16,6 +16,7 @@
     c.add_user("shoal", "pw", "/prefix/")  # a user whose role reads and writes only /prefix/...
     c.url("/prefix")                  # "etcds://127.0.0.1:P1,..."
     c.shoal_settings("shoal", "pw")   # the shoal.etcd.* broker settings for that user (files)
+    c.client_settings = c.shoal_settings("shoal", "pw")  # what running_cluster's brokers get
 
 Members run with the settings Shoal needs (``docs/cluster.md``): ``--max-txn-ops`` and
 ``--max-request-bytes`` raised so that one metadata change (a tenant-delete cascade, a topic with
@@ -95,6 +96,9 @@ class EtcdCluster:
         self.tls = tls
         self.pki: Any = None
         self.root_password: str | None = None  # set by enable_auth: etcdctl runs as root
+        # the broker settings that reach it (cluster_harness.running_cluster gives them to its
+        # brokers): a test sets them, e.g. to shoal_settings(user, password)
+        self.client_settings: dict[str, str] = {}
         scheme = "https" if tls else "http"
         self.members = [
             EtcdMember(f"m{i}", self.workdir / f"m{i}.etcd", free_port(), free_port(), scheme) for i in range(size)

@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 
 from broker_process import REPO
-from cluster_harness import LEASE_LOST, SESSION_MS, Cluster, run, until
+from cluster_harness import LEASE_LOST, SESSION_MS, Cluster, run, running_cluster, until
 from etcd_cluster import EtcdCluster, make_test_pki
 from shoal.client import AdminClient
 from shoal.client.admin import PartitionDescription
@@ -62,13 +62,10 @@ def etcd(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(etcd, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("prod"), etcd.url(PREFIX), overrides=etcd.shoal_settings(USER, PASSWORD))
-    try:
-        c.start()
+    etcd.client_settings = etcd.shoal_settings(USER, PASSWORD)
+    with running_cluster(etcd, tmp_path_factory, "prod", prefix=PREFIX) as c:
         c.wait_controller()
         yield c
-    finally:
-        c.close()
 
 
 def create(bootstrap: str, name: str, partitions: int = 3, rf: int = 3) -> None:
@@ -183,8 +180,9 @@ def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
     assert moves and f":{etcd.members[member].client_port} " in moves[0], log[-3000:]
     moved_in = datetime.strptime(moves[0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() - paused_at
     print(f"broker {node} left the paused member {moved_in:.2f} s after the pause")
-    # the next keep-alive (within one interval, a third of the session) times out one interval later
-    assert moved_in <= SESSION_MS / 1000 / 3 * 2 + 0.5, moved_in
+    # the next keep-alive (within one interval, a third of the session) times out one interval
+    # later (and a loaded machine's scheduling on top: the lease's survival is the criterion)
+    assert moved_in <= SESSION_MS / 1000 / 3 * 2 + 1.0, moved_in
     assert moved_to - {member}, moved_to  # (the old channel is closed once its calls ran out)
     assert run(_leaders(cluster.bootstrap(), topic)) == leaders
     # its watch moved too: a change made through another broker reaches its image
