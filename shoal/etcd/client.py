@@ -24,6 +24,7 @@ and sent once more.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -31,7 +32,7 @@ import threading
 import time
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Protocol, Sequence, TypeVar
 
-from shoal.etcd.security import PLAIN_SCHEME, TLS_SCHEME, Credentials, EtcdSecurity, EtcdSecurityError, stale_token
+from shoal.etcd.security import PLAIN_SCHEME, TLS_SCHEME, Credentials, EtcdSecurity, stale_token
 
 # gRPC's C core prints its own lines (a failed TLS handshake, a connection reset) on stderr, outside
 # the broker's log; Shoal says what failed itself (GRPC_VERBOSITY set by the operator wins).
@@ -310,6 +311,14 @@ class EtcdClient:
     # -- authentication (etcd's RBAC) -------------------------------------------------------------
 
     def _auth_request(self) -> Any:
+        """The Authenticate request, with the password as the file has it now: a password rotated
+        (the new one written to the file, then ``etcdctl user passwd``, which revokes the tokens)
+        is taken up at the next authentication, without a restart."""
+        fresh = self.security.reread_password()
+        if fresh is not None and fresh != self._credentials.password:
+            self._credentials = dataclasses.replace(self._credentials, password=fresh)
+            log.info("the password of etcd user %r changed in shoal.etcd.password.file: using the new one",
+                     self._credentials.user)
         c = self._credentials
         return self.rpc.AuthenticateRequest(name=c.user or "", password=c.password or "")
 

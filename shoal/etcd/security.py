@@ -4,7 +4,8 @@
 ``shoal.etcd.ssl.cafile`` (a PEM CA bundle; the system's roots when unset), and the broker presents
 ``shoal.etcd.ssl.certfile``/``keyfile`` to members that run with ``--client-cert-auth``. With
 ``shoal.etcd.user`` the client authenticates (etcd's Authenticate RPC, the password read from
-``shoal.etcd.password.file``) and sends the token with every request (``EtcdClient``).
+``shoal.etcd.password.file``) and sends the token with every request (``EtcdClient``); it reads
+the file again whenever it authenticates again (a rotated password needs no restart).
 
 Every secret comes from a file named in the config, never from a command line; the files are read
 and checked once, when the client is made (``EtcdSecurity.load``), so a broker with an unreadable
@@ -117,6 +118,21 @@ class EtcdSecurity:
         if password is not None and not self.tls:
             log.warning("the etcd password of user %r goes over etcd:// in clear: use etcds:// (TLS)", self.user)
         return Credentials(ca, cert, key, self.user, password)
+
+
+    def reread_password(self) -> str | None:
+        """The password file's password now (None: no user, or the file cannot be read or is
+        empty now: the caller keeps the one it has, and this logs why)."""
+        if not self.password_file:
+            return None
+        try:
+            with open(self.password_file, "rb") as f:
+                password = f.read().decode("utf-8", "replace").rstrip("\r\n")
+        except OSError as e:
+            log.warning("cannot read shoal.etcd.password.file %s (%s): authenticating with the password read before",
+                        self.password_file, e.strerror or e)
+            return None
+        return password or None
 
 
 def _no_password() -> str:

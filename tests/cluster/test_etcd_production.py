@@ -4,7 +4,8 @@ whose RBAC is on, the brokers authenticating as a user whose role may read and w
 prefix; certificates made by the test (``tests/auth/auth_certs.py``).
 
 - the cluster serves a real client's produce and consume, and no password reaches a log or a
-  command line; a token etcd revokes (the user's password set again) is replaced;
+  command line; the password rotated (the file, then etcd, which revokes the tokens): the brokers
+  authenticate again with the new one, no restart;
 - the member a broker uses hangs (SIGSTOP) for longer than the session: the broker moves to
   another member within a third of the session, keeps its lease, registration and leaderships;
 - a wrong CA, a client certificate etcd does not trust, a wrong password and a user without
@@ -43,7 +44,7 @@ from shoal.etcd.security import granted_prefixes
 pytestmark = pytest.mark.timeout(120)
 
 PREFIX = "/shoal-prod"
-USER, PASSWORD = "shoal", f"pw-{uuid.uuid4().hex}"
+USER, PASSWORD, NEW_PASSWORD = "shoal", f"pw-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
 STRANGER, STRANGER_PASSWORD = "stranger", f"pw-{uuid.uuid4().hex}"
 
 
@@ -134,17 +135,21 @@ def test_tls_rbac_cluster_serves_clients_and_keeps_secrets(etcd, cluster):
         assert PASSWORD.encode() not in Path(f"/proc/{b.proc.pid}/cmdline").read_bytes()
         assert "etcds://" in " ".join(b.serve_args())
 
-    # etcd revokes every token of the user (its password set again, to the same one): each broker's
-    # next request is refused, authenticates again and goes through
+    # the password rotated: the new one written to the brokers' password file, then set in etcd,
+    # which revokes every token of the user: each broker's next request is refused, authenticates
+    # again with the file's new password and goes through (no restart)
     before = {n: b.log_text().count("authenticated to etcd") for n, b in cluster.brokers.items()}
-    etcd.etcdctl("user", "passwd", USER, "--interactive=false", stdin=PASSWORD.encode() + b"\n")
+    Path(cluster[1].overrides["shoal.etcd.password.file"]).write_text(NEW_PASSWORD + "\n")
+    etcd.etcdctl("user", "passwd", USER, "--interactive=false", stdin=NEW_PASSWORD.encode() + b"\n")
     again = f"again-{uuid.uuid4().hex[:6]}"
     create(cluster.bootstrap(), again)
     sent = produce(cluster.bootstrap(), again, 30)
     assert sorted(consume(cluster.bootstrap(), again, 3, len(sent))) == sorted(sent)
     until(lambda: any(b.log_text().count("authenticated to etcd") > before[n] for n, b in cluster.brokers.items()),
           10, "a broker authenticated again")
-    assert "etcd refused the token" in "".join(b.log_text() for b in cluster.brokers.values())
+    logs = "".join(b.log_text() for b in cluster.brokers.values())
+    assert "etcd refused the token" in logs and "changed in shoal.etcd.password.file" in logs
+    assert PASSWORD not in logs and NEW_PASSWORD not in logs
 
 
 def test_hung_member_broker_moves_on_keeps_lease_and_leaderships(etcd, cluster):
@@ -237,7 +242,7 @@ def test_refused_brokers_stop_in_one_line(etcd, cluster, tmp_path):
         last = err.strip().splitlines()[-1] if err.strip() else ""
         assert code == 1, (name, code, err[-2000:])
         assert last.startswith("shoal serve: cannot start: ") and expect[name] in last, (name, err[-2000:])
-        assert "Traceback" not in err and PASSWORD not in err and STRANGER_PASSWORD not in err, (name, err)
+        assert "Traceback" not in err and not {PASSWORD, NEW_PASSWORD, STRANGER_PASSWORD} & set(err.split()), (name, err)
 
 
 def copy_prefix(scratch: EtcdCluster, live: EtcdCluster, prefix: str) -> int:
