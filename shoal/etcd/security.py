@@ -211,6 +211,16 @@ def refusal(e: BaseException, security: EtcdSecurity, prefix: str) -> str | None
     return None
 
 
+def hint(e: BaseException, security: EtcdSecurity) -> str:
+    """What to check, appended to why etcd could not be reached, when the failure looks like a
+    plain member on an ``etcds://`` URL (its handshake read failed: the member closed the
+    connection on the TLS hello); "" otherwise."""
+    _, text = _status(e)
+    if security.tls and "handshake read failed" in text.lower():
+        return " (does the member serve TLS on that port? etcds:// needs its https:// client URLs)"
+    return ""
+
+
 def _tls_reason(line: str) -> str:
     """The end of gRPC's 'failed to connect to all addresses; last error: ...: <reason>'."""
     reason = line.rsplit("ipv4:", 1)[-1].partition(": ")[2] or line

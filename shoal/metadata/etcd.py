@@ -80,7 +80,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from shoal.etcd.client import DEFAULT_PREFIX, REQUEST_TIMEOUT_S, EtcdClient, parse_url
-from shoal.etcd.security import EtcdSecurity, EtcdSecurityError, refusal
+from shoal.etcd.security import EtcdSecurity, EtcdSecurityError, hint, refusal
 from shoal.etcd.client import range_end as _range_end
 from shoal.etcd.client import transient as _transient
 from shoal.etcd.client import why as _why
@@ -339,7 +339,7 @@ class EtcdBackend(MetadataBackend):
                 pass
 
     def _unreachable(self, e: BaseException) -> None:
-        self._why = _why(e)
+        self._why = _why(e) + hint(e, self.client.security)
         was = self._reachable
         self._reachable = False
         now = time.monotonic()

@@ -76,3 +76,43 @@ def test_the_granted_prefixes_are_every_key_shoal_uses():
     from shoal.quotas.demand import demand_key_prefix
 
     assert granted_prefixes("/prod/") == ["/prod/", load_key_prefix("/prod").decode(), demand_key_prefix("/prod").decode()]
+
+
+class _RpcError(Exception):
+    """What gRPC raises, as far as refusal and hint read it (a status code and details)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        import grpc
+
+        super().__init__(details)
+        self._code, self._details = getattr(grpc.StatusCode, code), details
+
+    def code(self):
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_what_etcd_answers_a_broker_it_refuses_is_one_line_and_the_rest_is_retried():
+    from shoal.etcd.security import hint, refusal
+
+    tls = EtcdSecurity(True, cafile="/ca.pem", certfile="/c.crt", keyfile="/c.key", user="shoal", password_file="/pw")
+    refused = {
+        ("INVALID_ARGUMENT", "etcdserver: authentication failed, invalid user ID or password"): "etcd refused user 'shoal'",
+        ("PERMISSION_DENIED", "etcdserver: permission denied"): "may not read and write the prefix /p",
+        ("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Tls handshake "
+                        "failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: certificate signature failure: OK"):
+            "cannot verify the etcd member's TLS certificate with shoal.etcd.ssl.cafile /ca.pem",
+        ("UNAVAILABLE", "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Unwrap "
+                        "failed (TSI_DATA_CORRUPTED)"): "refused the TLS client certificate shoal.etcd.ssl.certfile /c.crt",
+    }
+    for (code, details), expected in refused.items():
+        line = refusal(_RpcError(code, details), tls, "/p")
+        assert line is not None and expected in line and "\n" not in line, (details, line)
+    for code, details in (("UNAVAILABLE", "etcdserver: no leader"), ("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+                          ("UNAVAILABLE", "failed to connect to all addresses; last error: ... Connection refused")):
+        assert refusal(_RpcError(code, details), tls, "/p") is None  # in transit: retried
+    plain_member = _RpcError("UNAVAILABLE", "last error: UNAVAILABLE: ipv4:127.0.0.1:1: Handshake read failed (Socket closed)")
+    assert "does the member serve TLS" in hint(plain_member, tls)
+    assert hint(plain_member, EtcdSecurity()) == "" and refusal(plain_member, tls, "/p") is None
