@@ -391,6 +391,7 @@ class Broker:
             rack=self.static_config.rack,
             endpoints=tuple(endpoints),
             features=features.supported(),
+            host_id=self.static_config.host_id or "",  # else the advertised host stands for it
         )
 
     def _inter_broker_endpoint(self, info: BrokerInfo) -> tuple[tuple[str, int], Any]:

@@ -342,6 +342,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("node.id", "int", 1, "The node ID of this broker.", at_least(0)),
         _d("broker.id", "int", None, "Alias of node.id; when both are set they must be equal."),
         _d("broker.rack", "string", None, "Rack of the broker, used for rack-aware replica placement."),
+        _d("broker.host", "string", None,
+           "Shoal: the machine this broker runs on. Placement never puts two replicas of a partition on one host "
+           "while others are free (after spreading over racks). Default: the host of the first advertised "
+           "listener; shoal serve --processes gives all its brokers the same one."),
         _d("replica.selector.class", "string", None,
            "Which replica a consumer with client.rack reads from (KIP-392 follower fetching): "
            "org.apache.kafka.common.replica.RackAwareReplicaSelector (rack-aware, Shoal's default when unset) or "
@@ -1572,6 +1576,12 @@ class BrokerConfig:
     @property
     def rack(self) -> str | None:
         return self.get("broker.rack")
+
+    @property
+    def host_id(self) -> str | None:
+        """``broker.host``: the machine this broker runs on, None when not set."""
+        value = self.get("broker.host")
+        return str(value) if value else None
 
     def __repr__(self) -> str:
         return f"BrokerConfig(static={dict(self._static)!r}, dynamic={dict(self._dynamic)!r})"

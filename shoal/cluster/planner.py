@@ -59,6 +59,8 @@ __all__ = [
     "PlacementError",
     "TopicRequest",
     "cell_brokers",
+    "host_shortfall",
+    "hosts_of",
     "live_brokers",
     "plan_new_partitions",
     "plan_topic",
@@ -119,9 +121,30 @@ class Plan:
 
 class Brokers(list[Broker]):
     """The brokers placement may use; ``cell`` names the tenant's cell they were narrowed to
-    (for the refusals' messages), "" when they were not."""
+    (for the refusals' messages), "" when they were not; ``hosts`` each one's host
+    (``broker.host``, else its advertised host), which placement spreads over after racks."""
 
     cell: str = ""
+    hosts: dict[int, str] = {}
+
+
+def hosts_of(brokers: Sequence[Broker]) -> dict[int, str] | None:
+    """The brokers' hosts (``Brokers.hosts``), None when not known (every broker its own host)."""
+    return getattr(brokers, "hosts", None) or None
+
+
+def host_shortfall(brokers: Sequence[Broker], plan: "Plan") -> str | None:
+    """One line when some partition of ``plan`` has two replicas on one host because the brokers
+    span fewer hosts than its replication factor (placed as best it can); None otherwise."""
+    hosts = hosts_of(brokers)
+    if not hosts or not plan.assignments:
+        return None
+    available = len({hosts.get(b, str(b)) for b, _ in brokers})
+    rf = plan.replication_factor
+    if available >= rf or not any(len({hosts.get(b, str(b)) for b in r}) < len(r) for r in plan.assignments):
+        return None
+    return (f"topic {plan.name}: replication factor {rf} over {available} host(s) (broker.host): some "
+            f"partitions have two replicas on one host, so losing that host loses both; add hosts")
 
 
 def live_brokers(image: "MetadataImage", fenced: Collection[int] = (), topic: str | None = None) -> list[Broker]:
@@ -133,11 +156,13 @@ def live_brokers(image: "MetadataImage", fenced: Collection[int] = (), topic: st
     physical name) of a tenant confined to a cell (``shoal.placement.cells``), those in the cell."""
     out = Brokers((b.node_id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
                   if b.node_id not in fenced)
+    out.hosts = {b.node_id: b.machine for b in image.brokers.values()}
     tenant_id = owner_tenant(topic, image.tenants) if topic else None
     cell = cell_brokers(image, tenant_id) if tenant_id else None
     if tenant_id is None or cell is None:
         return out
     narrowed = Brokers(b for b in out if b[0] in cell)
+    narrowed.hosts = out.hosts
     narrowed.cell = f" in tenant {tenant_id}'s cell ({_cell_text(image, tenant_id)})"
     return narrowed
 
@@ -232,7 +257,8 @@ def _place(brokers: Sequence[Broker], partitions: int, rf: int, rng: random.Rand
     _check_brokers(brokers, rf)
     n = len(brokers)
     start, shift = rng.randrange(n), rng.randrange(n)  # AdminUtils: rand.nextInt(brokers), twice
-    return assign_replicas(_rack_mode_safe(brokers), partitions, rf, start_index=start, replica_shift=shift)
+    return assign_replicas(_rack_mode_safe(brokers), partitions, rf, start_index=start, replica_shift=shift,
+                           hosts=hosts_of(brokers))
 
 
 def _check_brokers(brokers: Sequence[Broker], rf: int) -> None:
@@ -366,7 +392,8 @@ def plan_new_partitions(
         return Plan(name, tuple(tuple(r) for r in assignments), current)
     _check_brokers(brokers, rf)
     start = start_index_for_new_partitions([b for b, _ in brokers], existing[0] if existing else ())
-    placed = assign_replicas(_rack_mode_safe(brokers), additional, rf, start_index=start, start_partition_id=current)
+    placed = assign_replicas(_rack_mode_safe(brokers), additional, rf, start_index=start, start_partition_id=current,
+                             hosts=hosts_of(brokers))
     return Plan(name, tuple(placed), current)
 
 

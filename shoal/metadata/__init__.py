@@ -44,6 +44,14 @@ class BrokerInfo:
     endpoints: tuple[tuple[str, str, int], ...] = ()
     # (feature, min level, max level) this broker's release supports (shoal.metadata.features)
     features: tuple[tuple[str, int, int], ...] = ()
+    # broker.host: the machine it runs on (shoal serve --processes runs several per host); "" when
+    # not given, then the advertised host stands for it (``machine``).
+    host_id: str = ""
+
+    @property
+    def machine(self) -> str:
+        """The host placement spreads replicas over: ``broker.host``, else the advertised host."""
+        return self.host_id or self.host
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         for name, host, port in self.endpoints:

@@ -73,6 +73,7 @@ class BrokerDoc(TypedDict):
     rack: NotRequired[str | None]
     endpoints: NotRequired[list[list[str | int]]]  # (listener, host, port)
     features: NotRequired[list[list[str | int]]]  # (feature, min level, max level) supported
+    host_id: NotRequired[str]  # broker.host, when set
 
 
 class FeaturesDoc(TypedDict):
@@ -260,7 +261,7 @@ def quotas_from_json(items: Iterable[QuotaDoc]) -> dict[QuotaEntity, Mapping[str
 
 
 def broker_to_json(b: BrokerInfo) -> BrokerDoc:
-    return {
+    doc: BrokerDoc = {
         "node_id": b.node_id,
         "host": b.host,
         "port": b.port,
@@ -268,6 +269,9 @@ def broker_to_json(b: BrokerInfo) -> BrokerDoc:
         "endpoints": [list(e) for e in b.endpoints],
         "features": [list(f) for f in b.features],
     }
+    if b.host_id:
+        doc["host_id"] = b.host_id
+    return doc
 
 
 def broker_from_json(d: BrokerDoc) -> BrokerInfo:
@@ -278,6 +282,7 @@ def broker_from_json(d: BrokerDoc) -> BrokerInfo:
         rack=None if d.get("rack") is None else str(d["rack"]),
         endpoints=tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints", [])),
         features=tuple((str(n), int(lo), int(hi)) for n, lo, hi in d.get("features", [])),
+        host_id=str(d.get("host_id") or ""),
     )
 
 

@@ -115,9 +115,13 @@ class TopicCreation:
 def _place(brokers: Sequence[planner.Broker], request: planner.TopicRequest, defaults: planner.Defaults,
            rng: random.Random, replication_factor: int = -1) -> planner.Plan:
     try:
-        return planner.plan_topic(brokers, request, defaults, rng)
+        plan = planner.plan_topic(brokers, request, defaults, rng)
     except planner.PlacementError as e:
         raise PlacementRefused(e.code, e.message, replication_factor) from None
+    shortfall = planner.host_shortfall(brokers, plan)
+    if shortfall:  # placed as well as the hosts allow: say so, as for racks (shoal placement check)
+        _ignored_log.log(logging.WARNING, ("hosts", plan.name), "%s", shortfall)
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------

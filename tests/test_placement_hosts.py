@@ -1,0 +1,96 @@
+"""Host-aware placement (issue 29, part 2): several brokers per host (``broker.host``) never hold two
+replicas of a partition while the hosts allow it; racks still spread first; one broker per host is
+Kafka's placement exactly. Pure: shoal.placement.assignment and shoal.cluster.planner."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.cluster import planner
+from shoal.metadata import BrokerInfo, MetadataImage
+from shoal.placement.assignment import assign_replicas
+
+
+@st.composite
+def clusters(draw):
+    """Brokers on hosts, each host in one rack (or no racks at all), and an RF they can hold."""
+    racked = draw(st.booleans())
+    n_hosts = draw(st.integers(1, 6))
+    host_rack = {f"h{h}": (f"r{draw(st.integers(0, 2))}" if racked else None) for h in range(n_hosts)}
+    brokers, hosts = [], {}
+    node = draw(st.integers(0, 5))
+    for h, rack in host_rack.items():
+        for _ in range(draw(st.integers(1, 4))):
+            node += draw(st.integers(1, 3))
+            brokers.append((node, rack))
+            hosts[node] = h
+    rf = draw(st.integers(1, len(brokers)))
+    return brokers, hosts, rf
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.integers(1, 12), st.integers(0, 50), st.integers(0, 50))
+def test_two_replicas_share_a_host_only_when_hosts_run_out(cluster, partitions, start, shift) -> None:
+    brokers, hosts, rf = cluster
+    placed = assign_replicas(brokers, partitions, rf, start_index=start % len(brokers),
+                             replica_shift=shift % len(brokers), hosts=hosts)
+    rack = dict(brokers)
+    n_hosts = len(set(hosts.values()))
+    n_racks = len({r for _, r in brokers})
+    plain = assign_replicas(brokers, partitions, rf, start_index=start % len(brokers),
+                            replica_shift=shift % len(brokers))
+    for replicas in placed:
+        assert len(set(replicas)) == rf  # distinct brokers
+        assert len({hosts[b] for b in replicas}) == min(rf, n_hosts), (replicas, hosts)
+        assert len({rack[b] for b in replicas}) == min(rf, n_racks)  # racks spread as before
+    # leaders round-robin over the brokers (host-alternated): each leads as many as Kafka's would
+    leads = [sum(1 for r in placed if r[0] == b) for b, _ in brokers]
+    assert max(leads) - min(leads) <= 1 and sorted(leads) == sorted(sum(1 for r in plain if r[0] == b) for b, _ in brokers)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 9), st.booleans(), st.integers(1, 12), st.integers(0, 20), st.integers(0, 20))
+def test_one_broker_per_host_is_kafkas_placement(n, racked, partitions, start, shift) -> None:
+    brokers = [(i + 1, f"r{i % 3}" if racked else None) for i in range(n)]
+    rf = min(3, n)
+    hosts = {b: f"host-{b}" for b, _ in brokers}
+    assert assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n, hosts=hosts) == \
+        assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n)
+
+
+def test_followers_spread_evenly_over_two_hosts_of_two() -> None:
+    brokers = [(1, None), (2, None), (3, None), (4, None)]
+    hosts = {1: "a", 2: "a", 3: "b", 4: "b"}
+    placed = assign_replicas(brokers, 8, 2, start_index=0, replica_shift=0, hosts=hosts)
+    assert all({hosts[r] for r in reps} == {"a", "b"} for reps in placed)
+    assert sorted(r[1] for r in placed) == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert sorted(r[0] for r in placed) == [1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def _image(hosts: dict[int, str]) -> MetadataImage:
+    brokers = {n: BrokerInfo(n, "127.0.0.1", 9000 + n, host_id=h) for n, h in hosts.items()}
+    return MetadataImage("cluster", 1, brokers, {}, {}, {})
+
+
+def test_planner_places_over_registered_hosts_and_says_when_short() -> None:
+    image = _image({1: "a", 2: "a", 3: "b", 4: "b"})
+    live = planner.live_brokers(image)
+    assert planner.hosts_of(live) == {1: "a", 2: "a", 3: "b", 4: "b"}
+    for seed in range(20):
+        plan = planner.plan_topic(live, planner.TopicRequest("t", 6, 2), planner.Defaults(1, 1), random.Random(seed))
+        assert all(len({"ab"[r > 2] for r in reps}) == 2 for reps in plan.assignments), plan
+        assert planner.host_shortfall(live, plan) is None
+    grown = planner.plan_new_partitions(live, "t", [(1, 3)], 5)
+    assert all(len({"ab"[r > 2] for r in reps}) == 2 for reps in grown.assignments), grown
+    plan = planner.plan_topic(live, planner.TopicRequest("t3", 4, 3), planner.Defaults(1, 1), random.Random(1))
+    assert all(len({"ab"[r > 2] for r in reps}) == 2 for reps in plan.assignments)  # as best it can
+    said = planner.host_shortfall(live, plan)
+    assert said is not None and "replication factor 3 over 2 host(s)" in said
+
+
+def test_advertised_host_stands_for_an_unset_broker_host() -> None:
+    assert BrokerInfo(1, "10.0.0.1", 9092).machine == "10.0.0.1"
+    assert BrokerInfo(1, "10.0.0.1", 9092, host_id="rack7-host3").machine == "rack7-host3"
