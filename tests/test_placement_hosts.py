@@ -94,3 +94,20 @@ def test_planner_places_over_registered_hosts_and_says_when_short() -> None:
 def test_advertised_host_stands_for_an_unset_broker_host() -> None:
     assert BrokerInfo(1, "10.0.0.1", 9092).machine == "10.0.0.1"
     assert BrokerInfo(1, "10.0.0.1", 9092, host_id="rack7-host3").machine == "rack7-host3"
+
+
+def test_placement_check_reports_host_spread(capsys) -> None:
+    from shoal.cli import main
+
+    rc = main(["placement", "check", "--replication-factor", "2", "--brokers", "1:r1,2:r1,3:r1,4:r1",
+               "--hosts", "1:a,2:a,3:b,4:b", "--partitions", "8"])
+    out = capsys.readouterr().out
+    assert "hosts: every partition on 2 hosts (4 brokers on 2 hosts)" in out, out  # (rc: the one rack warns)
+    rc = main(["placement", "check", "--replication-factor", "3", "--brokers", "1:r1,2:r1,3:r1,4:r1",
+               "--hosts", "1:a,2:a,3:b,4:b", "--partitions", "4"])
+    out = capsys.readouterr().out
+    assert "NOTE: replication factor 3 over 2 hosts: partitions 0,1,2,3 have two replicas" in out, out
+    assert "WARNING: partitions" not in out  # as spread as the hosts allow
+    rc = main(["placement", "check", "--replication-factor", "2", "--brokers", "1:r1,2:r1",
+               "--hosts", "1:a,9:b"])
+    assert rc == 2 and "--hosts: broker 9 is not in --brokers" in capsys.readouterr().err

@@ -57,6 +57,8 @@ def add_parser(subparsers: Any) -> None:
                      help="Kafka's rack-aware placement of N replicas, with --brokers")
     c.add_argument("--brokers", metavar="ID:RACK,...", help="the brokers and their racks (with --spec or "
                    "--replication-factor)")
+    c.add_argument("--hosts", metavar="ID:HOST,...", help="each broker's host (broker.host; with --brokers): the "
+                   "placement spreads over them after racks and the report says how (default: a host per broker)")
     c.add_argument("--partitions", type=int, help="partitions to place (default: as many as brokers)")
     c.add_argument("--min-insync-replicas", type=int, metavar="N",
                    help="default: the topic's (--topic), else 1 (Kafka's default)")
@@ -145,16 +147,33 @@ def _read_spec(text: str) -> str:
         raise UsageError(f"--spec: cannot read {text}: {e.strerror or e}") from None
 
 
-def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]]], str | None]:
-    """(layout, its partitions) for --spec or --replication-factor with --brokers; and the
-    placement's promotion policy."""
+def parse_hosts(text: str, brokers: list[tuple[int, str | None]]) -> dict[int, str]:
+    """``1:h1,2:h1,3:h2`` -> ``{1: 'h1', 2: 'h1', 3: 'h2'}``; a broker not named is its own host."""
+    known = {b for b, _ in brokers}
+    out = {b: f"broker-{b}" for b in known}
+    for item in text.split(","):
+        node, sep, host = item.strip().partition(":")
+        if not sep or not host.strip() or not node.strip().isdigit():
+            raise UsageError(f"--hosts: {item.strip()!r} is not ID:HOST")
+        if int(node) not in known:
+            raise UsageError(f"--hosts: broker {int(node)} is not in --brokers")
+        out[int(node)] = host.strip()
+    return out
+
+
+def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]]], str | None, Any]:
+    """(layout, its partitions) for --spec or --replication-factor with --brokers; the placement's
+    promotion policy; and the host spread (with --hosts, else None)."""
     from shoal.placement.assignment import PlacementError, assign_replicas
     from shoal.placement.constraints import PlacementSpecError, assign_with_constraints, parse_placement
     from shoal.placement.stretch import Layout
 
     if not args.brokers:
         raise UsageError("--brokers ID:RACK,... is needed with --spec or --replication-factor")
+    from shoal.placement.stretch import HostSpread
+
     brokers = parse_brokers(args.brokers)
+    hosts = parse_hosts(args.hosts, brokers) if args.hosts else None
     racks = dict(brokers)
     partitions = args.partitions or len(brokers)
     if partitions < 1:
@@ -166,10 +185,30 @@ def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]
             promotion = spec.promotion
             placed = assign_with_constraints(spec, brokers, partitions)
         else:
-            placed = [(r, ()) for r in assign_replicas(brokers, partitions, args.replication_factor, start_index=0)]
+            placed = [(r, ()) for r in assign_replicas(brokers, partitions, args.replication_factor, start_index=0,
+                                                        hosts=hosts)]
     except (PlacementSpecError, PlacementError) as e:
         raise _CheckError(f"{e.code}: {e.message}") from None
-    return group_layouts([(i, Layout.of(r, o, racks)) for i, (r, o) in enumerate(placed)]), promotion
+    spread = HostSpread.of({i: r for i, (r, _o) in enumerate(placed)}, hosts) if hosts else None
+    return group_layouts([(i, Layout.of(r, o, racks)) for i, (r, o) in enumerate(placed)]), promotion, spread
+
+
+async def broker_hosts(client: Any, brokers: dict[int, Any]) -> dict[int, str]:
+    """Each broker's host: its ``broker.host`` (DescribeConfigs), else its advertised host."""
+    from shoal.client import RESOURCE_BROKER
+
+    out = {node: str(host) for node, (host, _p, _r) in brokers.items()}
+    for node in brokers:
+        try:
+            configs = await client.describe_configs([(RESOURCE_BROKER, str(node))], keys=["broker.host"],
+                                                    raise_errors=False, node_id=node)
+        except Exception:  # unreachable, an older broker: its advertised host stands for it
+            continue
+        entries = configs.get((RESOURCE_BROKER, str(node)))
+        entry = entries.get("broker.host") if isinstance(entries, dict) else None
+        if entry is not None and entry.value:
+            out[node] = entry.value
+    return out
 
 
 class _CheckError(Exception):
@@ -184,18 +223,29 @@ def group_layouts(items: list[tuple[int, Any]]) -> list[tuple[Any, list[int]]]:
 
 
 def report(groups: list[tuple[Any, list[int]]], min_isr: int, min_racks: int, promotion: str | None,
-           as_json: bool, title: str) -> int:
+           as_json: bool, title: str, hosts: Any = None) -> int:
+    """The stretch advice per layout, then (``hosts``, a ``stretch.HostSpread``) the host spread."""
     from shoal.placement.stretch import advise, render
 
     advice = [(advise(layout, min_isr, min_racks, promotion), parts) for layout, parts in groups]
+    host_warning = hosts.warning if hosts is not None else None
     if as_json:
-        print(json.dumps({"subject": title, "layouts": [{"partitions": parts, **a.as_dict()} for a, parts in advice]}))
+        doc: dict[str, Any] = {"subject": title, "layouts": [{"partitions": parts, **a.as_dict()} for a, parts in advice]}
+        if hosts is not None:
+            doc["hosts"] = hosts.as_dict()
+        print(json.dumps(doc))
     else:
         for a, parts in advice:
             which = "every partition" if len(groups) == 1 else \
                 f"partition{'s' * (len(parts) != 1)} {','.join(map(str, parts))}"
             print("\n".join(render(a, f"{title}: {which}")))
-    return 1 if any(a.warnings for a, _ in advice) else 0
+        if hosts is not None:
+            print(hosts.line())
+            if hosts.note:
+                print(f"NOTE: {hosts.note}")
+            if host_warning:
+                print(f"WARNING: {host_warning}")
+    return 1 if any(a.warnings for a, _ in advice) or host_warning else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -207,16 +257,18 @@ def cmd_check(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     if args.topic is None:
         try:
-            groups, promotion = offline_layouts(args)
+            groups, promotion, spread = offline_layouts(args)
         except UsageError as e:
             return usage_error(name, e)
         except _CheckError as e:
             print(f"{name}: {e}", file=sys.stderr)
             return EXIT_ERROR
         title = "placement" if args.spec is not None else f"rack-aware RF {args.replication_factor}"
-        return report(groups, args.min_insync_replicas or 1, args.min_insync_racks or 1, promotion, args.json, title)
-    if args.brokers:
-        print(f"{name}: --brokers is for --spec / --replication-factor; --topic reads the cluster's", file=sys.stderr)
+        return report(groups, args.min_insync_replicas or 1, args.min_insync_racks or 1, promotion, args.json, title,
+                      spread)
+    if args.brokers or args.hosts:
+        print(f"{name}: --brokers and --hosts are for --spec / --replication-factor; --topic reads the cluster's",
+              file=sys.stderr)
         return EXIT_USAGE
     async def job(client: Any) -> int:
         from shoal.client import RESOURCE_TOPIC, KafkaError
@@ -244,7 +296,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         n_obs = spec.observer_count if spec is not None else 0
         groups = group_layouts([(p.partition, Layout.of(p.replicas, tuple(p.replicas[len(p.replicas) - n_obs:])
                                                         if n_obs else (), racks)) for p in topic.partitions])
+        from shoal.placement.stretch import HostSpread
+
+        hosts = await broker_hosts(client, md.brokers)
+        spread = HostSpread.of({p.partition: p.replicas for p in topic.partitions}, hosts)
         return report(groups, min_isr, min_racks, spec.promotion if spec is not None else None, args.json,
-                      f"topic {args.topic}")
+                      f"topic {args.topic}", spread)
 
     return run_admin(args, name, "shoal-placement", job)

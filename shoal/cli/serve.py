@@ -30,6 +30,10 @@ def add_parser(sub) -> None:
                    help="log.dirs: where partition logs and metadata live (default ./data)")
     p.add_argument("--node-id", type=int, metavar="N", help="node.id: this broker's id in the cluster (default 1)")
     p.add_argument("--rack", metavar="RACK", help="broker.rack: the broker's rack, for rack-aware placement")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="run N brokers on this host under a supervisor that restarts them: nodes node.id..node.id+N-1, "
+                        "each listener port + i, log dirs <dir>/p<i>, one broker.host (N > 1 needs "
+                        "shoal.metadata.store=etcd://; docs/processes.md). Default: one broker, no supervisor")
     p.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
         help="any broker config, as in server.properties (repeatable; wins over --config)",
@@ -108,6 +112,18 @@ def cmd_serve(args) -> int:
     except ValueError as e:  # shoal.quickstart.QuickstartError, a bad admin or metrics listener
         _explain_failure(args, e, f"shoal serve --quickstart: {e}")
         return 2
+    if args.processes is not None:  # several brokers on this host (shoal.cli.supervisor)
+        from shoal.cli.supervisor import SupervisorError, supervise
+
+        if args.quickstart:
+            print("shoal serve: --processes and --quickstart cannot be combined (the quick start is one broker "
+                  "on an embedded store)", file=sys.stderr)
+            return 2
+        try:
+            return supervise(args, _serve_settings(args), config)
+        except SupervisorError as e:
+            print(f"shoal serve: {e}", file=sys.stderr)
+            return 2
     try:
         import uvloop
 

@@ -620,8 +620,10 @@ class AdminClient:
         keys: Iterable[str] | None = None,
         include_synonyms: bool = False,
         raise_errors: bool = True,
+        node_id: int | None = None,
     ) -> dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError]:
-        """Configs of ``(resource_type, name)`` resources, e.g. ``(RESOURCE_TOPIC, "t")``."""
+        """Configs of ``(resource_type, name)`` resources, e.g. ``(RESOURCE_TOPIC, "t")``;
+        ``node_id``: the broker to ask (a broker describes its own configs only)."""
         key_list = None if keys is None else list(keys)
         resources = list(resources)
         resp = await self.request(
@@ -634,6 +636,7 @@ class AdminClient:
                 "include_synonyms": include_synonyms,
                 "include_documentation": False,
             },
+            node_id=node_id,
         )
         out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
         for r in resp.results:

@@ -28,7 +28,7 @@ the loss, clean election only):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -222,3 +222,64 @@ def render(advice: Advice, title: str = "") -> list[str]:
         lines.append(f"lose {o.dc}: {produce}; {consume}; {lost}")
     lines += [f"WARNING: {w}" for w in advice.warnings]
     return lines
+
+
+@dataclass(frozen=True)
+class HostSpread:
+    """How a topic's partitions spread over hosts (``broker.host``: ``shoal serve --processes``
+    runs several brokers on one): the hosts of the brokers, and the partitions with two replicas
+    on one host."""
+
+    hosts: int  # distinct hosts of the brokers that may hold replicas
+    brokers: int
+    spans: Mapping[int, int]  # partition -> hosts its replicas are on
+    shared: Mapping[int, tuple[str, ...]]  # partition -> the hosts holding two replicas or more of it
+    rf: int
+
+    @classmethod
+    def of(cls, partitions: Mapping[int, Sequence[int]], hosts: Mapping[int, str]) -> "HostSpread":
+        spans: dict[int, int] = {}
+        shared: dict[int, tuple[str, ...]] = {}
+        for p, replicas in partitions.items():
+            held = [hosts.get(b, f"broker {b}") for b in replicas]
+            spans[p] = len(set(held))
+            twice = sorted({h for h in held if held.count(h) > 1})
+            if twice:
+                shared[p] = tuple(twice)
+        rf = max((len(r) for r in partitions.values()), default=0)
+        return cls(len(set(hosts.values())), len(hosts), spans, shared, rf)
+
+    def _shared(self) -> tuple[str, str]:
+        parts = sorted(self.shared)
+        which = ",".join(map(str, parts[:10])) + ("..." if len(parts) > 10 else "")
+        return which, ", ".join(sorted({h for p in parts for h in self.shared[p]}))
+
+    @property
+    def warning(self) -> str | None:
+        """Replicas sharing a host while the hosts could hold them apart: a placement to repair."""
+        if not self.shared or self.hosts < self.rf:
+            return None
+        which, where = self._shared()
+        return (f"partitions {which} have two replicas on one host ({where}) while {self.hosts} hosts could hold "
+                f"them apart: reassign them (shoal cluster balancer, or kafka-reassign-partitions)")
+
+    @property
+    def note(self) -> str | None:
+        """Fewer hosts than replicas: placed as well as the hosts allow (as with fewer racks)."""
+        if not self.shared or self.hosts >= self.rf:
+            return None
+        which, where = self._shared()
+        return (f"replication factor {self.rf} over {self.hosts} host{'s' * (self.hosts != 1)}: partitions {which} "
+                f"have two replicas on one host ({where}), losing it loses both; add hosts to spread them")
+
+    def line(self) -> str:
+        counts = sorted(set(self.spans.values()))
+        on = (f"every partition on {counts[0]} host{'s' * (counts[0] != 1)}" if len(counts) == 1
+              else f"partitions on {counts[0]}-{counts[-1]} hosts")
+        return f"hosts: {on} ({self.brokers} brokers on {self.hosts} host{'s' * (self.hosts != 1)})"
+
+    def as_dict(self) -> dict:
+        return {"hosts": self.hosts, "brokers": self.brokers,
+                "partition_hosts": {str(p): n for p, n in sorted(self.spans.items())},
+                "shared": {str(p): list(h) for p, h in sorted(self.shared.items())}, "warning": self.warning,
+                "note": self.note}

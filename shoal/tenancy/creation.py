@@ -119,8 +119,11 @@ def _place(brokers: Sequence[planner.Broker], request: planner.TopicRequest, def
     except planner.PlacementError as e:
         raise PlacementRefused(e.code, e.message, replication_factor) from None
     shortfall = planner.host_shortfall(brokers, plan)
-    if shortfall:  # placed as well as the hosts allow: say so, as for racks (shoal placement check)
-        _ignored_log.log(logging.WARNING, ("hosts", plan.name), "%s", shortfall)
+    if shortfall:  # placed as well as the hosts allow: say so (shoal placement check too); a warning
+        # when the cluster spans hosts, a note when it is one machine (a laptop's, a test's)
+        hosts = planner.hosts_of(brokers) or {}
+        level = logging.WARNING if len(set(hosts.values())) > 1 else logging.INFO
+        _ignored_log.log(level, ("hosts", plan.name), "%s", shortfall)
     return plan
 
 
