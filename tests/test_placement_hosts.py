@@ -4,6 +4,7 @@ Kafka's placement exactly. Pure: shoal.placement.assignment and shoal.cluster.pl
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import given, settings
@@ -111,3 +112,55 @@ def test_placement_check_reports_host_spread(capsys) -> None:
     rc = main(["placement", "check", "--replication-factor", "2", "--brokers", "1:r1,2:r1",
                "--hosts", "1:a,9:b"])
     assert rc == 2 and "--hosts: broker 9 is not in --brokers" in capsys.readouterr().err
+
+
+# -- the balancer's PlacementGoal -----------------------------------------------------------------
+
+
+def _balancer_cluster(hosts: dict[int, str], layouts: list[tuple[int, ...]], racks: dict[int, str] | None = None):
+    from shoal.cluster.balancer import BrokerInfo as Node, Capacity, PartitionInfo as Part, PartitionLoad
+
+    nodes = [Node(b, (racks or {}).get(b), capacity=Capacity(disk=1e9), host=h) for b, h in hosts.items()]
+    parts = [Part("t", i, reps, load=PartitionLoad(1e5, 1e5, 1e6)) for i, reps in enumerate(layouts)]
+    return nodes, parts
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_balancer_moves_replicas_off_a_shared_host(data) -> None:
+    from shoal.cluster.balancer import plan
+    from shoal.cluster.balancer.goals import placement_violations
+    from shoal.cluster.balancer.model import ClusterModel
+
+    n_hosts = data.draw(st.integers(2, 4))
+    per_host = data.draw(st.integers(1, 3))
+    hosts = {h * per_host + i + 1: f"h{h}" for h in range(n_hosts) for i in range(per_host)}
+    rf = data.draw(st.integers(1, min(3, len(hosts))))
+    layouts = [tuple(data.draw(st.permutations(sorted(hosts))))[:rf] for _ in range(data.draw(st.integers(1, 8)))]
+    nodes, parts = _balancer_cluster(hosts, layouts)
+    p = plan(nodes, parts)
+    after = {x.tp: p.assignment.get(x.tp, x.replicas) for x in parts}
+    assert not p.unfixable, p.unfixable
+    for reps in after.values():
+        assert len({hosts[b] for b in reps}) == min(rf, n_hosts), (reps, hosts, p)
+    m = ClusterModel(nodes, [dataclasses.replace(x, replicas=after[x.tp]) for x in parts])
+    assert all(placement_violations(m, info, reps) == 0 for info, reps in m.partitions())
+
+
+def test_balancer_keeps_racks_before_hosts() -> None:
+    from shoal.cluster.balancer import plan
+
+    # racks r1 {1@a, 2@b}, r2 {3@a}: [1, 2] spans one rack; the fix is rack r2 even on host a
+    nodes, parts = _balancer_cluster({1: "a", 2: "b", 3: "a"}, [(1, 2)], racks={1: "r1", 2: "r1", 3: "r2"})
+    p = plan(nodes, parts)
+    reps = p.assignment.get(("t", 0), (1, 2))
+    assert 3 in reps and len(reps) == 2
+
+
+def test_one_broker_per_host_changes_nothing_for_the_balancer() -> None:
+    from shoal.cluster.balancer import plan
+
+    nodes, parts = _balancer_cluster({1: "a", 2: "b", 3: "c", 4: "d"}, [(1, 2), (3, 4), (1, 3), (2, 4)])
+    with_hosts = plan(nodes, parts)
+    without = plan([dataclasses.replace(n, host=None) for n in nodes], parts)
+    assert with_hosts.assignment == without.assignment

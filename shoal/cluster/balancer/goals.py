@@ -115,10 +115,15 @@ def placement_violations(model: ClusterModel, info: PartitionInfo, replicas: Seq
     """How many replicas of ``info`` are misplaced in ``replicas`` (0: every placement rule holds).
     Each replica on a broker that may not hold it counts one, each replica a rack lacks (of a
     ``replica.placement``, of rack spread, of ``min.insync.racks``) one, a preferred leader outside
-    the placement's leader rack one."""
+    the placement's leader rack one; after racks, each host its replicas lack (when some host runs
+    several brokers, ``broker.host``: min(replicas, usable hosts) hosts) one."""
     usable = [b for b in model.brokers if _holdable(model, info, b)
               and (model.brokers[b].state == ACTIVE or b in replicas)]
     bad = sum(1 for b in replicas if not _holdable(model, info, b))
+    if model.hosts_shared:
+        hosts = {model.host(b) for b in usable}
+        held_hosts = {model.host(b) for b in replicas if _holdable(model, info, b)}
+        bad += max(0, min(len(replicas), len(hosts)) - len(held_hosts))
     sync = replicas[:info.sync_count]
     obs = replicas[info.sync_count:]
     rack = model.rack
@@ -214,6 +219,7 @@ def _same_place(model: ClusterModel, info: PartitionInfo, action: Action) -> boo
     brokers = model.brokers
     s, d = brokers[action.source], brokers[action.dest]
     return (s.state == ACTIVE and d.state == ACTIVE and s.rack == d.rack
+            and (not model.hosts_shared or s.host == d.host)
             and (info.allowed is None or (s.id in info.allowed and d.id in info.allowed)))
 
 

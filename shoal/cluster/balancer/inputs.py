@@ -193,5 +193,6 @@ def cluster_inputs(image: MetadataImage, alive: Collection[int], down_since: Map
         reg = image.brokers.get(node)
         rack = reg.rack if reg is not None else racks.get(node)
         state = broker_state(node, alive, down_since, now, settings)
-        brokers.append(BrokerInfo(node, rack, state, capacities.get(node, Capacity())))
+        brokers.append(BrokerInfo(node, rack, state, capacities.get(node, Capacity()),
+                                  reg.machine if reg is not None else None))
     return brokers, parts

@@ -93,6 +93,7 @@ class BrokerInfo:
     rack: str | None = None
     state: str = ACTIVE
     capacity: Capacity = Capacity()
+    host: str | None = None  # broker.host (several brokers per host: shoal serve --processes); None: its own
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -195,6 +196,9 @@ class ClusterModel:
                 if r not in self.brokers:
                     self.brokers[r] = BrokerInfo(r, None, EXCLUDED)
         self.brokers = dict(sorted(self.brokers.items()))
+        # whether some host runs several brokers: only then do hosts constrain placement
+        named = [info.host for info in self.brokers.values() if info.host is not None]
+        self.hosts_shared = len(set(named)) < len(named)
         self._active = [b for b, info in self.brokers.items() if info.state == ACTIVE]
         self._eligible: dict[frozenset[int] | None, list[int]] = {}
         # resource -> its load summed over the active brokers
@@ -330,6 +334,10 @@ class ClusterModel:
 
     def rack(self, b: int) -> str | None:
         return self.brokers[b].rack
+
+    def host(self, b: int) -> str:
+        """The host of broker ``b`` (``broker.host``); a broker without one is its own."""
+        return self.brokers[b].host or f"\0broker-{b}"
 
     def eligible(self, info: PartitionInfo) -> list[int]:
         """The brokers that may take a replica of ``info``: active, in its cell."""
