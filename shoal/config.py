@@ -813,6 +813,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: http://HOST:PORT of the Prometheus endpoint (/metrics): byte rates, request time, throttle "
            "time and quotas per tenant, user and client id, and broker-wide usage. HOST may be left out "
            "(http://:PORT or PORT): 127.0.0.1. Unset: no endpoint."),
+        _d("shoal.metrics.node.label", "boolean", False,
+           "Shoal: label every series on /metrics with node_id (this broker's node.id), for a scraper that "
+           "does not tell brokers apart by address. shoal serve --processes turns it on for its brokers. "
+           "shoal_broker_info{node_id,host,rack} is there either way."),
         _d("shoal.metrics.authentication", "string", None,
            "Shoal: none or basic (HTTP Basic credentials of a super user) for /metrics. Unset: the same as "
            "shoal.admin.authentication.", one_of("none", "basic")),

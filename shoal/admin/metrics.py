@@ -196,7 +196,48 @@ def render(broker: "MetricsHost") -> bytes:
     registry.register(ConnectionCollector(broker))  # shoal.server.bounds
     ProcessCollector(registry=registry)  # process_*: CPU, memory, open files
     # Kafka's broker metrics (docs/metrics.md): most of the lines, written without prometheus_client
-    return generate_latest(registry) + BrokerCollector(broker).exposition().encode()
+    text = generate_latest(registry) + BrokerCollector(broker).exposition().encode()
+    node_id = getattr(broker, "node_id", None)
+    config = getattr(broker, "config", None)
+    if node_id is not None and config is not None and bool(config.get("shoal.metrics.node.label")):
+        text = with_label(text, "node_id", str(node_id))
+    return text + _broker_info(broker)
+
+
+def _broker_info(broker: "MetricsHost") -> bytes:
+    """``shoal_broker_info{node_id, host, rack} 1``: which broker (and machine) this endpoint is,
+    as Kafka's app-info; with several brokers per host (shoal serve --processes) the node id
+    tells them apart."""
+    from shoal.observability.exposition import TextExposition
+
+    node_id = getattr(broker, "node_id", None)
+    config = getattr(broker, "static_config", None)
+    if node_id is None or config is None:
+        return b""
+    advertised = config.advertised_listeners
+    host = config.host_id or (advertised[0][1] if advertised else "")
+    out = TextExposition()
+    out.gauge("shoal_broker_info", "this broker: its node.id, broker.host (else advertised host) and broker.rack",
+              ("node_id", "host", "rack"), [((str(node_id), host, config.rack or ""), 1.0)])
+    return out.text().encode()
+
+
+def with_label(text: bytes, key: str, value: str) -> bytes:
+    """The exposition ``text`` with ``key="value"`` added to every sample (a target label)."""
+    label = f'{key}="{value}"'.encode()
+    out = []
+    for line in text.split(b"\n"):
+        if not line or line.startswith(b"#"):
+            out.append(line)
+            continue
+        space = line.find(b" ")
+        brace = line.find(b"{", 0, space if space != -1 else len(line))
+        if brace != -1:
+            rest = line[brace + 1:]
+            out.append(line[:brace + 1] + label + (b"" if rest.startswith(b"}") else b",") + rest)
+        else:
+            out.append(line[:space] + b"{" + label + b"}" + line[space:])
+    return b"\n".join(out)
 
 
 def parse_metrics_listener(value: str) -> tuple[str, int]:

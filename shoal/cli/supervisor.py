@@ -20,7 +20,8 @@ serve`` with the settings below), and keeps them running:
 - SIGTERM or SIGINT is passed to every process, each does its controlled shutdown; a second
   one kills them (SIGKILL). The supervisor exits 0 when every process stopped cleanly, 1 when
   any did not (each named in the log).
-- Each process's output is the supervisor's, each line prefixed ``[p<i> node <id>]``.
+- Each process's output is the supervisor's, each line prefixed ``[p<i> node <id>]``; each labels
+  its metrics with its ``node_id`` (``shoal.metrics.node.label``).
 """
 
 from __future__ import annotations
@@ -59,16 +60,17 @@ def shift_listeners(value: str | None, i: int) -> str | None:
     return ",".join(out)
 
 
-def shift_http(value: str | None, i: int) -> str | None:
-    """``http://host:port`` with the port + ``i``."""
+def shift_http(key: str, value: str | None, i: int) -> str | None:
+    """The admin or metrics endpoint ``value`` (``http://host:port``; the metrics one may leave the
+    host out) with the port + ``i`` (0 stays 0)."""
     if not value:
         return value
-    from urllib.parse import urlsplit
+    from shoal.admin.http import parse_listener
+    from shoal.admin.metrics import parse_metrics_listener
 
-    u = urlsplit(value.strip())
-    if u.port is None or not u.port:
-        return value
-    return value.strip().replace(f":{u.port}", f":{u.port + i}", 1)
+    host, port = parse_metrics_listener(value) if key == "shoal.metrics.listener" else parse_listener(value)
+    h = f"[{host}]" if ":" in host else host
+    return f"http://{h}:{port + i if port else 0}"
 
 
 def default_host(config: Any) -> str:
@@ -92,11 +94,12 @@ def process_settings(settings: dict[str, str], config: Any, i: int) -> dict[str,
     if config.get("advertised.listeners") is not None:
         out["advertised.listeners"] = shift_listeners(config.get("advertised.listeners"), i) or ""
     for key in ("shoal.admin.listener", "shoal.metrics.listener"):
-        shifted = shift_http(config.get(key), i)
+        shifted = shift_http(key, config.get(key), i)
         if shifted:
             out[key] = shifted
     out["log.dirs"] = ",".join(os.path.join(d, f"p{i}") for d in config.log_dirs)
     out["broker.host"] = default_host(config)
+    out.setdefault("shoal.metrics.node.label", "true")  # several brokers' series side by side
     return out
 
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker_process import REPO, api_versions_ok, free_port
 from cluster_harness import SESSION_MS, until
@@ -49,12 +51,14 @@ class Supervisor:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = _port_pair()
+        self.metrics_port = _port_pair()
         self.node_id, self.processes = node_id, processes
         self.log_path = workdir / "supervisor.log"
         self.args = ["--processes", str(processes), "--node-id", str(node_id),
                      "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}", "--log-dirs", str(workdir / "data"),
                      "-o", f"shoal.metadata.store={url}", "-o", f"broker.session.timeout.ms={SESSION_MS}",
-                     "-o", "shoal.balancer.enable=false", *extra]
+                     "-o", "shoal.balancer.enable=false",
+                     "-o", f"shoal.metrics.listener=http://127.0.0.1:{self.metrics_port}", *extra]
         if host:
             self.args += ["-o", f"broker.host={host}"]
         self.proc: subprocess.Popen | None = None
@@ -173,6 +177,14 @@ def test_children_register_with_one_host_and_serve_clients(hosts) -> None:
     for i in (0, 1):
         got = _produce_consume(a.bootstrap(i), "spread", 8, 200)
         assert len(got) == 200 * (i + 1)  # the records of both rounds, through either process
+    # each process's metrics carry its node id
+    for i in (0, 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{a.metrics_port + i}/metrics", timeout=15) as resp:
+            fams = list(text_string_to_metric_families(resp.read().decode()))
+        samples = [smp for f in fams for smp in f.samples]
+        assert samples and all(smp.labels.get("node_id") == str(1 + i) for smp in samples)
+        info = [smp for smp in samples if smp.name == "shoal_broker_info"]
+        assert [x.labels for x in info] == [{"node_id": str(1 + i), "host": "127.0.0.1", "rack": ""}]
     # shoal placement check reports the host spread
     r = subprocess.run([sys.executable, "-m", "shoal", "placement", "check", "--topic", "spread",
                         "--bootstrap-server", a.bootstrap(0)], capture_output=True, text=True, timeout=60)
