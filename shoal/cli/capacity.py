@@ -49,18 +49,21 @@ def _tenant_of(topic: str) -> str:
     return topic[:10] if len(topic) > 11 and topic.startswith("lkc-") and topic[10] == "_" else ""
 
 
-async def _partitions(args: argparse.Namespace) -> list[tuple[str, int, tuple[int, ...]]]:
+async def _partitions(args: argparse.Namespace) -> tuple[list[tuple[str, int, tuple[int, ...]]], dict[int, str]]:
+    """The live cluster's led partitions, and each broker's host (broker.host)."""
+    from shoal.cli.common import broker_hosts
     from shoal.client import AdminClient, ClientSecurity, TopicDescription
 
     security = ClientSecurity.from_properties(client_props(args.command_config))
     async with AdminClient(args.bootstrap_server, client_id="shoal-capacity", security=security) as client:
         md = await client.metadata()
+        hosts = await broker_hosts(client, md.brokers)
     out = []
     for name, t in sorted(md.topics.items()):
         if isinstance(t, TopicDescription) and not t.internal:
             out.extend((name, p.partition, (p.leader, *(r for r in p.replicas if r != p.leader)))
                        for p in t.partitions if p.leader >= 0)
-    return out
+    return out, hosts
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
@@ -85,20 +88,21 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             print(f"{name}: cannot measure {args.measure_disk}: {e.strerror or e}", file=sys.stderr)
             return EXIT_USAGE
     cap = Capacity(write_bps, args.read_mbps * MB, args.replication_factor, args.request_threads)
-    parts = None
+    parts = hosts = None
     if args.bootstrap_server:
         from shoal.client import ConnectionLost, KafkaError
 
         try:
-            parts = asyncio.run(_partitions(args))
+            parts, hosts = asyncio.run(_partitions(args))
         except (ConnectionLost, KafkaError, OSError) as e:
             print(f"{name}: {args.bootstrap_server}: {e}", file=sys.stderr)
             return EXIT_ERROR  # (1, not 3: the report's own status for a cluster it cannot plan on)
-    report = analyse(usage, cap, args.headroom, parts, _tenant_of)
+    report = analyse(usage, cap, args.headroom, parts, _tenant_of, hosts)
     Path(args.out).write_text(render_html(report))
     if args.plan_out:
         Path(args.plan_out).write_text(json.dumps(reassignment_json(report.moves), indent=2) + "\n")
     hot = [s.broker for s in report.brokers if s.p95 > 1 - args.headroom]
     print(f"{len(report.brokers)} brokers, hot: {hot or 'none'}; cluster p95 load {report.cluster_p95:.2f}; "
-          f"recommended brokers: {report.recommended}; {len(report.moves)} partition moves; wrote {args.out}")
+          f"recommended brokers: {report.recommended}; {len(report.moves)} partition moves; {report.hosts_line()}; "
+          f"wrote {args.out}")
     return 0

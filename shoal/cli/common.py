@@ -159,3 +159,21 @@ def observer_count(entries: Any) -> int:
         return parse_placement(entry.value).observer_count
     except PlacementSpecError:
         return 0
+
+
+async def broker_hosts(client: Any, brokers: dict[int, Any]) -> dict[int, str]:
+    """Each broker's host: its ``broker.host`` (DescribeConfigs), else its advertised host."""
+    from shoal.client import RESOURCE_BROKER
+
+    out = {node: str(host) for node, (host, _p, _r) in brokers.items()}
+    for node in brokers:
+        try:
+            configs = await client.describe_configs([(RESOURCE_BROKER, str(node))], keys=["broker.host"],
+                                                    raise_errors=False, node_id=node)
+        except Exception:  # unreachable, an older broker: its advertised host stands for it
+            continue
+        entries = configs.get((RESOURCE_BROKER, str(node)))
+        entry = entries.get("broker.host") if isinstance(entries, dict) else None
+        if entry is not None and entry.value:
+            out[node] = entry.value
+    return out

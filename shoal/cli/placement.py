@@ -193,24 +193,6 @@ def offline_layouts(args: argparse.Namespace) -> tuple[list[tuple[Any, list[int]
     return group_layouts([(i, Layout.of(r, o, racks)) for i, (r, o) in enumerate(placed)]), promotion, spread
 
 
-async def broker_hosts(client: Any, brokers: dict[int, Any]) -> dict[int, str]:
-    """Each broker's host: its ``broker.host`` (DescribeConfigs), else its advertised host."""
-    from shoal.client import RESOURCE_BROKER
-
-    out = {node: str(host) for node, (host, _p, _r) in brokers.items()}
-    for node in brokers:
-        try:
-            configs = await client.describe_configs([(RESOURCE_BROKER, str(node))], keys=["broker.host"],
-                                                    raise_errors=False, node_id=node)
-        except Exception:  # unreachable, an older broker: its advertised host stands for it
-            continue
-        entries = configs.get((RESOURCE_BROKER, str(node)))
-        entry = entries.get("broker.host") if isinstance(entries, dict) else None
-        if entry is not None and entry.value:
-            out[node] = entry.value
-    return out
-
-
 class _CheckError(Exception):
     pass
 
@@ -297,6 +279,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         groups = group_layouts([(p.partition, Layout.of(p.replicas, tuple(p.replicas[len(p.replicas) - n_obs:])
                                                         if n_obs else (), racks)) for p in topic.partitions])
         from shoal.placement.stretch import HostSpread
+
+        from shoal.cli.common import broker_hosts
 
         hosts = await broker_hosts(client, md.brokers)
         spread = HostSpread.of({p.partition: p.replicas for p in topic.partitions}, hosts)

@@ -195,13 +195,22 @@ class Report:
     headroom: float
     moves: list[Move]
     plan_note: str
+    hosts: dict[str, list[int]] | None = None  # host (broker.host) -> its brokers (processes); None: unknown
+
+    def hosts_line(self) -> str:
+        """``2 hosts: a 2 processes, b 2 processes`` (processes per host), or why it is not known."""
+        if self.hosts is None:
+            return "processes per host unknown (give --bootstrap-server)"
+        per = ", ".join(f"{h} {len(b)} process{'es' * (len(b) != 1)}" for h, b in sorted(self.hosts.items()))
+        return f"{len(self.hosts)} host{'s' * (len(self.hosts) != 1)}: {per}"
 
 
 def analyse(usage_dir: Path, cap: Capacity, headroom: float,
             partitions: Iterable[tuple[str, int, tuple[int, ...]]] | None = None,
-            tenant_of: Any = None) -> Report:
+            tenant_of: Any = None, hosts: Mapping[int, str] | None = None) -> Report:
     """The report's numbers from the pipeline's tables (``partitions``: a live cluster's led
-    partitions for the move plan; ``tenant_of(topic)`` gives a topic's tenant id or "")."""
+    partitions for the move plan; ``tenant_of(topic)`` gives a topic's tenant id or "";
+    ``hosts``: each live broker's host, to count the broker processes per host)."""
     windows = _read(usage_dir / "broker_usage")
     tenant_rows = _read(usage_dir / "tenant_usage")
     hourly = _read(usage_dir / "hourly_usage")
@@ -264,7 +273,17 @@ def analyse(usage_dir: Path, cap: Capacity, headroom: float,
                 f"{limit:.0%} p95 utilization"
                 if moves else "no move needed (or none fits under the target)")
     return Report(sorted(stats.values(), key=lambda s: s.broker), series, tenant_hours, throttle, throttle_hours,
-                  cluster_p95, recommended, cap, headroom, moves, note)
+                  cluster_p95, recommended, cap, headroom, moves, note, processes_per_host(hosts))
+
+
+def processes_per_host(hosts: Mapping[int, str] | None) -> dict[str, list[int]] | None:
+    """host -> the brokers on it (``shoal serve --processes`` runs several per host), ids sorted."""
+    if hosts is None:
+        return None
+    out: dict[str, list[int]] = {}
+    for b, h in sorted(hosts.items()):
+        out.setdefault(h, []).append(b)
+    return out
 
 
 def _partition_loads(parts, per_broker, stats, cap, tenant_of) -> list[tuple[str, int, tuple[int, ...], float]]:
@@ -374,6 +393,11 @@ def render_html(r: Report) -> str:
         "<tr><td colspan='2'>no tenant usage yet</td></tr>"
     plan = json.dumps(reassignment_json(r.moves), indent=2)
     cap = r.capacity
+    p95 = {s.broker: s.p95 for s in r.brokers}
+    host_rows = "".join(
+        f"<tr><td>{esc(h)}</td><td>{len(bs)}</td><td>{', '.join(map(str, bs))}</td>"
+        f"<td>{sum(p95.get(b, 0.0) for b in bs):.2f}</td></tr>" for h, bs in sorted((r.hosts or {}).items())) or \
+        "<tr><td colspan='4'>unknown: give --bootstrap-server</td></tr>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Shoal capacity report</title>
 <style>
@@ -395,6 +419,11 @@ request handling {cap.request_threads:g} thread(s).</p>
 <table id="brokers"><tr><th>broker</th><th>windows</th><th>peak</th><th>p95</th><th>headroom</th><th>peak produce</th>
 <th>peak consume</th><th>peak requests</th><th>partitions led</th><th>state</th><th>tenants driving it (share of bytes)</th></tr>
 {''.join(rows)}</table>
+<h2>Hosts</h2>
+<p>Brokers on one host (<code>shoal serve --processes</code>) share its disks, network and cores: the capacities
+above are per broker, so give each the host's capacity divided by its processes.</p>
+<table id="hosts"><tr><th>host</th><th>processes</th><th>brokers</th><th>p95 load (broker-capacities)</th></tr>
+{host_rows}</table>
 <h2>Broker utilization</h2><img id="plot-utilization" alt="broker utilization" src="data:image/png;base64,{imgs['utilization']}">
 <h2>Usage per tenant</h2><img id="plot-usage" alt="usage per tenant" src="data:image/png;base64,{imgs['usage']}">
 <h2>Throttling per tenant</h2><img id="plot-throttle" alt="throttle time per tenant" src="data:image/png;base64,{imgs['throttle']}">

@@ -78,7 +78,9 @@ def test_report_renders_with_plots_and_a_plan(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "hot: [1]" in r.stdout, r.stdout
+    assert "1 host: 127.0.0.1 1 process;" in r.stdout, r.stdout  # processes per host, from the live cluster
     page = out.read_text()
+    assert "<tr><td>127.0.0.1</td><td>1</td><td>1</td>" in page
     assert "http://" not in page and "https://" not in page  # readable offline
     # broker 1: p95 90% of its producer capacity -> HOT, tenant A drives all of it
     row = re.search(r"<tr class='hot'><td>1</td>.*?</tr>", page).group(0)
@@ -109,6 +111,18 @@ def test_report_renders_with_plots_and_a_plan(tmp_path):
     subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,2600", out.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 20_000
+
+
+def test_processes_per_host_are_counted(tmp_path):
+    from shoal.metering.capacity import Capacity, analyse, render_html
+
+    usage = tmp_path / "usage"
+    write_tables(usage)
+    report = analyse(usage, Capacity(300 * 10**6, 900 * 10**6, 3), 0.3, hosts={1: "a", 2: "a", 3: "b"})
+    assert report.hosts == {"a": [1, 2], "b": [3]}
+    assert report.hosts_line() == "2 hosts: a 2 processes, b 1 process"
+    assert "<tr><td>a</td><td>2</td><td>1, 2</td>" in render_html(report)
+    assert "unknown" in analyse(usage, Capacity(300 * 10**6, 900 * 10**6, 3), 0.3).hosts_line()
 
 
 def test_plots_of_one_hour_span_that_hour_and_no_tenant_data_says_so(tmp_path):
