@@ -107,6 +107,16 @@ def run_clients(target, jobs: list[tuple]) -> tuple[int, float, list[int], dict[
     return sum(r[1] for r in results), max(r[2] for r in results), [p.pid for p in procs], at_start, at_end
 
 
+def run_phase(target, jobs: list[tuple], broker_pids: list[int]) -> tuple[int, float, float, float, float]:
+    """``run_clients``, then where the CPU went: records, wall seconds, and the CPU seconds of the
+    brokers (``broker_pids``), of the clients and of everything else on the machine."""
+    records, wall, clients, at_start, at_end = run_clients(target, jobs)
+    used = {pid: cpu - at_start.get(pid, 0.0) for pid, cpu in at_end.items() if pid != os.getpid()}
+    b_cpu = sum(used.get(pid, 0.0) for pid in broker_pids)
+    client_cpu = sum(used.get(pid, 0.0) for pid in clients)
+    return records, wall, b_cpu, client_cpu, sum(used.values()) - b_cpu - client_cpu
+
+
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     from confluent_kafka.admin import AdminClient
 
@@ -138,11 +148,7 @@ def measure(name: str, brokers: list[Broker], topic: str, args) -> dict[str, flo
         ("produce", produce_worker, [(b, topic, parts, args.seconds, args.size) for b, parts in groups]),
         ("consume", consume_worker, [(b, topic, parts) for b, parts in groups]),
     ):
-        records, wall, clients, at_start, at_end = run_clients(target, jobs)
-        used = {pid: cpu - at_start.get(pid, 0.0) for pid, cpu in at_end.items() if pid != os.getpid()}
-        b_cpu = sum(used.get(pid, 0.0) for pid in broker_pids)
-        client_cpu = sum(used.get(pid, 0.0) for pid in clients)
-        others = sum(used.values()) - b_cpu - client_cpu
+        records, wall, b_cpu, client_cpu, others = run_phase(target, jobs, broker_pids)
         res[phase] = records / wall
         res[f"{phase} MB/s"] = records * args.size / wall / 1e6
         res[f"{phase} cpu"] = (b_cpu, client_cpu, others, wall)

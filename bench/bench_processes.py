@@ -49,7 +49,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(HERE)]
 
 from _util import descendants, render_table  # noqa: E402
-from bench_cluster_throughput import consume_worker, create, leaders, produce_worker, run_clients  # noqa: E402
+from bench_cluster_throughput import consume_worker, create, leaders, produce_worker, run_phase  # noqa: E402
 from broker_process import api_versions_ok, free_port  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
@@ -122,16 +122,15 @@ def measure(s: Supervised, topic: str, args) -> dict[str, float]:
         ("produce", produce_worker, [(b, topic, parts, args.seconds, args.size) for b, parts in groups]),
         ("consume", consume_worker, [(b, topic, parts) for b, parts in groups]),
     ):
-        records, wall, clients, at_start, at_end = run_clients(target, jobs)
-        used = {pid: cpu - at_start.get(pid, 0.0) for pid, cpu in at_end.items() if pid != os.getpid()}
-        b_cpu = sum(used.get(pid, 0.0) for pid in broker_pids)
+        records, wall, b_cpu, client_cpu, others = run_phase(target, jobs, broker_pids)
         mb = records * args.size / 1e6
+        busy = (b_cpu + client_cpu + others) / wall
         out[f"{phase} MB/s"] = mb / wall
         out[f"{phase} cpu/MB"] = b_cpu / max(mb, 1e-9)
-        out[f"{phase} busy"] = sum(used.values()) / wall
+        out[f"{phase} busy"] = busy
         print(f"  N={n} {phase}: {records:>9,} records in {wall:5.1f} s = {mb / wall:6.1f} MB/s; broker CPU "
-              f"{b_cpu:5.1f} s ({b_cpu / max(mb, 1e-9) * 1000:.1f} ms/MB); {sum(used.values()) / wall:.2f} of "
-              f"{os.cpu_count()} cores busy", flush=True)
+              f"{b_cpu:5.1f} s ({b_cpu / max(mb, 1e-9) * 1000:.1f} ms/MB), clients {client_cpu:5.1f} s, rest of "
+              f"machine {others:5.1f} s; {busy:.2f} of {os.cpu_count()} cores busy", flush=True)
     return out
 
 
