@@ -27,8 +27,10 @@ bench_cluster_throughput.py does:
 
 Broker CPU is the user+sys time of the supervisor and its children over each phase, per MB moved.
 The table gives each N's mean throughput, its scaling ratio (throughput(N) / throughput(1)) and
-the issue's target, 0.8 x N; and the cores busy, since on a small machine the clients take cores
-the brokers would use.
+the issue's target, 0.8 x N; the cores the brokers used while producing (below N: something else
+held them back, the clients or the machine) and the cores busy in all, since on a small machine the
+clients take cores the brokers would use. The ratio measures the brokers only when the brokers are
+the bottleneck: raise ``--clients-per-process`` until one broker's cores reach ~1 at N = 1.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ def measure(s: Supervised, topic: str, args) -> dict[str, float]:
         out[f"{phase} MB/s"] = mb / wall
         out[f"{phase} cpu/MB"] = b_cpu / max(mb, 1e-9)
         out[f"{phase} busy"] = busy
+        out[f"{phase} broker cores"] = b_cpu / wall
         print(f"  N={n} {phase}: {records:>9,} records in {wall:5.1f} s = {mb / wall:6.1f} MB/s; broker CPU "
               f"{b_cpu:5.1f} s ({b_cpu / max(mb, 1e-9) * 1000:.1f} ms/MB), clients {client_cpu:5.1f} s, rest of "
               f"machine {others:5.1f} s; {busy:.2f} of {os.cpu_count()} cores busy", flush=True)
@@ -173,10 +176,10 @@ def main() -> None:
         rows.append([str(n), f"{m['produce MB/s']:.1f}", f"{m['produce MB/s'] / base['produce MB/s']:.2f}",
                      f"{m['consume MB/s']:.1f}", f"{m['consume MB/s'] / base['consume MB/s']:.2f}", f"{0.8 * n:.1f}",
                      f"{m['produce cpu/MB'] * 1000:.1f}", f"{m['consume cpu/MB'] * 1000:.1f}",
-                     f"{m['produce busy']:.2f}"])
+                     f"{m['produce broker cores']:.2f}", f"{m['produce busy']:.2f}"])
     print()
     print(render_table(["N", "produce MB/s", "ratio", "consume MB/s", "ratio", "target", "broker CPU ms/MB produce",
-                        "consume", "cores busy (produce)"], rows, "rrrrrrrrr"))
+                        "consume", "broker cores (produce)", "all cores busy"], rows, "rrrrrrrrrr"))
     load1 = os.getloadavg()
     print(f"\nmean of {args.rounds} rounds; ratio = throughput(N) / throughput(1), target >= 0.8 x N; "
           f"load average {load1[0]:.1f} at the end on {os.cpu_count()} cores")

@@ -89,7 +89,8 @@ def process_settings(settings: dict[str, str], config: Any, i: int) -> dict[str,
     node id, ports and log dirs of that process and the shared ``broker.host``."""
     out = dict(settings)
     out["node.id"] = str(config.node_id + i)
-    out.pop("broker.id", None)
+    if config.get("broker.id") is not None:  # (from --config: it must equal node.id)
+        out["broker.id"] = out["node.id"]
     out["listeners"] = shift_listeners(config.get("listeners"), i) or ""
     if config.get("advertised.listeners") is not None:
         out["advertised.listeners"] = shift_listeners(config.get("advertised.listeners"), i) or ""

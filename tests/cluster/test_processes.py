@@ -245,3 +245,21 @@ def test_sigterm_stops_every_child_cleanly(hosts) -> None:
         assert f"process {tag} stopped cleanly" in text
     assert "all 2 broker processes stopped cleanly" in text
     assert b.stop() == 0, b.log_tail()
+
+
+def test_each_process_gets_its_node_ports_and_dirs() -> None:
+    from shoal.cli.supervisor import process_settings
+    from shoal.config import BrokerConfig
+
+    settings = {"listeners": "PLAINTEXT://0.0.0.0:9092,SASL://127.0.0.1:9192,ANY://127.0.0.1:0",
+                "advertised.listeners": "PLAINTEXT://b1.example:9092,SASL://127.0.0.1:9192,ANY://127.0.0.1:0",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,ANY:PLAINTEXT",
+                "log.dirs": "/d1,/d2", "node.id": "5", "broker.id": "5", "shoal.metrics.listener": "9645",
+                "shoal.admin.listener": "http://127.0.0.1:9644", "num.partitions": "3"}
+    got = process_settings(settings, BrokerConfig.load(None, settings), 2)
+    assert got == {**settings, "node.id": "7", "broker.id": "7",
+                   "listeners": "PLAINTEXT://0.0.0.0:9094,SASL://127.0.0.1:9194,ANY://127.0.0.1:0",
+                   "advertised.listeners": "PLAINTEXT://b1.example:9094,SASL://127.0.0.1:9194,ANY://127.0.0.1:0",
+                   "log.dirs": "/d1/p2,/d2/p2", "shoal.metrics.listener": "http://127.0.0.1:9647",
+                   "shoal.admin.listener": "http://127.0.0.1:9646", "broker.host": "b1.example",
+                   "shoal.metrics.node.label": "true"}
