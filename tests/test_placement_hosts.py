@@ -54,12 +54,13 @@ def test_two_replicas_share_a_host_only_when_hosts_run_out(cluster, partitions, 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(2, 9), st.booleans(), st.integers(1, 12), st.integers(0, 20), st.integers(0, 20))
-def test_one_broker_per_host_is_kafkas_placement(n, racked, partitions, start, shift) -> None:
+def test_one_broker_per_host_or_one_host_for_all_is_kafkas_placement(n, racked, partitions, start, shift) -> None:
     brokers = [(i + 1, f"r{i % 3}" if racked else None) for i in range(n)]
     rf = min(3, n)
-    hosts = {b: f"host-{b}" for b, _ in brokers}
-    assert assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n, hosts=hosts) == \
-        assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n)
+    kafka = assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n)
+    for hosts in ({b: f"host-{b}" for b, _ in brokers}, {b: "127.0.0.1" for b, _ in brokers}):  # (loopback: one)
+        assert assign_replicas(brokers, partitions, rf, start_index=start % n, replica_shift=shift % n,
+                               hosts=hosts) == kafka
 
 
 def test_followers_spread_evenly_over_two_hosts_of_two() -> None:
