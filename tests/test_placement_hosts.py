@@ -165,3 +165,29 @@ def test_one_broker_per_host_changes_nothing_for_the_balancer() -> None:
     with_hosts = plan(nodes, parts)
     without = plan([dataclasses.replace(n, host=None) for n in nodes], parts)
     assert with_hosts.assignment == without.assignment
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(0, 10), st.integers(1, 6))
+def test_placement_constraints_spread_over_hosts_within_a_rack(hosts_dc1, per_host, count, start, partitions) -> None:
+    from shoal.placement.constraints import assign_with_constraints, parse_placement
+
+    brokers, hosts = [], {}
+    for h in range(hosts_dc1):
+        for i in range(per_host):
+            node = 1 + h * per_host + i
+            brokers.append((node, "dc1"))
+            hosts[node] = f"h{h}"
+    brokers.append((100, "dc2"))
+    hosts[100] = "h-dc2"
+    count = min(count, len(brokers) - 1)
+    spec = parse_placement('{"version":1,"replicas":[{"count":%d,"constraints":{"rack":"dc1"}},'
+                           '{"count":1,"constraints":{"rack":"dc2"}}]}' % count)
+    placed = assign_with_constraints(spec, brokers, partitions, start_index=start, hosts=hosts)
+    plain = assign_with_constraints(spec, brokers, partitions, start_index=start)
+    for (reps, _obs), (kafka, _o) in zip(placed, plain):
+        dc1 = [b for b in reps if b != 100]
+        assert len(set(reps)) == len(reps) == count + 1 and reps[-1] == 100
+        assert len({hosts[b] for b in dc1}) == min(count, hosts_dc1), (reps, hosts)
+        if per_host == 1:
+            assert reps == kafka  # one broker per host: as without hosts

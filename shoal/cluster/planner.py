@@ -247,7 +247,8 @@ def _constrained_topic(brokers: Sequence[Broker], request: TopicRequest, spec: P
         raise PlacementError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
     _check_partition_count(partitions)
     try:
-        placed = assign_with_constraints(spec, brokers, partitions, start_index=rng.randrange(max(1, len(brokers))))
+        placed = assign_with_constraints(spec, brokers, partitions, start_index=rng.randrange(max(1, len(brokers))),
+                                         hosts=hosts_of(brokers))
     except PlacementSpecError as e:
         raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None
     return Plan(request.name, tuple(r for r, _o in placed), observers=tuple(o for _r, o in placed))
@@ -375,7 +376,7 @@ def plan_new_partitions(
             raise PlacementError("INVALID_REQUEST",
                                  f"Topic {name} is placed by replica.placement: new partitions follow it, give no assignment.")
         try:
-            constrained = assign_with_constraints(placement, brokers, count)[current:]
+            constrained = assign_with_constraints(placement, brokers, count, hosts=hosts_of(brokers))[current:]
         except PlacementSpecError as e:
             raise PlacementError(e.code, f"replica.placement cannot be satisfied: {e.message}") from None
         return Plan(name, tuple(r for r, _o in constrained), current, observers=tuple(o for _r, o in constrained))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 VERSIONS = (1, 2)
 PROMOTION_POLICIES = ("under-min-isr", "under-replicated", "leader-is-observer")
@@ -194,10 +194,13 @@ def _checked_racks(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]
 
 
 def assign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, str | None]], partitions: int,
-                            start_index: int = 0) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+                            start_index: int = 0, hosts: Mapping[int, str] | None = None,
+                            ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Each partition's (replicas, observers): ``replicas`` is the whole replica list (sync
     replicas in constraint order, the preferred leader first, then the observers), ``observers``
-    the observers among them. Checks ``spec`` against ``brokers`` first."""
+    the observers among them. Checks ``spec`` against ``brokers`` first. ``hosts`` (each
+    broker's ``broker.host``, when some host runs several): within a rack, a broker on a host
+    without a replica of the partition yet is taken before one on a host with one."""
     by_rack = _checked_racks(spec, brokers)
     out = []
     for p in range(partitions):
@@ -208,7 +211,15 @@ def assign_with_constraints(spec: PlacementSpec, brokers: Iterable[tuple[int, st
                 nodes = by_rack[c.rack]
                 n = len(nodes)
                 for k in range(c.count):
-                    chosen.append(nodes[(start_index + p + taken.get(c.rack, 0)) % n])
+                    at = start_index + p + taken.get(c.rack, 0)
+                    if hosts:  # the next broker on an unused host, else the next one (as without hosts)
+                        used = {hosts.get(b) for b in chosen}
+                        ahead = [nodes[(at + j) % n] for j in range(n)]
+                        pick = next((b for b in ahead if b not in chosen and hosts.get(b) not in used),
+                                    next((b for b in ahead if b not in chosen), ahead[0]))
+                        chosen.append(pick)
+                    else:
+                        chosen.append(nodes[at % n])
                     taken[c.rack] = taken.get(c.rack, 0) + 1
         observers = tuple(chosen[spec.sync_count:])
         out.append((tuple(chosen), observers))
