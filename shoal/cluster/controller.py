@@ -381,11 +381,16 @@ class Controller:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        # Cancelled until it ends: Python 3.11's wait_for (the round's wait for a wake-up) drops a
+        # cancellation that lands as its wait completes, and the loop would go on (seen as a broker
+        # stopping for ever "waiting for the controller" when it was elected as it stopped).
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if task is not None:
             with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
+                task.result()
         self._unwatch(set(self._watches))
         if self.balancer is not None and self.balancer.expansion is not None:
             await self.balancer.expansion.stop()  # a hook still running goes on, in its own session
