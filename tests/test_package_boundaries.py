@@ -6,7 +6,8 @@ import ast
 from pathlib import Path
 
 SHOAL = Path(__file__).resolve().parent.parent / "shoal"
-SHARED = {"shoal.cli.common", "shoal.cli.hints"}
+# the modules that are not commands: the shared helpers, and serve's process supervisor (issue 29)
+SHARED = {"shoal.cli.common", "shoal.cli.hints", "shoal.cli.supervisor"}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
