@@ -21,7 +21,10 @@ from shoal.metadata.etcd import EtcdMetadataStore
 @pytest.fixture
 async def two(etcd_cluster, etcd_prefix):
     url = etcd_cluster.url(etcd_prefix)
-    stores = [broker_store(url, node_id=n, session_timeout_ms=3000) for n in (1, 2)]
+    # a 9 s lease, as the harness's brokers: nothing here waits for one to expire, and a 3 s one
+    # could lapse on a loaded CI machine (a keep-alive late twice), taking the new controller's key
+    # with it (its fenced change refused: failed once in a fresh clone's suite)
+    stores = [broker_store(url, node_id=n, session_timeout_ms=9000) for n in (1, 2)]
     for n, s in enumerate(stores, 1):
         await s.start()
         await s.register_broker(BrokerInfo(n, "127.0.0.1", 9090 + n))
