@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from shoal.cluster.balancer.expansion import percentile, recommended_brokers
+
 MB = 10**6
 
 
@@ -74,22 +76,6 @@ def utilization(cap: Capacity, seconds: float, bytes_in: int, bytes_out: int, re
     consume = b_out / cap.consumer_bps(b_in)
     requests = request_time_us / 1e6 / s / cap.request_threads
     return {"produce": produce, "consume": consume, "requests": requests, "util": max(produce, consume, requests)}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank percentile (``q`` in 0..100) of ``values``; 0 for none."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def recommended_brokers(cluster_load: float, headroom: float, replication_factor: int) -> int:
-    """Brokers that carry ``cluster_load`` (in broker-capacities) keeping ``headroom`` (0..1) free."""
-    if not 0 <= headroom < 1:
-        raise ValueError("headroom must be in [0, 1)")
-    return max(replication_factor, math.ceil(round(cluster_load / (1 - headroom), 9)), 1)
 
 
 @dataclass

@@ -8,10 +8,7 @@ of the bytes in; no acknowledged record is lost."""
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-import sys
 import time
 import uuid
 
@@ -19,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_harness import Cluster, until
-from test_balancer_cluster import Writer
+from test_balancer_cluster import Writer, shoal, shoal_status
 from test_replication import read_all
 
 pytestmark = pytest.mark.timeout(300)
@@ -71,17 +68,11 @@ class PacedWriter(Writer):
 
 
 def status(cluster: Cluster) -> dict:
-    r = subprocess.run([sys.executable, "-m", "shoal", "cluster", "balancer", "status", "--output", "json",
-                        "--admin-url", cluster[1].admin_url], capture_output=True, text=True, timeout=60,
-                       env={**os.environ})
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return shoal_status(["--admin-url", cluster[1].admin_url])
 
 
 def bytes_in(cluster: Cluster) -> dict[int, float]:
-    r = subprocess.run([sys.executable, "-m", "shoal", "cluster", "load", "--output", "json",
-                        "--admin-url", cluster[1].admin_url], capture_output=True, text=True, timeout=60,
-                       env={**os.environ})
+    r = shoal("cluster", "load", "--output", "json", "--admin-url", cluster[1].admin_url)
     assert r.returncode == 0, r.stderr
     return {b["node_id"]: b["bytes_in_per_second"] for b in json.loads(r.stdout)["brokers"]}
 
@@ -100,8 +91,7 @@ def test_a_cluster_past_its_headroom_runs_the_hook_once_and_fills_the_broker_it_
         e = until(lambda: (s := status(cluster)["controller"]["expansion"]).get("hook", {}).get("exit") == 0 and s,
                   30, "the hook's exit in the status")
         assert e["state"] in ("waiting", "watching") and "asked the control plane" in e["hook"]["output"]
-        text = subprocess.run([sys.executable, "-m", "shoal", "cluster", "balancer", "status", "--admin-url",
-                               cluster[1].admin_url], capture_output=True, text=True, timeout=60).stdout
+        text = shoal("cluster", "balancer", "status", "--admin-url", cluster[1].admin_url).stdout
         assert f"expansion hook (3 -> {recommended} brokers): exit 0" in text, text
         cluster.start_one(4)  # the control plane provisions the broker
         cluster.wait_brokers({1, 2, 3, 4}, timeout=60)

@@ -109,19 +109,22 @@ def cluster_use(load: "ClusterLoad", image: MetadataImage) -> dict[int, BrokerUs
 
 
 def percentile(values: Iterable[float], q: float) -> float:
-    """The nearest-rank percentile (``q`` in 0..100); 0 for none."""
+    """The nearest-rank percentile (``q`` in 0..100) of ``values``; 0 for none. (Also
+    ``shoal capacity report``'s.)"""
     ordered = sorted(values)
     if not ordered:
         return 0.0
     rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
+    return ordered[rank - 1]
 
 
 def recommended_brokers(load: float, headroom: float, at_least: int) -> int:
-    """The brokers that carry ``load`` (in brokers) with ``headroom`` to spare: ``ceil(load / (1 -
-    headroom))``, at least ``at_least`` (the largest replication factor) and 1."""
-    need = math.ceil(load / max(1e-9, 1.0 - headroom) - 1e-9) if load > 0 else 0
-    return max(need, at_least, 1)
+    """The brokers that carry ``load`` (in broker capacities) with ``headroom`` (0..1) to spare:
+    ``ceil(load / (1 - headroom))``, at least ``at_least`` (the replication factor) and 1. (Also
+    ``shoal capacity report``'s.)"""
+    if not 0 <= headroom < 1:
+        raise ValueError("headroom must be in [0, 1)")
+    return max(at_least, math.ceil(round(load / (1 - headroom), 9)), 1)
 
 
 # -- the decision (pure) ----------------------------------------------------------------------------
@@ -311,10 +314,7 @@ class Expansion:
                       run.current, run.recommended, last[0][:200] or "(no output)")
 
     async def stop(self) -> None:
+        from shoal.asyncutil import cancel_and_wait
+
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait([task])
