@@ -121,6 +121,13 @@ def consumer_conf(conf: Mapping[str, str], **extra: Any) -> dict[str, Any]:
 # -- driver: metadata and offsets ---------------------------------------------------------------
 
 
+def unknown_topic(topic: str) -> KafkaException:
+    """What reading a topic the broker does not show raises (the same for a missing topic and for
+    another tenant's, whose name the caller's view does not have)."""
+    return KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                     f"assigned topic {topic} does not exist (or is not authorized)"))
+
+
 class OffsetReader:
     """Partition counts and offsets for the driver, through one lazily made AdminClient.
 

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from shoal.spark.kafka import OffsetReader, read_range, report_data_loss
+from shoal.spark.kafka import OffsetReader, read_range, report_data_loss, unknown_topic
 from shoal.spark.offsets import (
     TP,
     DataLoss,
@@ -167,7 +167,15 @@ class _Planner:
         self.offsets = OffsetReader(opts.conf)
 
     def current_partitions(self) -> list[TP]:
-        return self.opts.subscription.select(self.offsets.partition_counts())
+        cluster = self.offsets.partition_counts()
+        sub = self.opts.subscription
+        if sub.kind == "assign":
+            # Spark's assign strategy describes the assigned topics first: a topic the broker does
+            # not show (missing, or another tenant's) fails at once, not after a ListOffsets timeout.
+            missing = sorted({t for t, _ in sub.partitions if t not in cluster})
+            if missing:
+                raise unknown_topic(missing[0])
+        return sub.select(cluster)
 
     def plan(self, ranges: list[OffsetRange], earliest: Mapping[TP, int], latest: Mapping[TP, int],
              extra_losses: list[DataLoss] = ()) -> list[ShoalInputPartition]:

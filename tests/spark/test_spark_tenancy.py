@@ -82,6 +82,7 @@ def test_tenant_job_reads_and_writes_its_own_topics_only(spark, spark_tenants):
             read_b(assign=json.dumps({topic: [0, 1]}))
         found = re.search(r"KafkaError\{.*?\}", str(e.value))
         assert found and "alpha-" not in str(e.value), str(e.value)
+        assert "UNKNOWN_TOPIC_OR_PART" in found.group(0), found.group(0)  # at once, not a timeout
         return found.group(0)
 
     missing = f"lkc-zzzzzz_{TOPIC}"
