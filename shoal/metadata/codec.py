@@ -1,6 +1,22 @@
 """JSON forms of the image's entries, shared by every backend (the embedded store's snapshot and
 journal records; an etcd backend's values). Decoders return frozen values (``MappingProxyType``
-for every mapping), as images hold them."""
+for every mapping), as images hold them.
+
+Format versions: a document (a JSON object) carries its format version in ``"v"``; one without it
+is version 1 (every document 0.14.0 and the builds before it wrote). A decoder meeting a version
+newer than it reads raises ``FormatVersionError`` (a ``ValueError``) naming the document, the
+version and the versions this release reads, never guessing at fields it does not know; the etcd
+backend skips such a key with that error in one log line. A new version is written only once the
+``shoal.version`` level that enables it is finalized (``shoal.metadata.features``), so a broker
+that cannot read it never meets it (it refuses to start at that level), and the cluster can be
+rolled back until then. The versions (docs/upgrades.md has the table):
+
+- topics (``TopicDoc``): 1, a partition an object of named fields; 2 (``shoal.version`` 2), the
+  partitions as compact rows ``[partition, replicas, isr, leader, leader_epoch,
+  partition_epoch(, {adding, removing, observers})]``, a third to a quarter of version 1's bytes,
+  so a topic of several thousand partitions (one etcd value) stays under etcd's request limit.
+- every other document: 1.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +25,7 @@ import uuid
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NotRequired, Sequence, TypedDict, cast
 
+from shoal import __version__
 from shoal.metadata import (
     AclEntry,
     BrokerInfo,
@@ -39,11 +56,13 @@ class PartitionDoc(TypedDict):
 
 
 class TopicDoc(TypedDict):
+    v: NotRequired[int]  # the format version: 1 when absent
     name: str
     topic_id: str
     internal: NotRequired[bool]
     configs: NotRequired[dict[str, str]]
-    partitions: list[PartitionDoc]
+    partitions: NotRequired[list[PartitionDoc]]  # version 1
+    p: NotRequired[list[list[Any]]]  # version 2: partition rows
 
 
 class ScramDoc(TypedDict):
@@ -81,6 +100,32 @@ class FeaturesDoc(TypedDict):
     levels: dict[str, int]
 
 
+class FormatVersionError(ValueError):
+    """A document written in a format version this release does not read."""
+
+
+# The newest format version of each document this release reads (documents absent here: 1).
+READS = {"topic": 2}
+TOPIC_COMPACT = 2  # the version whose partitions are rows
+
+
+def format_version(doc: Mapping[str, object], kind: str) -> int:
+    """The format version of ``doc`` (1 without ``"v"``); FormatVersionError for one this release
+    does not read."""
+    v = doc.get("v", 1) if isinstance(doc, Mapping) else 1
+    known = READS.get(kind, 1)
+    if type(v) is not int or not 1 <= v <= known:
+        raise FormatVersionError(
+            f"a {kind} of format version {v!r}, this broker (shoal {__version__}) reads {kind} versions 1 to "
+            f"{known}: a newer release wrote it (run one that reads it; see shoal features describe)")
+    return v
+
+
+def topic_version(shoal_version: int) -> int:
+    """The topic format a cluster at ``shoal.version`` level ``shoal_version`` writes."""
+    return TOPIC_COMPACT if shoal_version >= 2 else 1
+
+
 AclDoc = list[str | int | None]  # tenant, resource type and name, pattern, principal, host, operation, permission
 
 
@@ -115,21 +160,64 @@ def partition_from_json(d: PartitionDoc) -> PartitionInfo:
     )
 
 
-def topic_to_json(t: TopicInfo) -> TopicDoc:
-    return {
+PartitionRow = list[Any]  # version 2: [partition, replicas, isr, leader, leader_epoch, partition_epoch(, extras)]
+
+
+def partition_to_row(p: PartitionInfo) -> PartitionRow:
+    row: PartitionRow = [p.partition, list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+    extras = {k: v for k, v in (("adding", list(p.adding)), ("removing", list(p.removing)),
+                                ("observers", list(p.observers))) if v}
+    if extras:
+        row.append(extras)
+    return row
+
+
+def partition_from_row(fields: Sequence[object]) -> PartitionInfo:
+    row = cast("Sequence[Any]", fields)
+    if not 6 <= len(row) <= 7:
+        raise ValueError(f"a partition row of {len(row)} fields")
+    extras: Mapping[str, Any] = row[6] if len(row) == 7 else {}
+    return PartitionInfo(
+        partition=int(row[0]),
+        replicas=tuple(int(r) for r in row[1]),
+        isr=tuple(int(r) for r in row[2]),
+        leader=int(row[3]),
+        leader_epoch=int(row[4]),
+        partition_epoch=int(row[5]),
+        adding=tuple(int(r) for r in extras.get("adding", ())),
+        removing=tuple(int(r) for r in extras.get("removing", ())),
+        observers=tuple(int(r) for r in extras.get("observers", ())),
+    )
+
+
+def topic_to_json(t: TopicInfo, version: int = 1) -> TopicDoc:
+    """Format ``version`` 1 (what 0.14.0 reads) or 2 (``TOPIC_COMPACT``: ``shoal.version`` 2)."""
+    d: TopicDoc = {
         "name": t.name,
         "topic_id": str(t.topic_id),
         "internal": t.internal,
         "configs": dict(t.configs),
-        "partitions": [partition_to_json(p) for p in t.partitions],
+        "partitions": [],
     }
+    if version == TOPIC_COMPACT:
+        del d["partitions"]
+        d["v"], d["p"] = TOPIC_COMPACT, [partition_to_row(p) for p in t.partitions]
+    elif version == 1:
+        d["partitions"] = [partition_to_json(p) for p in t.partitions]
+    else:
+        raise ValueError(f"no topic format version {version}")
+    return d
 
 
 def topic_from_json(d: TopicDoc) -> TopicInfo:
+    if format_version(d, "topic") == TOPIC_COMPACT:
+        partitions = tuple(partition_from_row(r) for r in d["p"])
+    else:
+        partitions = tuple(partition_from_json(p) for p in d["partitions"])
     return frozen_topic(
         name=str(d["name"]),
         topic_id=uuid.UUID(d["topic_id"]),
-        partitions=tuple(partition_from_json(p) for p in d["partitions"]),
+        partitions=partitions,
         configs={str(k): str(v) for k, v in d.get("configs", {}).items()},
         internal=bool(d.get("internal", False)),
     )
@@ -165,7 +253,7 @@ def user_credentials_from_json(by_mech: Mapping[str, ScramDoc]) -> Mapping[str, 
                 server_key=base64.b64decode(c["server_key"]),
                 iterations=int(c["iterations"]),
             )
-            for mech, c in by_mech.items()
+            for mech, c in by_mech.items() if format_version(c, "SCRAM credential")
         }
     )
 
@@ -190,6 +278,7 @@ def tenants_to_json(tenants: Mapping[str, TenantInfo]) -> list[TenantDoc]:
 
 
 def tenant_from_json(d: TenantDoc) -> TenantInfo:
+    format_version(d, "tenant")
     return TenantInfo(
         str(d["tenant_id"]),
         str(d["display_name"]),
@@ -224,6 +313,7 @@ def identity_pool_to_json(p: IdentityPool) -> IdentityPoolDoc:
 
 
 def identity_pool_from_json(d: IdentityPoolDoc) -> IdentityPool:
+    format_version(d, "identity pool")
     return IdentityPool(
         str(d["pool_id"]), str(d["tenant_id"]), str(d["issuer"]),
         MappingProxyType({str(k): str(v) for k, v in d.get("claim_filter", {}).items()}),
@@ -253,6 +343,7 @@ def entity_from_json(entity: Iterable[Sequence[str | None]]) -> QuotaEntity:
 
 
 def quota_values_from_json(values: Mapping[str, float]) -> Mapping[str, float]:
+    format_version(values, "client quota")
     return MappingProxyType({str(k): float(v) for k, v in values.items()})
 
 
@@ -275,6 +366,7 @@ def broker_to_json(b: BrokerInfo) -> BrokerDoc:
 
 
 def broker_from_json(d: BrokerDoc) -> BrokerInfo:
+    format_version(d, "broker registration")
     return BrokerInfo(
         node_id=int(d["node_id"]),
         host=str(d["host"]),
@@ -291,4 +383,5 @@ def features_to_json(f: FinalizedFeatures) -> FeaturesDoc:
 
 
 def features_from_json(d: FeaturesDoc) -> FinalizedFeatures:
+    format_version(d, "feature levels")
     return FinalizedFeatures(MappingProxyType({str(k): int(v) for k, v in d["levels"].items()}), int(d["epoch"]))

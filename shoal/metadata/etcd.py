@@ -12,7 +12,10 @@ A failed ``If`` is a ``CommitConflict``: another broker changed the image first,
 for the watch to bring that change and decides again. So a topic created through two brokers at
 once is created once, and the other gets TOPIC_ALREADY_EXISTS.
 
-Key layout (values are the JSON of ``shoal.metadata.codec``; see ``docs/cluster.md``)::
+Key layout (values are the JSON of ``shoal.metadata.codec``, whose documents carry their format
+version: topics are written in version 2, compact, once ``shoal.version`` 2 is finalized, and a
+value of a version this release does not read is skipped with one error line; see
+``docs/cluster.md`` and ``docs/upgrades.md``)::
 
     /meta/cluster_id          created once, by the first broker (create-if-absent)
     /meta/epoch               {"epoch": N, "by": writer token}: the image epoch, bumped by every change
@@ -95,6 +98,7 @@ from shoal.metadata import (
 )
 from shoal.metadata import codec
 from shoal.metadata.change import Change
+from shoal.metadata.features import SHOAL_VERSION
 from shoal.metadata.store import CommitConflict, DecidingStore, MetadataBackend, new_tenant_id
 
 log = logging.getLogger(__name__)
@@ -480,6 +484,8 @@ class EtcdBackend(MetadataBackend):
                 elif section == b"renamed_topics":
                     c.renamed_topics[name] = uuid.UUID(kv.value.decode()) if put else None
                 # other sections (the controller's election, ...) are not part of the image
+            except codec.FormatVersionError as e:  # written by a newer release: never misread
+                log.error("skipping etcd key %r: %s", kv.key, e)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 log.error("ignoring undecodable etcd key %r: %s", kv.key, e)
         c.acls_added = [entry for _, _, entry in sorted(added, key=lambda a: (a[0], a[1]))]
@@ -583,10 +589,11 @@ class EtcdBackend(MetadataBackend):
         ``batch_max_bytes`` on the instance): a topic is one put of its whole JSON (``_ops``), the
         epoch's put one more."""
         room = {"ops": self.batch_max_ops - 1, "bytes": self.batch_max_bytes}
+        version = _topic_version(self.image)
 
         def admit(topic: TopicInfo) -> bool:
             # (+ a few bytes a partition: the changed ISRs may be longer)
-            size = (len(self.key("topics", topic.name)) + len(_json(codec.topic_to_json(topic)))
+            size = (len(self.key("topics", topic.name)) + len(_json(codec.topic_to_json(topic, version)))
                     + 8 * len(topic.partitions))
             if room["ops"] < 1 or room["bytes"] < size:
                 return False
@@ -650,7 +657,8 @@ class EtcdBackend(MetadataBackend):
                 else:
                     put(self.key(name, k), encode(v))
 
-        section("topics", c.topics, lambda t: _json(codec.topic_to_json(t)))
+        version = _topic_version(old)  # the compact form once shoal.version 2 is finalized
+        section("topics", c.topics, lambda t: _json(codec.topic_to_json(t, version)))
         section("scram", c.scram_credentials, lambda v: _json(codec.user_credentials_to_json(v)))
         section("tenants", c.tenants, lambda t: _json(codec.tenant_to_json(t)))
         section("user_tenants", c.user_tenants, lambda t: str(t).encode())
@@ -710,6 +718,10 @@ class EtcdBackend(MetadataBackend):
         """Until the image is at ``revision`` or later (or the store closes)."""
         while self._revision < revision and not self._closed:
             await self._progress.wait()
+
+
+def _topic_version(image: MetadataImage) -> int:
+    return codec.topic_version(image.features.levels.get(SHOAL_VERSION, 1))
 
 
 def _keeping_unchanged_topics(old: MetadataImage, new: MetadataImage) -> MetadataImage:

@@ -13,7 +13,9 @@ Families:
 
 - ``shoal.version``: the formats brokers share (the etcd image layout and values, internal-topic
   records, inter-broker requests, on-disk checkpoints). Level 1 is the formats of 0.14.0 (and of
-  every build before it). Never downgraded once finalized: data of the newer formats may exist.
+  every build before it); level 2 writes etcd's topic values in their compact version 2
+  (``shoal.metadata.codec``). Never downgraded once finalized: data of the newer formats may
+  exist. docs/upgrades.md has every format's versions and the level that enables each.
 - ``transaction.version``: Kafka's (KIP-890): 2 serves Produce v12, TxnOffsetCommit v5 and
   EndTxn v5 as transaction version 2; 0 or 1 keep clients on version 1. A safe downgrade.
 """
@@ -36,7 +38,7 @@ class Feature:
 
 
 FEATURES: Mapping[str, Feature] = {
-    SHOAL_VERSION: Feature(SHOAL_VERSION, 1, 1, downgradable=False),
+    SHOAL_VERSION: Feature(SHOAL_VERSION, 1, 2, downgradable=False),
     TRANSACTION_VERSION: Feature(TRANSACTION_VERSION, 0, 2, downgradable=True),
 }
 

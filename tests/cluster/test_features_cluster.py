@@ -21,7 +21,7 @@ from cluster_harness import running_cluster, until
 
 import shoal
 
-SUPPORTED = {"shoal.version": (1, 1), "transaction.version": (0, 2)}
+SUPPORTED = {"shoal.version": (1, 2), "transaction.version": (0, 2)}
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +82,8 @@ def test_updates_reach_every_broker_and_downgrades_follow_kip_584(cluster):
         update(b1, {"transaction.version": 1})
     with pytest.raises(InvalidUpdateVersionError, match="shoal.version 1 is finalized and cannot be downgraded"):
         update(b1, {"shoal.version": ("SAFE_DOWNGRADE", 0)})
-    with pytest.raises(InvalidUpdateVersionError, match=r"Broker 1 only supports versions 1-1"):
-        update(b2, {"shoal.version": 2})
+    with pytest.raises(InvalidUpdateVersionError, match=r"Broker 1 only supports versions 1-2"):
+        update(b2, {"shoal.version": 3})
     with pytest.raises(InvalidUpdateVersionError, match="does not support the given feature"):
         update(b2, {"group.version": 1})
     assert etcd_json(cluster, "meta/features")["levels"]["transaction.version"] == 2  # nothing changed
@@ -96,44 +96,47 @@ def test_updates_reach_every_broker_and_downgrades_follow_kip_584(cluster):
     assert out.returncode == 0, out.stderr
     assert (f"Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
             f"FinalizedVersionLevel: 1\tEpoch: {epoch}") in out.stdout.splitlines()
-    out = shoal_cli("features", "upgrade", "--latest", "--bootstrap-server", b2)
+    out = shoal_cli("features", "upgrade", "--feature", "transaction.version=2", "--bootstrap-server", b2)
     assert (out.returncode, out.stdout) == (0, "transaction.version was upgraded to 2.\n"), out.stderr
     until(lambda: finalized(b2)["transaction.version"][0] == (2, 2), 10, "broker 2 sees the upgrade")
+    out = shoal_cli("features", "upgrade", "--feature", "shoal.version=3", "--bootstrap-server", b2)
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        "Could not upgrade shoal.version to 3. INVALID_UPDATE_VERSION: Invalid update version 3 for feature "
+        "shoal.version. Broker 1 only supports versions 1-2."]
+    # --latest: every family to this release's highest level (shoal.version 2 here, never downgraded)
+    out = shoal_cli("features", "upgrade", "--latest", "--bootstrap-server", b2)
+    assert (out.returncode, out.stdout) == (0, "shoal.version was upgraded to 2.\n"), out.stderr
     out = shoal_cli("features", "upgrade", "--latest", "--bootstrap-server", b2)
     assert (out.returncode, out.stdout) == (
         0, "Every feature is finalized at the highest level this broker's release supports.\n"), out.stderr
-    out = shoal_cli("features", "upgrade", "--feature", "shoal.version=2", "--bootstrap-server", b2)
-    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
-        "Could not upgrade shoal.version to 2. INVALID_UPDATE_VERSION: Invalid update version 2 for feature "
-        "shoal.version. Broker 1 only supports versions 1-1."]
     until(lambda: finalized(b1)["transaction.version"][0] == (2, 2), 10, "broker 1 sees the upgrade")
 
 
 def test_a_broker_that_cannot_run_the_finalized_level_refuses_to_start(cluster):
-    """As a release that finalized shoal.version 2 would leave the cluster: broker 2 (this
-    release, 1 to 1) is refused in one line naming both, having served nothing, and broker 1,
+    """As a release that finalized shoal.version 3 would leave the cluster: broker 2 (this
+    release, 1 to 2) is refused in one line naming both, having served nothing, and broker 1,
     running, logs that it could not start again; back at 1 broker 2 starts."""
     before = etcd_json(cluster, "meta/features")
     cluster.stop(2)
-    newer = {"epoch": before["epoch"], "levels": {**before["levels"], "shoal.version": 2}}
+    newer = {"epoch": before["epoch"], "levels": {**before["levels"], "shoal.version": 3}}
     mark, mark1 = len(cluster[2].log_text()), len(cluster[1].log_text())
     cluster.etcd.etcdctl("put", f"{cluster.prefix}/meta/features", json.dumps(newer))
     try:
         # broker 1, running, says in one error line that it could not start again
-        until(lambda: "ERROR shoal.broker: the cluster's finalized shoal.version is 2, this broker" in
+        until(lambda: "ERROR shoal.broker: the cluster's finalized shoal.version is 3, this broker" in
               cluster[1].log_text()[mark1:], 10, "broker 1's error line")
         with pytest.raises(RuntimeError, match="exited with status 1"):
             cluster.start_one(2)
         log = cluster[2].log_text()[mark:].strip().splitlines()
         assert log[1:] == [
-            f"shoal serve: cannot start: the cluster's finalized shoal.version is 2, this broker (shoal "
-            f"{shoal.__version__}) supports shoal.version 1 to 1: run a release that supports level 2 (see shoal "
+            f"shoal serve: cannot start: the cluster's finalized shoal.version is 3, this broker (shoal "
+            f"{shoal.__version__}) supports shoal.version 1 to 2: run a release that supports level 3 (see shoal "
             "features describe)"], log
     finally:
         cluster.etcd.etcdctl("put", f"{cluster.prefix}/meta/features", json.dumps(before))
     cluster.start_one(2)
     cluster.wait_brokers({1, 2})
-    assert finalized(cluster[2].bootstrap)["shoal.version"][0] == (1, 1)
+    assert finalized(cluster[2].bootstrap)["shoal.version"][0] == (2, 2)
 
 
 def test_a_tenant_administrator_cannot_change_feature_levels(cluster):

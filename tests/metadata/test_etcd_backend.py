@@ -276,3 +276,42 @@ async def test_a_key_written_by_hand_that_does_not_decode_is_ignored(two, etcd_c
     await a.create_topic("after", [(1,)], {})
     await until(lambda: "after" in b.image.topics)
     assert "junk" not in b.image.topics and b.backend.reachable
+
+
+async def test_topics_are_written_compact_once_shoal_version_2_is_finalized(two, etcd_cluster, etcd_prefix, caplog):
+    """The gated format (issue 28 part 2): topic values are version 1, what 0.14.0 reads, until
+    shoal.version 2 is finalized, and version 2 (compact partition rows) after; both read back
+    equal on the other broker, and a value of a version this release does not read is skipped in
+    one error line, never misread (an unchanged topic keeps its version-1 value)."""
+    from shoal.metadata.features import SHOAL_VERSION
+    from shoal.metadata.rules.features import UPGRADE
+
+    a, b = two
+
+    def stored(name: str) -> dict:
+        return json.loads(etcd_cluster.etcdctl("get", f"{etcd_prefix}/topics/{name}", "--print-value-only"))
+
+    await a.finalize_missing_features({SHOAL_VERSION: 1})
+    await a.create_topic("before", [(1, 2), (2, 1)], {})
+    assert "v" not in stored("before") and len(stored("before")["partitions"]) == 2
+    await a.update_features([(SHOAL_VERSION, 2, UPGRADE)])
+    await until(lambda: b.image.features.levels.get(SHOAL_VERSION) == 2)
+    await b.create_topic("after", [(1, 2), (2, 1)], {})
+    doc = stored("after")
+    assert doc["v"] == 2 and "partitions" not in doc
+    assert doc["p"] == [[0, [1, 2], [1, 2], 1, 0, 0], [1, [2, 1], [2, 1], 2, 0, 0]]
+    await until(lambda: "after" in a.image.topics)
+    assert a.image.topics["after"] == b.image.topics["after"]
+    assert "v" not in stored("before")  # unchanged topics are not rewritten
+    # a value of a newer version than this release reads (as a later release would write it)
+    await b.create_topic("isr", [(1, 2)], {})
+    newer = {**stored("isr"), "v": 3}
+    with caplog.at_level("ERROR", logger="shoal.metadata.etcd"):
+        await asyncio.to_thread(etcd_cluster.etcdctl, "put", f"{etcd_prefix}/topics/isr", json.dumps(newer))
+        await a.create_topic("later", [(1,)], {})
+        await until(lambda: "later" in b.image.topics)
+    # skipped, not misread: the image keeps the last version it could read
+    assert b.image.topics["isr"].partitions[0].replicas == (1, 2)
+    assert "skipping etcd key b'%s/topics/isr': a topic of format version 3, this broker (shoal " % etcd_prefix \
+        in caplog.text
+    assert "reads topic versions 1 to 2: a newer release wrote it" in caplog.text

@@ -61,16 +61,21 @@ def test_refusals_name_the_feature_and_why():
                 {1: THIS, 3: ((SHOAL_VERSION, 1, 1), (TRANSACTION_VERSION, 0, 1))})
     assert refused(old, (TRANSACTION_VERSION, 2, UPGRADE)) == (
         "Invalid update version 2 for feature transaction.version. Broker 3 only supports versions 0-1.")
-    assert refused(img, (SHOAL_VERSION, 2, UPGRADE)).endswith("Broker 1 only supports versions 1-1.")
+    assert refused(img, (SHOAL_VERSION, 3, UPGRADE)).endswith("Broker 1 only supports versions 1-2.")
+    # a broker of a release before feature levels (0.14.0) registers no range: it blocks any change
+    pre = image(FINAL, {1: THIS, 2: ()})
+    assert refused(pre, (SHOAL_VERSION, 2, UPGRADE)).endswith("Broker 2 only supports versions 0-0.")
+    assert update_features(image(FINAL), [(SHOAL_VERSION, 2, UPGRADE)]).change.features.levels[SHOAL_VERSION] == 2
     # all or nothing: a good update beside a refused one is not made
     assert "cannot be downgraded" in refused(img, (TRANSACTION_VERSION, 1, SAFE_DOWNGRADE), (SHOAL_VERSION, 0, 2))
 
 
 def test_start_up_refusal_and_the_levels_a_broker_finalizes_when_missing():
     assert refusal(FINAL, THIS, "0.14.0") is None
-    assert refusal({SHOAL_VERSION: 2}, THIS, "0.14.0") == (
-        "the cluster's finalized shoal.version is 2, this broker (shoal 0.14.0) supports shoal.version 1 to 1: "
-        "run a release that supports level 2 (see shoal features describe)")
+    assert refusal({SHOAL_VERSION: 2}, THIS, "0.15.0") is None
+    assert refusal({SHOAL_VERSION: 3}, THIS, "0.15.0") == (
+        "the cluster's finalized shoal.version is 3, this broker (shoal 0.15.0) supports shoal.version 1 to 2: "
+        "run a release that supports level 3 (see shoal features describe)")
     assert "group.version is 1, a feature this broker (shoal 0.14.0) does not know" in refusal(
         {"group.version": 1}, THIS, "0.14.0")
     assert refusal({"group.version": 0}, THIS, "0.14.0") is None  # level 0: not finalized

@@ -58,7 +58,7 @@ def test_tv2_transactions_bump_the_epoch_and_add_partitions_implicitly(tmp_path)
     topic, txn, group = f"tv2-{uuid.uuid4().hex[:6]}", f"tx-tv2-{uuid.uuid4().hex[:6]}", "g-tv2"
     with ThreadBroker(tmp_path, CONF) as tb:
         bs = tb.bootstrap
-        assert features(bs) == ({"shoal.version": (1, 1), "transaction.version": (0, 2)},
+        assert features(bs) == ({"shoal.version": (1, 2), "transaction.version": (0, 2)},
                                 {"shoal.version": (1, 1), "transaction.version": (2, 2)})
         create_topic(bs, topic, 2)
         pid, e0 = init(bs, txn)
@@ -130,7 +130,7 @@ def test_transaction_version_1_keeps_the_old_behaviour(tmp_path):
     topic, txn = f"tv1-{uuid.uuid4().hex[:6]}", f"tx-tv1-{uuid.uuid4().hex[:6]}"
     with ThreadBroker(tmp_path, {**CONF, "shoal.transaction.version": "1"}) as tb:
         bs = tb.bootstrap
-        assert features(bs) == ({"shoal.version": (1, 1), "transaction.version": (0, 2)},
+        assert features(bs) == ({"shoal.version": (1, 2), "transaction.version": (0, 2)},
                                 {"shoal.version": (1, 1), "transaction.version": (1, 1)})
         create_topic(bs, topic, 1)
         pid, e0 = init(bs, txn)
