@@ -741,6 +741,10 @@ def read_checkpoint(fs: FileSystem, directory: str) -> int | None:
         lines = data.decode("ascii").split()
     except UnicodeDecodeError:
         return None
+    if len(lines) >= 2 and lines[0] == _CHECKPOINT_HEADER.split()[0] and lines[1] != _CHECKPOINT_HEADER.split()[1]:
+        log.warning("%s is version %s, this broker reads version %s: cleaning from the log start",
+                    os.path.join(directory, CHECKPOINT_FILE), lines[1], _CHECKPOINT_HEADER.split()[1])
+        return None
     if len(lines) != 3 or " ".join(lines[:2]) != _CHECKPOINT_HEADER or not lines[2].lstrip("-").isdigit():
         return None
     return int(lines[2])

@@ -184,6 +184,18 @@ class DirOfAnotherNode(DirLockError):
         self.owner = owner
 
 
+class DirOfNewerRelease(DirLockError):
+    """The log dir's ``meta.properties`` is of a version this release does not read."""
+
+    def __init__(self, directory: str, version: str) -> None:
+        super().__init__(
+            directory,
+            f"log dir {directory} has a meta.properties of version {version} "
+            f"({os.path.join(directory, META_FILE)}), this broker reads versions 0 and 1: a newer release "
+            "wrote it; run that release",
+        )
+
+
 def read_meta_properties(directory: str | os.PathLike[str]) -> dict[str, str]:
     """The ``key=value`` lines of ``<directory>/meta.properties`` (empty when there is none)."""
     try:
@@ -201,9 +213,13 @@ def read_meta_properties(directory: str | os.PathLike[str]) -> dict[str, str]:
 
 def check_owner(directories: Iterable[str | os.PathLike[str]], node_id: int) -> None:
     """Raise ``DirOfAnotherNode`` for the first directory whose ``meta.properties`` names another
-    node id (a file without a number there names no one)."""
+    node id (a file without a number there names no one), ``DirOfNewerRelease`` for one of a
+    version this release does not read."""
     for d in directories:
-        owner = read_meta_properties(d).get("node.id", "")
+        meta = read_meta_properties(d)
+        if meta.get("version", "1") not in ("0", "1"):  # Kafka's: 0 (ZooKeeper) and 1 (KRaft)
+            raise DirOfNewerRelease(os.fspath(d), meta["version"])
+        owner = meta.get("node.id", "")
         if owner.lstrip("-").isdigit() and int(owner) != node_id:
             raise DirOfAnotherNode(os.fspath(d), int(owner), node_id)
 

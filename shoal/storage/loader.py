@@ -203,7 +203,8 @@ class LogLoader:
             path = self._snapshot_path(off)
             try:
                 state = ProducerStateManager.from_snapshot(self._fs.read_file(path) or b"")
-            except SnapshotError:
+            except SnapshotError as e:  # torn, corrupt, or of a version this release does not read
+                log.warning("%s: %s; using an older snapshot or the batches instead", path, e)
                 self._unlink_quietly(path)
                 del self._snapshots[k - 1]
                 k -= 1

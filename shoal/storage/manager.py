@@ -83,6 +83,9 @@ def read_state_file(data: bytes | None) -> dict[tuple[str, int], PartitionState]
     except UnicodeDecodeError:
         return out
     if not lines or lines[0].strip() != _STATE_HEADER:
+        # another format (a newer release's) is never misread: every partition is recovered
+        log.warning("%s begins %r, not %r: recovering every partition from its segments instead", STATE_FILE,
+                    lines[0][:40] if lines else "", _STATE_HEADER)
         return out
     for line in lines[1:]:
         parts = line.split()
@@ -256,6 +259,10 @@ class LogManager:
             return None
         for line in raw.decode("ascii", "replace").splitlines():
             key, _, value = line.partition(":")
+            if key.strip() == "version" and value.strip() != "0":  # Kafka's only version
+                log.warning("%s-%d/%s is version %s, this broker reads version 0: its topic id is not used",
+                            topic, partition, PARTITION_METADATA, value.strip())
+                return None
             if key.strip() == "topic_id":
                 value = value.strip()
                 try:
