@@ -105,6 +105,9 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        # a release installed into a venv of its own (test_release.py, cluster/test_rolling_upgrade.py):
+        # its console script runs, without this checkout on PYTHONPATH; None: this checkout
+        self.venv: Path | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -123,11 +126,16 @@ class BrokerProcess:
         return args + (["--log-level", self.log_level] if self.log_level else [])
 
     def command(self) -> list[str]:
-        """What runs ``shoal serve`` (this checkout's, on this Python)."""
+        """What runs ``shoal serve``: this checkout's on this Python, or the ``venv``'s."""
+        if self.venv is not None:
+            return [str(self.venv / "bin" / "shoal"), "serve", *self.serve_args()]
         return [sys.executable, "-m", "shoal", "serve", *self.serve_args()]
 
     def environment(self) -> dict[str, str]:
-        """The broker's environment: this one, with the checkout on PYTHONPATH."""
+        """The broker's environment: this one, with the checkout on PYTHONPATH (without any
+        PYTHONPATH for a ``venv``'s release: what it imports comes from its install)."""
+        if self.venv is not None:
+            return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONUNBUFFERED": "1"}
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("PYTHONUNBUFFERED", "1")

@@ -150,6 +150,15 @@ class Cluster:
 
         return until(agreed, timeout, "one controller")
 
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The leader Metadata (through a live broker's direct port) names; -1 when none."""
+        async def go() -> int:
+            async with AdminClient(self.live[0].bootstrap, timeout=10) as c:
+                t = (await c.describe_topics([topic]))[topic]
+                return next(p.leader for p in t.partitions if p.partition == partition)
+
+        return run(go())
+
     def log_marks(self) -> dict[int, int]:
         """Where each broker's log ends now (``logs_since``)."""
         return {n: len(b.log_text()) for n, b in self.brokers.items()}
@@ -315,15 +324,6 @@ class ProxiedCluster(Cluster):
     def heal(self) -> None:
         """Every link, etcd's included."""
         self.links.heal_all()
-
-    def leader_of(self, topic: str, partition: int) -> int:
-        """The leader Metadata (through a live broker's direct port) names; -1 when none."""
-        async def go() -> int:
-            async with AdminClient(self.live[0].bootstrap, timeout=10) as c:
-                t = (await c.describe_topics([topic]))[topic]
-                return next(p.leader for p in t.partitions if p.partition == partition)
-
-        return run(go())
 
     def controller(self) -> int:
         return self.describe()["controller_id"]

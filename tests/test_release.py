@@ -48,12 +48,6 @@ class InstalledBroker(BrokerProcess):
         super().__init__(workdir, **kw)
         self.venv = venv
 
-    def command(self) -> list[str]:
-        return [str(self.venv / "bin" / "shoal"), "serve", *self.serve_args()]
-
-    def environment(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONUNBUFFERED": "1"}
-
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
