@@ -46,6 +46,7 @@ from etcd_cluster import EtcdCluster  # noqa: E402
 from shoal.client import AdminClient  # noqa: E402
 from shoal.etcd.client import EtcdClient  # noqa: E402
 from shoal.etcd.client import range_end as _range_end  # noqa: E402
+from shoal.metadata import codec  # noqa: E402
 
 PREFIX = "/isr-bench"
 
@@ -59,7 +60,8 @@ class EtcdView:
     async def read(self) -> tuple[int, list[tuple[list[int], list[int]]]]:
         root = f"{PREFIX}/topics/".encode()
         resp = await self.client.range(root, _range_end(root))
-        parts = [(p["replicas"], p["isr"]) for kv in resp.kvs for p in json.loads(kv.value)["partitions"]]
+        topics = [codec.topic_from_json(json.loads(kv.value)) for kv in resp.kvs]  # either format version
+        parts = [(list(p.replicas), list(p.isr)) for t in topics for p in t.partitions]
         epoch = await self.client.range(f"{PREFIX}/meta/epoch".encode())
         return int(json.loads(epoch.kvs[0].value)["epoch"]), parts
 
