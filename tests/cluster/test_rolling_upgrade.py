@@ -21,8 +21,6 @@ loaded; printed), and the roll (18-32 s); one module, one cluster, one build per
 
 from __future__ import annotations
 
-import asyncio
-import json
 import subprocess
 import sys
 import time
@@ -35,13 +33,9 @@ from cluster_harness import Cluster, until
 from faults.checker import check
 from faults.run import create_topic
 from faults.workload import Workload
-from releases import BUILD_SECONDS, installed, version_of
-from shoal.client import AdminClient
+from releases import (BEFORE_LEVEL_2, BUILD_SECONDS, PREVIOUS, committed, etcd_topic, in_sync, installed,
+                      registered_range, restart_on, version_of)
 
-# release 0.14.0 (tag v0.14.0), by its commit in main's history: a clone may not fetch tags
-PREVIOUS = "0b9fb49de0a7a14b470068f933dc04ead08c554d"
-# the last commit of main before shoal.version 2: feature levels, shoal.version 1 to 1 (until a release has them)
-BEFORE_LEVEL_2 = "5cfdc4028f69aa40ae0a55630dbd985a3b300ec3"
 TOPIC, PARTITIONS, GROUP = "rolling", 3, "rolling-group"
 
 
@@ -76,51 +70,6 @@ def shoal_cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO)
 
 
-def describe_all(c: Cluster) -> dict:
-    async def go() -> dict:
-        async with AdminClient(c.live[0].bootstrap, timeout=10) as a:
-            names = [t for t in await a.list_topics()]
-            return await a.describe_topics(names)
-    return asyncio.run(go())
-
-
-def in_sync(c: Cluster) -> bool:
-    """Every partition of every topic led, with all its replicas in the ISR."""
-    try:
-        topics = describe_all(c)
-    except Exception:
-        return False
-    return all(p.leader >= 0 and set(p.isr) == set(p.replicas) for t in topics.values() for p in t.partitions)
-
-
-def committed(c: Cluster) -> dict[int, int]:
-    async def go() -> dict[tuple[str, int], int]:
-        async with AdminClient(c.bootstrap(*(b.node_id for b in c.live)), timeout=10) as a:
-            return await a.fetch_offsets(GROUP)
-    return {p: o for (t, p), o in asyncio.run(go()).items() if t == TOPIC}
-
-
-def restart_on(c: Cluster, node: int, venv, w: Workload) -> None:
-    """Controlled shutdown (SIGTERM), start on ``venv`` (None: this checkout), until every replica
-    is in sync again and the load moves on."""
-    c[node].stop()
-    c[node].venv = venv
-    c.start_one(node)
-    until(lambda: in_sync(c), 60, f"every replica in sync after broker {node} restarted")
-    assert w.wait_acked(30, 30), f"no progress after broker {node} restarted"
-
-
-def registered_range(c: Cluster, node: int) -> list[int] | None:
-    """The ``shoal.version`` range broker ``node`` registered in etcd (None: a release before
-    feature levels)."""
-    reg = json.loads(c.etcd.etcdctl("get", f"{c.prefix}/brokers/{node}", "--print-value-only"))
-    return next(([lo, hi] for f, lo, hi in reg.get("features", []) if f == "shoal.version"), None)
-
-
-def etcd_topic(c: Cluster, name: str) -> dict:
-    return json.loads(c.etcd.etcdctl("get", f"{c.prefix}/topics/{name}", "--print-value-only"))
-
-
 def test_rolling_upgrade_from_the_previous_release_loses_nothing(cluster, releases):
     c = cluster
     previous, _ = releases
@@ -134,8 +83,8 @@ def test_rolling_upgrade_from_the_previous_release_loses_nothing(cluster, releas
     w.start()
     try:
         assert w.wait_acked(150, 30)
-        until(lambda: len(committed(c)) == PARTITIONS, 30, "the group's first commits")
-        before = committed(c)
+        until(lambda: len(committed(c, GROUP, TOPIC)) == PARTITIONS, 30, "the group's first commits")
+        before = committed(c, GROUP, TOPIC)
         # -- the roll: each broker onto this checkout
         for node in (1, 2, 3):
             restart_on(c, node, None, w)
@@ -167,7 +116,7 @@ def test_rolling_upgrade_from_the_previous_release_loses_nothing(cluster, releas
     assert not w.fatal and not w.history.errors, (w.fatal, w.history.errors[:5])
     assert len(w.history.reads) > 0 and result.acked > 300
     # the group's committed offsets survived the roll: none went back, and they moved on
-    after = committed(c)
+    after = committed(c, GROUP, TOPIC)
     assert set(after) == set(before) and all(after[p] >= before[p] for p in before), (before, after)
     assert sum(after.values()) > sum(before.values())
 
