@@ -4,7 +4,9 @@ the table). One table per format family, each row a value of a newer version tha
 reads and what its reader must do with it; and the gated format of ``shoal.version`` 2 (etcd's
 compact topic values) read back equal to version 1. Pure: no broker, no etcd (the etcd backend's
 skipping of such a key, and the level that turns version 2 on, are in
-tests/metadata/test_etcd_backend.py; the upgrade itself in tests/cluster/test_rolling_upgrade.py).
+tests/metadata/test_etcd_backend.py; the coordinators' loads skipping a newer record in
+tests/groups/test_group_offsets.py and tests/txn/test_txn_coordinator.py; the upgrade itself in
+tests/cluster/test_rolling_upgrade.py).
 """
 
 from __future__ import annotations

@@ -305,3 +305,20 @@ async def test_topic_deletion_tombstones_its_offsets():
     await settle()
     assert set((await fetch(env, "s", None))[1]) == {("keep", 0)}
     assert records(env)[-1] == (OffsetCommitKey("s", "t", 0), None)
+
+
+async def test_a_record_of_a_newer_value_version_is_skipped_at_load_not_misread(caplog):
+    """docs/upgrades.md: an OffsetCommitValue of a version this release does not read (as a
+    later release could write) is skipped with one warning; the offset stays the last one read."""
+    import struct
+
+    from shoal.groups import MemoryCoordinatorLog
+
+    log = MemoryCoordinatorLog()
+    key = offset_commit_key("g", "t", 0)
+    log.append(0, [(key, encode_offset_commit_value(OffsetCommitValue(5, 1, "m", 1000)))], 0)
+    log.append(0, [(key, struct.pack(">hq", 5, 999) + b"\x00" * 16)], 0)  # version 5 (not read as offset 999)
+    with caplog.at_level("WARNING", logger="shoal.groups"):
+        env = await started_env(log=log)
+        assert await fetch(env, "g") == (E.none, {("t", 0): (5, 1, "m", E.none)})
+    assert "__consumer_offsets-0 offset 1: skipping a record: unknown OffsetCommitValue version 5" in caplog.text

@@ -276,3 +276,18 @@ async def test_failed_write_keeps_the_state():
     assert c.txns["tx"].state is TxnState.EMPTY and not c.txns["tx"].pending_in_progress
     c.log.fail_with = None
     assert await c.add_partitions("tx", pid, 0, [("t", 0)]) == E.none
+
+
+async def test_a_record_of_a_newer_value_version_is_skipped_at_load_not_misread(caplog):
+    """docs/upgrades.md: a TransactionLogValue of a version this release does not read is skipped
+    with one warning; the transactional id keeps the last value read."""
+    import struct
+
+    log = MemoryCoordinatorLog()
+    value = TxnLogValue(42, 3, 1000, TxnState.COMPLETE_COMMIT, (), 1, 1)
+    log.append(0, [(encode_key("tx"), encode_value(value))], 0)
+    log.append(0, [(encode_key("tx"), struct.pack(">hqh", 2, 77, 9) + b"\x00" * 20)], 0)
+    with caplog.at_level("WARNING", logger="shoal.txn"):
+        c = await coordinator(log)
+    assert (c.txns["tx"].producer_id, c.txns["tx"].producer_epoch) == (42, 3)
+    assert "__transaction_state-0 offset 1: skipping a record: unknown TransactionLogValue version 2" in caplog.text
