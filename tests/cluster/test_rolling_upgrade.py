@@ -98,6 +98,7 @@ def test_rolling_upgrade_from_the_previous_release_loses_nothing(cluster, releas
             "shoal.version. Broker 3 only supports versions 0-0."), out
         assert "v" not in etcd_topic(c, TOPIC)  # version 1: what 0.14.0 reads
         restart_on(c, 3, None, w)
+        until(lambda: registered_range(c, 3) == [1, 2], 10, "broker 3 registered on this checkout")
         # -- finalize
         out = shoal_cli("features", "upgrade", "--feature", "shoal.version=2", "--bootstrap-server", c[2].bootstrap)
         assert (out.returncode, out.stdout) == (0, "shoal.version was upgraded to 2.\n"), out.stderr
