@@ -314,7 +314,8 @@ class Broker:
         # up before the Kafka listeners serve, so a client that reaches those finds it too.
         admin_listener = self.static_config.get("shoal.admin.listener")
         if admin_listener:
-            from shoal.admin.http import AdminHttpServer, parse_listener
+            from shoal.admin.http import AdminHttpServer
+            from shoal.admin.http_listener import parse_listener
             from shoal.auth import shared_backoff
 
             self.admin_http = AdminHttpServer(self.metadata, *parse_listener(admin_listener),

@@ -68,7 +68,7 @@ def with_admin(bootstrap_users: str | None, password: str) -> str:
 def check(config: Any) -> None:
     """QuickstartError unless every listener and endpoint is on loopback, a SASL listener serves
     the tenants and the admin API is on."""
-    from shoal.admin.http import parse_listener
+    from shoal.admin.http_listener import parse_listener
     from shoal.admin.metrics import parse_metrics_listener
     from shoal.startup import is_loopback
 

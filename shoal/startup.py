@@ -61,7 +61,7 @@ def exposure_warnings(config: Any) -> list[str]:
             )
     admin = config.get("shoal.admin.listener")
     if admin and str(config.get("shoal.admin.authentication")).lower() == "none":
-        from shoal.admin.http import parse_listener
+        from shoal.admin.http_listener import parse_listener
 
         host, _port = parse_listener(admin)
         if not is_loopback(host):

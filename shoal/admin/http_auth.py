@@ -29,7 +29,7 @@ import hashlib
 import logging
 import os
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 
 from shoal.auth.backoff import login_key, wait_turn
 
@@ -89,7 +89,7 @@ class HttpAuth:
     def super_user(self, user: str) -> bool:
         return f"User:{user}" in self.super_users()
 
-    async def check(self, headers: dict[str, str], method: str, segs: list[str], peer: str) -> str | None:
+    async def check(self, headers: Mapping[str, str], method: str, segs: list[str], peer: str) -> str | None:
         """Raise AuthError unless the request may proceed; the tenant the caller administers, or
         None for the operator (a super user, or anyone when there is no authentication)."""
         if self.mode != "basic" or segs == ["openapi.json"]:  # the API's description is public
@@ -111,7 +111,7 @@ class HttpAuth:
             return tenant
         raise AuthError(403, "forbidden", "not allowed")
 
-    async def check_super_user(self, headers: dict[str, str], peer: str) -> None:
+    async def check_super_user(self, headers: Mapping[str, str], peer: str) -> None:
         """For /metrics: with basic authentication, a super user's credentials; else AuthError."""
         if self.mode != "basic":
             return

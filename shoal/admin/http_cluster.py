@@ -14,11 +14,40 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ConfigDict
+
 from shoal.admin.http_errors import HttpError
+from shoal.admin.http_routes import Model, endpoint
 from shoal.cluster.balancer.service import BalancerService, RemoveRefused, plan_json
 
 if TYPE_CHECKING:
     from shoal.admin.http import AdminHttpServer
+
+
+class Loose(Model):
+    """An answer whose fields the balancer defines (``shoal.cluster.balancer``): kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class BalancerStatus(Loose):
+    enabled: bool
+    paused: bool
+    trigger: str
+    remove_brokers: list[int]
+
+
+class BalancerPlan(Loose):
+    replica_moves: int
+    leadership_moves: int
+
+
+class Paused(Model):
+    paused: bool
+
+
+class RemoveStatus(Loose):
+    remove_brokers: list[int]
 
 
 class ClusterRoutes:
@@ -26,30 +55,52 @@ class ClusterRoutes:
         self.server = server
         self.balancer = balancer
 
-    async def route(self, method: str, segs: list[str]) -> tuple[int, Any]:
-        """``segs``: the path after ``/v1/cluster/``."""
-        b = self.balancer
-        if b is None:
+    async def around(self, call: Any, kwargs: dict[str, Any]) -> Model:
+        """The operator's alone (a tenant administrator gets 403 from ``HttpAuth.check``), and
+        only where a balancer runs."""
+        if self.balancer is None:
+            call.close()  # (a coroutine never awaited)
             raise HttpError(404, "not_found", "no balancer here: it runs on a cluster (shoal.metadata.store=etcd://...)")
-        allow = self.server._allow
-        if segs == ["balancer"]:
-            allow(method, "GET")
-            return 200, await b.status()
-        if segs == ["balancer", "plan"]:
-            allow(method, "GET")
-            return 200, plan_json(await b.plan())
-        if segs in (["balancer", "pause"], ["balancer", "resume"]):
-            allow(method, "POST")
-            await b.set_paused(segs[1] == "pause")
-            return 200, {"paused": segs[1] == "pause"}
-        if len(segs) == 3 and segs[0] == "brokers" and segs[2] == "remove":
-            try:
-                node = int(segs[1])
-            except ValueError:
-                raise HttpError(400, "bad_request", f"not a broker id: {segs[1]!r}") from None
-            cancel = allow(method, "POST", "DELETE") == "DELETE"
-            try:
-                return 200, await b.remove_broker(node, cancel=cancel)
-            except RemoveRefused as e:
-                raise HttpError(409, "refused", str(e)) from None
-        raise HttpError(404, "not_found", f"no such path: /v1/cluster/{'/'.join(segs)}")
+        return await call  # type: ignore[no-any-return]
+
+    @property
+    def _b(self) -> BalancerService:
+        assert self.balancer is not None
+        return self.balancer
+
+    @endpoint("GET", "/v1/cluster/balancer", op="balancerStatus", errors=[403, 404],
+              summary="The balancer's settings and the controller's last published status")
+    async def status(self) -> BalancerStatus:
+        return BalancerStatus.model_validate(await self._b.status(), strict=False)
+
+    @endpoint("GET", "/v1/cluster/balancer/plan", op="balancerPlan", errors=[403, 404],
+              summary="A plan made on this broker now (a dry run)")
+    async def plan(self) -> BalancerPlan:
+        return BalancerPlan.model_validate(plan_json(await self._b.plan()), strict=False)
+
+    @endpoint("POST", "/v1/cluster/balancer/pause", op="balancerPause", errors=[403, 404], summary="Pause the balancer")
+    async def pause(self) -> Paused:
+        await self._b.set_paused(True)
+        return Paused(paused=True)
+
+    @endpoint("POST", "/v1/cluster/balancer/resume", op="balancerResume", errors=[403, 404],
+              summary="Resume the balancer")
+    async def resume(self) -> Paused:
+        await self._b.set_paused(False)
+        return Paused(paused=False)
+
+    @endpoint("POST", "/v1/cluster/brokers/{node}/remove", op="removeBroker", errors=[400, 403, 404, 409],
+              summary="Drain a broker and remove it (409 with the reason when the others cannot hold its replicas)")
+    async def remove(self, node: int) -> RemoveStatus:
+        return await self._remove(node, cancel=False)
+
+    @endpoint("DELETE", "/v1/cluster/brokers/{node}/remove", op="cancelRemoveBroker", errors=[400, 403, 404, 409],
+              summary="Cancel a broker's removal")
+    async def cancel_remove(self, node: int) -> RemoveStatus:
+        return await self._remove(node, cancel=True)
+
+    async def _remove(self, node: int, cancel: bool) -> RemoveStatus:
+        try:
+            return RemoveStatus.model_validate(await self._b.remove_broker(node, cancel=cancel), strict=False)
+        except RemoveRefused as e:
+            raise HttpError(409, "refused", str(e)) from None

@@ -28,10 +28,12 @@ empty, or a moved name taken.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
-from urllib.parse import parse_qs
+from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable, Literal
+
+from pydantic import BeforeValidator, Field
 
 from shoal.admin.http_errors import HttpError
+from shoal.admin.http_routes import Model, TenantId, endpoint
 from shoal.config import BrokerConfig, ConfigError, validate_topic_configs
 from shoal.metadata import MetadataError, MetadataImage, inheritance, tenant_prefix
 from shoal.metadata.change import Result
@@ -46,8 +48,6 @@ from shoal.tenancy.policy import validate_policy
 if TYPE_CHECKING:
     from shoal.admin.http import AdminHttpServer
 
-SECTIONS = frozenset({"namespaces", "topics", "configs", "policy"})
-
 _STATUS = {
     "RESOURCE_NOT_FOUND": (404, "not_found"),
     "UNKNOWN_TOPIC_OR_PARTITION": (404, "not_found"),
@@ -60,20 +60,134 @@ def _error(code: str, message: str) -> Exception:
     status, kind = _STATUS.get(code, (400, "bad_request"))
     return HttpError(status, kind, message)
 
+def _flag(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "1", "0", ""):
+            raise ValueError("must be true or false")
+        return value.lower() in ("true", "1", "")
+    return value
 
-def _flag(query: Mapping[str, list[str]], key: str) -> bool:
-    value = (query.get(key) or ["false"])[-1].lower()
-    if value not in ("true", "false", "1", "0", ""):
-        raise _error("INVALID_REQUEST", f"'{key}' must be true or false")
-    return value in ("true", "1", "")
+
+Flag = Annotated[bool, BeforeValidator(_flag)]
+NamespaceName = Annotated[str, Field(description="a namespace, tiers separated by ':' (payments:eu)")]
+StrMap = dict[str, str]
 
 
-def effective_json(entries: list[ns.EffectiveConfig]) -> list[dict[str, Any]]:
-    return [
-        {"name": e.name, "value": e.value, "source": e.label, "origin": e.origin, "where": e.where,
-         "layers": [{"origin": o, "where": w, "value": v} for o, w, v in e.layers]}
-        for e in entries
-    ]
+# -- models -------------------------------------------------------------------------------------
+
+
+class ListQuery(Model):
+    parent: str = Field("", description="list under this namespace (default: the top)")
+    recursive: Flag = Field(False, description="and everything under them")
+
+
+class DeleteQuery(Model):
+    recursive: Flag = Field(False, description="with its child namespaces and their topics")
+
+
+class NamespaceList(Model):
+    parent: str
+    namespaces: list[str]
+
+
+class NamespaceCreate(Model):
+    name: str
+    configs: StrMap = {}
+
+
+class NamespaceCreated(Model):
+    name: str
+    created: list[str]
+    configs: StrMap = {}
+
+
+class Namespace(Model):
+    name: str
+    configs: StrMap
+    namespaces: list[str]
+    topics: list[str]
+
+
+class NamespaceDeleted(Model):
+    deleted_namespaces: list[str]
+    deleted_topics: list[str]
+
+
+class ConfigsReplace(Model):
+    configs: StrMap
+
+
+class ConfigsPatch(Model):
+    set: StrMap = {}
+    delete: list[str] = []
+
+
+class ConfigLayer(Model):
+    origin: str
+    where: str | None
+    value: str | None
+
+
+class EffectiveConfig(Model):
+    name: str
+    value: str | None
+    source: str
+    origin: Literal[inheritance.TOPIC, inheritance.NAMESPACE, inheritance.TENANT_DEFAULT,  # type: ignore[valid-type]
+                    ns.BROKER_DYNAMIC, ns.BROKER_STATIC, ns.DEFAULT]
+    where: str | None = None
+    layers: list[ConfigLayer] = []
+
+
+class NamespaceConfigs(Model):
+    namespace: str
+    configs: StrMap
+    effective: list[EffectiveConfig]
+
+
+class TopicConfigs(Model):
+    topic: str
+    configs: StrMap
+    effective: list[EffectiveConfig]
+
+
+class TenantConfigs(Model):
+    tenant_id: str
+    configs: StrMap
+
+
+class TenantPolicy(Model):
+    tenant_id: str = ""
+    policy: dict[str, Any]
+
+
+class MoveTopic(Model):
+    namespace: str = Field(description='the namespace to move to ("" for the default namespace)')
+
+
+class MoveNamespace(Model):
+    to: str = Field(description='the namespace to move to ("" for the default namespace)')
+
+
+class MovedTopic(Model):
+    from_: str = Field(alias="from")
+    to: str
+    topic_id: str
+
+
+class Moved(Model):
+    namespace: str
+    moved: list[MovedTopic]
+
+
+def effective(entries: list[ns.EffectiveConfig]) -> list[EffectiveConfig]:
+    return [EffectiveConfig(name=e.name, value=e.value, source=e.label, origin=e.origin, where=e.where,
+                            layers=[ConfigLayer(origin=o, where=w, value=v) for o, w, v in e.layers])
+            for e in entries]
+
+
+_CONFIGS_OF = "A namespace's configs (inherited by its topics)"
+_TENANT_CONFIGS = ("The tenant's defaults for topic configs, and its cell (shoal.tenant.cell.brokers / "
+                   "shoal.tenant.cell.racks: the operator's)")
 
 
 class TenancyRoutes:
@@ -87,55 +201,110 @@ class TenancyRoutes:
     def store(self) -> Any:
         return self.server.store
 
-    async def route(self, method: str, tenant_id: str, segs: list[str], query: str, raw: bytes,
-                    caller: str | None = None) -> tuple[int, Any]:
-        """``segs``: the path after ``/v1/tenants/{id}/`` (its first is one of SECTIONS); ``caller``:
-        the tenant whose administrator calls, None for the operator."""
-        self.server._tenant(tenant_id)
-        prefix = tenant_prefix(tenant_id)
-        q = parse_qs(query, keep_blank_values=True)
-        head, rest = segs[0], segs[1:]
+    async def around(self, call: Awaitable[Model], kwargs: dict[str, Any]) -> Model:
+        """Every endpoint here: 404 for an unknown tenant first, the store's refusals as HTTP's."""
         try:
-            if head == "configs" and not rest:
-                return await self._tenant_configs(method, tenant_id, raw, caller)
-            if head == "policy" and not rest:
-                return await self._policy(method, tenant_id, raw)
-            if head == "namespaces":
-                if not rest:
-                    if self.server._allow(method, "GET", "POST") == "GET":
-                        return self._list(prefix, q)
-                    return await self._create(prefix, self.server._json(raw))
-                if len(rest) == 1:
-                    if self.server._allow(method, "GET", "DELETE") == "GET":
-                        return self._describe(prefix, rest[0])
-                    return await self._delete(prefix, rest[0], _flag(q, "recursive"))
-                if len(rest) == 2 and rest[1] == "configs":
-                    return await self._namespace_configs(method, prefix, rest[0], raw)
-                if len(rest) == 2 and rest[1] == "move":
-                    self.server._allow(method, "POST")
-                    target = self._target(self.server._json(raw), "to")
-                    self._existing(prefix, rest[0])
-                    return await self._move(prefix, ns.topics_in(self.store.image, prefix, rest[0]), target)
-            if head == "topics" and len(rest) == 2:
-                topic = rest[0]
-                if rest[1] == "move":
-                    self.server._allow(method, "POST")
-                    return await self._move(prefix, [topic], self._target(self.server._json(raw), "namespace"))
-                if rest[1] == "configs":
-                    self.server._allow(method, "GET")
-                    image = self.store.image
-                    if prefix + topic not in image.topics:
-                        raise _error("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{topic}' does not exist.")
-                    entries = ns.effective_topic_config(image, prefix + topic, self.broker_config())
-                    return 200, {"topic": topic, "configs": dict(image.topics[prefix + topic].configs),
-                                 "effective": effective_json(entries)}
+            self.server._tenant(kwargs["tenant_id"])
+        except HttpError:
+            call.close()  # type: ignore[attr-defined]  # (a coroutine never awaited)
+            raise
+        try:
+            return await call
         except ns.NamespaceError as e:
             raise _error(e.code, e.message) from None
         except MetadataError as e:
             raise _error(e.code, e.message) from None
-        raise HttpError(404, "not_found", f"no such path under /v1/tenants/{tenant_id}: {'/'.join(segs)}")
 
     # -- namespaces ---------------------------------------------------------------------------
+
+    @endpoint("GET", "/v1/tenants/{tenant_id}/namespaces", op="listNamespaces",
+              summary="The namespaces under a namespace", errors=[404])
+    async def list_namespaces(self, tenant_id: TenantId, query: ListQuery) -> NamespaceList:
+        prefix = tenant_prefix(tenant_id)
+        if query.parent:
+            self._existing(prefix, query.parent)
+        names = ns.children(self.store.image, prefix, query.parent, recursive=query.recursive)
+        return NamespaceList(parent=query.parent, namespaces=names)
+
+    @endpoint("POST", "/v1/tenants/{tenant_id}/namespaces", op="createNamespace", status=201,
+              summary="Create a namespace and every missing parent", errors=[400, 404, 409])
+    async def create_namespace(self, tenant_id: TenantId, body: NamespaceCreate) -> NamespaceCreated:
+        prefix = tenant_prefix(tenant_id)
+        name = body.name
+        configs = self._configs(body.configs, "configs")
+        missing = ns.plan_create(self.store.image, prefix, name)
+        if prefix + name not in missing:
+            raise _error("TOPIC_ALREADY_EXISTS", f"Namespace '{name}' already exists.")
+        await self.store.create_namespaces(missing)
+        if configs:
+            await self.store.set_namespace_configs(prefix + name, configs)
+        return NamespaceCreated(name=name, created=[n[len(prefix):] for n in missing], configs=configs)
+
+    @endpoint("GET", "/v1/tenants/{tenant_id}/namespaces/{namespace}", op="describeNamespace",
+              summary="A namespace: configs, children, topics", errors=[404])
+    async def describe_namespace(self, tenant_id: TenantId, namespace: NamespaceName) -> Namespace:
+        prefix = tenant_prefix(tenant_id)
+        self._existing(prefix, namespace)
+        image = self.store.image
+        return Namespace(name=namespace, configs=dict(sorted(image.namespaces[prefix + namespace].configs.items())),
+                         namespaces=ns.children(image, prefix, namespace),
+                         topics=ns.topics_in(image, prefix, namespace))
+
+    @endpoint("DELETE", "/v1/tenants/{tenant_id}/namespaces/{namespace}", op="deleteNamespace",
+              summary="Delete a namespace and its topics (recursive: and everything under it)", errors=[404, 409])
+    async def delete_namespace(self, tenant_id: TenantId, namespace: NamespaceName,
+                               query: DeleteQuery) -> NamespaceDeleted:
+        prefix = tenant_prefix(tenant_id)
+        self._existing(prefix, namespace)
+
+        def delete(image: MetadataImage) -> Result[Any]:  # the topics created meanwhile go too
+            plan = ns.plan_delete(image, prefix, namespace, recursive=query.recursive)
+            r = namespace_rules.delete_namespaces(image, list(plan.namespaces), list(plan.topics))
+            return Result(r.change, plan)
+
+        plan = await self.store.decide_and_commit(delete)
+        n = len(prefix)
+        return NamespaceDeleted(deleted_namespaces=[x[n:] for x in plan.namespaces],
+                                deleted_topics=[x[n:] for x in plan.topics])
+
+    @endpoint("GET", "/v1/tenants/{tenant_id}/namespaces/{namespace}/configs", op="namespaceConfigsGet",
+              summary=_CONFIGS_OF, errors=[404])
+    async def namespace_configs(self, tenant_id: TenantId, namespace: NamespaceName) -> NamespaceConfigs:
+        return await self._namespace_configs("GET", tenant_prefix(tenant_id), namespace, None)
+
+    @endpoint("PUT", "/v1/tenants/{tenant_id}/namespaces/{namespace}/configs", op="namespaceConfigsReplace",
+              summary=_CONFIGS_OF, errors=[400, 404])
+    async def replace_namespace_configs(self, tenant_id: TenantId, namespace: NamespaceName,
+                                        body: ConfigsReplace) -> NamespaceConfigs:
+        return await self._namespace_configs("PUT", tenant_prefix(tenant_id), namespace, body)
+
+    @endpoint("PATCH", "/v1/tenants/{tenant_id}/namespaces/{namespace}/configs", op="namespaceConfigsPatch",
+              summary=_CONFIGS_OF, errors=[400, 404])
+    async def patch_namespace_configs(self, tenant_id: TenantId, namespace: NamespaceName,
+                                      body: ConfigsPatch) -> NamespaceConfigs:
+        return await self._namespace_configs("PATCH", tenant_prefix(tenant_id), namespace, body)
+
+    @endpoint("POST", "/v1/tenants/{tenant_id}/namespaces/{namespace}/move", op="moveNamespaceTopics",
+              summary="Move the namespace's topics to another", errors=[400, 404, 409])
+    async def move_namespace(self, tenant_id: TenantId, namespace: NamespaceName, body: MoveNamespace) -> Moved:
+        prefix = tenant_prefix(tenant_id)
+        self._existing(prefix, namespace)
+        return await self._move(prefix, ns.topics_in(self.store.image, prefix, namespace), body.to)
+
+    @endpoint("POST", "/v1/tenants/{tenant_id}/topics/{topic}/move", op="moveTopic",
+              summary="Move a topic to another namespace (same id and data)", errors=[400, 404, 409])
+    async def move_topic(self, tenant_id: TenantId, topic: str, body: MoveTopic) -> Moved:
+        return await self._move(tenant_prefix(tenant_id), [topic], body.namespace)
+
+    @endpoint("GET", "/v1/tenants/{tenant_id}/topics/{topic}/configs", op="topicEffectiveConfigs",
+              summary="A topic's configs with their origins", errors=[404])
+    async def topic_configs(self, tenant_id: TenantId, topic: str) -> TopicConfigs:
+        physical = tenant_prefix(tenant_id) + topic
+        image = self.store.image
+        if physical not in image.topics:
+            raise _error("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{topic}' does not exist.")
+        entries = ns.effective_topic_config(image, physical, self.broker_config())
+        return TopicConfigs(topic=topic, configs=dict(image.topics[physical].configs), effective=effective(entries))
 
     def _existing(self, prefix: str, name: str) -> None:
         why = ns.namespace_name_error(name)
@@ -144,76 +313,27 @@ class TenancyRoutes:
         if prefix + name not in self.store.image.namespaces:
             raise _error("RESOURCE_NOT_FOUND", f"Namespace '{name}' does not exist.")
 
-    def _list(self, prefix: str, q: Mapping[str, list[str]]) -> tuple[int, Any]:
-        parent = (q.get("parent") or [""])[-1]
-        if parent:
-            self._existing(prefix, parent)
-        names = ns.children(self.store.image, prefix, parent, recursive=_flag(q, "recursive"))
-        return 200, {"parent": parent, "namespaces": names}
-
-    def _describe(self, prefix: str, name: str) -> tuple[int, Any]:
-        self._existing(prefix, name)
-        image = self.store.image
-        return 200, {
-            "name": name,
-            "configs": dict(sorted(image.namespaces[prefix + name].configs.items())),
-            "namespaces": ns.children(image, prefix, name),
-            "topics": ns.topics_in(image, prefix, name),
-        }
-
-    async def _create(self, prefix: str, body: dict[str, Any]) -> tuple[int, Any]:
-        name = body.get("name")
-        if not isinstance(name, str):
-            raise _error("INVALID_REQUEST", "'name' must be a string")
-        configs = self._configs(body.get("configs", {}), "configs")
-        missing = ns.plan_create(self.store.image, prefix, name)
-        if prefix + name not in missing:
-            raise _error("TOPIC_ALREADY_EXISTS", f"Namespace '{name}' already exists.")
-        await self.store.create_namespaces(missing)
-        if configs:
-            await self.store.set_namespace_configs(prefix + name, configs)
-        return 201, {"name": name, "created": [n[len(prefix):] for n in missing], "configs": configs}
-
-    async def _delete(self, prefix: str, name: str, recursive: bool) -> tuple[int, Any]:
-        self._existing(prefix, name)
-
-        def delete(image: MetadataImage) -> Result[Any]:  # the topics created meanwhile go too
-            plan = ns.plan_delete(image, prefix, name, recursive=recursive)
-            r = namespace_rules.delete_namespaces(image, list(plan.namespaces), list(plan.topics))
-            return Result(r.change, plan)
-
-        plan = await self.store.decide_and_commit(delete)
-        n = len(prefix)
-        return 200, {"deleted_namespaces": [x[n:] for x in plan.namespaces], "deleted_topics": [x[n:] for x in plan.topics]}
-
-    async def _namespace_configs(self, method: str, prefix: str, name: str, raw: bytes) -> tuple[int, Any]:
+    async def _namespace_configs(self, method: str, prefix: str, name: str,
+                                 body: ConfigsReplace | ConfigsPatch | None) -> NamespaceConfigs:
         self._existing(prefix, name)
         physical = prefix + name
-        if self.server._allow(method, "GET", "PUT", "PATCH") != "GET":
-            body = self.server._json(raw)
+        if body is not None:
+            change = body.model_dump()
 
             def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
                 found = image.namespaces.get(physical)
                 if found is None:  # deleted meanwhile
                     raise MetadataError("RESOURCE_NOT_FOUND", f"Namespace '{name}' does not exist.")
-                current = dict(found.configs)
-                new = self._changed(method, current, body, lambda k, v: (k, v))
+                new = self._changed(method, dict(found.configs), change, lambda k, v: (k, v))
                 return namespace_rules.set_namespace_configs(image, physical, new)
 
             await self.server._store_call(self.store.decide_and_commit(alter))
         image = self.store.image
         entries = ns.resolve_layers(inheritance.namespace_layers(image, physical), self.broker_config())
-        return 200, {"namespace": name, "configs": dict(sorted(image.namespaces[physical].configs.items())),
-                     "effective": effective_json(entries)}
+        return NamespaceConfigs(namespace=name, configs=dict(sorted(image.namespaces[physical].configs.items())),
+                                effective=effective(entries))
 
-    @staticmethod
-    def _target(body: dict[str, Any], key: str) -> str:
-        target = body.get(key)
-        if not isinstance(target, str):
-            raise _error("INVALID_REQUEST", f"'{key}' must be a namespace name (\"\" for the default namespace)")
-        return target
-
-    async def _move(self, prefix: str, topics: list[str], target: str) -> tuple[int, Any]:
+    async def _move(self, prefix: str, topics: list[str], target: str) -> Moved:
         if target:
             self._existing(prefix, target)
         plan = ns.plan_move(self.store.image, prefix, topics, target)
@@ -221,36 +341,58 @@ class TenancyRoutes:
         n = len(prefix)
         for old, new in plan:
             info = await self.store.rename_topic(old, new)
-            moved.append({"from": old[n:], "to": new[n:], "topic_id": str(info.topic_id)})
-        return 200, {"namespace": target, "moved": moved}
+            moved.append(MovedTopic(from_=old[n:], to=new[n:], topic_id=str(info.topic_id)))
+        return Moved(namespace=target, moved=moved)
 
     # -- tenant defaults and policy -----------------------------------------------------------
 
-    async def _tenant_configs(self, method: str, tenant_id: str, raw: bytes, caller: str | None) -> tuple[int, Any]:
+    @endpoint("GET", "/v1/tenants/{tenant_id}/configs", op="tenantConfigsGet", summary=_TENANT_CONFIGS, errors=[404])
+    async def tenant_configs(self, tenant_id: TenantId) -> TenantConfigs:
+        return self._tenant_configs_out(tenant_id)
+
+    @endpoint("PUT", "/v1/tenants/{tenant_id}/configs", op="tenantConfigsReplace", summary=_TENANT_CONFIGS,
+              errors=[400, 403, 404])
+    async def replace_tenant_configs(self, tenant_id: TenantId, body: ConfigsReplace,
+                                     caller: str | None) -> TenantConfigs:
+        return await self._tenant_configs("PUT", tenant_id, body, caller)
+
+    @endpoint("PATCH", "/v1/tenants/{tenant_id}/configs", op="tenantConfigsPatch", summary=_TENANT_CONFIGS,
+              errors=[400, 403, 404])
+    async def patch_tenant_configs(self, tenant_id: TenantId, body: ConfigsPatch, caller: str | None) -> TenantConfigs:
+        return await self._tenant_configs("PATCH", tenant_id, body, caller)
+
+    async def _tenant_configs(self, method: str, tenant_id: str, body: ConfigsReplace | ConfigsPatch,
+                              caller: str | None) -> TenantConfigs:
         """The tenant's topic config defaults and, the operator's alone, its cell
         (``shoal.placement.cells``: a tenant's administrator changing it is refused with 403)."""
-        if self.server._allow(method, "GET", "PUT", "PATCH") != "GET":
-            body = self.server._json(raw)
-            defaults_body, cell_body = _split_cell(method, body)
+        defaults_body, cell_body = _split_cell(method, body.model_dump())
 
-            def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
-                current = existing_tenant(image, tenant_id).configs
-                new = self._changed(method, dict(cells.topic_defaults(current)), defaults_body, ns.tenant_default_key)
-                return tenant_rules.update_tenant(image, tenant_id, configs={**new, **_cell_changed(
-                    method, cells.cell_configs(current), cell_body, operator=caller is None)})
+        def alter(image: MetadataImage) -> Result[Any]:  # a PATCH edits the configs it commits to
+            current = existing_tenant(image, tenant_id).configs
+            new = self._changed(method, dict(cells.topic_defaults(current)), defaults_body, ns.tenant_default_key)
+            return tenant_rules.update_tenant(image, tenant_id, configs={**new, **_cell_changed(
+                method, cells.cell_configs(current), cell_body, operator=caller is None)})
 
-            await self.server._store_call(self.store.decide_and_commit(alter))
-        return 200, {"tenant_id": tenant_id, "configs": dict(sorted(self.store.image.tenants[tenant_id].configs.items()))}
+        await self.server._store_call(self.store.decide_and_commit(alter))
+        return self._tenant_configs_out(tenant_id)
 
-    async def _policy(self, method: str, tenant_id: str, raw: bytes) -> tuple[int, Any]:
-        if self.server._allow(method, "GET", "PUT") == "PUT":
-            body = self.server._json(raw)
-            policy = body.get("policy")
-            why = validate_policy(policy)
-            if why is not None:
-                raise _error("INVALID_REQUEST", why)
-            await self.server._store_call(self.store.update_tenant(tenant_id, policy=policy))
-        return 200, {"tenant_id": tenant_id, "policy": dict(self.store.image.tenants[tenant_id].policy)}
+    def _tenant_configs_out(self, tenant_id: str) -> TenantConfigs:
+        return TenantConfigs(tenant_id=tenant_id, configs=dict(sorted(self.store.image.tenants[tenant_id].configs.items())))
+
+    @endpoint("GET", "/v1/tenants/{tenant_id}/policy", op="getPolicy", summary="The tenant's create-topic policy",
+              errors=[404])
+    async def policy(self, tenant_id: TenantId) -> TenantPolicy:
+        return TenantPolicy(tenant_id=tenant_id, policy=dict(self.store.image.tenants[tenant_id].policy))
+
+    @endpoint("PUT", "/v1/tenants/{tenant_id}/policy", op="setPolicy", summary="Replace the tenant's create-topic policy",
+              errors=[400, 403, 404])
+    async def set_policy(self, tenant_id: TenantId, body: TenantPolicy) -> TenantPolicy:
+        why = validate_policy(body.policy)
+        if why is not None:
+            raise _error("INVALID_REQUEST", why)
+        await self.server._store_call(self.store.update_tenant(tenant_id, policy=body.policy))
+        return await self.policy(tenant_id)
+
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -328,123 +470,3 @@ def _cell_changed(method: str, current: dict[str, str], body: dict[str, Any], *,
     except cells.CellError as e:
         raise _error(e.code, e.message) from None
     return new
-
-
-# -- OpenAPI ------------------------------------------------------------------------------------
-
-
-def openapi_paths(ref: Callable[[str], dict[str, str]], resp: Callable[[str, str], dict[str, Any]],
-                  errors: Callable[..., dict[str, Any]], body: Callable[[str], dict[str, Any]],
-                  tenant_id: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(paths, schemas) of the endpoints above, built with ``shoal.admin.http.openapi``'s helpers."""
-    namespace = {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"},
-                 "description": "a namespace, tiers separated by ':' (payments:eu)"}
-    topic = {"name": "topic", "in": "path", "required": True, "schema": {"type": "string"}}
-    flag = {"type": "boolean", "default": False}
-    string = {"type": "string"}
-    str_map = {"type": "object", "additionalProperties": string}
-    def configs_of(op: str, schema: str, summary: str) -> dict[str, Any]:
-        return {
-            "get": {"operationId": f"{op}Get", "summary": summary,
-                    "responses": {"200": resp("Configs and effective values", schema), **errors(404)}},
-            "put": {"operationId": f"{op}Replace", "summary": summary, "requestBody": body("ConfigsReplace"),
-                    "responses": {"200": resp("The new configs", schema), **errors(400, 404)}},
-            "patch": {"operationId": f"{op}Patch", "summary": summary, "requestBody": body("ConfigsPatch"),
-                      "responses": {"200": resp("The new configs", schema), **errors(400, 404)}},
-        }
-
-    paths = {
-        "/v1/tenants/{tenant_id}/namespaces": {
-            "parameters": [tenant_id],
-            "get": {"operationId": "listNamespaces", "summary": "The namespaces under a namespace",
-                    "parameters": [{"name": "parent", "in": "query", "schema": string},
-                                   {"name": "recursive", "in": "query", "schema": flag}],
-                    "responses": {"200": resp("The namespaces", "NamespaceList"), **errors(404)}},
-            "post": {"operationId": "createNamespace", "summary": "Create a namespace and every missing parent",
-                     "requestBody": body("NamespaceCreate"),
-                     "responses": {"201": resp("Created", "NamespaceCreated"), **errors(400, 404, 409)}},
-        },
-        "/v1/tenants/{tenant_id}/namespaces/{namespace}": {
-            "parameters": [tenant_id, namespace],
-            "get": {"operationId": "describeNamespace", "summary": "A namespace: configs, children, topics",
-                    "responses": {"200": resp("The namespace", "Namespace"), **errors(404)}},
-            "delete": {"operationId": "deleteNamespace",
-                       "summary": "Delete a namespace and its topics (recursive: and everything under it)",
-                       "parameters": [{"name": "recursive", "in": "query", "schema": flag}],
-                       "responses": {"200": resp("What was deleted", "NamespaceDeleted"), **errors(404, 409)}},
-        },
-        "/v1/tenants/{tenant_id}/namespaces/{namespace}/configs": {
-            "parameters": [tenant_id, namespace],
-            **configs_of("namespaceConfigs", "NamespaceConfigs", "A namespace's configs (inherited by its topics)"),
-        },
-        "/v1/tenants/{tenant_id}/namespaces/{namespace}/move": {
-            "parameters": [tenant_id, namespace],
-            "post": {"operationId": "moveNamespaceTopics", "summary": "Move the namespace's topics to another",
-                     "requestBody": body("MoveNamespace"),
-                     "responses": {"200": resp("The moves", "Moved"), **errors(400, 404, 409)}},
-        },
-        "/v1/tenants/{tenant_id}/topics/{topic}/move": {
-            "parameters": [tenant_id, topic],
-            "post": {"operationId": "moveTopic", "summary": "Move a topic to another namespace (same id and data)",
-                     "requestBody": body("MoveTopic"),
-                     "responses": {"200": resp("The move", "Moved"), **errors(400, 404, 409)}},
-        },
-        "/v1/tenants/{tenant_id}/topics/{topic}/configs": {
-            "parameters": [tenant_id, topic],
-            "get": {"operationId": "topicEffectiveConfigs", "summary": "A topic's configs with their origins",
-                    "responses": {"200": resp("The topic's configs", "TopicConfigs"), **errors(404)}},
-        },
-        "/v1/tenants/{tenant_id}/configs": {
-            "parameters": [tenant_id],
-            **configs_of("tenantConfigs", "TenantConfigs",
-                         "The tenant's defaults for topic configs, and its cell "
-                         "(shoal.tenant.cell.brokers / shoal.tenant.cell.racks: the operator's)"),
-        },
-        "/v1/tenants/{tenant_id}/policy": {
-            "parameters": [tenant_id],
-            "get": {"operationId": "getPolicy", "summary": "The tenant's create-topic policy",
-                    "responses": {"200": resp("The policy", "TenantPolicy"), **errors(404)}},
-            "put": {"operationId": "setPolicy", "summary": "Replace the tenant's create-topic policy",
-                    "requestBody": body("TenantPolicy"),
-                    "responses": {"200": resp("The policy", "TenantPolicy"), **errors(400, 404)}},
-        },
-    }
-    effective = {"type": "array", "items": ref("EffectiveConfig")}
-    schemas = {
-        "NamespaceList": {"type": "object", "required": ["parent", "namespaces"],
-                          "properties": {"parent": string, "namespaces": {"type": "array", "items": string}}},
-        "NamespaceCreate": {"type": "object", "required": ["name"], "properties": {"name": string, "configs": str_map}},
-        "NamespaceCreated": {"type": "object", "required": ["name", "created"],
-                             "properties": {"name": string, "created": {"type": "array", "items": string},
-                                            "configs": str_map}},
-        "Namespace": {"type": "object", "required": ["name", "configs", "namespaces", "topics"],
-                      "properties": {"name": string, "configs": str_map,
-                                     "namespaces": {"type": "array", "items": string},
-                                     "topics": {"type": "array", "items": string}}},
-        "NamespaceDeleted": {"type": "object", "required": ["deleted_namespaces", "deleted_topics"],
-                             "properties": {"deleted_namespaces": {"type": "array", "items": string},
-                                            "deleted_topics": {"type": "array", "items": string}}},
-        "ConfigsReplace": {"type": "object", "required": ["configs"], "properties": {"configs": str_map}},
-        "ConfigsPatch": {"type": "object", "properties": {"set": str_map, "delete": {"type": "array", "items": string}}},
-        "EffectiveConfig": {"type": "object", "required": ["name", "value", "source", "origin"],
-                            "properties": {"name": string, "value": {"type": "string", "nullable": True},
-                                           "source": string,
-                                           "origin": {"type": "string", "enum": [inheritance.TOPIC, inheritance.NAMESPACE, inheritance.TENANT_DEFAULT,
-                                                                                 ns.BROKER_DYNAMIC, ns.BROKER_STATIC, ns.DEFAULT]},
-                                           "where": {"type": "string", "nullable": True},
-                                           "layers": {"type": "array", "items": {"type": "object"}}}},
-        "NamespaceConfigs": {"type": "object", "required": ["namespace", "configs", "effective"],
-                             "properties": {"namespace": string, "configs": str_map, "effective": effective}},
-        "TopicConfigs": {"type": "object", "required": ["topic", "configs", "effective"],
-                         "properties": {"topic": string, "configs": str_map, "effective": effective}},
-        "TenantConfigs": {"type": "object", "required": ["tenant_id", "configs"],
-                          "properties": {"tenant_id": string, "configs": str_map}},
-        "TenantPolicy": {"type": "object", "required": ["policy"],
-                         "properties": {"tenant_id": string, "policy": {"type": "object"}}},
-        "MoveTopic": {"type": "object", "required": ["namespace"], "properties": {"namespace": string}},
-        "MoveNamespace": {"type": "object", "required": ["to"], "properties": {"to": string}},
-        "Moved": {"type": "object", "required": ["namespace", "moved"],
-                  "properties": {"namespace": string, "moved": {"type": "array", "items": {
-                      "type": "object", "properties": {"from": string, "to": string, "topic_id": string}}}}},
-    }
-    return paths, schemas

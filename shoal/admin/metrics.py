@@ -47,12 +47,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
-from shoal.admin.http import _REASONS, parse_listener
+from shoal.admin.http_listener import parse_listener
 from shoal.admin.http_auth import AuthError
 from shoal.quotas.manager import QuotaManagers, QuotaType, effective_bound
 from shoal.observability.ports import CollectorHost
@@ -317,7 +318,7 @@ class MetricsHttpServer:
             try:
                 await self.auth.check_super_user(headers, f"{peer[0]}:{peer[1]}" if peer else "?")
             except AuthError as e:
-                status, ctype, body = f"{e.status} {_REASONS[e.status]}", "text/plain", f"{e.message}\n".encode()
+                status, ctype, body = f"{e.status} {HTTPStatus(e.status).phrase}", "text/plain", f"{e.message}\n".encode()
             else:
                 status, ctype, body = self._answer(parts)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):

@@ -65,7 +65,7 @@ def shift_http(key: str, value: str | None, i: int) -> str | None:
     host out) with the port + ``i`` (0 stays 0)."""
     if not value:
         return value
-    from shoal.admin.http import parse_listener
+    from shoal.admin.http_listener import parse_listener
     from shoal.admin.metrics import parse_metrics_listener
 
     host, port = parse_metrics_listener(value) if key == "shoal.metrics.listener" else parse_listener(value)

@@ -127,6 +127,12 @@ def test_openapi_describes_the_endpoints(admin_broker):
         "/v1/tenants/{tenant_id}/identity_pools": ["get", "post"],
         "/v1/tenants/{tenant_id}/identity_pools/{pool_id}": ["delete", "get"],
         "/v1/identity_pools": ["get"],
+        # the balancer and broker removal (issue 27): generated from the routes since issue 30
+        "/v1/cluster/balancer": ["get"],
+        "/v1/cluster/balancer/plan": ["get"],
+        "/v1/cluster/balancer/pause": ["post"],
+        "/v1/cluster/balancer/resume": ["post"],
+        "/v1/cluster/brokers/{node}/remove": ["delete", "post"],
     }
     schemas = doc["components"]["schemas"]
     refs = {v for v in _refs(doc["paths"]) if v.startswith("#/components/schemas/")}
@@ -158,7 +164,8 @@ def test_garbage_does_not_crash_the_server(admin_broker):
             reply = b""
             while chunk := s.recv(65536):
                 reply += chunk
-        assert reply == b"" or reply.startswith(b"HTTP/1.1 4"), (junk[:40], reply[:100])
+        # (HTTP/1.0: aiohttp's parser answers a request it could not parse without trusting its version)
+        assert reply == b"" or reply.startswith((b"HTTP/1.1 4", b"HTTP/1.0 4")), (junk[:40], reply[:100])
     assert http(b, "GET", "/v1/tenants")[0] == 200
 
 
