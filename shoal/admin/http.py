@@ -99,7 +99,7 @@ class Tenant(Model):
     created_ms: int = Field(json_schema_extra={"format": "int64"})
     users: list[str]
     admins: list[str] = []
-    warning: str | None = Field(None, description="on creation: other tenants have this display name")
+    warning: str | None = Field(default=None, description="on creation: other tenants have this display name")
 
 
 class TenantList(Model):
@@ -114,7 +114,7 @@ class UserCreate(Model):
     user: Name
     password: str = Field(min_length=1, json_schema_extra={"format": "password"})
     mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        None, description="only this mechanism's credential (default: one for each)")
+        default=None, description="only this mechanism's credential (default: one for each)")
     admin: bool = False
 
 
@@ -187,7 +187,7 @@ def json_response(status: int, payload: Any, headers: dict[str, str] | None = No
 # -- the server ---------------------------------------------------------------------------------
 
 
-class _ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _ProtocolLog(logging.LoggerAdapter):
     """aiohttp's connection-level complaints (a malformed request, which it answers with 400 and
     closes) as one rate-limited warning naming the client and the problem, no traceback: a client
     sending garbage fills no log."""
@@ -203,7 +203,7 @@ class _ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         text = str(getattr(exc, "message", exc) or "").strip()
         what = text.splitlines()[0].rstrip(":") if text else type(exc).__name__
         self._lines.log(logging.WARNING, ("protocol", type(exc).__name__), "HTTP admin API: %s: %s",
-                        msg % args if args else msg, what)
+                        str(msg) % args if args else msg, what)
 
 
 class AdminHttpServer:
@@ -276,7 +276,7 @@ class AdminHttpServer:
         (its answer is the request's caller), and every error as ``{"error", "message"}``."""
         path = request.path
         if any(path == p or path.startswith(p + "/") for p in self._mounts):
-            return await handler(request)  # type: ignore[no-any-return]
+            return await handler(request)
         try:
             if len(request.raw_path) + sum(len(k) + len(v) + 4 for k, v in request.raw_headers) > MAX_HEADER_BYTES:
                 raise HttpError(413, "payload_too_large", "request headers too large")
@@ -290,7 +290,7 @@ class AdminHttpServer:
                                                          f"{peer[0]}:{peer[1]}" if peer else "?")
             except AuthError as e:
                 raise HttpError(e.status, e.code, e.message) from None
-            return await handler(request)  # type: ignore[no-any-return]
+            return await handler(request)
         except HttpError as e:
             return error_response(e.status, e.code, e.message)
         except web.HTTPMethodNotAllowed as e:

@@ -135,9 +135,9 @@ class HttpAuth:
             raise AuthError(401, "unauthorized", "authentication failed")
         creds = self.store.image.scram_credentials.get(user) or {}
         digest = hashlib.sha256(password.encode("utf-8")).digest()
-        key = (user, digest)
+        remembered = (user, digest)
         now = self.clock()
-        hit = self._verified.get(key)
+        hit = self._verified.get(remembered)
         if hit is not None and hit[0] > now and hit[1] in creds.values():
             return user
         backoff = self.backoff
@@ -154,7 +154,7 @@ class HttpAuth:
             backoff.succeeded(key)
             if len(self._verified) > 10_000:
                 self._verified.clear()
-            self._verified[key] = (now + _REMEMBER_S, cred)
+            self._verified[remembered] = (now + _REMEMBER_S, cred)
             return user
         delay = backoff.failed(key, int(self.clock() * 1000))
         await asyncio.sleep(delay / 1000)

@@ -61,7 +61,7 @@ class ClusterRoutes:
         if self.balancer is None:
             call.close()  # (a coroutine never awaited)
             raise HttpError(404, "not_found", "no balancer here: it runs on a cluster (shoal.metadata.store=etcd://...)")
-        return await call  # type: ignore[no-any-return]
+        return await call
 
     @property
     def _b(self) -> BalancerService:

@@ -169,7 +169,7 @@ class MoveNamespace(Model):
 
 
 class MovedTopic(Model):
-    from_: str = Field(alias="from")
+    from_: str = Field(serialization_alias="from")
     to: str
     topic_id: str
 

@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass
 from functools import cache
 from http import HTTPStatus
-from typing import Annotated, Any, Awaitable, Callable, Iterable, Mapping
+from typing import Annotated, Any, Awaitable, Callable, Iterable, Literal, Mapping, TypeVar
 from urllib.parse import parse_qs, unquote
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, WithJsonSchema
@@ -49,6 +49,7 @@ class Error(Model):
 
 TenantId = Annotated[str, WithJsonSchema({"type": "string", "pattern": "^lkc-[0-9a-z]{6}$"})]
 Handler = Callable[..., Awaitable[Model]]
+H = TypeVar("H", bound=Handler)
 _SPECIAL = ("self", "body", "query", "caller")
 
 
@@ -79,8 +80,8 @@ class Endpoint:
 
 
 def endpoint(method: str, path: str, *, op: str, summary: str, status: int = 200,
-             errors: Iterable[int] = ()) -> Callable[[Handler], Handler]:
-    def mark(fn: Handler) -> Handler:
+             errors: Iterable[int] = ()) -> Callable[[H], H]:
+    def mark(fn: H) -> H:
         fn.__endpoint__ = Endpoint(method, path, op, summary, status, tuple(errors), fn)  # type: ignore[attr-defined]
         return fn
     return mark
@@ -203,7 +204,7 @@ def openapi_document(eps: Iterable[Endpoint], info: dict[str, Any]) -> dict[str,
     models (pydantic's JSON Schema, its ``anyOf [X, null]`` written as 3.0's ``nullable``)."""
     eps = list(eps)
     sigs = [signature(ep.fn) for ep in eps]
-    wanted = {(Error, "serialization")}
+    wanted: set[tuple[type[Model], Literal["validation", "serialization"]]] = {(Error, "serialization")}
     for s in sigs:
         wanted.add((s.response, "serialization"))
         if s.body is not None:

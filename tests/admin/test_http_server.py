@@ -215,3 +215,32 @@ async def test_stop_closes_idle_keep_alive_connections_without_warnings(tmp_path
     assert [str(w.message) for w in caught] == []
     await server.stop()  # twice: nothing
     await store.close()
+
+
+async def test_basic_authentication_remembers_a_checked_password_across_keep_alive_requests(tmp_path):
+    """A correct password is checked with PBKDF2 once, then remembered for a minute under the
+    user and the password's hash; a wrong one is never remembered."""
+    from shoal.auth.scram import make_credential
+
+    store = EmbeddedMetadataStore(tmp_path, node_id=1)
+    await store.start()
+    c = make_credential("SCRAM-SHA-512", "admin-secret")
+    await store.set_scram_credential("admin", c.mechanism, c.salt, c.stored_key, c.server_key, c.iterations)
+    config = BrokerConfig.load(None, {"shoal.admin.authentication": "basic", "super.users": "User:admin"})
+    server = AdminHttpServer(store, "127.0.0.1", 0, broker_config=lambda: config)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        good = "Authorization: Basic YWRtaW46YWRtaW4tc2VjcmV0\r\n"  # admin:admin-secret
+        bad = "Authorization: Basic YWRtaW46bm9wZQ==\r\n"  # admin:nope
+        assert (await exchange(reader, writer, req("GET", "/v1/tenants")))[0] == 401
+        status, _headers, body = await exchange(reader, writer, req("GET", "/v1/tenants", extra=bad))
+        assert status == 401 and json.loads(body)["error"] == "unauthorized"
+        assert server.auth._verified == {}
+        for _ in range(2):
+            assert (await exchange(reader, writer, req("GET", "/v1/tenants", extra=good)))[0] == 200
+        assert [user for user, _digest in server.auth._verified] == ["admin"]
+        writer.close()
+    finally:
+        await server.stop()
+        await store.close()
