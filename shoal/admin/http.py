@@ -238,7 +238,8 @@ class AdminHttpServer:
 
     def mount(self, prefix: str, subapp: web.Application) -> None:
         """Serve ``subapp`` under ``prefix`` (``/ui``) on this listener; before ``start``. Its
-        requests skip this API's authentication and JSON errors: it answers them itself."""
+        requests skip this API's authentication and JSON errors (it answers them itself), not
+        the listener's limits (``client_max_size`` is this application's: 64 KiB bodies)."""
         if self._runner is not None:
             raise RuntimeError("mount before the admin API starts")
         prefix = "/" + prefix.strip("/")
