@@ -244,3 +244,29 @@ async def test_basic_authentication_remembers_a_checked_password_across_keep_ali
     finally:
         await server.stop()
         await store.close()
+
+
+async def test_a_request_head_sent_too_slowly_is_cut_off(tmp_path, monkeypatch):
+    """A client that trickles its headers (a slow-loris) is disconnected once the keep-alive
+    time has passed since the connection opened (here 0.5 s instead of 30)."""
+    import shoal.admin.http as admin_http
+
+    monkeypatch.setattr(admin_http, "KEEPALIVE_S", 0.5)
+    server = AdminHttpServer(None, "127.0.0.1", 0)  # type: ignore[arg-type]
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(ConnectionError):
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                writer.write(b"X-Slow: 1\r\n")
+                await writer.drain()
+            await asyncio.wait_for(reader.read(), 5)
+            raise ConnectionResetError("closed without an answer")  # (read returned: closed)
+        assert loop.time() - t0 < 4
+        writer.close()
+    finally:
+        await server.stop()
