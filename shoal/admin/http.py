@@ -26,6 +26,8 @@ console, ``/ui/``). Endpoints:
     GET    /v1/cluster/load                 per broker its capacity and load totals, per partition
                                             its leader's rates and size (``shoal.cluster.load``;
                                             the operator's only)
+    .../v1/cluster/balancer[/plan|/pause|/resume], /v1/cluster/brokers/{id}/remove   the balancer
+                                            and broker removal (``shoal.admin.http_cluster``)
     GET    /openapi.json                    the OpenAPI 3.0 description of the above
 
 The password is hashed here (``make_credential``, random salt) and never stored. Errors are
@@ -40,6 +42,7 @@ Authentication: ``shoal.admin.authentication=basic`` requires HTTP Basic credent
 user (super users: everything; a tenant's administrators: their own tenant), see
 ``shoal.admin.http_auth``; the default ``none`` has none: bind the listener to a trusted address.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,5 @@
 """The HTTP admin API's tenancy endpoints: KIP-37 namespaces, topic moves, tenant config defaults
-and the create-topic policy (``shoal.admin.http`` routes ``/v1/tenants/{id}/<these>`` here).
+and the create-topic policy (``TenancyRoutes``' endpoints, served by ``shoal.admin.http``).
 
     GET    /v1/tenants/{id}/namespaces[?parent=NS][&recursive=true]   children of NS ("" = top)
     POST   /v1/tenants/{id}/namespaces          {"name": "a:b:c", "configs"?: {...}} -> 201
