@@ -178,6 +178,11 @@ def identity_pool_out(p: PoolInfo) -> IdentityPool:
                            principal_claim=p.principal_claim, display_name=p.display_name)
 
 
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``Server: Shoal`` (no Python and aiohttp versions for a scanner to match)."""
+    response.headers["Server"] = "Shoal"
+
+
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return json_response(status, {"error": code, "message": message}, headers)
 
@@ -237,6 +242,7 @@ class AdminHttpServer:
         for ep, owner in self.endpoints:
             self.app.router.add_route(ep.method, ep.path, self._handler(ep, owner), name=ep.op)
         self.app.router.add_route("GET", "/openapi.json", self._openapi_json, name="openapi")
+        self.app.on_response_prepare.append(_server_header)
         self._runner: web.AppRunner | None = None
 
     def mount(self, prefix: str, subapp: web.Application) -> None:

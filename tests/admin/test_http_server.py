@@ -60,6 +60,7 @@ async def test_keep_alive_serves_requests_one_after_another_on_a_connection(serv
     try:
         status, headers, body = await exchange(reader, writer, req("POST", "/v1/tenants", b'{"display_name": "K"}'))
         assert status == 201 and headers.get("connection", "").lower() != "close", headers
+        assert headers["server"] == "Shoal"  # no versions
         tid = json.loads(body)["tenant_id"]
         status, _headers, body = await exchange(reader, writer, req("GET", f"/v1/tenants/{tid}"))
         assert status == 200 and json.loads(body)["display_name"] == "K"
