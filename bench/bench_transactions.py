@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""What Kafka transactions cost on Shoal (issue 14): transactional against idempotent produce, and
-read_committed against read_uncommitted consume, in the same run on one broker.
+"""What idempotence and transactions cost on Shoal (issues 14 and 29): plain acks=all, idempotent
+and transactional produce in interleaved rounds on one broker, with a read_committed consumer
+alongside, and read_committed against read_uncommitted consume of the same data.
 
 Phases:
-  produce   R rounds; each round runs both modes, in alternating order (idem first in odd rounds):
-            ``idempotent``: one confluent-kafka producer, ``enable.idempotence=true`` (acks=all),
-            N records of 1 KiB flat out, flushed; ``transactional``: the same producer settings
-            plus a ``transactional.id``: ``init_transactions()`` before the clock starts, then
-            ``begin_transaction()``, T records (default 1,000: the size the issue names),
-            ``commit_transaction()``, for the same N records. Each run writes a new topic of P
-            partitions (default 1). MB/s over the records acknowledged (transactional: committed),
-            broker CPU µs per record; per round the ratio transactional / idempotent.
+  produce   R rounds; each round runs every mode of ``--modes`` once, in that order (plain,
+            idempotent, txn:100, txn:1000, txn:10000, plain, idempotent, ...), each with a new
+            confluent-kafka producer writing N records of 1 KiB flat out (``linger.ms=5``,
+            acks=all, no compression) to a new topic of P partitions (default 1):
+            ``plain``: ``enable.idempotence=false``; ``idempotent``: ``enable.idempotence=true``;
+            ``txn:T``: idempotent plus a ``transactional.id``, ``init_transactions()`` before the
+            clock starts, then ``begin_transaction()``, T records, ``commit_transaction()``, for
+            the same N records. Records/s over the records acknowledged (transactional:
+            committed), broker CPU µs per record, per round each mode's ratio to ``plain`` of
+            that round, and medians. With ``--consumer`` (default on) a consumer process reads
+            each run's topic while it is written, ``isolation.level=read_committed`` (the same
+            for every mode: on a topic without transactions it reads up to the high watermark),
+            and reports its records/s from the producer's start to its last record and the
+            end-to-end lag of its records (receive time - the record's CreateTime, set by the
+            producer at ``produce()``; a transaction's records become visible at its commit).
   timeline  (not in the default phases) ``--timeline-txns`` transactions on a new topic with
             librdkafka's ``debug=eos,protocol``: per transaction the round trips librdkafka
             reports for AddPartitionsToTxn, the Produce requests and EndTxn, and how many
             AddPartitionsToTxn / AddOffsetsToTxn answers were CONCURRENT_TRANSACTIONS (each costs
             the producer a retry backoff); medians. Where a transaction's time goes.
-  consume   the last transactional round's topic (N records, N / T commit markers) read from
-            offset 0 by a fresh consumer, ``isolation.level=read_committed`` and
-            ``read_uncommitted`` alternating, R rounds: MB/s and their ratio.
+  consume   (not in the default phases) the last transactional round's topic (N records, N / T
+            commit markers) read from offset 0 by a fresh consumer, ``isolation.level=
+            read_committed`` and ``read_uncommitted`` alternating, R rounds: MB/s and their ratio.
 
 Kafka's guidance (KIP-98's design document, Confluent's "Transactions in Apache Kafka"): with
-transactions of this size the producer's throughput overhead is a few percent, and read_committed
-consumers lose nothing worth mentioning; the report sets our medians against that.
+transactions of 1,000 records the producer's throughput overhead is a few percent; issue 29's
+target is idempotent and txn:1000 each >= 0.9 of plain in one run.
 
-Run:  python bench/bench_transactions.py [--rounds 5] [--messages 200000] [--txn-size 1000]
-          [--partitions 1] [--quick] [--json out.json]
+Run:  python bench/bench_transactions.py [--rounds 5] [--messages 150000]
+          [--modes plain,idempotent,txn:100,txn:1000,txn:10000] [--partitions 1] [--no-consumer]
+          [--phases produce,timeline,consume] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import logging
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,20 +57,31 @@ for p in (HERE, REPO_ROOT):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _util import machine_info, render_table  # noqa: E402
+from _util import machine_info, percentile, render_table  # noqa: E402
 from bench_brokers import (  # noqa: E402
     BrokerFactory, add_run_args, client_conf, client_cpu, consume_conf, consume_n, create_topic, stop_and_clean,
 )
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 MB = 1024 * 1024
 SIZE = 1024
-MODES = ("idempotent", "transactional")
+DEFAULT_MODES = "plain,idempotent,txn:100,txn:1000,txn:10000"
 
 
-def producer_conf(bootstrap: str, args, transactional_id: str | None) -> dict:
+def parse_mode(text: str) -> tuple[str, bool, int]:
+    """``plain`` / ``idempotent`` / ``txn:T`` -> (name, idempotent, records per transaction or 0)."""
+    if text in ("plain", "idempotent"):
+        return text, text == "idempotent", 0
+    name, _, size = text.partition(":")
+    if name != "txn" or not size.isdigit() or int(size) <= 0:
+        raise argparse.ArgumentTypeError(f"unknown mode {text!r}: plain, idempotent or txn:N")
+    return text, True, int(size)
+
+
+def producer_conf(bootstrap: str, args, transactional_id: str | None, idempotent: bool = True) -> dict:
     conf = client_conf(bootstrap, **{
-        "enable.idempotence": True, "acks": "all", "linger.ms": args.linger_ms, "compression.type": "none",
+        "enable.idempotence": idempotent, "acks": "all", "linger.ms": args.linger_ms, "compression.type": "none",
     })
     if transactional_id:
         conf["transactional.id"] = transactional_id
@@ -81,9 +102,80 @@ def _produce(p: Producer, topic: str, n: int, payload: bytes, partitions: int, o
             p.poll(0)
 
 
+# -- the consumer alongside: a child process (its Python loop must not share the producer's GIL) --
+
+def consume_child(bootstrap: str, topic: str, partitions: int, n: int, isolation: str, timeout_s: float) -> int:
+    """Read ``n`` records of ``topic`` from offset 0 with ``isolation``; print ``ready`` once
+    assigned, then one JSON line: records, wall times of the first and last record, lag samples."""
+    args = argparse.Namespace(consumer_conf=[f"isolation.level={isolation}"])
+    c = Consumer(consume_conf(bootstrap, args))
+    c.list_topics(topic, timeout=10)
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    c.consume(num_messages=1, timeout=0.05)  # connected and fetching before the producer starts
+    print("ready", flush=True)
+    got = errors = 0
+    first = last = None
+    lags: list[float] = []
+    deadline = time.time() + timeout_s
+    while got < n and time.time() < deadline:
+        msgs = c.consume(num_messages=min(10000, n - got), timeout=0.2)
+        if not msgs:
+            continue
+        now = time.time()
+        for m in msgs:
+            if m.error() is not None:
+                errors += 1
+            else:
+                got += 1
+        if first is None:
+            first = now
+        last = now
+        for m in (msgs[0], msgs[-1]):  # lag: receive time - CreateTime (the producer's produce() call)
+            if m.error() is None:
+                lags.append(now * 1000.0 - m.timestamp()[1])
+    c.close()
+    print(json.dumps({"records": got, "errors": errors, "first": first, "last": last, "lags_ms": lags}), flush=True)
+    return 0
+
+
+class Alongside:
+    """The consumer child of one run."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, n: int, isolation: str, timeout_s: float):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--consume-child", bootstrap, topic, str(partitions), str(n),
+             isolation, str(timeout_s)], stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.proc.kill()
+            raise RuntimeError(f"consumer child did not start: {line!r}")
+
+    def result(self, t0_wall: float, produced_wall: float, timeout_s: float) -> dict:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        lines = [x for x in out.splitlines() if x.startswith("{")]
+        if not lines:
+            return {"records": 0, "ok": False}
+        r = json.loads(lines[-1])
+        lags = sorted(r.pop("lags_ms"))
+        last = r.pop("last")
+        r.pop("first")
+        r.update({
+            "msgs_s": r["records"] / (last - t0_wall) if last and last > t0_wall else 0.0,
+            "after_producer_ms": (last - produced_wall) * 1000 if last else None,
+            "lag_p50_ms": percentile(lags, 50) if lags else None,
+            "lag_p99_ms": percentile(lags, 99) if lags else None,
+        })
+        return r
+
+
 def run_produce(broker, mode: str, topic: str, args) -> dict:
-    tid = f"bench-txn-{uuid.uuid4().hex[:8]}" if mode == "transactional" else None
-    p = Producer(producer_conf(broker.bootstrap, args, tid))
+    name, idempotent, txn_size = parse_mode(mode)
+    tid = f"bench-txn-{uuid.uuid4().hex[:8]}" if txn_size else None
+    p = Producer(producer_conf(broker.bootstrap, args, tid, idempotent))
     p.list_topics(topic, timeout=10)  # connection and metadata outside the window
     if tid:
         p.init_transactions(30)
@@ -97,31 +189,51 @@ def run_produce(broker, mode: str, topic: str, args) -> dict:
         else:
             errors += 1
 
-    cpu0, ccpu0, t0 = broker.cpu(), client_cpu(), time.perf_counter()
+    alongside = (Alongside(broker.bootstrap, topic, args.partitions, args.messages, "read_committed", 300)
+                 if args.consumer else None)
+    cpu0, ccpu0, t0, t0_wall = broker.cpu(), client_cpu(), time.perf_counter(), time.time()
     commits: list[float] = []
     if tid:
         done = 0
         while done < args.messages:
-            size = min(args.txn_size, args.messages - done)
+            size = min(txn_size, args.messages - done)
             p.begin_transaction()
             _produce(p, topic, size, payload, args.partitions, on_delivery)
             t = time.perf_counter()
             p.commit_transaction(60)  # flushes the transaction's records, then EndTxn
             commits.append(time.perf_counter() - t)
             done += size
-        transactions = -(-args.messages // args.txn_size)
+        transactions = -(-args.messages // txn_size)
     else:
         _produce(p, topic, args.messages, payload, args.partitions, on_delivery)
         p.flush(120)
         transactions = 0
     elapsed = time.perf_counter() - t0
+    produced_wall = time.time()
     cpu, ccpu = broker.cpu() - cpu0, client_cpu() - ccpu0
     p.flush(5)
-    return {"mode": mode, "topic": topic, "records": args.messages, "acked": ok, "errors": errors,
-            "transactions": transactions, "seconds": elapsed, "mb_s": ok * SIZE / MB / elapsed,
-            "broker_cpu_us_per_record": cpu * 1e6 / max(ok, 1), "client_cpu_s": ccpu,
+    consumed = alongside.result(t0_wall, produced_wall, 300) if alongside is not None else None
+    return {"mode": name, "topic": topic, "records": args.messages, "acked": ok, "errors": errors,
+            "transactions": transactions, "seconds": elapsed, "msgs_s": ok / elapsed,
+            "mb_s": ok * SIZE / MB / elapsed, "broker_cpu_us_per_record": cpu * 1e6 / max(ok, 1),
+            "client_cpu_s": ccpu,
             "commit_ms_median": statistics.median(commits) * 1000 if commits else None,
-            "ok": ok == args.messages and errors == 0}
+            "consumer": consumed,
+            "ok": ok == args.messages and errors == 0
+            and (consumed is None or (consumed["records"] == args.messages and not consumed.get("errors")))}
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """Free the disk (and the page cache) of finished runs, outside the measured windows."""
+    if not topics:
+        return
+    admin = AdminClient(client_conf(bootstrap))  # kept alive until the futures are done
+    fs = admin.delete_topics(topics, operation_timeout=30, request_timeout=30)
+    for f in fs.values():
+        try:
+            f.result(30)
+        except Exception as e:  # a leftover topic costs disk only
+            print(f"warning: deleting a topic: {e}", file=sys.stderr)
 
 
 def run_consume(broker, topic: str, isolation: str, args) -> dict:
@@ -201,18 +313,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--rounds", type=int, default=None, help="rounds of each mode (default 5; 2 with --quick)")
-    ap.add_argument("--messages", type=int, default=None, help="records per run (default 200000; 20000 with --quick)")
-    ap.add_argument("--txn-size", type=int, default=1000, help="records per transaction")
+    ap.add_argument("--messages", type=int, default=None,
+                    help="records per run (default 150000; 20000 with --quick)")
+    ap.add_argument("--modes", default=DEFAULT_MODES,
+                    help="comma list, run in this order each round: plain, idempotent, txn:N (N records a transaction)")
+    ap.add_argument("--txn-size", type=int, default=1000, help="records per transaction of the timeline phase")
     ap.add_argument("--partitions", type=int, default=1, help="partitions of each run's topic")
     ap.add_argument("--linger-ms", type=int, default=5)
-    ap.add_argument("--phases", default="produce,consume", help="comma list of: produce, consume, timeline")
+    ap.add_argument("--consumer", action=argparse.BooleanOptionalAction, default=True,
+                    help="a read_committed consumer process reads each run's topic while it is written")
+    ap.add_argument("--phases", default="produce", help="comma list of: produce, timeline, consume")
     ap.add_argument("--timeline-txns", type=int, default=100, help="transactions of the timeline phase")
     ap.add_argument("--quick", action="store_true", help="smoke run")
     ap.add_argument("--startup-timeout", type=float, default=30.0)
     add_run_args(ap, "--shoal-arg=--override --shoal-arg=log.flush.interval.messages=1000")
     args = ap.parse_args(argv)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    args.messages = args.messages or (20_000 if args.quick else 200_000)
+    args.messages = args.messages or (20_000 if args.quick else 150_000)
+    args.mode_list = [parse_mode(m)[0] for m in args.modes.split(",") if m]
     args.producer_conf, args.consumer_conf = [], []
     return args
 
@@ -221,7 +339,39 @@ def _med(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+def _fmt_ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def produce_summary(produce: list[dict], modes: list[str]) -> dict:
+    """Per mode: medians over rounds, and the median of the per-round ratios to ``plain``."""
+    base = {r["round"]: r["msgs_s"] for r in produce if r["mode"] == "plain"}
+    out = {}
+    for m in modes:
+        rs = [r for r in produce if r["mode"] == m]
+        if not rs:
+            continue
+        ratios = [r["msgs_s"] / base[r["round"]] for r in rs if base.get(r["round"])]
+        cons = [r["consumer"] for r in rs if r.get("consumer")]
+        lag50 = [c["lag_p50_ms"] for c in cons if c.get("lag_p50_ms") is not None]
+        lag99 = [c["lag_p99_ms"] for c in cons if c.get("lag_p99_ms") is not None]
+        commits = [r["commit_ms_median"] for r in rs if r["commit_ms_median"] is not None]
+        out[m] = {
+            "msgs_s": _med(rs, "msgs_s"), "min": min(r["msgs_s"] for r in rs), "max": max(r["msgs_s"] for r in rs),
+            "ratio_to_plain": statistics.median(ratios) if ratios else None, "ratios": ratios,
+            "broker_cpu_us_per_record": _med(rs, "broker_cpu_us_per_record"),
+            "commit_ms": statistics.median(commits) if commits else None,
+            "consumer_msgs_s": statistics.median(c["msgs_s"] for c in cons) if cons else None,
+            "lag_p50_ms": statistics.median(lag50) if lag50 else None,
+            "lag_p99_ms": statistics.median(lag99) if lag99 else None,
+        }
+    return out
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--consume-child":
+        b, topic, parts, n, iso, timeout = sys.argv[2:8]
+        return consume_child(b, topic, int(parts), int(n), iso, float(timeout))
     args = parse_args(argv)
     phases = [x for x in args.phases.split(",") if x]
     results: dict = {"machine": machine_info(None, REPO_ROOT), "load_before": os.getloadavg(),
@@ -231,29 +381,45 @@ def main(argv=None) -> int:
     produce: list[dict] = []
     consume: list[dict] = []
     failed = False
+    t_start = time.perf_counter()
     try:
         broker, _ = BrokerFactory("shoal", args, workdir).start()
-        print(f"# bench_transactions: {args.rounds} rounds, {args.messages} x 1 KiB per run, transactions of "
-              f"{args.txn_size}, {args.partitions} partition(s), load {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"# bench_transactions: {args.rounds} rounds of {', '.join(args.mode_list)}; {args.messages} x 1 KiB "
+              f"per run, {args.partitions} partition(s), linger.ms={args.linger_ms}, consumer alongside: "
+              f"{'read_committed' if args.consumer else 'none'}; load {os.getloadavg()[0]:.1f}", flush=True)
         last_txn_topic = None
         if "produce" in phases or "consume" in phases:
+            modes = args.mode_list if "produce" in phases else [f"txn:{args.txn_size}"]
             rounds = args.rounds if "produce" in phases else 1
             for r in range(rounds):
-                order = MODES if r % 2 == 0 else MODES[::-1]
-                for mode in order:
-                    topic = f"bench-{mode[:4]}-{uuid.uuid4().hex[:6]}"
+                line = []
+                plain = None
+                for mode in modes:
+                    topic = f"bench-{mode.replace(':', '')}-{uuid.uuid4().hex[:6]}"
                     create_topic(broker.bootstrap, topic, args.partitions, 30)
                     res = run_produce(broker, mode, topic, args)
                     res["round"] = r
                     produce.append(res)
                     failed |= not res["ok"]
-                    commit = (f", commit_transaction() median {res['commit_ms_median']:.1f} ms"
-                              if res["commit_ms_median"] is not None else "")
-                    print(f"round {r + 1} {mode:13s} {res['mb_s']:7.2f} MB/s  {res['broker_cpu_us_per_record']:6.1f} "
-                          f"µs broker CPU/record  ({res['seconds']:.1f} s{commit}{'' if res['ok'] else ', NOT OK'})",
-                          flush=True)
-                    if mode == "transactional":
+                    if mode == "plain":
+                        plain = res["msgs_s"]
+                    c = res["consumer"]
+                    extra = (f", commit_transaction() median {res['commit_ms_median']:.1f} ms"
+                             if res["commit_ms_median"] is not None else "")
+                    if c:
+                        extra += (f"; read_committed {c['msgs_s']:,.0f} msg/s, lag p50 {_fmt_ms(c['lag_p50_ms'])} "
+                                  f"p99 {_fmt_ms(c['lag_p99_ms'])} ms, last record +{_fmt_ms(c['after_producer_ms'])} ms")
+                    print(f"  round {r + 1} {mode:10s} {res['msgs_s']:9,.0f} msg/s {res['mb_s']:6.1f} MB/s "
+                          f"{res['broker_cpu_us_per_record']:5.1f} µs broker CPU/record ({res['seconds']:.1f} s{extra})"
+                          f"{'' if res['ok'] else ' NOT OK'}", flush=True)
+                    line.append(f"{mode} {res['msgs_s']:,.0f}" + (f" ({res['msgs_s'] / plain:.2f})" if plain else ""))
+                    if parse_mode(mode)[2]:
+                        if last_txn_topic is not None:
+                            delete_topics(broker.bootstrap, [last_txn_topic])
                         last_txn_topic = topic
+                    else:
+                        delete_topics(broker.bootstrap, [topic])
+                print(f"round {r + 1}: " + " | ".join(line) + f"  [load {os.getloadavg()[0]:.1f}]", flush=True)
         if "timeline" in phases:
             results["timeline"] = tl = run_timeline(broker, args)
             print(f"timeline ({tl['transactions']} transactions of {args.txn_size}, medians): transaction "
@@ -273,28 +439,25 @@ def main(argv=None) -> int:
                           f"µs broker CPU/record{'' if res['ok'] else ' NOT OK'}", flush=True)
     finally:
         stop_and_clean(workdir, args.keep_logs)
-    results.update({"produce": produce, "consume": consume, "load_after": os.getloadavg()})
+    results.update({"produce": produce, "consume": consume, "load_after": os.getloadavg(),
+                    "seconds": time.perf_counter() - t_start})
 
     print()
     if produce and "produce" in phases:
-        idem = [r for r in produce if r["mode"] == "idempotent"]
-        txn = [r for r in produce if r["mode"] == "transactional"]
-        paired = [t["mb_s"] / i["mb_s"] for i, t in zip(idem, txn)]
-        med_i, med_t = _med(idem, "mb_s"), _med(txn, "mb_s")
-        print(render_table(["produce (1 KiB, acks=all)", "MB/s median", "min", "max", "broker CPU µs/record"], [
-            [m, f"{_med(rs, 'mb_s'):.2f}", f"{min(r['mb_s'] for r in rs):.2f}", f"{max(r['mb_s'] for r in rs):.2f}",
-             f"{_med(rs, 'broker_cpu_us_per_record'):.1f}"]
-            for m, rs in (("idempotent", idem), (f"transactional ({args.txn_size}/txn)", txn))]))
-        ratio = statistics.median(paired)
-        print(f"transactional / idempotent: {med_t / med_i:.3f} (medians), {ratio:.3f} (median of per-round "
-              f"ratios: {', '.join(f'{x:.3f}' for x in paired)}); overhead {(1 - ratio) * 100:+.1f}% "
-              f"against Kafka's 'a few percent' for transactions of this size")
-        per_txn = [(t["seconds"] - i["seconds"]) / t["transactions"] * 1000 for i, t in zip(idem, txn)]
-        print(f"time a transaction adds (transactional run less idempotent run of the same round, per "
-              f"transaction): median {statistics.median(per_txn):.1f} ms ({', '.join(f'{x:.1f}' for x in per_txn)}); "
-              f"commit_transaction() median {statistics.median(t['commit_ms_median'] for t in txn):.1f} ms")
-        results["produce_ratio"] = {"medians": med_t / med_i, "paired_median": ratio, "paired": paired,
-                                    "ms_per_transaction": per_txn}
+        summary = results["produce_summary"] = produce_summary(produce, args.mode_list)
+        rows = []
+        for m, s in summary.items():
+            rows.append([m, f"{s['msgs_s']:,.0f}", f"{s['min']:,.0f}", f"{s['max']:,.0f}",
+                         "-" if s["ratio_to_plain"] is None else f"{s['ratio_to_plain']:.2f}",
+                         f"{s['broker_cpu_us_per_record']:.1f}", _fmt_ms(s["commit_ms"]),
+                         "-" if s["consumer_msgs_s"] is None else f"{s['consumer_msgs_s']:,.0f}",
+                         _fmt_ms(s["lag_p50_ms"]), _fmt_ms(s["lag_p99_ms"])])
+        print(render_table(["mode (1 KiB, acks=all)", "msg/s median", "min", "max", "/ plain (median of rounds)",
+                            "broker CPU µs/rec", "commit ms", "read_committed msg/s", "lag p50 ms", "lag p99 ms"],
+                           rows))
+        for m, s in summary.items():
+            if m != "plain" and s["ratios"]:
+                print(f"{m} / plain per round: {', '.join(f'{x:.2f}' for x in s['ratios'])}")
     if consume:
         rc = [r for r in consume if r["isolation"] == "read_committed"]
         ru = [r for r in consume if r["isolation"] == "read_uncommitted"]
@@ -308,7 +471,8 @@ def main(argv=None) -> int:
               f"{', '.join(f'{x:.3f}' for x in paired)})")
         results["consume_ratio"] = {"paired_median": ratio, "paired": paired}
     la = results["load_after"]
-    print(f"load average before {results['load_before'][0]:.1f}, after {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}")
+    print(f"load average before {results['load_before'][0]:.1f}, after {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}; "
+          f"{results['seconds']:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
