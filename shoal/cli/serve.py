@@ -130,6 +130,9 @@ def cmd_serve(args) -> int:
         uvloop.install()
     except ImportError:
         pass
+    from shoal.server.allocator import tune
+
+    tune()  # a request's buffers reuse the last one's pages (shoal.server.allocator)
 
     async def run() -> None:
         try:
