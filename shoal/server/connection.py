@@ -280,7 +280,9 @@ class KafkaConnection(asyncio.Protocol):
                     return
                 if n - pos - 4 < size:
                     break
-                frame = bytes(buf[pos + 4 : pos + 4 + size])
+                # one copy (a slice of the bytearray would be a second); the view is gone by the
+                # time the buffer is resized below
+                frame = bytes(memoryview(buf)[pos + 4 : pos + 4 + size])
                 pos += 4 + size
                 taken += size
                 self._dispatch(frame)

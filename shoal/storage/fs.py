@@ -1,7 +1,7 @@
 """The file operations the log makes, behind one object so tests can inject torn writes and crashes.
 
 Everything the storage layer does to disk goes through a ``FileSystem``: descriptors (open, pread,
-pwrite, fsync, ftruncate, close) and names (rename, unlink, directories). The helpers at the bottom
+pwrite, pwritev, fsync, ftruncate, close) and names (rename, unlink, directories). The helpers at the bottom
 (``read_file``, ``write_file``, ``write_file_atomic``, ``fsync_path``) are built on the primitives,
 so a fault injected into ``pwrite``, ``fsync`` or ``rename`` reaches them too.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 
 class DirEntry(NamedTuple):
@@ -35,6 +35,14 @@ class FileSystem:
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> int:
         return os.pwrite(fd, data, offset)
+
+    def pwritev(self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> int:
+        """``buffers`` back to back at ``offset``, one system call. A subclass that overrides
+        ``pwrite`` (a test's fault injector) is handed the joined bytes through ``pwrite``
+        instead, so it sees the one write it would have seen."""
+        if type(self).pwrite is not FileSystem.pwrite:
+            return self.pwrite(fd, b"".join(buffers), offset)
+        return os.pwritev(fd, buffers, offset)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
@@ -101,6 +109,19 @@ class FileSystem:
             if w <= 0:
                 raise OSError(f"short write: {n} of {total} bytes")
             n += w
+
+    def pwritev_all(self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> None:
+        """:meth:`pwritev`, and the rest of a short write piece by piece."""
+        n = self.pwritev(fd, buffers, offset)
+        pos = offset
+        for b in buffers:
+            size = len(b)
+            if n >= size:
+                n -= size
+            else:
+                self.pwrite_all(fd, memoryview(b)[n:], pos + n)
+                n = 0
+            pos += size
 
     def read_file(self, path: str) -> bytes | None:
         """The whole file, or None if it does not exist."""

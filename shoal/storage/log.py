@@ -83,6 +83,7 @@ from dataclasses import dataclass
 
 from shoal.protocol.records import (
     ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -417,13 +418,23 @@ class PartitionLog(LogLoader, LogEpochs, LogCompaction, LogTransactions):
                 timestamp_after_max_ms=self._ts_after,
                 compact=client and self._config.compact_enabled,
             )
-        buf = records if type(records) is bytearray else bytearray(records)
         size = validated.size
         count = validated.record_count
         lat = now_ms if self._lat else None
         msg_ts = now_ms if lat is not None else validated.max_timestamp
         headers = validated.headers
         h0 = headers[0]
+        body: memoryview | None = None  # the batch after its header, written as the client sent it
+        if type(records) is bytearray:
+            buf = records
+        elif client and len(headers) == 1 and lat is None and not h0.attributes & ATTR_TIMESTAMP_TYPE:
+            # A client's one batch at CreateTime (nearly every Produce): only baseOffset and
+            # partitionLeaderEpoch change, outside the CRC, so only the header is copied to be
+            # rewritten, not the megabyte behind it
+            buf = bytearray(memoryview(records)[:HEADER_SIZE])
+            body = memoryview(records)[HEADER_SIZE:size]
+        else:
+            buf = bytearray(records)
         idempotent = h0.producer_id >= 0 or (len(headers) > 1 and any(h.producer_id >= 0 for h in headers))
         with self._lock:
             if self._closed:
@@ -466,7 +477,10 @@ class PartitionLog(LogLoader, LogEpochs, LogCompaction, LogTransactions):
             else:
                 self._handles.touch(seg)
             try:
-                self._fs.pwrite_all(fd, buf, pos)
+                if body is None:
+                    self._fs.pwrite_all(fd, buf, pos)
+                else:
+                    self._fs.pwritev_all(fd, (buf, body), pos)
             except OSError:
                 try:
                     self._fs.ftruncate(fd, pos)

@@ -9,7 +9,7 @@ from storage_helpers import T0, FaultyFS, batch, offsets, read_all
 
 from shoal.clock import ManualClock
 from shoal.protocol.records import InvalidRecords, iter_records, parse_batches, validate_produce
-from shoal.storage import LogConfig, LogManager, OffsetOutOfRange, PartitionLog
+from shoal.storage import FileSystem, LogConfig, LogManager, OffsetOutOfRange, PartitionLog
 
 
 def open_log(tmp_path, config: LogConfig | None = None, **kw) -> PartitionLog:
@@ -207,6 +207,36 @@ def test_a_bytearray_is_rewritten_in_place(tmp_path) -> None:
     buf = bytearray(batch(1))
     log.append(buf, now_ms=T0)
     assert parse_batches(buf)[0][1].base_offset == 2
+
+
+class _ShortWrites(FileSystem):
+    """Vectored writes stop after ``short`` bytes (a signal, a nearly full disk); records them."""
+
+    def __init__(self, short: int) -> None:
+        self.short = short
+        self.vectored: list[int] = []
+
+    def pwritev(self, fd, buffers, offset):
+        data = b"".join(buffers)
+        self.vectored.append(len(data))
+        return os.pwrite(fd, data[: self.short], offset)
+
+
+@pytest.mark.parametrize("short", [0, 10, 61, 80])
+def test_a_clients_batch_is_written_as_sent_but_its_header(tmp_path, short: int) -> None:
+    """A client's one batch at CreateTime: the header (offsets, leader epoch) rewritten, the rest
+    written from the request's bytes in the same write; a short write is finished."""
+    fs = _ShortWrites(short)
+    log = open_log(tmp_path, fs=fs)
+    log.append(batch(2), now_ms=T0)
+    raw = batch(3, value_size=40)
+    info = log.append(raw, now_ms=T0, leader_epoch=7)
+    assert fs.vectored == [len(batch(2)), len(raw)]
+    data = log.read(info.base_offset, 1 << 20).records
+    h = validate_produce(data, max_message_bytes=1 << 20, client=False).headers[0]  # CRC still valid
+    assert (h.base_offset, h.partition_leader_epoch) == (2, 7)
+    assert data[12 + 4 :] == raw[12 + 4 :]
+    assert read_all(log) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("codec", [0, 1, 4])
