@@ -141,7 +141,7 @@ def _reader(cls: type) -> Any:
 
 def decode_request(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame (without its length prefix) for a supported version."""
-    if not isinstance(frame, bytes):
+    if not isinstance(frame, bytes) and not (isinstance(frame, memoryview) and frame.readonly):
         frame = bytes(frame)  # kio's reader wants a read-only buffer
     flexible = is_flexible(api_key, api_version)
     header = decode_header(frame, flexible)

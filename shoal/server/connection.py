@@ -1,7 +1,11 @@
 """One client connection: framing, dispatch, and responses in request order.
 
 The asyncio layer only moves bytes: ``data_received`` cuts frames out of the stream and hands each
-to ``_dispatch``, which runs the handler in its own task. Requests on one connection may be
+to ``_dispatch``, which runs the handler in its own task. A frame of ``LARGE_FRAME`` bytes or more
+(a Produce of a batch, typically a megabyte) is read straight into a buffer of its own
+(``asyncio.BufferedProtocol``: ``get_buffer`` returns the rest of it) and decoded from there, so
+its bytes are not copied between the socket and the decoder; smaller reads go through one scratch
+buffer per loop thread. Requests on one connection may be
 processed concurrently (a long-poll Fetch must not hold back a Heartbeat), but responses leave in
 request order: each request takes a slot in ``_pending`` and the head of that queue is written as
 soon as it is ready (Redpanda's "processing out of order, responses in order").
@@ -58,6 +62,7 @@ import asyncio
 import logging
 import os
 import struct
+import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -80,6 +85,20 @@ _I32 = struct.Struct(">i")
 MAX_IN_FLIGHT = 32
 # scheduler: requests of one connection run back to back in its turn
 SCHED_BURST = 8
+# A frame from this size on is read straight into a buffer of its own (BufferedProtocol's
+# get_buffer) and decoded from it: a megabyte Produce is not copied on its way to the decoder.
+LARGE_FRAME = 64 * 1024
+READ_SIZE = 64 * 1024  # what one read of smaller frames takes, into the loop thread's scratch buffer
+_scratch = threading.local()
+
+
+def _scratch_buffer() -> memoryview:
+    """The loop thread's read buffer: each read is taken out of it (buffer_updated) before the
+    next connection's read, so one per thread serves every connection."""
+    v: memoryview | None = getattr(_scratch, "view", None)
+    if v is None:
+        v = _scratch.view = memoryview(bytearray(READ_SIZE))
+    return v
 
 
 class _Slot:
@@ -137,13 +156,16 @@ async def _finish(coro: Any, first: Any, ctx: RequestContext | None = None) -> A
     return await _Continue(coro, first, ctx)
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: "ConnectionHost", listener: str) -> None:
         self.broker = broker
         self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._buf = bytearray()
+        self._buf = bytearray()  # bytes read and not yet framed
+        self._large: bytearray | None = None  # a large frame (without its length) being read into place
+        self._large_size = 0  # its size
+        self._large_len = 0  # how much of it has arrived
         self._pending: deque[_Slot] = deque()
         self._in_flight = 0  # requests whose handler has not finished
         self._paused = False  # reading is paused: one of the reasons in _update_reading holds
@@ -244,6 +266,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._outbox is not None:
             self._outbox.close()
         self._buf = bytearray()
+        self._large = None
         self._guard.unwatch()
         closers, self.closers = self.closers, []
         for close in closers:
@@ -252,8 +275,44 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("releasing the state of connection %s failed", self.peer)
 
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """asyncio.BufferedProtocol: where the next read goes (the rest of a large frame, or the
+        scratch buffer)."""
+        if self._large is not None and self._large_len < self._large_size:
+            return memoryview(self._large_room(self._large_len + 1))[self._large_len :]
+        return _scratch_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None and self._large_len < self._large_size:  # read in place
+            self._large_len += nbytes
+            self._active = True
+            if not self._paused:
+                self._frames()
+            return
+        self.data_received(_scratch_buffer()[:nbytes])
+
+    def _large_room(self, need: int) -> bytearray:
+        """The large frame's buffer, with room for ``need`` bytes: it grows by doubling as the
+        frame arrives (one copy of what has arrived each time, less than the frame in all), so
+        what a frame's length announces is never allocated before its bytes come (bounds: the
+        request memory counts arrived bytes)."""
+        large = self._large
+        assert large is not None
+        if need <= len(large):
+            return large
+        grown = bytearray(min(self._large_size, max(need, 2 * len(large))))
+        grown[: self._large_len] = memoryview(large)[: self._large_len]
+        self._large = grown
+        return grown
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self._large is not None and self._large_len < self._large_size:  # the rest of a large frame first
+            k = min(len(data), self._large_size - self._large_len)
+            self._large_room(self._large_len + k)[self._large_len : self._large_len + k] = data[:k]
+            self._large_len += k
+            data = data[k:]
+        if len(data):
+            self._buf += data
         self._active = True
         if not self._paused:
             self._frames()
@@ -261,10 +320,31 @@ class KafkaConnection(asyncio.Protocol):
     def _frames(self) -> None:
         """Dispatch the whole frames in the buffer while reading is not paused (quotas, responses
         not taken, request memory; see _update_reading)."""
+        memory = self._memory
+        large = self._large
+        if large is not None:
+            if self._large_len < self._large_size or self._paused:  # bounds: what has arrived of it
+                arrived = 4 + self._large_len
+                memory.used += arrived - self._reserved
+                self._reserved = arrived
+                return
+            self._large = None  # whole: cut as below, and decoded from where it was read
+            size = self._large_size
+            memory.used += size - self._reserved
+            memory.charge(self._owner, size - self._announced)
+            self._held += size
+            self._reserved = self._announced = 0
+            self._framed = True
+            self._framing = True
+            try:
+                self._dispatch(memoryview(large).toreadonly())  # (its buffer is exactly its size)
+            finally:
+                self._framing = False
+            if self._closed or self._paused:
+                return
         buf = self._buf
         pos = 0
         n = len(buf)
-        memory = self._memory
         # bounds: request memory is checked once per read, before a frame starts (one that has
         # started reads on to its end: the pool is not strict), and taken as bytes arrive; a SASL
         # connection before authentication never waits for it.
@@ -308,6 +388,13 @@ class KafkaConnection(asyncio.Protocol):
             arrived = n - pos
             memory.used += arrived - self._reserved
             self._reserved = arrived
+            if self._announced >= LARGE_FRAME and arrived - 4 < self._announced:  # the rest is read into place
+                have = arrived - 4
+                large = self._large = bytearray(min(self._announced, max(have * 2, LARGE_FRAME)))
+                self._large_size = self._announced
+                self._large_len = have
+                large[:have] = memoryview(buf)[4:arrived]
+                self._buf = bytearray()
 
     def _frame_too_large(self, size: int) -> bool:
         """A frame's size is over this connection's limit: close it (True), unless it has
@@ -387,12 +474,12 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- scheduler (shoal.server.scheduler): a request runs at once while the broker keeps up;
     # otherwise it waits in this connection's queue, and the connection in its tenant's flow.
-    _sched_q: deque[tuple[bytes, int]] | None = None  # requests waiting for the scheduler, in order
+    _sched_q: deque[tuple[bytes | memoryview, int]] | None = None  # requests waiting for the scheduler, in order
     _sched_key: Any = None  # the flow they are counted in
     _sched_in = False  # in the scheduler's round (False: nothing waits, or parked while muted)
     _sched_full = False  # reading paused: this connection's or its tenant's queue is full
 
-    def _dispatch(self, frame: bytes) -> None:
+    def _dispatch(self, frame: bytes | memoryview) -> None:
         sched = self.broker.scheduler
         if self._sched_q is None and sched.eager():
             start = sched.nanos()
@@ -479,7 +566,7 @@ class KafkaConnection(asyncio.Protocol):
             self._sched_in = True
             self.broker.scheduler.submit(self, self.scheduler_key())
 
-    def _process(self, frame: bytes, queued_ns: int = 0) -> None:
+    def _process(self, frame: bytes | memoryview, queued_ns: int = 0) -> None:
         """Decode and start one request (in request order on this connection); ``queued_ns``:
         when it began to wait in the scheduler's queue (0: it did not)."""
         # quotas: measure the time spent on the request when a request quota may apply (KIP-124);
@@ -545,7 +632,7 @@ class KafkaConnection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     def _unsupported_version(
-        self, slot: _Slot, api_key: int, api_version: int, correlation_id: int, frame: bytes
+        self, slot: _Slot, api_key: int, api_version: int, correlation_id: int, frame: bytes | memoryview
     ) -> None:
         spec = self.broker.registry.lookup(api_key)
         assert spec is not None
@@ -656,7 +743,7 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.pause_reading()
             return
         self.transport.resume_reading()
-        if self._buf and not self._framing:
+        if (self._buf or self._large is not None) and not self._framing:
             self._frames()
 
     def _complete(self, slot: _Slot, data: bytes | None, close_after: bool = False) -> None:
@@ -791,7 +878,7 @@ class KafkaConnection(asyncio.Protocol):
             if buffered != live.write_buffered:  # the client took (part of) its responses
                 live.write_buffered = buffered
                 active = True
-        partial = bool(self._buf) and not self._paused and not self._framed
+        partial = (bool(self._buf) or self._large is not None) and not self._paused and not self._framed
         self._framed = False
         authenticating = self.sasl is not None and not self.sasl.authenticated
         return live.verdict(now, t, active=active, partial=partial, authenticating=authenticating)

@@ -168,3 +168,64 @@ def test_an_owner_past_its_share_waits_alone(make_broker):
             await broker.stop()
 
     asyncio.run(run())
+
+
+def metadata(cid: int, topics: int) -> bytes:
+    """A Metadata v4 request naming ``topics`` unknown topics (~10 bytes each), no auto-creation."""
+    import kio.schema.metadata.v4.request as m
+    from kio.schema.types import TopicName
+
+    body = m.MetadataRequest(topics=tuple(m.MetadataRequestTopic(name=TopicName(f"missing-{i:06d}"))
+                                          for i in range(topics)), allow_auto_topic_creation=False)
+    return codec.encode_request(3, 4, cid, "t", body)
+
+
+def read_into(conn: KafkaConnection, data: bytes, step: int) -> None:
+    """What the event loop does on a BufferedProtocol: read into get_buffer(), then buffer_updated()."""
+    while data:
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), step, len(data))
+        buf[:n] = data[:n]
+        conn.buffer_updated(n)
+        data = data[n:]
+
+
+def test_large_frames_are_read_in_place_in_order_and_accounted(make_broker):
+    """A frame of LARGE_FRAME bytes or more is read into a buffer of its own, whatever the reads'
+    sizes and whether the bytes come through get_buffer or data_received; requests keep their
+    order, a pause holds a whole large frame back, and the request memory comes back to 0."""
+    from shoal.server.connection import LARGE_FRAME
+
+    async def run():
+        broker = await make_broker()
+        try:
+            memory = ConnectionGuard.for_broker(broker).memory
+            conn, t = connect(broker)
+            big1, small, big2, big3 = metadata(1, 9000), api_versions(2), metadata(3, 12000), metadata(4, 7000)
+            assert min(len(big1), len(big2), len(big3)) > LARGE_FRAME
+            conn.data_received(big1[:1000])
+            assert conn._large is not None and memory.used == 1000
+            assert len(conn._large) == LARGE_FRAME  # not what the length announces: what came, doubled
+            read_into(conn, big1[1000 : 4 + LARGE_FRAME], 5000)  # full: the next read doubles it
+            assert conn.get_buffer(-1).nbytes == LARGE_FRAME and len(conn._large) == 2 * LARGE_FRAME
+            read_into(conn, big1[4 + LARGE_FRAME :], 7000)
+            stream = small + big2
+            read_into(conn, stream[:30000], 30000)  # through the scratch buffer: big2 starts
+            assert conn._large is not None
+            await settle()
+            conn.pause_writing()  # the client stops taking responses: big2 waits, whole
+            read_into(conn, stream[30000:], 65536)
+            await settle()
+            assert t.correlation_ids() == [1, 2]
+            conn.resume_writing()
+            conn.data_received(big3[:5] + big3[5:70000])  # the data_received path into place too
+            conn.data_received(big3[70000:] + api_versions(5))
+            await settle()
+            assert t.correlation_ids() == [1, 2, 3, 4, 5]
+            assert all(len(f) > 4 for f in t.frames) and conn._large is None
+            assert conn._held == 0 and memory.used == 0 and memory.owned == {}
+            conn.connection_lost(None)
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
