@@ -98,3 +98,36 @@ def test_kill_after_end_txn_before_or_during_markers(broker, commit):
         if resent:
             break
     assert resent, "no kill landed before the markers were all written (the load found nothing to complete)"
+
+
+def test_megabyte_transactions_through_kill9_in_the_read_committed_view(broker):
+    """Transactions of 1 KiB records whose Produce requests are megabyte frames (read into place,
+    batch headers rewritten apart from the records: issue 29 part 4): after kill -9, the
+    read_committed view holds exactly the committed transactions' records, in order and byte for
+    byte, nothing of the aborted one nor of the one left open (aborted at its timeout)."""
+    bs = broker.bootstrap
+    topic, txn = f"crash-mb-{uuid.uuid4().hex[:6]}", f"tx-mb-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 1)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": txn, "linger.ms": 5, "log_level": 2,
+                  "transaction.timeout.ms": 3000})
+    p.init_transactions(TXN_TIMEOUT)
+
+    def txn_of(tag: bytes, n: int) -> list[bytes]:
+        values = [(tag + b"-%06d-" % i).ljust(1024, tag[:1]) for i in range(n)]
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, value=v, partition=0)
+        p.flush(TXN_TIMEOUT)
+        return values
+
+    committed = txn_of(b"a", 1500)
+    p.commit_transaction(TXN_TIMEOUT)
+    txn_of(b"b", 1200)
+    p.abort_transaction(TXN_TIMEOUT)
+    committed += txn_of(b"c", 1000)
+    p.commit_transaction(TXN_TIMEOUT)
+    txn_of(b"d", 800)  # acknowledged, never ended
+    broker.kill9()
+    until(lambda: describe_txn(bs, txn).transaction_state == "CompleteAbort", 60, "the timed-out abort")
+    assert read_all(bs, topic, 1, "read_committed", idle=2.0, timeout=60) == committed
+    assert len(read_all(bs, topic, 1, "read_uncommitted", idle=2.0, timeout=60)) == 1500 + 1200 + 1000 + 800
