@@ -102,14 +102,17 @@ def ssl_conf(b: AuthBroker, listener: str, client_cert: bool) -> dict:
     return conf
 
 
-def confluent_round_trip(conf: dict, n: int = 3) -> None:
+def confluent_round_trip(conf: dict, n: int = 3, size: int = 0) -> None:
+    """``n`` records (of ``size`` bytes: 1,000 of 1 KiB make a megabyte Produce, read into place
+    behind TLS too) produced and read back in order."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = f"auth-{uuid.uuid4().hex[:8]}"
-    p = Producer({**conf, "allow.auto.create.topics": True})
+    p = Producer({**conf, "allow.auto.create.topics": True, "linger.ms": 5})
     errors = []
-    for i in range(n):
-        p.produce(topic, f"m{i}".encode(), on_delivery=lambda err, msg: err and errors.append(err))
+    values = [f"m{i}-".encode().ljust(size, b"x") for i in range(n)]
+    for v in values:
+        p.produce(topic, v, on_delivery=lambda err, msg: err and errors.append(err))
     assert p.flush(15) == 0 and not errors
     c = Consumer({**conf, "group.id": "auth-e2e", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, 0, 0)])
@@ -120,7 +123,7 @@ def confluent_round_trip(conf: dict, n: int = 3) -> None:
         if m is not None and not m.error():
             got.append(m.value())
     c.close()
-    assert got == [f"m{i}".encode() for i in range(n)]
+    assert got == values
 
 
 @pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -132,6 +135,11 @@ def test_confluent_kafka_sasl_ssl_and_ssl(auth_broker):
     confluent_round_trip(sasl_conf(auth_broker, "SASL_SSL", "SCRAM-SHA-512"))
     confluent_round_trip(ssl_conf(auth_broker, "SSL", client_cert=False))
     confluent_round_trip(ssl_conf(auth_broker, "MTLS", client_cert=True))
+
+
+def test_megabyte_produce_requests_over_tls(auth_broker):
+    confluent_round_trip(ssl_conf(auth_broker, "SSL", client_cert=False), n=3000, size=1024)
+    confluent_round_trip(sasl_conf(auth_broker, "SASL_SSL", "SCRAM-SHA-512"), n=3000, size=1024)
 
 
 def test_kafka_python_scram_sha_256(auth_broker):
