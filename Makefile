@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := kcat etcd-server etcd-client chromium
+DEBIAN_PACKAGES := kcat etcd-server etcd-client chromium chromium-driver
 
 .PHONY: serve install deps typecheck test bench
 
@@ -34,7 +34,8 @@ install:
 	else $(PIP) install -q --disable-pip-version-check -e . && touch $(INSTALL_STAMP); fi
 
 # Everything the tests need: Debian packages (kcat; etcd for the cluster tests, which start a
-# three-member etcd on loopback; chromium for the capacity report test; a Java runtime for Spark
+# three-member etcd on loopback; chromium for the capacity report test and, with chromium-driver,
+# the console's browser test (tests/console, Selenium); a Java runtime for Spark
 # when there is none) and
 # Python packages (the real Kafka clients; PySpark and pyarrow for tests/spark).
 deps:

@@ -50,6 +50,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # cli: the package shoal/cli/, or the flat shoal/cli.py and shoal/cli_*.py before it; client:
     # shoal/client/ or the flat shoal/client.py (which also holds what becomes shoal/net/)
     ("client, cli", ("client", "cli")),
+    # not in DESIGN.md's table as a row of its own (it names the console beside the admin API): the
+    # console acts for its logged-in user over the Kafka protocol through shoal.client, authenticated
+    # as that user, so it sits above the client; the composition root mounts it on the admin listener
+    ("console", ("console",)),
     # not in DESIGN.md: the composition root's own modules (`shoal serve`'s start-up, its error
     # messages and --quickstart; python -m shoal)
     ("composition root", ("broker", "startup", "startup_errors", "quickstart", "__main__")),

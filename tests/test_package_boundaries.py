@@ -1,6 +1,8 @@
 """The boundaries issue 26 (part 4) drew, checked on the source: the ``shoal`` command's modules
 import the shared module (``shoal.cli.common``, and its hints) and never each other, and brokers
-talk to each other through ``shoal.net``, never through the admin client (``shoal.client``)."""
+talk to each other through ``shoal.net``, never through the admin client (``shoal.client``). The
+console (``shoal.console``) is no broker code: it is a Kafka client acting for its logged-in user,
+and uses the admin client as the ``shoal`` command does."""
 
 import ast
 from pathlib import Path
@@ -39,7 +41,7 @@ def test_no_flat_cli_or_client_modules_are_left():
 def test_broker_modules_use_net_not_the_admin_client():
     for path in SHOAL.rglob("*.py"):
         rel = path.relative_to(SHOAL).parts
-        if rel[0] in ("cli", "client"):
+        if rel[0] in ("cli", "client", "console"):  # the clients: the command, the admin client, the console
             continue
         for module, names in _imports(path):
             assert not (module == "shoal.client" or module.startswith("shoal.client.")), f"{path}: {module}"

@@ -1,0 +1,451 @@
+"""What the console reads and does, as the logged-in user, over the Kafka protocol.
+
+Every page is made of Kafka requests sent by Shoal's own admin client (``shoal.client``) on
+connections authenticated with the user's SASL/SCRAM credentials, so the broker's handlers scope
+and authorize them exactly as they do any Kafka client of that user: a tenant's user sees its
+logical cluster and nothing else, the operator (a super user on the physical cluster) sees the
+physical one. Partition-level requests (Fetch, Produce, ListOffsets) go to each partition's leader
+and group requests to the group's coordinator, found through Metadata and FindCoordinator, as any
+client does: the console works the same on one broker or a cluster.
+
+The functions here take an :class:`~shoal.client.AdminClient` and return plain values for the
+templates (``shoal.console.pages``); they never see HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from shoal.client import (
+    EARLIEST, LATEST, OP_DELETE, OP_SET, RESOURCE_TOPIC, AdminClient, ConfigEntry, GroupDescription, KafkaError,
+    TopicDescription,
+)
+from shoal.protocol.records import build_batch, iter_batch_records, parse_batches
+
+PRODUCE, FETCH, DESCRIBE_LOG_DIRS = 0, 1, 35
+RATE_WINDOW_MS = 60_000  # messages/s "now": over the last minute (ListOffsets by timestamp)
+FETCH_MAX_BYTES = 1 << 20
+SEARCH_MAX_RECORDS = 10_000  # a key search scans at most this many records
+MAX_LIMIT = 500
+
+TopicPartition = tuple[str, int]
+
+
+# -- topics ---------------------------------------------------------------------------------------
+
+@dataclass
+class TopicRow:
+    name: str
+    partitions: int
+    replication_factor: int
+    observers: int
+    racks: tuple[str, ...]
+    size: int | None  # bytes in the leaders' logs (None: DescribeLogDirs refused)
+    messages: int | None  # end - start offsets
+    retention_ms: str | None
+    retention_bytes: str | None
+    cleanup_policy: str | None
+    messages_per_s: float | None
+    bytes_per_s: float | None  # messages/s x the log's mean record size: an estimate
+
+
+@dataclass
+class PartitionRow:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    observers: tuple[int, ...]
+    offline: tuple[int, ...]
+    racks: tuple[str, ...]
+    earliest: int | None
+    latest: int | None
+    size: int | None
+
+
+@dataclass
+class TopicDetail:
+    row: TopicRow
+    topic_id: str | None
+    partitions: list[PartitionRow]
+    configs: list[ConfigEntry]
+
+
+def observer_count(entries: Mapping[str, ConfigEntry] | None) -> int:
+    from shoal.cli.common import observer_count as count
+
+    return count(entries) if entries else 0
+
+
+async def _offsets(client: AdminClient, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
+    """Each partition's offset for ``ts`` (EARLIEST, LATEST or a time); partitions that fail are left out."""
+    if not tps:
+        return {}
+    got = await client.list_offsets({tp: ts for tp in tps}, raise_errors=False)
+    return {tp: v[0] for tp, v in got.items() if not isinstance(v, KafkaError)}
+
+
+async def log_sizes(client: AdminClient, brokers: Iterable[int]) -> dict[TopicPartition, dict[int, int]] | None:
+    """(topic, partition) -> {broker: size} from every broker's DescribeLogDirs; None when refused
+    (DESCRIBE on the cluster is needed)."""
+    out: dict[TopicPartition, dict[int, int]] = {}
+    refused = True
+    for node in brokers:
+        try:
+            resp = await client.request(DESCRIBE_LOG_DIRS, {"topics": None}, node_id=node)
+        except KafkaError:
+            continue
+        if int(getattr(resp, "error_code", 0)):
+            continue
+        for d in resp.results:
+            if int(d.error_code):
+                continue
+            refused = False
+            for t in d.topics:
+                for p in t.partitions:
+                    out.setdefault((t.name, int(p.partition_index)), {})[node] = int(p.partition_size)
+    return None if refused and not out else out
+
+
+def _racks(brokers: Mapping[int, tuple[str, int, str | None]], ids: Iterable[int]) -> tuple[str, ...]:
+    return tuple(sorted({r for b in ids if (r := (brokers.get(b) or ("", 0, None))[2])}))
+
+
+async def topics_overview(client: AdminClient, now_ms: int | None = None,
+                          only: list[str] | None = None) -> tuple[list[TopicRow], dict[str, Any]]:
+    """Every topic the user sees (``only``: those), one row each, and the raw pieces (metadata,
+    configs, offsets, sizes) for a detail page."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    md = await client.metadata(only)
+    topics = {n: t for n, t in sorted(md.topics.items()) if isinstance(t, TopicDescription)}
+    configs = await client.describe_configs([(RESOURCE_TOPIC, n) for n in topics], raise_errors=False) if topics else {}
+    tps = [(n, p.partition) for n, t in topics.items() for p in t.partitions]
+    earliest = await _offsets(client, tps, EARLIEST)
+    latest = await _offsets(client, tps, LATEST)
+    recent = await _offsets(client, tps, now_ms - RATE_WINDOW_MS)
+    sizes = await log_sizes(client, md.brokers)
+    rows = []
+    for name, t in topics.items():
+        entries = configs.get((RESOURCE_TOPIC, name))
+        entries = entries if isinstance(entries, dict) else {}
+        leader_sizes = [sizes.get((name, p.partition), {}).get(p.leader) for p in t.partitions] if sizes is not None else []
+        size = sum(s for s in leader_sizes if s is not None) if sizes is not None else None
+        have = [p.partition for p in t.partitions if (name, p.partition) in earliest and (name, p.partition) in latest]
+        messages = sum(latest[(name, p)] - earliest[(name, p)] for p in have) if have else None
+        in_window = 0
+        for p in have:
+            start = recent.get((name, p), -1)
+            if start >= 0:  # -1: no record that recent
+                in_window += max(0, latest[(name, p)] - start)
+        per_s = in_window / (RATE_WINDOW_MS / 1000) if have else None
+        bytes_s = per_s * size / messages if per_s is not None and size is not None and messages else (
+            0.0 if per_s == 0 else None)
+
+        def value(key: str) -> str | None:
+            e = entries.get(key)
+            return e.value if e is not None else None
+
+        rows.append(TopicRow(
+            name=name, partitions=len(t.partitions), replication_factor=t.replication_factor,
+            observers=observer_count(entries), racks=_racks(md.brokers, {r for p in t.partitions for r in p.replicas}),
+            size=size, messages=messages, retention_ms=value("retention.ms"), retention_bytes=value("retention.bytes"),
+            cleanup_policy=value("cleanup.policy"), messages_per_s=per_s, bytes_per_s=bytes_s,
+        ))
+    return rows, {"metadata": md, "topics": topics, "configs": configs, "earliest": earliest, "latest": latest,
+                  "sizes": sizes}
+
+
+async def topic_detail(client: AdminClient, name: str) -> TopicDetail | None:
+    """One topic, or None when the user does not see it (no such topic, or not authorized: the
+    same answer, as the broker gives it)."""
+    md = await client.metadata([name])
+    if not isinstance(md.topics.get(name), TopicDescription):
+        return None
+    rows, raw = await topics_overview(client, only=[name])
+    if not rows:
+        return None
+    t: TopicDescription = raw["topics"][name]
+    entries = raw["configs"].get((RESOURCE_TOPIC, name))
+    entries = entries if isinstance(entries, dict) else {}
+    n_obs = rows[0].observers
+    sizes = raw["sizes"]
+    parts = []
+    for p in t.partitions:
+        tp = (name, p.partition)
+        parts.append(PartitionRow(
+            partition=p.partition, leader=p.leader, replicas=p.replicas, isr=p.isr,
+            observers=p.replicas[-n_obs:] if n_obs else (), offline=p.offline_replicas,
+            racks=_racks(raw["metadata"].brokers, p.replicas), earliest=raw["earliest"].get(tp),
+            latest=raw["latest"].get(tp), size=(sizes.get(tp) or {}).get(p.leader) if sizes is not None else None,
+        ))
+    return TopicDetail(rows[0], str(t.topic_id) if t.topic_id else None, parts,
+                       sorted(entries.values(), key=lambda e: e.name))
+
+
+def parse_configs(text: str) -> dict[str, str]:
+    """``key=value`` lines (blank lines and ``#`` comments skipped) -> dict; ValueError otherwise."""
+    out = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"line {i}: expected key=value, got {line!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+async def create_topic(client: AdminClient, name: str, partitions: int, replication_factor: int,
+                       configs: Mapping[str, str]) -> None:
+    """Raise the broker's KafkaError (policy, name, configs) when refused."""
+    await client.create_topics([{"name": name, "num_partitions": partitions,
+                                 "replication_factor": replication_factor, "configs": dict(configs)}])
+
+
+async def delete_topic(client: AdminClient, name: str) -> None:
+    await client.delete_topics([name])
+
+
+async def alter_config(client: AdminClient, topic: str, key: str, value: str | None) -> None:
+    """Set ``key`` (``value`` None: back to its default) on ``topic``."""
+    op = (key, OP_DELETE, None) if value is None else (key, OP_SET, value)
+    await client.incremental_alter_configs({(RESOURCE_TOPIC, topic): [op]})
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+@dataclass
+class Message:
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass
+class Browse:
+    messages: list[Message]
+    earliest: int
+    latest: int
+    start: int  # the first offset read
+    scanned: int = 0  # records read (a key search)
+    truncated: bool = False  # a key search stopped at SEARCH_MAX_RECORDS
+    notes: list[str] = field(default_factory=list)
+
+
+async def _leader(client: AdminClient, topic: str, partition: int) -> int:
+    md = await client.metadata([topic])
+    t = md.topics.get(topic)
+    if not isinstance(t, TopicDescription):
+        raise t if isinstance(t, KafkaError) else KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, topic)
+    for p in t.partitions:
+        if p.partition == partition:
+            if p.leader < 0:
+                raise KafkaError("LEADER_NOT_AVAILABLE", None, f"{topic}-{partition}")
+            return p.leader
+    raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, f"{topic}-{partition}")
+
+
+async def _fetch(client: AdminClient, leader: int, topic: str, partition: int, offset: int,
+                 max_bytes: int = FETCH_MAX_BYTES) -> list[Message]:
+    """The records from ``offset`` that one Fetch returns (control records left out)."""
+    resp = await client.request(FETCH, {
+        "cluster_id": None, "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": max_bytes, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "rack_id": "",
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+            "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+        "forgotten_topics_data": [],
+    }, node_id=leader, max_version=12)  # v13 names topics by id
+    err = KafkaError.from_code(int(resp.error_code)) if int(getattr(resp, "error_code", 0)) else None
+    if err:
+        raise err
+    out: list[Message] = []
+    for t in resp.responses:
+        for p in t.partitions:
+            if int(p.error_code):
+                raise KafkaError.from_code(int(p.error_code), None, f"{topic}-{partition}")
+            buf = bytes(p.records or b"")
+            for pos, h in parse_batches(buf, allow_partial=True):
+                if h.is_control:
+                    continue
+                for r in iter_batch_records(buf, pos, h):
+                    if r.offset >= offset:
+                        out.append(Message(partition, r.offset, r.timestamp, r.key, r.value, list(r.headers)))
+    return out
+
+
+async def browse(client: AdminClient, topic: str, partition: int, *, offset: int | None = None,
+                 timestamp_ms: int | None = None, newest_first: bool = True, limit: int = 50,
+                 key: bytes | None = None) -> Browse:
+    """Up to ``limit`` records of one partition. Oldest first: from ``offset``, else the first
+    record at or after ``timestamp_ms``, else the log start. Newest first: the ``limit`` records
+    before ``offset`` (or the first at ``timestamp_ms``; else the log end), newest first. With
+    ``key``: only records with that key, scanning at most SEARCH_MAX_RECORDS in that direction."""
+    limit = max(1, min(MAX_LIMIT, limit))
+    tp = (topic, partition)
+    leader = await _leader(client, topic, partition)
+    earliest = (await client.list_offsets({tp: EARLIEST}))[tp][0]
+    latest = (await client.list_offsets({tp: LATEST}))[tp][0]
+    if timestamp_ms is not None and offset is None:
+        at = (await client.list_offsets({tp: timestamp_ms}))[tp][0]
+        offset = latest if at < 0 else at
+    budget = SEARCH_MAX_RECORDS if key is not None else limit
+    result = Browse([], earliest, latest, 0)
+
+    def keep(batch: list[Message]) -> list[Message]:
+        return [m for m in batch if key is None or m.key == key]
+
+    if not newest_first:
+        pos = max(earliest, offset if offset is not None else earliest)
+        result.start = pos
+        while pos < latest and len(result.messages) < limit and result.scanned < budget:
+            batch = [m for m in await _fetch(client, leader, topic, partition, pos) if m.offset < latest]
+            if not batch:
+                break
+            batch = batch[: budget - result.scanned]
+            result.scanned += len(batch)
+            result.messages += keep(batch)
+            pos = batch[-1].offset + 1
+        result.messages = result.messages[:limit]
+    else:
+        end = min(latest, offset if offset is not None else latest)
+        step = limit if key is None else max(limit, 500)
+        while end > earliest and len(result.messages) < limit and result.scanned < budget:
+            start = max(earliest, end - step)
+            batch: list[Message] = []
+            pos = start
+            while pos < end:
+                got = [m for m in await _fetch(client, leader, topic, partition, pos) if m.offset < end]
+                if not got:
+                    break
+                batch += got
+                pos = got[-1].offset + 1
+            result.scanned += len(batch)
+            result.messages += keep(batch)[::-1]
+            result.start = start
+            end = start
+        result.messages = result.messages[:limit]
+    result.truncated = key is not None and result.scanned >= budget
+    return result
+
+
+async def produce(client: AdminClient, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                  headers: list[tuple[str, bytes | None]], now_ms: int | None = None) -> int:
+    """Produce one record (acks=all) and return its offset."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    leader = await _leader(client, topic, partition)
+    batch = build_batch([(now_ms, key, value, headers)])
+    resp = await client.request(PRODUCE, {
+        "transactional_id": None, "acks": -1, "timeout": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
+    }, node_id=leader, max_version=12)  # v13 names topics by id
+    for t in resp.responses:
+        for p in t.partition_responses:
+            if int(p.error_code):
+                raise KafkaError.from_code(int(p.error_code), getattr(p, "error_message", None), f"{topic}-{partition}")
+            return int(p.base_offset)
+    raise KafkaError("UNKNOWN_SERVER_ERROR", "no partition in the produce response", topic)
+
+
+def render_bytes(data: bytes | None, fmt: str) -> tuple[str, str]:
+    """(how it is shown, the text) of a key or value: ``text`` (UTF-8, else hex), ``json`` (pretty
+    when it parses, else text) or ``hex``."""
+    if data is None:
+        return "null", ""
+    if fmt == "hex":
+        return "hex", data.hex(" ")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex", data.hex(" ")
+    if fmt == "json":
+        try:
+            return "json", json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            pass
+    return "text", text
+
+
+# -- consumer groups ------------------------------------------------------------------------------
+
+@dataclass
+class GroupRow:
+    group_id: str
+    state: str
+    group_type: str
+    members: int | None
+    lag: int | None
+
+
+@dataclass
+class GroupDetail:
+    description: GroupDescription
+    rows: list[dict[str, Any]]  # shoal.cli.groups.lag_rows
+    total_lag: int | None
+
+
+async def _ends(client: AdminClient, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+    tps = sorted(set(tps))
+    got = await _offsets(client, tps, LATEST)
+    return {tp: got.get(tp) for tp in tps}
+
+
+async def groups_overview(client: AdminClient) -> list[GroupRow]:
+    """Every group the user sees, with its state, members and total lag."""
+    rows = []
+    for g in await client.list_groups():
+        try:
+            desc = await client.describe_group(g.group_id)
+            committed = await client.fetch_offsets(g.group_id) if desc.state != "Dead" else {}
+        except KafkaError:
+            rows.append(GroupRow(g.group_id, g.state or "?", g.group_type or "classic", None, None))
+            continue
+        ends = await _ends(client, committed)
+        lags = [ends[tp] - off for tp, off in committed.items() if ends.get(tp) is not None]  # type: ignore[operator]
+        rows.append(GroupRow(g.group_id, desc.state, desc.group_type, len(desc.members), sum(lags) if lags else None))
+    return rows
+
+
+async def group_detail(client: AdminClient, group_id: str) -> GroupDetail | None:
+    """One group's members, assignment, committed offsets and lag; None when the user does not
+    see it (a group with neither members nor offsets, as Kafka reports a group that is not there)."""
+    from shoal.cli.groups import lag_rows
+
+    desc = await client.describe_group(group_id)
+    committed = await client.fetch_offsets(group_id) if desc.state != "Dead" else {}
+    if desc.state == "Dead" and not committed:
+        return None
+    ends = await _ends(client, [*committed, *(tp for m in desc.members for tp in m.assignment)])
+    rows = lag_rows(desc, committed, ends)
+    lags = [r["lag"] for r in rows if r["lag"] is not None]
+    return GroupDetail(desc, rows, sum(lags) if lags else None)
+
+
+async def reset_offsets(client: AdminClient, group_id: str, mode: str, value: int | None) -> dict[TopicPartition, int]:
+    """Move an empty group's committed offsets (``mode``: shoal groups reset-offsets' to_earliest,
+    to_latest, to_offset, to_datetime (``value`` in ms) or shift_by) on every partition it has
+    committed; the new offsets. KafkaError NON_EMPTY_GROUP while it has members."""
+    from shoal.cli.groups import INACTIVE, new_offset
+
+    desc = await client.describe_group(group_id)
+    if desc.state not in INACTIVE:
+        raise KafkaError("NON_EMPTY_GROUP", f"the group is {desc.state} with {len(desc.members)} members: "
+                         "offsets can only be reset while it has none (stop its consumers first)", group_id)
+    committed = await client.fetch_offsets(group_id) if desc.state != "Dead" else {}
+    if not committed:
+        raise KafkaError("GROUP_ID_NOT_FOUND", "the group has no committed offsets to reset", group_id)
+    parts = sorted(committed)
+    earliest = await client.list_offsets({tp: EARLIEST for tp in parts})
+    latest = await client.list_offsets({tp: LATEST for tp in parts})
+    at_time = await client.list_offsets({tp: value for tp in parts}) if mode == "to_datetime" and value is not None else {}
+    plan = {tp: new_offset(mode, value, committed.get(tp), earliest[tp][0], latest[tp][0],  # type: ignore[index]
+                           at_time[tp][0] if tp in at_time else None) for tp in parts}  # type: ignore[index]
+    await client.commit_offsets(group_id, plan)
+    return plan

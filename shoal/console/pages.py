@@ -1,0 +1,277 @@
+"""The console's pages: topics, messages, consumer groups, and the operator's placeholder.
+
+Each handler asks the session's Kafka client (``shoal.console.kafka``) and renders a template. A
+topic or group the user does not see (it does not exist in its view, or it may not describe it)
+is a 404, whichever it is, as the broker answers both the same way. A state-changing form posts,
+then redirects (303) to a page that shows its outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from shoal.client import AdminClient, KafkaError, TopicDescription
+from shoal.console import kafka
+from shoal.console.common import flash, form, redirect, render, session_of
+from shoal.console.formats import parse_when
+
+NOT_VISIBLE = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+                         "GROUP_ID_NOT_FOUND", "INVALID_TOPIC_EXCEPTION"})
+FORMATS = ("text", "json", "hex")
+RESET_MODES = {"to_earliest": "the earliest offset", "to_latest": "the latest offset",
+               "to_offset": "an offset", "to_datetime": "a time (UTC)", "shift_by": "a shift of N"}
+
+
+def client_of(request: web.Request) -> AdminClient:
+    return session_of(request).client
+
+
+def not_found(request: web.Request, what: str) -> web.Response:
+    return render(request, "notfound.html", status=404, what=what)
+
+
+def why(e: Exception) -> str:
+    """A refusal as one line for a page: a Kafka error's code and message (a policy's reason), or
+    the message of a form's bad field."""
+    if isinstance(e, KafkaError):
+        return f"{e.code_name}: {e.message}" if e.message else e.code_name
+    return str(e)
+
+
+async def _visible(request: web.Request, topic: str) -> bool:
+    md = await client_of(request).metadata([topic])
+    return isinstance(md.topics.get(topic), TopicDescription)
+
+
+async def topic_post(request: web.Request) -> tuple[str, dict[str, str]]:
+    """The topic a form acts on and the form's fields; 404 when the user does not see the topic."""
+    name = request.match_info["topic"]
+    if not await _visible(request, name):
+        raise web.HTTPNotFound(text=not_found(request, f"topic {name}").text, content_type="text/html")
+    return name, await form(request)
+
+
+def _int(fields: dict[str, str], name: str, default: int | None = None) -> int | None:
+    text = (fields.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+
+
+# -- topics ---------------------------------------------------------------------------------------
+
+async def topics_page(request: web.Request, error: str | None = None, values: dict[str, str] | None = None,
+                      status: int = 200) -> web.Response:
+    rows, _raw = await kafka.topics_overview(client_of(request))
+    return render(request, "topics.html", status=status, rows=rows, error=error, values=values or {})
+
+
+async def create_topic(request: web.Request) -> web.StreamResponse:
+    fields = await form(request)
+    name = fields.get("name", "").strip()
+    try:
+        if not name:
+            raise ValueError("a topic needs a name")
+        partitions = _int(fields, "partitions", -1)
+        replication = _int(fields, "replication_factor", -1)
+        configs = kafka.parse_configs(fields.get("configs", ""))
+        await kafka.create_topic(client_of(request), name, partitions or -1, replication or -1, configs)
+    except ValueError as e:
+        return await topics_page(request, str(e), fields, 400)
+    except KafkaError as e:
+        return await topics_page(request, f"Topic {name} not created: {why(e)}", fields, 400)
+    flash(request, "ok", f"Topic {name} created.")
+    raise redirect(request, "topic", topic=name)
+
+
+async def topic_page(request: web.Request) -> web.Response:
+    name = request.match_info["topic"]
+    try:
+        detail = await kafka.topic_detail(client_of(request), name)
+    except KafkaError as e:
+        if e.code_name in NOT_VISIBLE:
+            detail = None
+        else:
+            raise
+    if detail is None:
+        return not_found(request, f"topic {name}")
+    return render(request, "topic.html", topic=detail)
+
+
+async def topic_config(request: web.Request) -> web.StreamResponse:
+    name, fields = await topic_post(request)
+    key = fields.get("key", "").strip()
+    reset = fields.get("action") == "reset"
+    try:
+        if not key:
+            raise ValueError("name the config to change")
+        await kafka.alter_config(client_of(request), name, key, None if reset else fields.get("value", "").strip())
+        flash(request, "ok", f"{key} reset to its default." if reset else f"{key} set.")
+    except (ValueError, KafkaError) as e:
+        flash(request, "error", f"{key} not changed: {why(e)}")
+    raise redirect(request, "topic", topic=name)
+
+
+async def delete_topic(request: web.Request) -> web.StreamResponse:
+    name, fields = await topic_post(request)
+    if fields.get("confirm", "") != name:
+        flash(request, "error", f"Topic {name} not deleted: type its name to confirm.")
+        raise redirect(request, "topic", topic=name)
+    try:
+        await kafka.delete_topic(client_of(request), name)
+    except KafkaError as e:
+        flash(request, "error", f"Topic {name} not deleted: {why(e)}")
+        raise redirect(request, "topic", topic=name)
+    flash(request, "ok", f"Topic {name} deleted.")
+    raise redirect(request, "topics")
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+async def messages_page(request: web.Request) -> web.Response:
+    name = request.match_info["topic"]
+    q = dict(request.query)
+    client = client_of(request)
+    md = await client.metadata([name])
+    topic = md.topics.get(name)
+    if not isinstance(topic, TopicDescription):
+        return not_found(request, f"topic {name}")
+    fmt = q.get("format") if q.get("format") in FORMATS else "text"
+    newest = q.get("order", "newest") != "oldest"
+    error = None
+    result = None
+    partition = 0
+    try:
+        partition = _int(q, "partition", 0) or 0
+        if partition not in {p.partition for p in topic.partitions}:
+            partition, wanted = 0, partition
+            raise ValueError(f"{name} has no partition {wanted}")
+        offset = _int(q, "offset")
+        timestamp = parse_when(q["time"]) if q.get("time", "").strip() and offset is None else None
+        limit = _int(q, "limit", 50) or 50
+        key = q["key"].encode() if q.get("key") else None
+        result = await kafka.browse(client, name, partition, offset=offset, timestamp_ms=timestamp,
+                                    newest_first=newest, limit=limit, key=key)
+    except (ValueError, KafkaError) as e:
+        error = why(e)
+    shown = [
+        {"m": m, "key": kafka.render_bytes(m.key, fmt), "value": kafka.render_bytes(m.value, fmt),
+         "headers": [(k, kafka.render_bytes(v, "text")[1] if v is not None else None) for k, v in m.headers]}
+        for m in (result.messages if result else [])
+    ]
+    return render(request, "messages.html", topic=topic, query=q, fmt=fmt, newest=newest, result=result,
+                  shown=shown, error=error, partition=partition, formats=FORMATS)
+
+
+def _headers(text: str) -> list[tuple[str, bytes | None]]:
+    out: list[tuple[str, bytes | None]] = []
+    for line in text.splitlines():
+        if line.strip():
+            k, sep, v = line.partition("=")
+            if not k.strip():
+                raise ValueError(f"a header needs a name: {line!r}")
+            out.append((k.strip(), v.encode() if sep else None))
+    return out
+
+
+async def produce(request: web.Request) -> web.StreamResponse:
+    name, fields = await topic_post(request)
+    partition = 0
+    try:
+        partition = _int(fields, "partition", 0) or 0
+        key = fields["key"].encode() if fields.get("key") else None
+        value = fields.get("value", "").encode()
+        offset = await kafka.produce(client_of(request), name, partition, key, value,
+                                     _headers(fields.get("headers", "")))
+        flash(request, "ok", f"Produced a record to {name}-{partition} at offset {offset}.")
+    except (ValueError, KafkaError) as e:
+        flash(request, "error", f"Not produced: {why(e)}")
+    raise redirect(request, "messages", {"partition": partition, "order": "newest"}, topic=name)
+
+
+# -- consumer groups ------------------------------------------------------------------------------
+
+async def groups_page(request: web.Request) -> web.Response:
+    rows = await kafka.groups_overview(client_of(request))
+    return render(request, "groups.html", rows=rows)
+
+
+async def _group(request: web.Request, group: str) -> kafka.GroupDetail | None:
+    try:
+        return await kafka.group_detail(client_of(request), group)
+    except KafkaError as e:
+        if e.code_name in NOT_VISIBLE:
+            return None
+        raise
+
+
+async def group_page(request: web.Request) -> web.Response:
+    group = request.match_info["group"]
+    detail = await _group(request, group)
+    if detail is None:
+        return not_found(request, f"group {group}")
+    refresh = _refresh(request.query.get("refresh"))
+    return render(request, "group.html", group=detail, modes=RESET_MODES, refresh=refresh)
+
+
+def _refresh(value: str | None) -> int | None:
+    try:
+        seconds = int(value or "")
+    except ValueError:
+        return None
+    return max(2, min(300, seconds))
+
+
+async def reset_group(request: web.Request) -> web.StreamResponse:
+    group = request.match_info["group"]
+    if await _group(request, group) is None:
+        return not_found(request, f"group {group}")
+    fields = await form(request)
+    mode = fields.get("mode", "")
+    try:
+        if mode not in RESET_MODES:
+            raise ValueError(f"unknown reset {mode!r}")
+        value: int | None = None
+        if mode == "to_datetime":
+            value = parse_when(fields.get("value", ""))
+        elif mode in ("to_offset", "shift_by"):
+            value = _int(fields, "value")
+            if value is None:
+                raise ValueError("give the offset or the shift")
+        plan = await kafka.reset_offsets(client_of(request), group, mode, value)
+        flash(request, "ok", f"Offsets of {group} reset on {len(plan)} partitions.")
+    except (ValueError, KafkaError) as e:
+        flash(request, "error", f"Offsets not reset: {why(e)}")
+    raise redirect(request, "group", group=group)
+
+
+# -- the operator ---------------------------------------------------------------------------------
+
+async def operator_page(request: web.Request) -> web.Response:
+    """A placeholder for the operator's pages: the physical cluster's brokers and every topic as
+    the broker shows them to a super user (tenants' topics under their stored names)."""
+    if not session_of(request).operator:
+        return not_found(request, "page")
+    md = await client_of(request).metadata(None)
+    topics: list[tuple[str, Any]] = sorted((n, t) for n, t in md.topics.items() if isinstance(t, TopicDescription))
+    return render(request, "operator.html", metadata=md, topics=topics)
+
+
+def add_routes(r: web.UrlDispatcher) -> None:
+    res = r.add_resource("/topics", name="topics")
+    res.add_route("GET", topics_page)
+    res.add_route("POST", create_topic)
+    r.add_get("/topics/{topic}", topic_page, name="topic")
+    r.add_post("/topics/{topic}/config", topic_config, name="topic_config")
+    r.add_post("/topics/{topic}/delete", delete_topic, name="topic_delete")
+    r.add_get("/topics/{topic}/messages", messages_page, name="messages")
+    r.add_post("/topics/{topic}/produce", produce, name="produce")
+    r.add_get("/groups", groups_page, name="groups")
+    r.add_get("/groups/{group}", group_page, name="group")
+    r.add_post("/groups/{group}/reset", reset_group, name="group_reset")
+    r.add_get("/operator", operator_page, name="operator")
