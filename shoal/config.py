@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
 if TYPE_CHECKING:
     from shoal.storage import LogConfig
@@ -1687,10 +1687,12 @@ def topic_config_value(broker: BrokerConfig, overrides: Mapping[str, str], name:
     return _TOPIC_ONLY_DEFAULTS.get(name)
 
 
-def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
-    """Every topic config: the override (DYNAMIC_TOPIC_CONFIG) or its broker fallback's source."""
+def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str],
+                           names: Collection[str] | None = None) -> list[ConfigEntry]:
+    """Every topic config (``names``: those only, as DescribeConfigs' configuration_keys ask):
+    the override (DYNAMIC_TOPIC_CONFIG) or its broker fallback's source."""
     out: list[ConfigEntry] = []
-    for name in sorted(TOPIC_CONFIGS):
+    for name in sorted(TOPIC_CONFIGS if names is None else TOPIC_CONFIGS.keys() & set(names)):
         d = TOPIC_CONFIGS[name]
         synonyms: list[ConfigSynonym] = []
         if name in overrides:

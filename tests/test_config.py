@@ -258,6 +258,16 @@ class TestTopicConfigs:
         with pytest.raises(ConfigError):
             validate_topic_configs({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
 
+    def test_describe_some_names_only(self):
+        # DescribeConfigs' configuration_keys: the entries named (unknown names skipped), the same
+        # entries as in the whole list, computed without the others (the console's topics page)
+        broker = BrokerConfig.load(None, {}).with_dynamic({"log.retention.hours": "5"})
+        every = {e.name: e for e in describe_topic_configs(broker, {"cleanup.policy": "compact"})}
+        some = describe_topic_configs(broker, {"cleanup.policy": "compact"}, ["retention.ms", "cleanup.policy", "nope"])
+        assert [e.name for e in some] == ["cleanup.policy", "retention.ms"]
+        assert some == [every["cleanup.policy"], every["retention.ms"]]
+        assert describe_topic_configs(broker, {}, []) == []
+
     def test_describe_sources_and_synonyms(self):
         broker = BrokerConfig.load(None, {"log.segment.bytes": "1000"}).with_dynamic({"log.retention.hours": "5"})
         entries = {e.name: e for e in describe_topic_configs(broker, {"cleanup.policy": "compact"})}

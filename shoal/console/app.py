@@ -2,8 +2,8 @@
 
 Every response carries a Content-Security-Policy allowing only the console's own scripts, styles
 and images (``default-src 'self'``, no inline script or style), ``X-Frame-Options: DENY``,
-``X-Content-Type-Options: nosniff``, ``Referrer-Policy: same-origin`` and, for pages,
-``Cache-Control: no-store``. A request without a live session is redirected to the login page
+``X-Content-Type-Options: nosniff``, ``Referrer-Policy: same-origin``, ``Server-Timing`` (the
+time the console took, its Kafka requests included) and, for pages, ``Cache-Control: no-store``. A request without a live session is redirected to the login page
 (the static files and the login page excepted). A state-changing request (any method but GET
 and HEAD) must carry the session's CSRF token (form field ``csrf`` or header ``X-CSRF-Token``)
 and, when the browser sends an ``Origin``, come from the console's own origin: else 403. The login
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+import time
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -50,6 +51,7 @@ def _same_origin(request: web.Request) -> bool:
 
 @web.middleware
 async def security_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
     try:
         response = await handler(request)
     except web.HTTPException as e:
@@ -62,6 +64,7 @@ async def security_headers(request: web.Request, handler: Handler) -> web.Stream
     h["X-Frame-Options"] = "DENY"
     h["X-Content-Type-Options"] = "nosniff"
     h["Referrer-Policy"] = "same-origin"
+    h["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"  # the page's time at the server
     route = request.match_info.route.name
     if route != "static":
         h["Cache-Control"] = "no-store"

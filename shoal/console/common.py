@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -70,3 +72,45 @@ async def form(request: web.Request) -> dict[str, str]:
         got = {k: v for k, v in data.items() if isinstance(v, str)}
         request[FORM] = got
     return got
+
+
+PAGE_SIZE = 100  # rows of a list page; ?per_page= up to MAX_PAGE_SIZE
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass
+class Pager:
+    """Which rows of a long list a page shows: those whose name holds ``q`` (any case), page
+    ``page`` of ``pages``, ``per_page`` a page."""
+
+    total: int  # rows before the filter
+    matched: int
+    page: int
+    pages: int
+    per_page: int
+    q: str
+
+    @property
+    def first(self) -> int:
+        return (self.page - 1) * self.per_page
+
+    def query(self, page: int) -> dict[str, Any]:
+        return {"q": self.q, "page": page, "per_page": self.per_page if self.per_page != PAGE_SIZE else None}
+
+
+def paginate(request: web.Request, names: list[str]) -> tuple[Pager, list[str]]:
+    """The page of ``names`` (sorted) the request's ``q``, ``page`` and ``per_page`` ask for."""
+    q = request.query.get("q", "").strip()
+    matched = [n for n in names if q.lower() in n.lower()] if q else names
+
+    def number(key: str, default: int) -> int:
+        try:
+            return int(request.query.get(key, default))
+        except ValueError:
+            return default
+
+    per_page = max(1, min(MAX_PAGE_SIZE, number("per_page", PAGE_SIZE)))
+    pages = max(1, math.ceil(len(matched) / per_page))
+    page = max(1, min(pages, number("page", 1)))
+    pager = Pager(len(names), len(matched), page, pages, per_page, q)
+    return pager, matched[pager.first:pager.first + per_page]

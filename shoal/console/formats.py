@@ -23,6 +23,8 @@ def rate(n: float | None) -> str:
         return "—"
     if n == 0:
         return "0"
+    if n < 1:
+        return f"{n:.2f}"
     return f"{n:.1f}" if n < 100 else f"{n:,.0f}"
 
 

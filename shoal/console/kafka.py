@@ -14,18 +14,23 @@ templates (``shoal.console.pages``); they never see HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from shoal.client import (
-    EARLIEST, LATEST, OP_DELETE, OP_SET, RESOURCE_TOPIC, AdminClient, ConfigEntry, GroupDescription, KafkaError,
-    TopicDescription,
+    CONFIG_SOURCES, EARLIEST, LATEST, OP_DELETE, OP_SET, RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, GroupDescription, GroupListing,
+    KafkaError, TopicDescription,
 )
+from shoal.cli.common import observer_count as cli_observer_count
+from shoal.protocol import codec
 from shoal.protocol.records import build_batch, iter_batch_records, parse_batches
 
-PRODUCE, FETCH, DESCRIBE_LOG_DIRS = 0, 1, 35
+PRODUCE, FETCH, LIST_OFFSETS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS = 0, 1, 2, 32, 35
+OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE = 9, 10, 15, 69
 RATE_WINDOW_MS = 60_000  # messages/s "now": over the last minute (ListOffsets by timestamp)
 FETCH_MAX_BYTES = 1 << 20
 SEARCH_MAX_RECORDS = 10_000  # a key search scans at most this many records
@@ -75,30 +80,103 @@ class TopicDetail:
 
 
 def observer_count(entries: Mapping[str, ConfigEntry] | None) -> int:
-    from shoal.cli.common import observer_count as count
-
-    return count(entries) if entries else 0
-
-
-async def _offsets(client: AdminClient, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
-    """Each partition's offset for ``ts`` (EARLIEST, LATEST or a time); partitions that fail are left out."""
-    if not tps:
-        return {}
-    got = await client.list_offsets({tp: ts for tp in tps}, raise_errors=False)
-    return {tp: v[0] for tp, v in got.items() if not isinstance(v, KafkaError)}
+    """Observers per partition of a topic placed by ``replica.placement`` (``shoal topics describe``'s)."""
+    return cli_observer_count(entries) if entries and "replica.placement" in entries else 0
 
 
-async def log_sizes(client: AdminClient, brokers: Iterable[int]) -> dict[TopicPartition, dict[int, int]] | None:
-    """(topic, partition) -> {broker: size} from every broker's DescribeLogDirs; None when refused
-    (DESCRIBE on the cluster is needed)."""
+def _leaders(md: ClusterMetadata, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
+    """The partitions of ``tps`` by leader, as ``md`` has them (partitions without one left out)."""
+    leaders = {(n, p.partition): p.leader for n, t in md.topics.items() if isinstance(t, TopicDescription)
+               for p in t.partitions}
+    out: dict[int, list[TopicPartition]] = {}
+    for tp in tps:
+        leader = leaders.get(tp, -1)
+        if leader >= 0:
+            out.setdefault(leader, []).append(tp)
+    return out
+
+
+async def offsets_at(client: AdminClient, md: ClusterMetadata, tps: Iterable[TopicPartition],
+                     *timestamps: int) -> list[dict[TopicPartition, int]]:
+    """For each of ``timestamps`` (EARLIEST, LATEST or a time), each partition's offset (-1: no
+    record that late), from one ListOffsets per leader and timestamp, all in flight at once
+    (partitions whose leader refuses are left out). The entities are built directly, which a
+    thousand partitions need (the client's dict-to-entity conversion costs ~60 ms there)."""
+    version = min(client.version_for(LIST_OFFSETS), 8)
+    request = codec.request_type(LIST_OFFSETS, version)
+    mod = sys.modules[request.__module__]
+    by_leader = _leaders(md, tps)
+
+    async def one(node: int, part: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
+        topics: dict[str, list[Any]] = {}
+        for t, p in part:
+            topics.setdefault(t, []).append(codec.build(mod.ListOffsetsPartition, partition_index=p,
+                                                        current_leader_epoch=-1, timestamp=ts, max_num_offsets=1))
+        body = codec.build(request, replica_id=-1, isolation_level=0, timeout=int(client.timeout * 1000),
+                           topics=tuple(codec.build(mod.ListOffsetsTopic, name=t, partitions=tuple(ps))
+                                        for t, ps in topics.items()))
+        try:
+            resp = await client.request(LIST_OFFSETS, body, node_id=node)
+        except KafkaError:
+            return {}
+        return {(t.name, int(p.partition_index)): int(p.offset) for t in resp.topics for p in t.partitions
+                if not int(p.error_code)}
+
+    jobs = [[one(node, part, ts) for node, part in by_leader.items()] for ts in timestamps]
+    results = await asyncio.gather(*(j for row in jobs for j in row))
+    out: list[dict[TopicPartition, int]] = []
+    for i in range(len(timestamps)):
+        merged: dict[TopicPartition, int] = {}
+        for r in results[i * len(by_leader):(i + 1) * len(by_leader)]:
+            merged.update(r)
+        out.append(merged)
+    return out
+
+
+async def topic_configs(client: AdminClient, names: list[str], keys: Iterable[str] | None
+                        ) -> dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError]:
+    """``client.describe_configs`` of topics, its request entity built directly (see offsets_at)."""
+    version = client.version_for(DESCRIBE_CONFIGS)
+    request = codec.request_type(DESCRIBE_CONFIGS, version)
+    mod = sys.modules[request.__module__]
+    wanted = None if keys is None else tuple(keys)
+    body = codec.build(request, include_synonyms=False, include_documentation=False, resources=tuple(
+        codec.build(mod.DescribeConfigsResource, resource_type=RESOURCE_TOPIC, resource_name=n,
+                    configuration_keys=wanted) for n in names))
+    resp = await client.request(DESCRIBE_CONFIGS, body)
+    out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
+    for r in resp.results:
+        if int(r.error_code):
+            out[(RESOURCE_TOPIC, r.resource_name)] = KafkaError.from_code(int(r.error_code), r.error_message,
+                                                                          r.resource_name)
+            continue
+        out[(RESOURCE_TOPIC, r.resource_name)] = {c.name: ConfigEntry(
+            c.name, c.value, CONFIG_SOURCES.get(int(getattr(c, "config_source", 0)), "UNKNOWN"), bool(c.read_only),
+            bool(c.is_sensitive)) for c in r.configs}
+    return out
+
+
+async def log_sizes(client: AdminClient, brokers: Iterable[int], tps: Iterable[TopicPartition] | None = None
+                    ) -> dict[TopicPartition, dict[int, int]] | None:
+    """(topic, partition) -> {broker: size} from every broker's DescribeLogDirs (``tps``: of those
+    partitions only); None when refused (DESCRIBE on the cluster is needed)."""
+    wanted: Any = None
+    if tps is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        wanted = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
+    async def one(node: int) -> tuple[int, Any]:
+        try:
+            return node, await client.request(DESCRIBE_LOG_DIRS, {"topics": wanted}, node_id=node)
+        except KafkaError:
+            return node, None
+
     out: dict[TopicPartition, dict[int, int]] = {}
     refused = True
-    for node in brokers:
-        try:
-            resp = await client.request(DESCRIBE_LOG_DIRS, {"topics": None}, node_id=node)
-        except KafkaError:
-            continue
-        if int(getattr(resp, "error_code", 0)):
+    for node, resp in await asyncio.gather(*(one(n) for n in brokers)):
+        if resp is None or int(getattr(resp, "error_code", 0)):
             continue
         for d in resp.results:
             if int(d.error_code):
@@ -114,19 +192,23 @@ def _racks(brokers: Mapping[int, tuple[str, int, str | None]], ids: Iterable[int
     return tuple(sorted({r for b in ids if (r := (brokers.get(b) or ("", 0, None))[2])}))
 
 
-async def topics_overview(client: AdminClient, now_ms: int | None = None,
-                          only: list[str] | None = None) -> tuple[list[TopicRow], dict[str, Any]]:
-    """Every topic the user sees (``only``: those), one row each, and the raw pieces (metadata,
-    configs, offsets, sizes) for a detail page."""
+OVERVIEW_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy", "replica.placement")
+
+
+async def topics_overview(client: AdminClient, md: ClusterMetadata, names: list[str], now_ms: int | None = None,
+                          keys: Iterable[str] | None = OVERVIEW_CONFIGS) -> tuple[list[TopicRow], dict[str, Any]]:
+    """One row for each of the topics ``names`` (of ``md``), and the raw pieces (configs, offsets,
+    sizes) for a detail page; ``keys``: the configs to read (None: all). Its requests (configs,
+    three ListOffsets per leader, DescribeLogDirs per broker) are in flight together."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    md = await client.metadata(only)
-    topics = {n: t for n, t in sorted(md.topics.items()) if isinstance(t, TopicDescription)}
-    configs = await client.describe_configs([(RESOURCE_TOPIC, n) for n in topics], raise_errors=False) if topics else {}
+    topics = {n: t for n in names if isinstance(t := md.topics.get(n), TopicDescription)}
+    if not topics:
+        return [], {"metadata": md, "topics": {}, "configs": {}, "earliest": {}, "latest": {}, "sizes": None}
     tps = [(n, p.partition) for n, t in topics.items() for p in t.partitions]
-    earliest = await _offsets(client, tps, EARLIEST)
-    latest = await _offsets(client, tps, LATEST)
-    recent = await _offsets(client, tps, now_ms - RATE_WINDOW_MS)
-    sizes = await log_sizes(client, md.brokers)
+    configs, (earliest, latest, recent), sizes = await asyncio.gather(
+        topic_configs(client, list(topics), keys),
+        offsets_at(client, md, tps, EARLIEST, LATEST, now_ms - RATE_WINDOW_MS),
+        log_sizes(client, md.brokers, tps))
     rows = []
     for name, t in topics.items():
         entries = configs.get((RESOURCE_TOPIC, name))
@@ -162,9 +244,7 @@ async def topic_detail(client: AdminClient, name: str) -> TopicDetail | None:
     """One topic, or None when the user does not see it (no such topic, or not authorized: the
     same answer, as the broker gives it)."""
     md = await client.metadata([name])
-    if not isinstance(md.topics.get(name), TopicDescription):
-        return None
-    rows, raw = await topics_overview(client, only=[name])
+    rows, raw = await topics_overview(client, md, [name], keys=None)
     if not rows:
         return None
     t: TopicDescription = raw["topics"][name]
@@ -182,7 +262,7 @@ async def topic_detail(client: AdminClient, name: str) -> TopicDetail | None:
             latest=raw["latest"].get(tp), size=(sizes.get(tp) or {}).get(p.leader) if sizes is not None else None,
         ))
     return TopicDetail(rows[0], str(t.topic_id) if t.topic_id else None, parts,
-                       sorted(entries.values(), key=lambda e: e.name))
+                       sorted(entries.values(), key=lambda e: (e.source != "DYNAMIC_TOPIC_CONFIG", e.name)))
 
 
 def parse_configs(text: str) -> dict[str, str]:
@@ -393,23 +473,76 @@ class GroupDetail:
 
 async def _ends(client: AdminClient, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
     tps = sorted(set(tps))
-    got = await _offsets(client, tps, LATEST)
+    if not tps:
+        return {}
+    (got,) = await offsets_at(client, await client.metadata(sorted({t for t, _ in tps})), tps, LATEST)
     return {tp: got.get(tp) for tp in tps}
 
 
-async def groups_overview(client: AdminClient) -> list[GroupRow]:
-    """Every group the user sees, with its state, members and total lag."""
-    rows = []
-    for g in await client.list_groups():
+async def _coordinators(client: AdminClient, group_ids: list[str]) -> dict[str, int]:
+    """Each group's coordinator: one batched FindCoordinator (v4+, KIP-699), else one per group.
+    Groups whose coordinator is not found are left out."""
+    out: dict[str, int] = {}
+    if not group_ids:
+        return out
+    if client.version_for(FIND_COORDINATOR) >= 4:
+        resp = await client.request(FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": group_ids})
+        for c in resp.coordinators:
+            if not int(c.error_code):
+                out[c.key] = int(c.node_id)  # a broker of the Metadata that ListGroups read
+        return out
+    for gid in group_ids:
         try:
-            desc = await client.describe_group(g.group_id)
-            committed = await client.fetch_offsets(g.group_id) if desc.state != "Dead" else {}
+            out[gid] = (await client.find_coordinator(gid))[0]
         except KafkaError:
-            rows.append(GroupRow(g.group_id, g.state or "?", g.group_type or "classic", None, None))
             continue
-        ends = await _ends(client, committed)
-        lags = [ends[tp] - off for tp, off in committed.items() if ends.get(tp) is not None]  # type: ignore[operator]
-        rows.append(GroupRow(g.group_id, desc.state, desc.group_type, len(desc.members), sum(lags) if lags else None))
+    return out
+
+
+async def groups_overview(client: AdminClient, listings: list[GroupListing]) -> list[GroupRow]:
+    """The groups ``listings`` (``client.list_groups()``'s) with their state, members and total
+    lag, in a few batched requests whatever their number: FindCoordinator (one), then per
+    coordinator one DescribeGroups, one ConsumerGroupDescribe (KIP-848 groups) and one OffsetFetch
+    of all its groups (v8+), and ListOffsets per leader for the log ends."""
+    coordinators = await _coordinators(client, [g.group_id for g in listings])
+    by_node: dict[int, list[str]] = {}
+    for gid, node in coordinators.items():
+        by_node.setdefault(node, []).append(gid)
+    kinds = {g.group_id: g.group_type or "classic" for g in listings}
+    states = {g.group_id: g.state for g in listings}
+    members: dict[str, int] = {}
+    committed: dict[str, dict[TopicPartition, int]] = {}
+    for node, gids in by_node.items():
+        classic = [g for g in gids if kinds[g] != "consumer"]
+        modern = [g for g in gids if kinds[g] == "consumer"]
+        if classic:
+            resp = await client.request(DESCRIBE_GROUPS, {"groups": classic, "include_authorized_operations": False},
+                                        node_id=node)
+            for g in resp.groups:
+                if not int(g.error_code):
+                    members[g.group_id], states[g.group_id] = len(g.members), g.group_state
+        if modern:
+            resp = await client.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": modern,
+                                                                  "include_authorized_operations": False}, node_id=node)
+            for g in resp.groups:
+                if not int(g.error_code):
+                    members[g.group_id], states[g.group_id] = len(g.members), g.group_state
+        resp = await client.request(OFFSET_FETCH, {
+            "groups": [{"group_id": g, "member_id": None, "member_epoch": -1, "topics": None} for g in gids],
+            "require_stable": False}, node_id=node, max_version=9)
+        for g in resp.groups:
+            if int(g.error_code):
+                continue
+            committed[g.group_id] = {(t.name, int(p.partition_index)): int(p.committed_offset)
+                                     for t in g.topics for p in t.partitions
+                                     if not int(p.error_code) and int(p.committed_offset) >= 0}
+    ends = await _ends(client, [tp for offsets in committed.values() for tp in offsets])
+    rows = []
+    for g in listings:
+        gid = g.group_id
+        offsets = committed.get(gid, {})
+        lags = [end - off for tp, off in offsets.items() if (end := ends.get(tp)) is not None]
+        rows.append(GroupRow(gid, states.get(gid) or "?", kinds[gid], members.get(gid), sum(lags) if lags else None))
     return rows
 
 

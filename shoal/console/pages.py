@@ -14,7 +14,7 @@ from aiohttp import web
 
 from shoal.client import AdminClient, KafkaError, TopicDescription
 from shoal.console import kafka
-from shoal.console.common import flash, form, redirect, render, session_of
+from shoal.console.common import flash, form, paginate, redirect, render, session_of
 from shoal.console.formats import parse_when
 
 NOT_VISIBLE = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
@@ -67,8 +67,12 @@ def _int(fields: dict[str, str], name: str, default: int | None = None) -> int |
 
 async def topics_page(request: web.Request, error: str | None = None, values: dict[str, str] | None = None,
                       status: int = 200) -> web.Response:
-    rows, _raw = await kafka.topics_overview(client_of(request))
-    return render(request, "topics.html", status=status, rows=rows, error=error, values=values or {})
+    client = client_of(request)
+    md = await client.metadata(None)
+    names = sorted(n for n, t in md.topics.items() if isinstance(t, TopicDescription))
+    pager, shown = paginate(request, names)
+    rows, _raw = await kafka.topics_overview(client, md, shown)
+    return render(request, "topics.html", status=status, rows=rows, pager=pager, error=error, values=values or {})
 
 
 async def create_topic(request: web.Request) -> web.StreamResponse:
@@ -197,8 +201,11 @@ async def produce(request: web.Request) -> web.StreamResponse:
 # -- consumer groups ------------------------------------------------------------------------------
 
 async def groups_page(request: web.Request) -> web.Response:
-    rows = await kafka.groups_overview(client_of(request))
-    return render(request, "groups.html", rows=rows)
+    client = client_of(request)
+    listings = {g.group_id: g for g in await client.list_groups()}
+    pager, shown = paginate(request, sorted(listings))
+    rows = await kafka.groups_overview(client, [listings[g] for g in shown])
+    return render(request, "groups.html", rows=rows, pager=pager)
 
 
 async def _group(request: web.Request, group: str) -> kafka.GroupDetail | None:

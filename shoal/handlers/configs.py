@@ -245,7 +245,8 @@ async def handle_describe_configs(ctx: RequestContext, req: DescribeConfigsReque
                     raise AdminError(
                         "UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition."
                     )
-                entries = namespaces.describe_layered(cfg, inheritance.config_layers(image, topic.name))
+                entries = namespaces.describe_layered(cfg, inheritance.config_layers(image, topic.name),
+                                                      names=res.configuration_keys or None)
             elif res.resource_type == RESOURCE_BROKER:
                 if not scope.allowed_cluster(Operation.DESCRIBE_CONFIGS):
                     raise AdminError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping
 
 from shoal.config import (
     BROKER_CONFIGS,
@@ -335,17 +335,18 @@ def _inherited_doc(layer: ConfigLayer) -> str:
     return "tenant default"
 
 
-def describe_layered(broker: "BrokerConfig", layers: list[ConfigLayer], *, own: str = TOPIC) -> list[ConfigEntry]:
+def describe_layered(broker: "BrokerConfig", layers: list[ConfigLayer], *, own: str = TOPIC,
+                     names: Collection[str] | None = None) -> list[ConfigEntry]:
     """DescribeConfigs entries for a resource whose own values are the first layer if its origin
     is ``own`` (a topic's overrides, or a namespace's configs when describing the namespace) and
-    which inherits the rest. Own values are DYNAMIC_TOPIC_CONFIG (1); inherited ones
-    DYNAMIC_DEFAULT_BROKER_CONFIG (3), one synonym per layer that sets them, and the
-    documentation names the layer."""
+    which inherits the rest (``names``: those configs only). Own values are DYNAMIC_TOPIC_CONFIG
+    (1); inherited ones DYNAMIC_DEFAULT_BROKER_CONFIG (3), one synonym per layer that sets them,
+    and the documentation names the layer."""
     own_configs: Mapping[str, str] = {}
     inherited = layers
     if layers and layers[0].origin == own and (own != NAMESPACE or layers[0].where is not None):
         own_configs, inherited = layers[0].configs, layers[1:]
-    base = describe_topic_configs(broker, own_configs)
+    base = describe_topic_configs(broker, own_configs, names)
     if not any(layer.configs for layer in inherited):
         return base
     out: list[ConfigEntry] = []

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
 for p in (HERE.parent, HERE.parent / "e2e"):
@@ -30,6 +31,25 @@ from broker_process import free_port  # noqa: E402
 from tenancy_fixtures import TenantCluster, tenant_cluster  # noqa: E402
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
+CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def chromium(width: int = 1400, height: int = 1000, fail: Callable[[str], Any] = SystemExit) -> Any:
+    """Headless Debian chromium through Debian's chromedriver (Selenium; no browser download), its
+    console log kept (``get_log("browser")``)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
+        fail("Debian's chromium and chromium-driver are needed (make deps installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                f"--window-size={width},{height}", "--disable-extensions", "--no-first-run",
+                "--hide-scrollbars", "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
 class ConsoleServer:

@@ -8,33 +8,14 @@ error (a script or style the CSP refused would be one).
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from confluent_kafka import Consumer, Producer
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from console_harness import ConsoleCluster, console_cluster
-
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-def chromium(width: int = 1400, height: int = 1000) -> webdriver.Chrome:
-    """Headless Debian chromium, its console log kept (``get_log("browser")``)."""
-    if not (shutil.which(CHROMIUM) and shutil.which(DRIVER)):
-        pytest.fail("Debian's chromium and chromium-driver are needed (make deps installs them)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={width},{height}", "--disable-extensions", "--no-first-run"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(DRIVER), options=options)
-
+from console_harness import ConsoleCluster, chromium, console_cluster
 
 @pytest.fixture(scope="module")
 def cc():
@@ -43,7 +24,7 @@ def cc():
 
 @pytest.fixture(scope="module")
 def browser():
-    driver = chromium()
+    driver = chromium(fail=pytest.fail)
     try:
         yield driver
     finally:

@@ -365,3 +365,18 @@ def test_groups_show_committed_offsets_and_lag_and_reset_only_when_empty(cc, ali
     assert re.search(r'id="total-lag">8<', r.text)
     r = alice.post(f"groups/{A_GROUP}/reset", {"mode": "to_offset", "value": ""})
     assert "Offsets not reset: give the offset" in r.text
+
+
+def test_long_lists_come_in_pages_with_a_filter(cc, alice):
+    def names(path: str) -> list[str]:
+        return re.findall(r'<tr>\s*<td><a href="/ui/(?:topics|groups)/([^"]+)">', alice.get(path).text)
+
+    every = names("topics")
+    assert every == sorted(every) and {A_TOPIC, A_QUIET} <= set(every)
+    assert names("topics?per_page=1&page=2") == [every[1]]
+    assert names("topics?per_page=1&page=999") == [every[-1]]  # past the end: the last page
+    assert names("topics?q=QUIET") == [A_QUIET]
+    assert names("topics?q=zzz") == [] and "No topics match." in alice.get("topics?q=zzz").text
+    assert names("groups?q=readers") == [A_GROUP] and names("groups?q=zzz") == []
+    for bad in ("topics?page=x&per_page=-5", "groups?page=-1&per_page=y"):
+        assert alice.get(bad).status_code == 200

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Screenshots of the Shoal Console's pages for docs/console.md (docs/console/*.png).
+
+Starts what tests/console uses (tests/console/console_harness.py: one ``shoal serve`` with tenants
+``a`` and ``b`` and a super user, the console under /ui/), gives tenant ``a`` a few topics with
+records (JSON values, headers), a consumer group with lag and one with a live member, then takes
+each page in headless Debian chromium (Selenium, Debian's chromedriver) at 1280 px wide, as tall
+as the page.
+
+Run:  PYTHONPATH=$PWD python bench/console_screenshots.py [--out docs/console]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "console"))
+
+from console_harness import ADMIN, chromium, console_cluster  # noqa: E402
+
+WIDTH = 1280
+
+
+def seed(conf: dict) -> object:
+    """Topics, records and groups of tenant a; the live consumer (close it at the end)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(conf)
+    topics = [NewTopic("orders", 6, 1, config={"retention.ms": str(3 * 86_400_000)}),
+              NewTopic("payments", 3, 1), NewTopic("customers", 2, 1, config={"cleanup.policy": "compact"}),
+              NewTopic("audit-log", 1, 1, config={"retention.ms": "-1"})]
+    for f in admin.create_topics(topics).values():
+        f.result(15)
+    p = Producer({**conf, "acks": "all", "linger.ms": 5})
+    for i in range(600):
+        order = {"order_id": 1000 + i, "customer": f"c-{i % 37}", "items": [{"sku": "kelp-2kg", "qty": 1 + i % 3}],
+                 "total": round(9.5 + (i % 7) * 3.25, 2), "currency": "EUR"}
+        p.produce("orders", json.dumps(order).encode(), f"c-{i % 37}".encode(), partition=i % 6,
+                  headers=[("source", b"web"), ("trace-id", f"{i:08x}".encode())])
+        if i % 3 == 0:
+            p.produce("payments", json.dumps({"order_id": 1000 + i, "status": "captured"}).encode(),
+                      str(1000 + i).encode(), partition=i % 3)
+    for i in range(37):
+        p.produce("customers", json.dumps({"name": f"Customer {i}", "tier": "gold" if i % 5 == 0 else "standard"}).encode(),
+                  f"c-{i}".encode(), partition=i % 2)
+    p.produce("audit-log", b"\x00\x01binary\xff", b"evt-1", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({**conf, "group.id": "billing", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition("orders", i, 0) for i in range(6)])
+        c.commit(offsets=[TopicPartition("orders", i, 60 + 7 * i) for i in range(6)], asynchronous=False)
+    finally:
+        c.close()
+    live = Consumer({**conf, "group.id": "shipping", "auto.offset.reset": "earliest", "client.id": "shipping-svc"})
+    live.subscribe(["orders", "payments"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not live.assignment():
+        live.poll(0.2)
+    read = 0
+    while time.monotonic() < deadline and read < 500:
+        read += live.poll(0.2) is not None
+    live.commit(asynchronous=False)
+    return live
+
+
+def shoot(driver, url: str, path: Path) -> None:
+    driver.set_window_size(WIDTH, 900)
+    driver.get(url)
+    time.sleep(0.3)
+    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    driver.set_window_size(WIDTH, min(max(int(height) + 20, 600), 2400))
+    time.sleep(0.2)
+    driver.save_screenshot(str(path))
+    print(f"  {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def login(driver, base: str, user: str, password: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(base + "login")
+    driver.find_element(By.ID, "user").send_keys(user)
+    driver.find_element(By.ID, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    time.sleep(0.3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "docs" / "console"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gen = console_cluster()
+    cc = next(gen)
+    driver = chromium(WIDTH, 900)
+    live = None
+    try:
+        live = seed(cc.cluster.a.conf())
+        base = cc.url
+        driver.set_window_size(WIDTH, 900)
+        driver.get(base + "login")
+        shoot(driver, base + "login", out / "login.png")
+        login(driver, base, "alice", cc.password("alice"))
+        shoot(driver, base + "topics", out / "topics.png")
+        shoot(driver, base + "topics/orders", out / "topic.png")
+        shoot(driver, base + "topics/orders/messages?partition=0&format=json&limit=4", out / "messages.png")
+        shoot(driver, base + "groups", out / "groups.png")
+        shoot(driver, base + "groups/billing", out / "group.png")
+        shoot(driver, base + "groups/shipping", out / "group-live.png")
+        login(driver, base, ADMIN, cc.password(ADMIN))
+        shoot(driver, base + "operator", out / "operator.png")
+    finally:
+        if live is not None:
+            live.close()
+        driver.quit()
+        for _ in gen:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
