@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shoal", description=__doc__)
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from shoal.cli import (acls, capacity, cluster, configs, features, groups, metering, namespaces, placement, quotas,
-                           scram, serve, tenants, topics, transactions)
+    from shoal.cli import (acls, capacity, cluster, configs, console, features, groups, metering, namespaces, placement,
+                           quotas, scram, serve, tenants, topics, transactions)
 
     serve.add_parser(sub)  # shoal serve
     topics.add_parser(sub)  # shoal topics create|list|describe|alter|delete
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     metering.add_parser(sub)  # shoal metering run
     capacity.add_parser(sub)  # shoal capacity report
     features.add_parser(sub)  # shoal features describe|upgrade|downgrade
+    console.add_parser(sub)  # shoal console: the web console, beside any broker
     try:
         args = parser.parse_args(argv)
         rc = int(args.func(args) or 0)

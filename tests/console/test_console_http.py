@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -21,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker_process import free_port
 from console_harness import ADMIN, Browser, ConsoleCluster, console_cluster
 from polling import until
 
@@ -380,3 +384,28 @@ def test_long_lists_come_in_pages_with_a_filter(cc, alice):
     assert names("groups?q=readers") == [A_GROUP] and names("groups?q=zzz") == []
     for bad in ("topics?page=x&per_page=-5", "groups?page=-1&per_page=y"):
         assert alice.get(bad).status_code == 200
+
+
+def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
+    props = tmp_path / "listener.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.username=ignored\nsasl.password=ignored\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "console", "--bootstrap-server",
+                             cc.cluster.broker.sasl_bootstrap, "--command-config", str(props), "--listen",
+                             f"http://127.0.0.1:{port}", "--operator", ADMIN], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        b = Browser(f"http://127.0.0.1:{port}/ui/")
+        until(lambda: b.get("login").status_code == 200, timeout=20)
+        assert b.login("alice", cc.password("alice")).url.endswith("/ui/topics")
+        assert A_TOPIC in b.get("topics").text and B_TOPIC not in b.get("topics").text
+        assert b.http.get(f"http://127.0.0.1:{port}/", timeout=10).url.endswith("/ui/topics")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert f"Shoal Console on http://127.0.0.1:{port}/ui/" in out and "alice logged in" in out
+    assert cc.password("alice") not in out
+    bad = subprocess.run([sys.executable, "-m", "shoal", "console", "--command-config", str(props.with_name("no")),
+                          "--listen", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and bad.stderr.startswith("shoal console: ") and len(bad.stderr.splitlines()) == 1
