@@ -70,11 +70,14 @@ def seed(conf: dict) -> object:
 
 
 def shoot(driver, url: str, path: Path) -> None:
-    driver.set_window_size(WIDTH, 900)
+    """The whole page at WIDTH css px: the window made as tall as the page (plus the window's own
+    decorations, which headless chromium counts in the window's size)."""
+    driver.set_window_size(WIDTH, 600)
     driver.get(url)
     time.sleep(0.3)
-    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
-    driver.set_window_size(WIDTH, min(max(int(height) + 20, 600), 2400))
+    height, extra = driver.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]")
+    driver.set_window_size(WIDTH, min(int(height) + int(extra), 2600))
     time.sleep(0.2)
     driver.save_screenshot(str(path))
     print(f"  {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
@@ -97,7 +100,7 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gen = console_cluster()
+    gen = console_cluster({"broker.rack": "eu-west-1a"})
     cc = next(gen)
     driver = chromium(WIDTH, 900)
     live = None
