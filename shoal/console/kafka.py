@@ -319,7 +319,8 @@ class Browse:
     notes: list[str] = field(default_factory=list)
 
 
-async def _leader(client: AdminClient, topic: str, partition: int) -> int:
+async def _leader(client: AdminClient, topic: str, partition: int) -> tuple[int, ClusterMetadata]:
+    """The partition's leader and the Metadata that names it; the broker's KafkaError otherwise."""
     md = await client.metadata([topic])
     t = md.topics.get(topic)
     if not isinstance(t, TopicDescription):
@@ -328,7 +329,7 @@ async def _leader(client: AdminClient, topic: str, partition: int) -> int:
         if p.partition == partition:
             if p.leader < 0:
                 raise KafkaError("LEADER_NOT_AVAILABLE", None, f"{topic}-{partition}")
-            return p.leader
+            return p.leader, md
     raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", None, f"{topic}-{partition}")
 
 
@@ -370,12 +371,14 @@ async def browse(client: AdminClient, topic: str, partition: int, *, offset: int
     ``key``: only records with that key, scanning at most SEARCH_MAX_RECORDS in that direction."""
     limit = max(1, min(MAX_LIMIT, limit))
     tp = (topic, partition)
-    leader = await _leader(client, topic, partition)
-    earliest = (await client.list_offsets({tp: EARLIEST}))[tp][0]
-    latest = (await client.list_offsets({tp: LATEST}))[tp][0]
-    if timestamp_ms is not None and offset is None:
-        at = (await client.list_offsets({tp: timestamp_ms}))[tp][0]
-        offset = latest if at < 0 else at
+    leader, md = await _leader(client, topic, partition)
+    at_time = [timestamp_ms] if timestamp_ms is not None and offset is None else []
+    found = await offsets_at(client, md, [tp], EARLIEST, LATEST, *at_time)
+    if any(tp not in f for f in found):
+        raise KafkaError("NOT_LEADER_OR_FOLLOWER", "the partition's leader did not answer: try again", f"{topic}-{partition}")
+    earliest, latest = found[0][tp], found[1][tp]
+    if at_time:
+        offset = latest if found[2][tp] < 0 else found[2][tp]
     budget = SEARCH_MAX_RECORDS if key is not None else limit
     result = Browse([], earliest, latest, 0)
 
@@ -399,16 +402,16 @@ async def browse(client: AdminClient, topic: str, partition: int, *, offset: int
         step = limit if key is None else max(limit, 500)
         while end > earliest and len(result.messages) < limit and result.scanned < budget:
             start = max(earliest, end - step)
-            batch: list[Message] = []
+            window: list[Message] = []
             pos = start
             while pos < end:
                 got = [m for m in await _fetch(client, leader, topic, partition, pos) if m.offset < end]
                 if not got:
                     break
-                batch += got
+                window += got
                 pos = got[-1].offset + 1
-            result.scanned += len(batch)
-            result.messages += keep(batch)[::-1]
+            result.scanned += len(window)
+            result.messages += keep(window)[::-1]
             result.start = start
             end = start
         result.messages = result.messages[:limit]
@@ -420,7 +423,7 @@ async def produce(client: AdminClient, topic: str, partition: int, key: bytes | 
                   headers: list[tuple[str, bytes | None]], now_ms: int | None = None) -> int:
     """Produce one record (acks=all) and return its offset."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    leader = await _leader(client, topic, partition)
+    leader, _md = await _leader(client, topic, partition)
     batch = build_batch([(now_ms, key, value, headers)])
     resp = await client.request(PRODUCE, {
         "transactional_id": None, "acks": -1, "timeout": 10_000,
@@ -575,10 +578,14 @@ async def reset_offsets(client: AdminClient, group_id: str, mode: str, value: in
     if not committed:
         raise KafkaError("GROUP_ID_NOT_FOUND", "the group has no committed offsets to reset", group_id)
     parts = sorted(committed)
-    earliest = await client.list_offsets({tp: EARLIEST for tp in parts})
-    latest = await client.list_offsets({tp: LATEST for tp in parts})
-    at_time = await client.list_offsets({tp: value for tp in parts}) if mode == "to_datetime" and value is not None else {}
-    plan = {tp: new_offset(mode, value, committed.get(tp), earliest[tp][0], latest[tp][0],  # type: ignore[index]
-                           at_time[tp][0] if tp in at_time else None) for tp in parts}  # type: ignore[index]
+    md = await client.metadata(sorted({t for t, _ in parts}))
+    at_time = [value] if mode == "to_datetime" and value is not None else []
+    found = await offsets_at(client, md, parts, EARLIEST, LATEST, *at_time)
+    missing = [tp for tp in parts if any(tp not in f for f in found)]
+    if missing:
+        raise KafkaError("LEADER_NOT_AVAILABLE", "no offsets for these partitions now: try again",
+                         ", ".join(f"{t}-{p}" for t, p in missing))
+    plan = {tp: new_offset(mode, value, committed.get(tp), found[0][tp], found[1][tp], found[2][tp] if at_time else None)
+            for tp in parts}
     await client.commit_offsets(group_id, plan)
     return plan

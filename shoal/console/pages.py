@@ -145,7 +145,8 @@ async def messages_page(request: web.Request) -> web.Response:
     topic = md.topics.get(name)
     if not isinstance(topic, TopicDescription):
         return not_found(request, f"topic {name}")
-    fmt = q.get("format") if q.get("format") in FORMATS else "text"
+    fmt = q.get("format", "text")
+    fmt = fmt if fmt in FORMATS else "text"
     newest = q.get("order", "newest") != "oldest"
     error = None
     result = None

@@ -107,12 +107,16 @@ class Sessions:
         now = self.clock()
         session = Session(secrets.token_urlsafe(32), user, self.is_operator(user), secrets.token_urlsafe(32),
                           client, now, now)
+        await self.keep(session)
+        log.info("console: %s logged in from %s", user, peer.rpartition(":")[0] or peer)
+        return session
+
+    async def keep(self, session: Session) -> None:
+        """Hold a new session; beyond ``max_sessions``, the least recently used ends."""
         self._sessions[session.sid] = session
         while len(self._sessions) > self.max_sessions:
             _, old = self._sessions.popitem(last=False)
             await old.client.close()
-        log.info("console: %s logged in from %s", user, peer.rpartition(":")[0] or peer)
-        return session
 
     def _failed(self, user: str, peer: str, key: str, how: str) -> None:
         n = self.backoff.failures(key, self._now_ms())
