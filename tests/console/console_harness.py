@@ -55,11 +55,12 @@ def chromium(width: int = 1400, height: int = 1000, fail: Callable[[str], Any] =
 class ConsoleServer:
     """``console_app`` mounted at /ui/ in a parent application, on its own thread and loop."""
 
-    def __init__(self, bootstrap: str, operators: frozenset[str]) -> None:
+    def __init__(self, bootstrap: str, operators: frozenset[str], ssl_context: Any = None) -> None:
         self.bootstrap = bootstrap
         self.operators = operators
+        self.ssl_context = ssl_context  # serve HTTPS with it
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/ui/"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}/ui/"
         self.loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, name="console", daemon=True)
@@ -74,7 +75,7 @@ class ConsoleServer:
             root.add_subapp("/ui/", console_app(self.bootstrap, is_operator=lambda u: u in self.operators))
             self._runner = web.AppRunner(root, access_log=None)
             await self._runner.setup()
-            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
 
         asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
 
@@ -133,9 +134,12 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 class Browser:
     """An HTTP client that keeps cookies and reads each form's CSRF token, as a browser does."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, ca: str | None = None) -> None:
         self.base = base
         self.http = requests.Session()
+        self.http.trust_env = False  # no proxy or CA bundle from the environment: the console is on loopback
+        if ca is not None:
+            self.http.verify = ca
 
     def get(self, path: str, **kw: Any) -> requests.Response:
         return self.http.get(self.base + path.lstrip("/"), timeout=30, **kw)

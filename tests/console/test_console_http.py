@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import free_port
-from console_harness import ADMIN, Browser, ConsoleCluster, console_cluster
+from console_harness import ADMIN, Browser, ConsoleCluster, ConsoleServer, console_cluster
 from polling import until
 
 A_TOPIC, A_GROUP, A_QUIET = "a-orders", "a-readers", "a-quiet"
@@ -409,3 +410,26 @@ def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "shoal", "console", "--command-config", str(props.with_name("no")),
                           "--listen", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.startswith("shoal console: ") and len(bad.stderr.splitlines()) == 1
+
+
+def test_on_tls_the_cookies_are_secure(cc, tmp_path):
+    import ssl
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "auth"))
+    from auth_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    server = ConsoleServer(cc.cluster.broker.sasl_bootstrap, frozenset(), ssl_context=context)
+    server.start()
+    try:
+        b = Browser(server.url, ca=str(pki.ca))
+        login_page = b.get("login")
+        assert "Secure" in login_page.headers["Set-Cookie"]  # the login form's token
+        r = b.login("alice", cc.password("alice"))
+        assert r.status_code == 200 and r.url.startswith("https://")
+        set_cookie = [h for h in r.history[0].raw.headers.getlist("Set-Cookie") if h.startswith("shoal_console=")][0]
+        assert "Secure" in set_cookie and "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+    finally:
+        server.stop()
