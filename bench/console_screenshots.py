@@ -5,7 +5,7 @@ Starts what tests/console uses (tests/console/console_harness.py: one ``shoal se
 ``a`` and ``b`` and a super user, the console under /ui/), gives tenant ``a`` a few topics with
 records (JSON values, headers), a consumer group with lag and one with a live member, then takes
 each page in headless Debian chromium (Selenium, Debian's chromedriver) at 1280 px wide, as tall
-as the page.
+as the page; the billing group's page after a minute of its lag falling (its plot).
 
 Run:  PYTHONPATH=$PWD python bench/console_screenshots.py [--out docs/console]
 """
@@ -83,6 +83,24 @@ def shoot(driver, url: str, path: Path) -> None:
     print(f"  {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
 
 
+def watch_lag_fall(driver, base: str, conf: dict, seconds: float) -> None:
+    """Open the billing group's page (its lag is sampled from then on, every 0.5 s here), then
+    commit its offsets forward bit by bit for ``seconds``, so its plot shows the lag falling."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    driver.get(base + "groups/billing")
+    c = Consumer({**conf, "group.id": "billing", "enable.auto.commit": False})
+    try:
+        steps = max(1, int(seconds / 3))
+        for step in range(1, steps + 1):
+            time.sleep(seconds / steps)
+            c.commit(offsets=[TopicPartition("orders", i, 60 + 7 * i + (40 - 7 * i) * step // (steps + 2))
+                              for i in range(6)], asynchronous=False)
+    finally:
+        c.close()
+    time.sleep(1)
+
+
 def login(driver, base: str, user: str, password: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -97,6 +115,7 @@ def login(driver, base: str, user: str, password: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "docs" / "console"))
+    ap.add_argument("--lag-seconds", type=float, default=60.0, help="how long the billing group's lag falls")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +134,7 @@ def main() -> int:
         shoot(driver, base + "topics/orders", out / "topic.png")
         shoot(driver, base + "topics/orders/messages?partition=0&format=json&limit=4", out / "messages.png")
         shoot(driver, base + "groups", out / "groups.png")
+        watch_lag_fall(driver, base, cc.cluster.a.conf(), args.lag_seconds)
         shoot(driver, base + "groups/billing", out / "group.png")
         shoot(driver, base + "groups/shipping", out / "group-live.png")
         login(driver, base, ADMIN, cc.password(ADMIN))

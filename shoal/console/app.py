@@ -12,6 +12,7 @@ form is protected the same way by a double-submit token (a cookie and a form fie
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
@@ -22,8 +23,10 @@ from urllib.parse import urlsplit
 import jinja2
 from aiohttp import web
 
+from shoal.asyncutil import cancel_and_wait
 from shoal.client import ConnectionLost
-from shoal.console.common import FORCE_SECURE, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir, redirect, render, session_of, url
+from shoal.console.common import FORCE_SECURE, LAG, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir, redirect, render, session_of, url
+from shoal.console.lag import LagHistory
 from shoal.console.sessions import BrokerUnavailable, LoginFailed, Sessions
 
 log = logging.getLogger("shoal.console")
@@ -166,7 +169,8 @@ def _filters(env: jinja2.Environment) -> None:
 
 def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mechanism: str = "SCRAM-SHA-512",
                 is_operator: Callable[[str], bool] = lambda user: False, backoff: Any = None,
-                force_secure_cookies: bool = False, sessions: Sessions | None = None) -> web.Application:
+                force_secure_cookies: bool = False, sessions: Sessions | None = None,
+                lag_interval_s: float = 30.0) -> web.Application:
     """The console, to be mounted at ``/ui/`` (``parent.add_subapp("/ui/", console_app(...))``).
 
     ``bootstrap``: a SASL listener's address (``host:port``) the console's Kafka clients log in
@@ -174,7 +178,8 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     SASL_PLAINTEXT or SASL_SSL, ``ssl.ca.location``...); ``mechanism``: the SCRAM mechanism the
     console logs in with; ``is_operator(user)``: who gets the operator's pages (the super users);
     ``backoff``: the broker's ``shoal.auth.backoff.LoginBackoff`` (shared with its listeners);
-    ``force_secure_cookies``: mark cookies Secure even on plain HTTP (TLS terminated in front)."""
+    ``force_secure_cookies``: mark cookies Secure even on plain HTTP (TLS terminated in front);
+    ``lag_interval_s``: how often the lag of the groups users watch is sampled (the plot)."""
     from shoal.console import pages
 
     app = web.Application(middlewares=[security_headers, sessions_and_csrf], client_max_size=2 * MAX_FIELD)
@@ -194,8 +199,16 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     pages.add_routes(r)
     r.add_static("/static/", package_dir("static"), name="static")
 
+    app[LAG] = LagHistory(interval_s=lag_interval_s)
+    sampler: list[asyncio.Task[None]] = []
+
+    async def start(_app: web.Application) -> None:
+        sampler.append(asyncio.create_task(app[LAG].run(app[SESSIONS])))
+
     async def close(_app: web.Application) -> None:
+        await cancel_and_wait(sampler)
         await app[SESSIONS].close()
 
+    app.on_startup.append(start)
     app.on_cleanup.append(close)
     return app

@@ -14,8 +14,9 @@ from aiohttp import web
 
 from shoal.client import AdminClient, KafkaError, TopicDescription
 from shoal.console import kafka
-from shoal.console.common import flash, form, paginate, redirect, render, session_of
+from shoal.console.common import LAG, flash, form, paginate, redirect, render, session_of
 from shoal.console.formats import parse_when
+from shoal.console.lag import plot
 
 NOT_VISIBLE = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
                          "GROUP_ID_NOT_FOUND", "INVALID_TOPIC_EXCEPTION"})
@@ -224,7 +225,12 @@ async def group_page(request: web.Request) -> web.Response:
     if detail is None:
         return not_found(request, f"group {group}")
     refresh = _refresh(request.query.get("refresh"))
-    return render(request, "group.html", group=detail, modes=RESET_MODES, refresh=refresh)
+    history = request.app[LAG]
+    user = session_of(request).user
+    history.opened(user, group, detail.total_lag)
+    lag_plot = plot(history.samples(user, group), history.clock(), history.window_s, width=1080, height=150)
+    return render(request, "group.html", group=detail, modes=RESET_MODES, refresh=refresh, lag_plot=lag_plot,
+                  interval=history.interval_s)
 
 
 def _refresh(value: str | None) -> int | None:

@@ -134,6 +134,13 @@ class Sessions:
         self._sessions.move_to_end(session.sid)
         return session
 
+    def any_of(self, user: str) -> Session | None:
+        """A live session of ``user`` (the most recently used), or None."""
+        for s in reversed(self._sessions.values()):
+            if s.user == user:
+                return s
+        return None
+
     async def logout(self, session: Session) -> None:
         if self._sessions.pop(session.sid, None) is not None:
             await session.client.close()

@@ -55,8 +55,10 @@ def chromium(width: int = 1400, height: int = 1000, fail: Callable[[str], Any] =
 class ConsoleServer:
     """``console_app`` mounted at /ui/ in a parent application, on its own thread and loop."""
 
-    def __init__(self, bootstrap: str, operators: frozenset[str], ssl_context: Any = None) -> None:
+    def __init__(self, bootstrap: str, operators: frozenset[str], ssl_context: Any = None,
+                 lag_interval_s: float = 0.5) -> None:
         self.bootstrap = bootstrap
+        self.lag_interval_s = lag_interval_s  # the lag plot's sampling, quick for the tests
         self.operators = operators
         self.ssl_context = ssl_context  # serve HTTPS with it
         self.port = free_port()
@@ -72,7 +74,8 @@ class ConsoleServer:
 
         async def start() -> None:
             root = web.Application()
-            root.add_subapp("/ui/", console_app(self.bootstrap, is_operator=lambda u: u in self.operators))
+            root.add_subapp("/ui/", console_app(self.bootstrap, is_operator=lambda u: u in self.operators,
+                                                lag_interval_s=self.lag_interval_s))
             self._runner = web.AppRunner(root, access_log=None)
             await self._runner.setup()
             await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()

@@ -433,3 +433,18 @@ def test_on_tls_the_cookies_are_secure(cc, tmp_path):
         assert "Secure" in set_cookie and "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
     finally:
         server.stop()
+
+
+def test_a_groups_lag_is_plotted_from_samples_taken_while_its_user_is_logged_in(cc):
+    group = "b-watched"  # a group whose page no one opened yet
+    _consume_and_commit(cc.cluster.b.conf(), group, B_TOPIC, 0, 1)
+    bob = cc.login("bob")
+    first = bob.get(f"groups/{group}").text
+    assert "from now on" in first and "<polyline" not in first
+    page = until(lambda: next((p for p in [bob.get(f"groups/{group}").text] if "<polyline" in p), None), timeout=10)
+    points = re.search(r'<polyline points="([^"]+)"', page).group(1).split()
+    assert len(points) >= 2 and all(float(p.split(",")[1]) == 150.0 for p in points)  # lag 0 all along: the bottom
+    assert re.search(r"\d+ samples of the total lag", page)
+    # another tenant's user: a 404, no plot (histories are per user and group)
+    r = cc.login("alice").get(f"groups/{group}")
+    assert r.status_code == 404 and "<polyline" not in r.text
