@@ -24,8 +24,9 @@ import jinja2
 from aiohttp import web
 
 from shoal.asyncutil import cancel_and_wait
-from shoal.client import ConnectionLost
-from shoal.console.common import FORCE_SECURE, LAG, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir, redirect, render, session_of, url
+from shoal.client import ConnectionLost, KafkaError
+from shoal.console.common import (FORCE_SECURE, LAG, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir,
+                                  redirect, render, session_of, url, why)
 from shoal.console.lag import LagHistory
 from shoal.console.sessions import BrokerUnavailable, LoginFailed, Sessions
 
@@ -104,6 +105,9 @@ async def sessions_and_csrf(request: web.Request, handler: Handler) -> web.Strea
         # The session's Kafka client lost its broker: log in again (a new client).
         await request.app[SESSIONS].logout(session)
         raise web.HTTPSeeOther(url(request, "login", {"lost": "1"}))
+    except KafkaError as e:  # a request of the page refused or timed out: say so, not a 500
+        log.info("console: %s %s as %s: %s", request.method, request.path, session.user, e)
+        return render(request, "error.html", status=502, message=why(e))
 
 
 # -- login ----------------------------------------------------------------------------------------

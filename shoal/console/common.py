@@ -11,6 +11,7 @@ from typing import Any, Awaitable, Callable
 import jinja2
 from aiohttp import web
 
+from shoal.client import KafkaError
 from shoal.console.lag import LagHistory
 from shoal.console.sessions import Session, Sessions
 
@@ -35,6 +36,14 @@ def url(request: web.Request, name: str, query: dict[str, Any] | None = None, **
     if query:
         u = u.with_query({k: str(v) for k, v in query.items() if v is not None and v != ""})
     return str(u)
+
+
+def why(e: Exception) -> str:
+    """A refusal as one line for a page: a Kafka error's code and message (a policy's reason), or
+    the message of a form's bad field."""
+    if isinstance(e, KafkaError):
+        return f"{e.code_name}: {e.message}" if e.message else e.code_name
+    return str(e)
 
 
 def base_path(request: web.Request) -> str:

@@ -437,11 +437,17 @@ async def produce(client: AdminClient, topic: str, partition: int, key: bytes | 
     raise KafkaError("UNKNOWN_SERVER_ERROR", "no partition in the produce response", topic)
 
 
+SHOWN_BYTES = 64 * 1024  # of a key or value, the rest is cut (and said)
+
+
 def render_bytes(data: bytes | None, fmt: str) -> tuple[str, str]:
     """(how it is shown, the text) of a key or value: ``text`` (UTF-8, else hex), ``json`` (pretty
-    when it parses, else text) or ``hex``."""
+    when it parses, else text) or ``hex``; beyond SHOWN_BYTES, cut with a line saying how much."""
     if data is None:
         return "null", ""
+    if len(data) > SHOWN_BYTES:
+        kind, text = render_bytes(data[:SHOWN_BYTES], "hex" if fmt == "hex" else "text")
+        return kind, f"{text}\n… ({len(data):,} bytes in all, the first {SHOWN_BYTES:,} shown)"
     if fmt == "hex":
         return "hex", data.hex(" ")
     try:

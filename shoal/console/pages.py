@@ -14,7 +14,7 @@ from aiohttp import web
 
 from shoal.client import AdminClient, KafkaError, TopicDescription
 from shoal.console import kafka
-from shoal.console.common import LAG, flash, form, paginate, redirect, render, session_of
+from shoal.console.common import LAG, flash, form, paginate, redirect, render, session_of, why
 from shoal.console.formats import parse_when
 from shoal.console.lag import plot
 
@@ -31,14 +31,6 @@ def client_of(request: web.Request) -> AdminClient:
 
 def not_found(request: web.Request, what: str) -> web.Response:
     return render(request, "notfound.html", status=404, what=what)
-
-
-def why(e: Exception) -> str:
-    """A refusal as one line for a page: a Kafka error's code and message (a policy's reason), or
-    the message of a form's bad field."""
-    if isinstance(e, KafkaError):
-        return f"{e.code_name}: {e.message}" if e.message else e.code_name
-    return str(e)
 
 
 async def _visible(request: web.Request, topic: str) -> bool:

@@ -340,6 +340,8 @@ def test_produce_a_test_record_and_see_it(cc, alice):
         c.close()
     bad = alice.post(f"topics/{A_QUIET}/produce", {"partition": "5", "value": "x"})
     assert "Not produced" in bad.text
+    big = alice.post(f"topics/{A_QUIET}/produce", {"partition": "0", "value": "v" * 70_000})
+    assert "at offset 1." in big.text and "… (70,000 bytes in all, the first 65,536 shown)" in big.text
 
 
 # -- consumer groups --------------------------------------------------------------------------------
