@@ -22,6 +22,7 @@ requests to the controller itself).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import struct
 import types
@@ -331,6 +332,7 @@ class AdminClient:
         self.timeout = timeout
         self._main: Connection | None = None
         self._nodes: dict[int, Connection] = {}
+        self._opening: dict[int, asyncio.Lock] = {}  # one opening of a node's connection at a time
         self._brokers: dict[int, tuple[str, int]] = {}
 
     async def __aenter__(self) -> "AdminClient":
@@ -375,21 +377,31 @@ class AdminClient:
         return self._main
 
     async def _node(self, node_id: int) -> Connection:
+        """The connection to ``node_id``, opened once even when concurrent requests ask for it
+        together (each would otherwise open its own and all but the last would leak)."""
         conn = self._nodes.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        if node_id not in self._brokers:
-            await self.metadata(topics=[])
-        if node_id not in self._brokers:
-            raise KafkaError("BROKER_NOT_AVAILABLE", f"node {node_id} is not in the cluster metadata")
-        host, port = self._brokers[node_id]
-        main = self._conn()
-        if (host, port) == (main.host, main.port):
-            return main
-        conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
-        await conn.open()
-        self._nodes[node_id] = conn
-        return conn
+        async with self._opening.setdefault(node_id, asyncio.Lock()):
+            conn = self._nodes.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            if node_id not in self._brokers:
+                await self.metadata(topics=[])
+            if node_id not in self._brokers:
+                raise KafkaError("BROKER_NOT_AVAILABLE", f"node {node_id} is not in the cluster metadata")
+            host, port = self._brokers[node_id]
+            main = self._conn()
+            if (host, port) == (main.host, main.port):
+                return main
+            conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
+            try:
+                await conn.open()
+            except BaseException:  # its reader may be running: a failed login, a cancelled request
+                await conn.close()
+                raise
+            self._nodes[node_id] = conn
+            return conn
 
     def version_for(self, api_key: int) -> int:
         """The version this client uses for ``api_key`` with this broker."""

@@ -58,6 +58,16 @@ async def _coordinators(tenant: Tenant, groups: list[str]) -> set[int]:
         return {(await c.find_coordinator(g))[0] for g in groups}
 
 
+async def _open_connections() -> list[int]:
+    """How many open Kafka connections (every one, referenced or leaked) go to each broker port."""
+    import gc
+    from collections import Counter
+
+    from shoal.net import Connection
+
+    return sorted(Counter(c.port for c in gc.get_objects() if isinstance(c, Connection) and not c.closed).values())
+
+
 def test_partitions_and_groups_on_other_brokers(cluster, console):
     server, tenant = console
     alice = _login(server, "alice", tenant.users["alice"])
@@ -92,6 +102,9 @@ def test_partitions_and_groups_on_other_brokers(cluster, console):
         assert re.search(rf'{g}</a></td>\s*<td><span class="state empty">Empty</span></td>\s*<td>classic</td>'
                          r'\s*<td class="num">0</td>\s*<td class="num">1</td>', page), g
         assert re.search(r'id="total-lag">1<', alice.get(f"groups/{g}").text), g
+
+    # the pages' concurrent requests to other brokers opened one connection to each, no more
+    assert server.run(_open_connections()) == [1, 1, 1]
 
     admin = _login(server, ADMIN, ADMIN_PASSWORD)
     brokers = admin.get("operator").text.split('id="brokers"')[1].split("</table>")[0]
