@@ -24,6 +24,21 @@ sys.path.insert(0, str(REPO / "tests" / "console"))
 from console_harness import ADMIN, chromium, console_cluster  # noqa: E402
 
 WIDTH = 1280
+USER, PASSWORD = "ann", "ann-secret"  # tenant a's administrator
+
+
+def acls(base: str) -> None:
+    """A few ACLs of tenant a, added through the console's own form."""
+    from console_harness import Browser
+
+    b = Browser(base)
+    b.login(USER, PASSWORD)
+    for principal, op, rt, pattern, name in (("User:billing-svc", "READ", "TOPIC", "LITERAL", "orders"),
+                                             ("User:billing-svc", "READ", "GROUP", "LITERAL", "billing"),
+                                             ("User:shop-web", "WRITE", "TOPIC", "PREFIXED", "orders"),
+                                             ("User:shop-web", "IDEMPOTENT_WRITE", "CLUSTER", "LITERAL", "")):
+        b.post("acls", {"permission": "ALLOW", "principal": principal, "operation": op, "resource_type": rt,
+                        "pattern_type": pattern, "resource_name": name})
 
 
 def seed(conf: dict) -> object:
@@ -119,24 +134,27 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gen = console_cluster({"broker.rack": "eu-west-1a"})
+    gen = console_cluster({"broker.rack": "eu-west-1a", "authorizer.class.name": "shoal"})
     cc = next(gen)
+    cc.cluster.a.add_user(USER, PASSWORD, admin=True)  # ACLs are on: the tenant's administrator
     driver = chromium(WIDTH, 900)
     live = None
     try:
-        live = seed(cc.cluster.a.conf())
+        live = seed(cc.cluster.a.conf(USER))
+        acls(cc.url)
         base = cc.url
         driver.set_window_size(WIDTH, 900)
         driver.get(base + "login")
         shoot(driver, base + "login", out / "login.png")
-        login(driver, base, "alice", cc.password("alice"))
+        login(driver, base, USER, PASSWORD)
         shoot(driver, base + "topics", out / "topics.png")
         shoot(driver, base + "topics/orders", out / "topic.png")
         shoot(driver, base + "topics/orders/messages?partition=0&format=json&limit=4", out / "messages.png")
         shoot(driver, base + "groups", out / "groups.png")
-        watch_lag_fall(driver, base, cc.cluster.a.conf(), args.lag_seconds)
+        watch_lag_fall(driver, base, cc.cluster.a.conf(USER), args.lag_seconds)
         shoot(driver, base + "groups/billing", out / "group.png")
         shoot(driver, base + "groups/shipping", out / "group-live.png")
+        shoot(driver, base + "acls", out / "acls.png")
         login(driver, base, ADMIN, cc.password(ADMIN))
         shoot(driver, base + "operator", out / "operator.png")
     finally:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from shoal.client import (
-    CONFIG_SOURCES, EARLIEST, LATEST, OP_DELETE, OP_SET, RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, GroupDescription, GroupListing,
+    CONFIG_SOURCES, EARLIEST, AclBinding, AclFilter, LATEST, OP_DELETE, OP_SET, RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, GroupDescription, GroupListing,
     KafkaError, TopicDescription,
 )
 from shoal.cli.common import observer_count as cli_observer_count
@@ -595,3 +595,34 @@ async def reset_offsets(client: AdminClient, group_id: str, mode: str, value: in
             for tp in parts}
     await client.commit_offsets(group_id, plan)
     return plan
+
+
+# -- ACLs -----------------------------------------------------------------------------------------
+
+@dataclass
+class AclRow:
+    binding: AclBinding
+    resource_type: str  # Kafka's names: TOPIC, GROUP, ...
+    pattern_type: str
+    operation: str
+    permission: str
+
+
+def acl_row(b: AclBinding) -> AclRow:
+    from shoal.tenancy.acl import Operation, PatternType, Permission, ResourceType, code_name
+
+    return AclRow(b, code_name(ResourceType, b.resource_type), code_name(PatternType, b.pattern_type),
+                  code_name(Operation, b.operation), code_name(Permission, b.permission_type))
+
+
+async def acls(client: AdminClient) -> list[AclRow]:
+    """Every ACL binding the user may see (its tenant's, under its names), as ``shoal acls list``
+    asks them: every resource type, then namespaces (a filter of type ANY leaves them out)."""
+    from shoal.tenancy.acl import PatternType, ResourceType
+
+    found: list[AclBinding] = []
+    for rt in (ResourceType.ANY, ResourceType.NAMESPACE):
+        found += await client.describe_acls(AclFilter(int(rt), None, int(PatternType.ANY)))
+    key = (lambda b: (b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host, b.operation,
+                      b.permission_type))
+    return [acl_row(b) for b in sorted(set(found), key=key)]

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from shoal.client import AdminClient, KafkaError, TopicDescription
+from shoal.client import AclBinding, AclFilter, AdminClient, KafkaError, TopicDescription
 from shoal.console import kafka
 from shoal.console.common import LAG, flash, form, paginate, redirect, render, session_of, why
 from shoal.console.formats import parse_when
@@ -256,6 +256,74 @@ async def reset_group(request: web.Request) -> web.StreamResponse:
     raise redirect(request, "group", group=group)
 
 
+# -- ACLs -----------------------------------------------------------------------------------------
+
+ACL_RESOURCES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "NAMESPACE")
+ACL_PATTERNS = ("LITERAL", "PREFIXED")
+ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS",
+                  "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+
+
+async def acls_page(request: web.Request) -> web.Response:
+    rows: list[kafka.AclRow] = []
+    off = None
+    try:
+        rows = await kafka.acls(client_of(request))
+    except KafkaError as e:
+        if e.code_name != "SECURITY_DISABLED":
+            raise
+        off = "ACLs are not enabled on this cluster: every user of the tenant may do everything in it."
+    return render(request, "acls.html", rows=rows, off=off, resources=ACL_RESOURCES, patterns=ACL_PATTERNS,
+                  operations=ACL_OPERATIONS)
+
+
+def _binding(fields: dict[str, str]) -> AclBinding:
+    """The ACL binding a form names (Kafka's names for its codes); ValueError for a bad field."""
+    from shoal.tenancy.acl import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType
+
+    def code(enum: Any, key: str, allowed: tuple[str, ...]) -> int:
+        value = fields.get(key, "").strip().upper()
+        if value not in allowed:
+            raise ValueError(f"{key.replace('_', ' ')} must be one of {', '.join(allowed)}")
+        return int(enum[value])
+
+    resource = code(ResourceType, "resource_type", ACL_RESOURCES)
+    name = CLUSTER_NAME if resource == ResourceType.CLUSTER else fields.get("resource_name", "").strip()
+    principal = fields.get("principal", "").strip()
+    if not name:
+        raise ValueError("name the resource")
+    if not principal.startswith("User:") or len(principal) == len("User:"):
+        raise ValueError("a principal is User:<name> (or User:* for everyone)")
+    return AclBinding(resource, name, code(PatternType, "pattern_type", ACL_PATTERNS), principal,
+                      fields.get("host", "").strip() or "*", code(Operation, "operation", ACL_OPERATIONS),
+                      code(Permission, "permission", ("ALLOW", "DENY")))
+
+
+async def acl_add(request: web.Request) -> web.StreamResponse:
+    fields = await form(request)
+    try:
+        b = _binding(fields)
+        await client_of(request).create_acls([b])
+        flash(request, "ok", f"ACL added: {kafka.acl_row(b).permission} {b.principal} {kafka.acl_row(b).operation} "
+                             f"on {kafka.acl_row(b).resource_type} {b.resource_name}.")
+    except (ValueError, KafkaError) as e:
+        flash(request, "error", f"ACL not added: {why(e)}")
+    raise redirect(request, "acls")
+
+
+async def acl_delete(request: web.Request) -> web.StreamResponse:
+    fields = await form(request)
+    try:
+        b = _binding(fields)
+        got = await client_of(request).delete_acls([AclFilter(b.resource_type, b.resource_name, b.pattern_type,
+                                                              b.principal, b.host, b.operation, b.permission_type)])
+        deleted = next(iter(got.values()))
+        flash(request, "ok" if deleted else "error", "ACL removed." if deleted else "No such ACL (already removed?).")
+    except (ValueError, KafkaError) as e:
+        flash(request, "error", f"ACL not removed: {why(e)}")
+    raise redirect(request, "acls")
+
+
 # -- the operator ---------------------------------------------------------------------------------
 
 async def operator_page(request: web.Request) -> web.Response:
@@ -280,4 +348,8 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/groups", groups_page, name="groups")
     r.add_get("/groups/{group}", group_page, name="group")
     r.add_post("/groups/{group}/reset", reset_group, name="group_reset")
+    res = r.add_resource("/acls", name="acls")
+    res.add_route("GET", acls_page)
+    res.add_route("POST", acl_add)
+    r.add_post("/acls/delete", acl_delete, name="acl_delete")
     r.add_get("/operator", operator_page, name="operator")

@@ -87,7 +87,7 @@ def _b_names(cc: ConsoleCluster) -> list[str]:
 def _pages() -> list[str]:
     return ["", "topics", f"topics/{A_TOPIC}", f"topics/{A_TOPIC}/messages",
             f"topics/{A_TOPIC}/messages?order=oldest&format=hex", f"topics/{A_TOPIC}/messages?key=k1",
-            "groups", f"groups/{A_GROUP}", "operator", "login"]
+            "groups", f"groups/{A_GROUP}", "acls", "operator", "login"]
 
 
 def _posts(topic: str, group: str) -> list[tuple[str, dict[str, str]]]:
@@ -97,6 +97,12 @@ def _posts(topic: str, group: str) -> list[tuple[str, dict[str, str]]]:
             (f"topics/{topic}/produce", {"partition": "0", "value": "x"}),
             (f"groups/{group}/reset", {"mode": "to_earliest"}),
             ("logout", {})]
+
+
+# The ACL forms (no resource of a tenant in their path: the broker scopes what they name)
+ACL = {"permission": "ALLOW", "principal": "User:alice", "operation": "READ", "resource_type": "TOPIC",
+       "pattern_type": "LITERAL", "resource_name": A_TOPIC}
+ACL_POSTS = [("acls", ACL), ("acls/delete", ACL)]
 
 
 # -- isolation --------------------------------------------------------------------------------------
@@ -148,7 +154,7 @@ def test_without_a_session_every_page_and_endpoint_redirects_to_the_login_page(c
     for path in _pages()[:-1]:
         r = anonymous.get(path, allow_redirects=False)
         assert r.status_code == 303 and "/ui/login" in r.headers["Location"], (path, r.status_code)
-    for path, data in _posts(A_TOPIC, A_GROUP):
+    for path, data in _posts(A_TOPIC, A_GROUP) + ACL_POSTS:
         r = anonymous.post(path, data, csrf=False, allow_redirects=False)
         assert r.status_code == 303 and r.headers["Location"].startswith("/ui/login"), (path, r.status_code)
     r = anonymous.get("login")
@@ -157,7 +163,7 @@ def test_without_a_session_every_page_and_endpoint_redirects_to_the_login_page(c
 
 
 def test_a_missing_or_wrong_csrf_token_or_a_foreign_origin_is_403_and_changes_nothing(cc, alice):
-    for path, data in _posts(A_TOPIC, A_GROUP):
+    for path, data in ACL_POSTS + _posts(A_TOPIC, A_GROUP):
         assert alice.post(path, data, csrf=False, allow_redirects=False).status_code == 403, path
         assert alice.post(path, {**data, "csrf": "wrong"}, allow_redirects=False).status_code == 403, path
         r = alice.post(path, data, allow_redirects=False, headers={"Origin": "http://evil.example"})
@@ -450,3 +456,8 @@ def test_a_groups_lag_is_plotted_from_samples_taken_while_its_user_is_logged_in(
     # another tenant's user: a 404, no plot (histories are per user and group)
     r = cc.login("alice").get(f"groups/{group}")
     assert r.status_code == 404 and "<polyline" not in r.text
+
+
+def test_without_an_authorizer_the_acls_page_says_so(cc, alice):
+    page = alice.get("acls").text
+    assert 'id="acls-off"' in page and 'id="add-acl"' not in page
