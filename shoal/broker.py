@@ -323,6 +323,7 @@ class Broker:
                                               login_backoff=shared_backoff(self.listener_security),
                                               cluster_load=self.load_reporter.cluster_load,
                                               balancer=self._balancer_service())
+            self._mount_console()  # console: the web UI under /ui/ on the same listener
             await self.admin_http.start()
         for server in self._servers:
             await server.start_serving()
@@ -471,6 +472,33 @@ class Broker:
             return
         log.info("controlled shutdown: %d leaderships moved in %.0f ms", moved,
                  (asyncio.get_running_loop().time() - t0) * 1000)
+
+    def _mount_console(self) -> None:
+        """The Shoal Console (shoal.console) under /ui/ on the admin listener, logging each user in
+        to this broker's SASL_PLAINTEXT listener with SCRAM (shoal.console.listener, else the first
+        one), behind the login backoff its listeners share; the super users get its operator pages."""
+        if not self.config.get("shoal.console.enable"):
+            return
+        from shoal.auth import shared_backoff
+        from shoal.console import console_app
+        from shoal.tenancy.scope import super_users
+
+        wanted = self.static_config.get("shoal.console.listener")
+        for listener in self.listeners:
+            sec = self.listener_security[listener.name]
+            scram = [m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256") if m in sec.sasl_mechanisms]
+            if sec.protocol == "SASL_PLAINTEXT" and scram and wanted in (None, listener.name):
+                host = "127.0.0.1" if listener.host in ("", "0.0.0.0", "::") else listener.host
+                self.admin_http.mount("/ui", console_app(
+                    f"{host}:{listener.port}", {"security.protocol": "SASL_PLAINTEXT"}, mechanism=scram[0],
+                    is_operator=lambda user: f"User:{user}" in super_users(self.config),
+                    backoff=shared_backoff(self.listener_security),
+                    force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies"))))
+                log.info("Shoal Console on %s/ui/ (users log in through listener %s)",
+                         self.static_config.get("shoal.admin.listener").rstrip("/"), listener.name)
+                return
+        log.info("Shoal Console not served: %s", f"listener {wanted} is no SASL_PLAINTEXT listener with SCRAM"
+                 if wanted else "no SASL_PLAINTEXT listener with SCRAM for it to log users in through")
 
     async def stop(self) -> None:
         step = ["controlled shutdown"]

@@ -804,6 +804,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _d("shoal.admin.listener", "string", None,
            "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
            "/openapi.json). Unset: no admin API. See shoal.admin.authentication."),
+        _d("shoal.console.listener", "string", None,
+           "Shoal: the listener (a SASL_PLAINTEXT one offering SCRAM) through which the Shoal Console, "
+           "served under /ui/ on shoal.admin.listener, logs each user in; unset: the first such listener. "
+           "With none, or shoal.console.enable=false, the console is not served (docs/console.md)."),
+        _d("shoal.console.enable", "boolean", True,
+           "Shoal: serve the Shoal Console under /ui/ on shoal.admin.listener (see shoal.console.listener)."),
+        _d("shoal.console.secure.cookies", "boolean", False,
+           "Shoal: mark the Shoal Console's cookies Secure although shoal.admin.listener serves plain HTTP "
+           "(TLS ends in a proxy in front of it)."),
         _d("shoal.admin.authentication", "string", "none",
            "Shoal: none (no authentication: bind shoal.admin.listener to a trusted address) or basic "
            "(HTTP Basic credentials of a SCRAM user; super users may do everything, tenant administrators "

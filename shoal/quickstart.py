@@ -162,6 +162,7 @@ def banner(*, plaintext: str, sasl: str, sasl_mechanisms: Iterable[str], admin_u
         (f"PLAINTEXT://{plaintext}", "the operator's listener: no credentials, User:ANONYMOUS is a super user"),
         (f"SASL_PLAINTEXT://{sasl}", f"the tenants' listener: SASL {', '.join(sasl_mechanisms)}"),
         (admin_url, "the HTTP admin API: tenants, users, namespaces (HTTP Basic; /openapi.json)"),
+        (f"{admin_url}/ui/", "the Shoal Console: log in as a tenant's user (dana, below) or as admin"),
     ]
     if metrics_url:
         endpoints.append((f"{metrics_url}/metrics", "Prometheus metrics"))

@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
 
 def settings(args: argparse.Namespace) -> tuple[str, int, dict[str, str]]:
     """(host, port, listener properties) from the arguments; UsageError when they are wrong."""
-    from shoal.admin.http import parse_listener
+    from shoal.admin.http_listener import parse_listener
 
     try:
         host, port = parse_listener(args.listen, "--listen")

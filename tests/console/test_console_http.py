@@ -461,3 +461,23 @@ def test_a_groups_lag_is_plotted_from_samples_taken_while_its_user_is_logged_in(
 def test_without_an_authorizer_the_acls_page_says_so(cc, alice):
     page = alice.get("acls").text
     assert 'id="acls-off"' in page and 'id="add-acl"' not in page
+
+
+def test_the_broker_serves_the_console_under_ui_on_its_admin_listener(cc):
+    broker = cc.cluster.broker  # shoal.admin.listener and a SASL_PLAINTEXT listener with SCRAM
+    b = Browser(broker.admin_url + "/ui/")
+    page = b.get("login")
+    assert page.status_code == 200 and "default-src 'self'" in page.headers["Content-Security-Policy"]
+    assert b.login("alice", cc.password("alice")).url.endswith("/ui/topics")
+    topics = b.get("topics").text
+    assert A_TOPIC in topics and B_TOPIC not in topics
+    assert b.get("operator").status_code == 404
+    admin = Browser(broker.admin_url + "/ui/")
+    assert admin.login(ADMIN, cc.password(ADMIN)).url.endswith("/ui/operator")  # super.users: the operator
+    assert f"{cc.cluster.b.tenant_id}_{B_TOPIC}" in admin.get("operator").text
+    assert "Shoal Console on " in broker.log_text() and cc.password("alice") not in broker.log_text()
+    set_cookie = [h for h in admin.get("login").raw.headers.getlist("Set-Cookie")][0]
+    assert "HttpOnly" in set_cookie and "Secure" not in set_cookie  # shoal.console.secure.cookies is false
+    # the admin API beside it is unchanged
+    status, body = broker.http("GET", "/v1/tenants")
+    assert status == 200 and {t["tenant_id"] for t in body["tenants"]} >= {cc.cluster.a.tenant_id, cc.cluster.b.tenant_id}
