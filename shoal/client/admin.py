@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from shoal.net import ClientSecurity, Connection, ConnectionLost, KafkaError, build_entity
 from shoal.net.errors import check
+from shoal.net.wire import skip_tags, uvarint
 from shoal.protocol import codec
 
 __all__ = [
@@ -1285,28 +1286,8 @@ class AdminClient:
             raise err
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def _compact_str(buf: bytes, pos: int) -> tuple[str | None, int]:
-    n, pos = _uvarint(buf, pos)
+    n, pos = uvarint(buf, pos)
     if n == 0:
         return None, pos
     return buf[pos:pos + n - 1].decode(), pos + n - 1
@@ -1317,24 +1298,24 @@ def _decode_describe_transactions(api_key: int, version: int, frame: bytes) -> t
     id without a transaction (Empty, Complete*, or not found). Times stay plain milliseconds."""
     frame = bytes(frame)
     (correlation_id,) = _I32.unpack_from(frame, 0)
-    pos = _skip_tags(frame, 4)
+    pos = skip_tags(frame, 4)
     (throttle,) = _I32.unpack_from(frame, pos)
-    n, pos = _uvarint(frame, pos + 4)
+    n, pos = uvarint(frame, pos + 4)
     states = []
     for _ in range(max(0, n - 1)):
         (error_code,) = struct.unpack_from(">h", frame, pos)
         tid, pos = _compact_str(frame, pos + 2)
         state, pos = _compact_str(frame, pos)
         timeout, start, pid, epoch = struct.unpack_from(">iqqh", frame, pos)
-        m, pos = _uvarint(frame, pos + 22)
+        m, pos = uvarint(frame, pos + 22)
         topics = []
         for _ in range(max(0, m - 1)):
             topic, pos = _compact_str(frame, pos)
-            k, pos = _uvarint(frame, pos)
+            k, pos = uvarint(frame, pos)
             parts = struct.unpack_from(f">{max(0, k - 1)}i", frame, pos)
-            pos = _skip_tags(frame, pos + 4 * max(0, k - 1))
+            pos = skip_tags(frame, pos + 4 * max(0, k - 1))
             topics.append(types.SimpleNamespace(topic=topic, partitions=parts))
-        pos = _skip_tags(frame, pos)
+        pos = skip_tags(frame, pos)
         states.append(types.SimpleNamespace(
             error_code=error_code, transactional_id=tid, transaction_state=state, transaction_timeout=timeout,
             transaction_start_time=start, producer_id=pid, producer_epoch=epoch, topics=tuple(topics)))

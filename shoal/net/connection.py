@@ -40,17 +40,21 @@ class Connection:
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
         self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
         self._ids = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
+        # done when the connection has ended (``reading``); made with the connection
+        self._lost: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._drainers: list[asyncio.Future[None]] = []
         self._closed_reason: str | None = None
 
     async def open(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
+            self._transport, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Frames(self),
                     self.host,
                     self.port,
                     ssl=self.security.ssl_context(),
@@ -60,7 +64,6 @@ class Connection:
             )
         except (OSError, asyncio.TimeoutError) as e:
             raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
-        self._read_task = asyncio.ensure_future(self._read_loop())
         await self._negotiate()
         if self.security.uses_sasl:
             await self._sasl_login()
@@ -123,15 +126,15 @@ class Connection:
         return hi
 
     async def send(self, api_key: int, version: int, body: Any) -> Any:
-        if self._closed_reason is not None or self._writer is None:
+        if self._closed_reason is not None or self._transport is None:
             raise ConnectionLost(self._closed_reason or "not connected")
         correlation_id = next(self._ids) & 0x7FFFFFFF
         frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = (api_key, version, fut)
-        self._writer.write(frame)
+        self._transport.write(frame)
         try:
-            await self._writer.drain()
+            await self._drain()
             return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
         except asyncio.TimeoutError:
             raise KafkaError(
@@ -148,7 +151,7 @@ class Connection:
         path with one request in flight, which times the answer itself and awaits the future
         directly: it resumes in the loop iteration after the response is decoded, where ``send``'s
         ``wait_for(shield(...))`` takes three (the replica fetcher: docs/benchmarks.md)."""
-        if self._closed_reason is not None or self._writer is None:
+        if self._closed_reason is not None or self._transport is None:
             raise ConnectionLost(self._closed_reason or "not connected")
         correlation_id = next(self._ids) & 0x7FFFFFFF
         frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
@@ -156,58 +159,61 @@ class Connection:
         pending = self._pending
         pending[correlation_id] = (api_key, version, fut)
         fut.add_done_callback(lambda _f: pending.pop(correlation_id, None))
-        self._writer.write(frame)
+        self._transport.write(frame)
         return fut
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reason = "connection closed by the broker"
+    async def _drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark (StreamWriter's
+        ``drain``); ConnectionResetError when the connection ends meanwhile."""
+        if self._closed_reason is not None:
+            raise ConnectionResetError(self._closed_reason)
+        if self._write_paused:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._drainers.append(fut)
+            await fut
+
+    def _frame(self, frame: bytearray) -> bool:
+        """One response frame (without its length prefix): the answer to a pending request.
+        False when the connection must end (a frame nobody can decode)."""
+        (correlation_id,) = _I32.unpack_from(frame, 0)
+        entry = self._pending.get(correlation_id)
+        if entry is None:
+            return True
+        api_key, version, fut = entry
+        if api_key == API_VERSIONS and frame[4:6] == b"\x00\x23":
+            # KIP-511: UNSUPPORTED_VERSION comes back as a v0 response listing the
+            # broker's versions, whatever version we asked in.
+            version = 0
         try:
-            while True:
-                head = await self._reader.readexactly(4)
-                (size,) = _I32.unpack(head)
-                if not 4 <= size <= MAX_RESPONSE:
-                    reason = f"response of {size} bytes"
-                    break
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = _I32.unpack_from(frame, 0)
-                entry = self._pending.get(correlation_id)
-                if entry is None:
-                    continue
-                api_key, version, fut = entry
-                if api_key == API_VERSIONS and frame[4:6] == b"\x00\x23":
-                    # KIP-511: UNSUPPORTED_VERSION comes back as a v0 response listing the
-                    # broker's versions, whatever version we asked in.
-                    version = 0
-                try:
-                    _, body = self.decoders.get(api_key, codec.decode_response)(api_key, version, frame)
-                except Exception as e:  # a response we cannot parse ends this connection
-                    if not fut.done():
-                        fut.set_exception(KafkaError("CORRUPT_MESSAGE", f"undecodable response: {e}"))
-                    reason = f"undecodable response to api {api_key} v{version}: {e}"
-                    break
-                if not fut.done():
-                    fut.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
-            if not isinstance(e, asyncio.IncompleteReadError):
-                reason = str(e)
-        except asyncio.CancelledError:
-            reason = "connection closed"
-        self._fail_all(reason)
+            _, body = self.decoders.get(api_key, codec.decode_response)(api_key, version, frame)
+        except Exception as e:  # a response we cannot parse ends this connection
+            if not fut.done():
+                fut.set_exception(KafkaError("CORRUPT_MESSAGE", f"undecodable response: {e}"))
+            self._fail_all(f"undecodable response to api {api_key} v{version}: {e}")
+            return False
+        if not fut.done():
+            fut.set_result(body)
+        return True
 
     def _fail_all(self, reason: str) -> None:
-        self._closed_reason = reason
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        reason = self._closed_reason
         for _, _, fut in list(self._pending.values()):
             if not fut.done():
                 fut.set_exception(ConnectionLost(f"{self.host}:{self.port}: {reason}"))
-        if self._writer is not None:
-            self._writer.close()
+        drainers, self._drainers = self._drainers, []
+        for d in drainers:
+            if not d.done():
+                d.set_exception(ConnectionResetError(reason))
+        if self._transport is not None:
+            self._transport.close()
 
     @property
-    def reading(self) -> "asyncio.Task[None] | None":
-        """The task that reads the responses: None until the connection is made (TCP, TLS),
-        done once it has ended (an EOF, a reset, ``close()``)."""
-        return self._read_task
+    def reading(self) -> "asyncio.Future[None] | None":
+        """Done once the connection has ended (an EOF, a reset, ``close()``); None until it is
+        made (TCP, TLS)."""
+        return self._lost
 
     @property
     def closed(self) -> bool:
@@ -215,16 +221,94 @@ class Connection:
         return self._closed_reason is not None
 
     async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except asyncio.CancelledError:
-                pass
-        if self._writer is not None:
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-        self._closed_reason = self._closed_reason or "closed"
+        self._fail_all("connection closed")
+        lost = self._lost
+        if lost is not None and not lost.done():
+            try:  # the transport flushes what it holds, then the connection is lost
+                await asyncio.wait_for(asyncio.shield(lost), self.timeout)
+            except asyncio.TimeoutError:
+                if self._transport is not None:
+                    self._transport.abort()
+
+
+class _Frames(asyncio.BufferedProtocol):
+    """The socket side of a :class:`Connection`: length-prefixed response frames, each handed to
+    ``Connection._frame`` as a ``bytearray`` of its own.
+
+    Frames are read into a small staging buffer and copied out; a frame larger than it gets a
+    buffer of its size that the socket reads straight into (``get_buffer``): a Fetch response's
+    megabyte of records is not copied between the kernel and the decoder (``StreamReader`` copied
+    it twice: into its buffer, and out of it)."""
+
+    STAGE = 1 << 16
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._stage = bytearray(self.STAGE)
+        self._view = memoryview(self._stage)
+        self._have = 0  # bytes in the staging buffer, from its start
+        self._big: bytearray | None = None  # a frame larger than the staging buffer, being read
+        self._got = 0  # bytes of it read
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn._lost = asyncio.get_running_loop().create_future()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._got:]
+        return self._view[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        conn = self.conn
+        if conn._closed_reason is not None:
+            return
+        big = self._big
+        if big is not None:
+            self._got += nbytes
+            if self._got == len(big):
+                self._big = None
+                conn._frame(big)
+            return
+        have = self._have + nbytes
+        stage, pos = self._stage, 0
+        while have - pos >= 4:
+            (size,) = _I32.unpack_from(stage, pos)
+            if not 4 <= size <= MAX_RESPONSE:
+                conn._fail_all(f"response of {size} bytes")
+                return
+            start = pos + 4
+            if have - start >= size:
+                pos = start + size
+                if not conn._frame(stage[start:pos]):
+                    return
+                continue
+            if 4 + size > self.STAGE:  # read the rest straight into a buffer of its own
+                big = bytearray(size)
+                got = have - start
+                big[:got] = self._view[start:have]
+                self._big, self._got = big, got
+                pos = have
+            break
+        if pos:
+            stage[:have - pos] = self._view[pos:have]
+        self._have = have - pos
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: the broker ended the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        conn._fail_all(str(exc) if exc is not None else "connection closed by the broker")
+        if conn._lost is not None and not conn._lost.done():
+            conn._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.conn._write_paused = True
+
+    def resume_writing(self) -> None:
+        conn = self.conn
+        conn._write_paused = False
+        drainers, conn._drainers = conn._drainers, []
+        for d in drainers:
+            if not d.done():
+                d.set_result(None)

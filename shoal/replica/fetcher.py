@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, Ty
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import InvalidRecords
 
 if TYPE_CHECKING:
     from shoal.config import BrokerConfig
@@ -234,11 +235,14 @@ class ReplicaFetcher:
         await self._close()
         from shoal.net.interbroker import inter_broker_security
         from shoal.net import Connection
+        from shoal.net.fetch_response import decode_fetch_v12
 
         cfg = self.manager.config()
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000.0
+        # SASL / TLS of inter.broker.listener.name; Fetch answers read without copying their
+        # records (``decode_fetch_v12``): they go to the log as they came
         conn = Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
-                          inter_broker_security(cfg))  # SASL / TLS of inter.broker.listener.name
+                          inter_broker_security(cfg), {FETCH: decode_fetch_v12})
         try:
             await conn.open()
             self.rtt_ms = await self._round_trip(conn)
@@ -479,6 +483,14 @@ class ReplicaFetcher:
                     continue
                 try:
                     in_step = self._handle_partition(f, p, now_ms, retry_at) and in_step
+                except InvalidRecords as e:
+                    # a batch whose framing or CRC does not hold (Kafka's CorruptRecordException):
+                    # nothing of the answer was written; fetched again after the backoff, on a new
+                    # connection (the leader forgets what it sent on this one)
+                    log.warning("%s-%d: leader %d's records refused (%s): fetching them again", key[0], key[1],
+                                self.leader_id, e.message)
+                    f.delayed_until = retry_at
+                    in_step = False
                 except Exception:
                     log.exception("%s-%d: cannot apply the fetch from leader %d", key[0], key[1], self.leader_id)
                     f.delayed_until = retry_at
