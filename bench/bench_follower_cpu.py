@@ -21,8 +21,9 @@ three broker processes on it (tests/cluster_harness.py), all on this machine. Th
    for ``--latency-seconds`` to a 3-partition RF=3 topic (min.insync.replicas=2, leaders spread by
    the planner); idempotent, linger.ms 1, as an outside client does, paced two ways:
    ``poll``: produce a record, then ``poll()`` until the next one is due (librdkafka serves its
-   delivery reports while the application waits); ``burst``: every 10 ms the records due
-   (50 at 5,000/s), then ``poll(0)`` and sleep to the next 10 ms. Per record the time from
+   delivery reports while the application waits; a wait under 1 ms is ``poll(0)``: librdkafka
+   counts whole milliseconds, so such a client spins); ``burst``: every 10 ms the records due (50
+   at 5,000/s) together, then ``poll()`` until the next 10 ms. Per record the time from
    ``produce()`` to its delivery report: p50 / p99 / p99.9 / max (target: p99 < 10 ms), after a
    warm-up of 500 records.
 
@@ -224,8 +225,8 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float, size: int
                 p.produce(topic, value, on_delivery=report(clock()))
                 i += 1
             p.poll(0)
-            if (d := start + k * tick - clock()) > 0:
-                time.sleep(d)
+            while (d := start + k * tick - clock()) > 0:  # delivery reports served while waiting
+                p.poll(d)
     wall = clock() - start
     p.flush(60)
     lat.sort()
@@ -241,11 +242,25 @@ def latency_phase(c: Cluster, args: argparse.Namespace) -> None:
     for r in range(args.rounds):
         for pacer in ("poll", "burst"):
             load = os.getloadavg()[0]
+            pids = {n: b.proc.pid for n, b in c.brokers.items() if b.proc is not None}
+            pids["client"] = os.getpid()
+            before = {n: sum(user_sys(pid)) for n, pid in pids.items()}
+            spies = []
+            if args.profile and r == 0:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                spies = [subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-d",
+                                           str(int(args.latency_seconds)), "-f", "raw", "-o",
+                                           str(args.profile / f"b{b}-lat-{pacer}.txt"), "-p", str(pids[b])],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for b in (1,)]
             res = latency_run(every, "lat-rf3", args.rate, args.latency_seconds, args.size, pacer)
+            for s in spies:
+                s.wait(60)
+            cpu = {n: (sum(user_sys(pid)) - before[n]) * 1e6 / max(1, res["n"]) for n, pid in pids.items()}
             out.setdefault(pacer, []).append(res)
             print(f"  round {r + 1} paced by {pacer:5s}: p50 {res['p50']:.1f}  p99 {res['p99']:.1f}  p99.9 "
                   f"{res['p999']:.1f}  max {res['max']:.0f} ms  ({res['n']} acked at {res['rate']:.0f}/s, "
-                  f"{res['errors']} errors; load {load:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+                  f"{res['errors']} errors; load {load:.1f} -> {os.getloadavg()[0]:.1f}); broker CPU per record "
+                  + " / ".join(f"{n if isinstance(n, str) else f'b{n}'} {cpu[n]:.0f}" for n in sorted(cpu, key=str)) + " us", flush=True)
     for pacer, rs in out.items():
         print(f"  {pacer}: p99 per round " + ", ".join(f"{x['p99']:.1f}" for x in rs)
               + f" ms (target < 10 ms: {sum(x['p99'] < 10 for x in rs)} of {len(rs)})", flush=True)
@@ -261,8 +276,9 @@ def main() -> None:
     ap.add_argument("--phases", default="cpu,latency")
     ap.add_argument("--etcd-members", type=int, default=1)
     ap.add_argument("--profile", type=Path, default=None,
-                    help="py-spy the leader and a follower during the first RF=3 round (bench client) into this "
-                         "directory (collapsed stacks; py-spy's own sampling adds CPU to that round)")
+                    help="py-spy the leader and a follower during the first RF=3 round (bench client), and broker 1 "
+                         "during the first latency round of each pacer, into this directory (collapsed stacks; "
+                         "py-spy's own sampling adds CPU to those rounds)")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' and etcd's directories (logs)")
     ap.add_argument("--override", action="append", default=[], metavar="K=V", help="a broker config (repeatable)")
     args = ap.parse_args()
