@@ -234,6 +234,34 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float, size: int
             "p99": percentile(lat, 99), "p999": percentile(lat, 99.9), "max": lat[-1] if lat else float("nan")}
 
 
+PARTS = ("total", "queue", "local", "remote", "send")
+
+
+def produce_times(c: Cluster) -> dict[tuple[str, str], float]:
+    """Over the three brokers, per part of a Produce request's time (``shoal_request_<part>_time_seconds``:
+    total, queue, local, remote, send): the requests counted (``count``) and those that took at
+    most 5 and 10 ms (``le5``, ``le10``)."""
+    import urllib.request
+
+    out = {(part, k): 0.0 for part in PARTS for k in ("count", "le5", "le10")}
+    for b in c.brokers.values():
+        with urllib.request.urlopen(b.overrides["shoal.metrics.listener"] + "/metrics", timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if not line.startswith("shoal_request_") or 'api="Produce"' not in line:
+                    continue
+                part = line[len("shoal_request_"):].split("_", 1)[0]
+                if part not in PARTS:
+                    continue
+                value = float(line.rsplit(" ", 1)[1])
+                if "_seconds_count" in line:
+                    out[(part, "count")] += value
+                elif 'le="0.005"' in line:
+                    out[(part, "le5")] += value
+                elif 'le="0.01"' in line:
+                    out[(part, "le10")] += value
+    return out
+
+
 def latency_phase(c: Cluster, args: argparse.Namespace) -> None:
     print(f"\n== acks=all latency, plain librdkafka producer (idempotent, linger.ms 1), {args.rate}/s of "
           f"{args.size} B, RF=3 min ISR 2, {args.latency_seconds:.0f} s each ==", flush=True)
@@ -252,7 +280,9 @@ def latency_phase(c: Cluster, args: argparse.Namespace) -> None:
                                            str(int(args.latency_seconds)), "-f", "raw", "-o",
                                            str(args.profile / f"b{b}-lat-{pacer}.txt"), "-p", str(pids[b])],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for b in (1,)]
+            times0 = produce_times(c)
             res = latency_run(every, "lat-rf3", args.rate, args.latency_seconds, args.size, pacer)
+            times = {k: v - times0[k] for k, v in produce_times(c).items()}
             for s in spies:
                 s.wait(60)
             cpu = {n: (sum(user_sys(pid)) - before[n]) * 1e6 / max(1, res["n"]) for n, pid in pids.items()}
@@ -261,6 +291,10 @@ def latency_phase(c: Cluster, args: argparse.Namespace) -> None:
                   f"{res['p999']:.1f}  max {res['max']:.0f} ms  ({res['n']} acked at {res['rate']:.0f}/s, "
                   f"{res['errors']} errors; load {load:.1f} -> {os.getloadavg()[0]:.1f}); broker CPU per record "
                   + " / ".join(f"{n if isinstance(n, str) else f'b{n}'} {cpu[n]:.0f}" for n in sorted(cpu, key=str)) + " us", flush=True)
+            n = max(1.0, times[("total", "count")])
+            print(f"      in the brokers: {n:.0f} Produce requests; over 5 / 10 ms: " + ", ".join(
+                f"{part} {1 - times[(part, 'le5')] / n:.1%} / {1 - times[(part, 'le10')] / n:.1%}" for part in PARTS),
+                flush=True)
     for pacer, rs in out.items():
         print(f"  {pacer}: p99 per round " + ", ".join(f"{x['p99']:.1f}" for x in rs)
               + f" ms (target < 10 ms: {sum(x['p99'] < 10 for x in rs)} of {len(rs)})", flush=True)
