@@ -25,7 +25,9 @@ three broker processes on it (tests/cluster_harness.py), all on this machine. Th
    counts whole milliseconds, so such a client spins); ``burst``: every 10 ms the records due (50
    at 5,000/s) together, then ``poll()`` until the next 10 ms. Per record the time from
    ``produce()`` to its delivery report: p50 / p99 / p99.9 / max (target: p99 < 10 ms), after a
-   warm-up of 500 records.
+   warm-up of 500 records; beside it each broker's and the client's CPU per record, and where the
+   brokers' Produce time went (the share of requests over 5 and 10 ms in total, queue, local,
+   remote: the acks=all wait for the followers, and send; ``shoal_request_*_time_seconds``).
 
 Prints the machine's load average (``os.getloadavg``) around each phase: on a shared 2-core
 machine the times move with it; CPU per record moves less.
