@@ -9,15 +9,17 @@ are kept; tagged fields other than ``diverging_epoch`` are skipped, as are the a
 transactions (a follower reads uncommitted data and copies the log, markers included).
 
 :func:`decode_fetch_v12` has the signature of ``Connection``'s ``decoders``; a frame it cannot
-read raises ValueError (the connection then ends, as with kio's reader).
+read raises ValueError (the connection then ends, as with kio's reader). Small answers (the
+acks=all regime: a batch or two per fetch) still go to kio's native reader, which is faster there.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from shoal.net.wire import skip_tags, uvarint
+from shoal.protocol import codec
 
 __all__ = ["EpochEndOffset", "FetchPartition", "FetchResponse", "FetchTopic", "decode_fetch_v12"]
 
@@ -83,10 +85,20 @@ def _partition(buf: memoryview, pos: int, end: int) -> tuple[FetchPartition, int
     return FetchPartition(index, code, hw, lso, start, diverging, preferred, records), pos
 
 
-def decode_fetch_v12(api_key: int, version: int, frame: bytes | bytearray | memoryview) -> tuple[int, FetchResponse]:
-    """(correlation id, response) of a Fetch v12 response frame (without its length prefix)."""
+SMALL_FRAME = 32 * 1024  # below this kio's native reader is faster than the walk here, copies and all
+
+
+def decode_fetch_v12(api_key: int, version: int, frame: bytes | bytearray | memoryview, *,
+                     small: int = SMALL_FRAME) -> tuple[int, Any]:
+    """(correlation id, response) of a Fetch v12 response frame (without its length prefix).
+
+    A frame under ``small`` bytes goes to kio's reader (3 us for a one-partition answer where this
+    walk takes 7; copying a few KiB costs less than that): its response has the same fields, with
+    ``records`` as ``bytes`` (or None) and an absent ``diverging_epoch`` as epoch -1."""
     if version != 12:
         raise ValueError(f"decode_fetch_v12 reads Fetch v12, not v{version}")
+    if len(frame) < small:
+        return codec.decode_response(api_key, version, frame)
     buf = memoryview(frame)
     end = len(buf)
     try:

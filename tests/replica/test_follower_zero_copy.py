@@ -16,7 +16,7 @@ import pytest
 from shoal.config import BrokerConfig
 from shoal.net import Connection
 from shoal.net.connection import _Frames
-from shoal.net.fetch_response import decode_fetch_v12
+from shoal.net.fetch_response import SMALL_FRAME, decode_fetch_v12
 from shoal.protocol import codec
 from shoal.protocol.codec import build
 from shoal.protocol.errors import ErrorCode
@@ -53,7 +53,7 @@ def test_the_fetch_response_reads_as_kio_reads_it_with_records_as_views() -> Non
         ("empty", ()),
         session_id=123456, correlation_id=99)
     cid, kio = codec.decode_response(1, 12, data)
-    cid2, ours = decode_fetch_v12(1, 12, bytearray(data))
+    cid2, ours = decode_fetch_v12(1, 12, bytearray(data), small=0)
     assert (cid2, ours.session_id, ours.error_code) == (cid, kio.session_id, kio.error_code) == (99, 123456, 0)
     assert [t.topic for t in ours.responses] == [t.topic for t in kio.responses] == ["tópico", "empty"]
     for a, b in zip(kio.responses[0].partitions, ours.responses[0].partitions, strict=True):
@@ -68,9 +68,9 @@ def test_a_truncated_or_overlong_fetch_response_is_refused() -> None:
     data = frame(("t", (partition(0, bytes(batch(2))),)))
     for cut in range(len(data)):
         with pytest.raises(ValueError):
-            decode_fetch_v12(1, 12, data[:cut])
+            decode_fetch_v12(1, 12, data[:cut], small=0)
     with pytest.raises(ValueError):
-        decode_fetch_v12(1, 12, data + b"\0")
+        decode_fetch_v12(1, 12, data + b"\0", small=0)
     with pytest.raises(ValueError):
         decode_fetch_v12(1, 11, data)
 
@@ -121,7 +121,8 @@ def test_a_frame_of_an_impossible_size_ends_the_connection() -> None:
     assert conn.frames == [] and conn.closed and "response of 2 bytes" in (conn._closed_reason or "")
 
 
-def test_a_follower_never_appends_a_batch_whose_crc_does_not_match_and_fetches_again(rm, caplog) -> None:  # noqa: F811
+@pytest.mark.parametrize("small", [0, SMALL_FRAME], ids=["views", "kio"])
+def test_a_follower_never_appends_a_batch_whose_crc_does_not_match_and_fetches_again(rm, caplog, small) -> None:  # noqa: F811
     rm.publish(image([FOLLOWING]))
     fetcher = ReplicaFetcher(rm.fetchers, 2, 0)
     p = rm.partition("t", FOLLOWING.partition)
@@ -131,13 +132,14 @@ def test_a_follower_never_appends_a_batch_whose_crc_does_not_match_and_fetches_a
     good = bytes(batch(3))
     bad = bytearray(good)
     bad[-1] ^= 0xFF  # a byte of the last record: the batch's CRC no longer matches
-    _, answer = decode_fetch_v12(1, 12, frame(("t", (partition(FOLLOWING.partition, bytes(bad)),))))
+    _, answer = decode_fetch_v12(1, 12, frame(("t", (partition(FOLLOWING.partition, bytes(bad)),))), small=small)
     assert not fetcher._handle(answer, ready, 5.0)  # the pipeline starts again: a new connection, from the log end
     assert p.log_end_offset == 0 and p.view.size_bytes == 0
     assert ready[p.key].delayed_until == 5.0  # after replica.fetch.backoff.ms, as Kafka delays a partition in error
     assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
         f"t-{FOLLOWING.partition}: leader 2's records refused (CRC mismatch in batch at 0): fetching them again"]
     assert not [r for r in caplog.records if r.exc_info]  # one line, no traceback
-    _, answer = decode_fetch_v12(1, 12, frame(("t", (partition(FOLLOWING.partition, good),))))
+    _, answer = decode_fetch_v12(1, 12, frame(("t", (partition(FOLLOWING.partition, good),))), small=small)
+    assert isinstance(answer.responses[0].partitions[0].records, memoryview if small == 0 else bytes)
     assert fetcher._handle(answer, ready, 0.0)
     assert p.log_end_offset == 3 and p.view.size_bytes == len(good)
