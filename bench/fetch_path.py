@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import datetime
 import pstats
 import sys
 import tempfile
@@ -28,21 +27,19 @@ from produce_path import produce_frame, time_requests  # noqa: E402
 
 from shoal.broker import Broker  # noqa: E402
 from shoal.config import BrokerConfig  # noqa: E402
-from shoal.protocol import codec  # noqa: E402
-from shoal.replica.fetcher import FETCH, FETCH_VERSION, _fetch_request_module  # noqa: E402
+from shoal.net.fetch_request import FetchPartition, FetchRequest, FetchTopic, encode_fetch_v12  # noqa: E402
+from shoal.replica.fetcher import FETCH_VERSION  # noqa: E402
 
 
 def fetch_frame(topic: str, corr: int, offset: int, replica_id: int) -> bytes:
-    m = _fetch_request_module()
-    req = m.FetchRequest(
-        replica_id=replica_id, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=10 << 20, isolation_level=0,
+    """The replica fetcher's Fetch, as it encodes it (``shoal.net.fetch_request``)."""
+    req = FetchRequest(
+        replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=10 << 20, isolation_level=0,
         session_id=0, session_epoch=-1,
-        topics=(m.FetchTopic(topic=topic, partitions=(m.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=0,
-            partition_max_bytes=1 << 20),)),),
+        topics=(FetchTopic(topic, (FetchPartition(0, -1, offset, -1, 0, 1 << 20),)),),
         forgotten_topics_data=(), rack_id="",
     )
-    return codec.encode_request(FETCH, FETCH_VERSION, corr, "shoal-replica-2", req)
+    return encode_fetch_v12(FETCH_VERSION, corr, "shoal-replica-2", req)
 
 
 async def run(n: int, profile: bool, replica_id: int) -> None:

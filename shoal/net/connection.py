@@ -28,14 +28,19 @@ class Connection:
     ``open()`` connects (TLS as ``security`` says), negotiates versions with ApiVersions and logs
     in (SASL); ``version_for(api_key)`` is then the highest version both sides support.
     ``decoders`` maps an api key to a decoder of its response frames for the few responses kio's
-    reader cannot take (the admin client's DescribeTransactions)."""
+    reader cannot take (the admin client's DescribeTransactions) or should not (the replica
+    fetcher's Fetch: ``shoal.net.fetch_response``); ``encoders`` an api key to an encoder of its
+    request frames (``(version, correlation_id, client_id, body) -> frame``) for bodies that are
+    not kio entities (the replica fetcher's: ``shoal.net.fetch_request``)."""
 
     def __init__(
         self, host: str, port: int, client_id: str, timeout: float, security: "ClientSecurity | None" = None,
         decoders: Mapping[int, Callable[[int, int, bytes], tuple[int, Any]]] | None = None,
+        encoders: Mapping[int, Callable[[int, int, str, Any], bytes]] | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.decoders = decoders or {}
+        self.encoders = encoders or {}
         self.security = security or ClientSecurity()
         self.client_id = client_id
         self.timeout = timeout
@@ -154,7 +159,9 @@ class Connection:
         if self._closed_reason is not None or self._transport is None:
             raise ConnectionLost(self._closed_reason or "not connected")
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        frame = codec.encode_request(api_key, version, correlation_id, self.client_id, body)
+        encoder = self.encoders.get(api_key)
+        frame = (codec.encode_request(api_key, version, correlation_id, self.client_id, body) if encoder is None
+                 else encoder(version, correlation_id, self.client_id, body))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending = self._pending
         pending[correlation_id] = (api_key, version, fut)

@@ -1,6 +1,6 @@
 """Request entities from plain values: :func:`build_entity` builds a kio entity of any version from
-a ``dict``, nested entities included (for requests off the hot path; the replica fetcher builds
-its Fetch from kio's types directly, :func:`shoal.net.requests.fetch_types`)."""
+a ``dict``, nested entities included (for requests off the hot path; the replica fetcher encodes
+its Fetch itself, :mod:`shoal.net.fetch_request`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Typed builders of the requests brokers send each other, each at the version the sender speaks.
 
 - ApiVersions: the replica fetcher's round-trip probe, the controller's keepalive on a held connection.
-- Fetch: the replica fetcher builds each request from kio's types directly (:func:`fetch_types`),
-  since the generic :func:`shoal.net.build_entity` costs ~10x on that hot path (docs/benchmarks.md).
+- (Fetch: the replica fetcher's own tuples and encoder, :mod:`shoal.net.fetch_request`: kio's
+  entities and writer cost more than the rest of a follower's fetch on that hot path.)
 - Produce: a broker's usage records to the leader of ``__shoal_usage`` (acks=all).
 - WriteTxnMarkers: a transaction coordinator's commit/abort markers to a partition's leader.
 - AddPartitionsToTxn: a leader verifying (or, KIP-890 part 2, adding) a producer's partitions with
@@ -27,12 +27,6 @@ PRODUCE, FETCH, API_VERSIONS, ADD_PARTITIONS_TO_TXN, WRITE_TXN_MARKERS = 0, 1, 1
 def _schema(api_key: int, version: int) -> ModuleType:
     """The kio module of the request ``api_key`` v``version`` (its nested entity types)."""
     return importlib.import_module(codec.request_type(api_key, version).__module__)
-
-
-def fetch_types(version: int) -> ModuleType:
-    """Fetch v``version``'s request types (``FetchRequest``, ``FetchTopic``, ``FetchPartition``,
-    ``ForgottenTopic``) for a caller that builds the request itself."""
-    return _schema(FETCH, version)
 
 
 def api_versions(version: int, software_name: str) -> Any:

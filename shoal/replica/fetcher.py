@@ -66,8 +66,6 @@ leader's do).
 from __future__ import annotations
 
 import asyncio
-import datetime
-import functools
 import heapq
 import logging
 import time
@@ -77,6 +75,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from shoal.asyncutil import cancel_and_wait
+from shoal.net.fetch_request import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import InvalidRecords
 
@@ -111,13 +110,6 @@ def catch_up_admissions(waiting: Mapping[K, int], in_flight: int, cap: int) -> l
     if free <= 0 or not waiting:
         return []
     return heapq.nsmallest(free, waiting, key=lambda k: (waiting[k], k))
-
-
-@functools.cache
-def _fetch_request_module() -> Any:
-    from shoal.net.requests import fetch_types
-
-    return fetch_types(FETCH_VERSION)
 
 
 @dataclass
@@ -235,6 +227,7 @@ class ReplicaFetcher:
         await self._close()
         from shoal.net.interbroker import inter_broker_security
         from shoal.net import Connection
+        from shoal.net.fetch_request import encode_fetch_v12
         from shoal.net.fetch_response import decode_fetch_v12
 
         cfg = self.manager.config()
@@ -242,7 +235,7 @@ class ReplicaFetcher:
         # SASL / TLS of inter.broker.listener.name; Fetch answers read without copying their
         # records (``decode_fetch_v12``): they go to the log as they came
         conn = Connection(endpoint[0], endpoint[1], f"shoal-replica-{self.manager.node_id}", timeout,
-                          inter_broker_security(cfg), {FETCH: decode_fetch_v12})
+                          inter_broker_security(cfg), {FETCH: decode_fetch_v12}, {FETCH: encode_fetch_v12})
         try:
             await conn.open()
             self.rtt_ms = await self._round_trip(conn)
@@ -372,17 +365,17 @@ class ReplicaFetcher:
         """One fetch at a time while a session opens (the next needs its id), else pipelined."""
         return self._session.id != 0 or self._sessionless or not inflight
 
-    def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> Any:
-        """The Fetch request for ``ready``, built from kio's entities directly: the generic
-        ``shoal.net.build_entity`` (type hints walked per field) cost ~190 us a fetch against
-        ~17 us, at several hundred fetches a second per broker (docs/benchmarks.md).
+    def _request(self, cfg: "BrokerConfig", ready: dict[tuple[str, int], _Fetching]) -> FetchRequest:
+        """The Fetch request for ``ready``, as ``shoal.net.fetch_request``'s tuples, which the
+        connection encodes without kio: kio's entities and writer took ~13 us a fetch (the generic
+        ``shoal.net.build_entity`` ~190 us before them), at a couple of thousand fetches a second
+        per broker under acks=all load (docs/benchmarks.md).
 
         In a session (KIP-227) it names only the partitions whose fetch state changed since the
         leader last heard of them, and forgets those not ready any more (delayed after an error,
         throttled, moved to another fetcher): the leader answers the rest only when they change.
         Without one it names every ready partition, and opens a session (``session_epoch`` 0)
         unless the leader opened none before."""
-        m = _fetch_request_module()
         per_partition = int(cfg.get("replica.fetch.max.bytes"))
         session = self._session
         held = session.held
@@ -422,28 +415,21 @@ class ReplicaFetcher:
             # partitions catching up named: answered at once, not parked, so that the ones already
             # at the leader's high watermark give their places back now (``caught_up_to``)
             wait_ms = 0
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[FetchPartition]] = {}
         for (name, index), f in named.items():
             plog = f.partition.log
-            topics.setdefault(name, []).append(m.FetchPartition(
-                partition=index,
-                current_leader_epoch=f.leader_epoch,
-                fetch_offset=plog.log_end_offset,
-                last_fetched_epoch=plog.latest_epoch,
-                log_start_offset=plog.log_start_offset,
-                partition_max_bytes=per_partition,
-            ))
-        return m.FetchRequest(
+            topics.setdefault(name, []).append(FetchPartition(
+                index, f.leader_epoch, plog.log_end_offset, plog.latest_epoch, plog.log_start_offset, per_partition))
+        return FetchRequest(
             replica_id=self.manager.node_id,
-            max_wait=datetime.timedelta(milliseconds=wait_ms),
+            max_wait_ms=wait_ms,
             min_bytes=int(cfg.get("replica.fetch.min.bytes")),
             max_bytes=int(cfg.get("replica.fetch.response.max.bytes")),
             isolation_level=0,
             session_id=session.id,
             session_epoch=session_epoch,
-            topics=tuple(m.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in topics.items()),
-            forgotten_topics_data=tuple(m.ForgottenTopic(topic=name, partitions=tuple(parts))
-                                        for name, parts in forgotten.items()),
+            topics=tuple(FetchTopic(name, tuple(parts)) for name, parts in topics.items()),
+            forgotten_topics_data=tuple(ForgottenTopic(name, tuple(parts)) for name, parts in forgotten.items()),
             rack_id="",
         )
 

@@ -16,6 +16,7 @@ import pytest
 from shoal.config import BrokerConfig
 from shoal.net import Connection
 from shoal.net.connection import _Frames
+from shoal.net.fetch_request import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic, encode_fetch_v12
 from shoal.net.fetch_response import SMALL_FRAME, decode_fetch_v12
 from shoal.protocol import codec
 from shoal.protocol.codec import build
@@ -73,6 +74,36 @@ def test_a_truncated_or_overlong_fetch_response_is_refused() -> None:
         decode_fetch_v12(1, 12, data + b"\0", small=0)
     with pytest.raises(ValueError):
         decode_fetch_v12(1, 11, data)
+
+
+def kio_request(r: FetchRequest) -> object:
+    """``r`` as kio's FetchRequest v12 entity."""
+    import importlib
+
+    m = importlib.import_module(codec.request_type(1, 12).__module__)
+    return m.FetchRequest(
+        replica_id=r.replica_id, max_wait=datetime.timedelta(milliseconds=r.max_wait_ms), min_bytes=r.min_bytes,
+        max_bytes=r.max_bytes, isolation_level=r.isolation_level, session_id=r.session_id,
+        session_epoch=r.session_epoch, rack_id=r.rack_id,
+        topics=tuple(m.FetchTopic(topic=t.topic, partitions=tuple(m.FetchPartition(**p._asdict()) for p in t.partitions))
+                     for t in r.topics),
+        forgotten_topics_data=tuple(m.ForgottenTopic(topic=f.topic, partitions=f.partitions)
+                                    for f in r.forgotten_topics_data))
+
+
+def test_the_fetch_request_encodes_as_kio_encodes_it() -> None:
+    requests = [
+        FetchRequest(2, 500, 1, 10 << 20, 0, 0, 0, (), (), ""),
+        FetchRequest(3, 0, 1, 10 << 20, 0, 123456789, 7, (
+            FetchTopic("tópico", (FetchPartition(0, 5, 1 << 40, 4, 17, 1 << 20), FetchPartition(9, -1, 0, -1, -1, 0))),
+            FetchTopic("b" * 300, (FetchPartition(1, 0, 2, 0, 0, 1),))),
+            (ForgottenTopic("gone", (1, 2, 3)), ForgottenTopic("x", ())), "rack-1"),
+    ]
+    for r in requests:
+        for client_id in ("shoal-replica-2", ""):
+            assert encode_fetch_v12(12, 77, client_id, r) == codec.encode_request(1, 12, 77, client_id, kio_request(r))
+    with pytest.raises(ValueError):
+        encode_fetch_v12(11, 1, "x", requests[0])
 
 
 class Recording(Connection):
