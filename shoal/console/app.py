@@ -174,7 +174,7 @@ def _filters(env: jinja2.Environment) -> None:
 def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mechanism: str = "SCRAM-SHA-512",
                 is_operator: Callable[[str], bool] = lambda user: False, backoff: Any = None,
                 force_secure_cookies: bool = False, sessions: Sessions | None = None,
-                lag_interval_s: float = 30.0) -> web.Application:
+                lag_interval_s: float = 30.0, admin_api: Any = None) -> web.Application:
     """The console, to be mounted at ``/ui/`` (``parent.add_subapp("/ui/", console_app(...))``).
 
     ``bootstrap``: a SASL listener's address (``host:port``) the console's Kafka clients log in
@@ -183,8 +183,10 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     console logs in with; ``is_operator(user)``: who gets the operator's pages (the super users);
     ``backoff``: the broker's ``shoal.auth.backoff.LoginBackoff`` (shared with its listeners);
     ``force_secure_cookies``: mark cookies Secure even on plain HTTP (TLS terminated in front);
-    ``lag_interval_s``: how often the lag of the groups users watch is sampled (the plot)."""
-    from shoal.console import pages
+    ``lag_interval_s``: how often the lag of the groups users watch is sampled (the plot);
+    ``admin_api``: where the operator's pages read what only Shoal has (tenants, load, balancer):
+    ``operator_data.HttpAdminApi(url)`` or ``InProcessAdminApi(admin_server)``."""
+    from shoal.console import operator, pages
 
     app = web.Application(middlewares=[security_headers, sessions_and_csrf], client_max_size=2 * MAX_FIELD)
     app[SESSIONS] = sessions or Sessions(bootstrap, security or {"security.protocol": "SASL_PLAINTEXT"},
@@ -201,6 +203,7 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     res.add_route("POST", login)
     r.add_post("/logout", logout, name="logout")
     pages.add_routes(r)
+    operator.setup(app, admin_api)
     r.add_static("/static/", package_dir("static"), name="static")
 
     app[LAG] = LagHistory(interval_s=lag_interval_s)

@@ -1,4 +1,4 @@
-"""The console's pages: topics, messages, consumer groups, and the operator's placeholder.
+"""The console's tenant pages: topics, messages, consumer groups (the operator's: ``shoal.console.operator``).
 
 Each handler asks the session's Kafka client (``shoal.console.kafka``) and renders a template. A
 topic or group the user does not see (it does not exist in its view, or it may not describe it)
@@ -324,18 +324,6 @@ async def acl_delete(request: web.Request) -> web.StreamResponse:
     raise redirect(request, "acls")
 
 
-# -- the operator ---------------------------------------------------------------------------------
-
-async def operator_page(request: web.Request) -> web.Response:
-    """A placeholder for the operator's pages: the physical cluster's brokers and every topic as
-    the broker shows them to a super user (tenants' topics under their stored names)."""
-    if not session_of(request).operator:
-        return not_found(request, "page")
-    md = await client_of(request).metadata(None)
-    topics: list[tuple[str, Any]] = sorted((n, t) for n, t in md.topics.items() if isinstance(t, TopicDescription))
-    return render(request, "operator.html", metadata=md, topics=topics)
-
-
 def add_routes(r: web.UrlDispatcher) -> None:
     res = r.add_resource("/topics", name="topics")
     res.add_route("GET", topics_page)
@@ -352,4 +340,3 @@ def add_routes(r: web.UrlDispatcher) -> None:
     res.add_route("GET", acls_page)
     res.add_route("POST", acl_add)
     r.add_post("/acls/delete", acl_delete, name="acl_delete")
-    r.add_get("/operator", operator_page, name="operator")

@@ -53,6 +53,8 @@ class Session:
     seen: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one Kafka conversation at a time
     flashes: list[tuple[str, str]] = field(default_factory=list)  # (ok|error, text) for the next page
+    # kept with the client for the operator's calls to the admin API as this user (HTTP Basic)
+    password: str = field(default="", repr=False)
 
     def csrf_ok(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.csrf.encode(), (token or "").encode())
@@ -106,7 +108,7 @@ class Sessions:
         self.backoff.succeeded(key)
         now = self.clock()
         session = Session(secrets.token_urlsafe(32), user, self.is_operator(user), secrets.token_urlsafe(32),
-                          client, now, now)
+                          client, now, now, password=password)
         await self.keep(session)
         log.info("console: %s logged in from %s", user, peer.rpartition(":")[0] or peer)
         return session

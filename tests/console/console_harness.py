@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -56,8 +57,9 @@ class ConsoleServer:
     """``console_app`` mounted at /ui/ in a parent application, on its own thread and loop."""
 
     def __init__(self, bootstrap: str, operators: frozenset[str], ssl_context: Any = None,
-                 lag_interval_s: float = 0.5) -> None:
+                 lag_interval_s: float = 0.5, admin_url: str | None = None) -> None:
         self.bootstrap = bootstrap
+        self.admin_url = admin_url  # the admin API the operator's pages call (as the user)
         self.lag_interval_s = lag_interval_s  # the lag plot's sampling, quick for the tests
         self.operators = operators
         self.ssl_context = ssl_context  # serve HTTPS with it
@@ -69,13 +71,15 @@ class ConsoleServer:
 
     def start(self) -> None:
         from shoal.console import console_app
+        from shoal.console.operator_data import HttpAdminApi
 
         self._thread.start()
 
         async def start() -> None:
             root = web.Application()
             root.add_subapp("/ui/", console_app(self.bootstrap, is_operator=lambda u: u in self.operators,
-                                                lag_interval_s=self.lag_interval_s))
+                                                lag_interval_s=self.lag_interval_s,
+                                                admin_api=HttpAdminApi(self.admin_url) if self.admin_url else None))
             self._runner = web.AppRunner(root, access_log=None)
             await self._runner.setup()
             await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
@@ -117,11 +121,29 @@ class ConsoleCluster:
         return b
 
 
+@contextmanager
+def tenant_console(broker: Any, admin_api: bool = False) -> Iterator[tuple[ConsoleServer, Any]]:
+    """Tenant "Tenant A" with user ``alice`` made through ``broker``'s admin API, and the console
+    logging in through ``broker`` (calling its admin API as the user with ``admin_api``)."""
+    from tenancy_fixtures import Tenant
+
+    status, body = broker.http("POST", "/v1/tenants", {"display_name": "Tenant A"})
+    assert status == 201, body
+    tenant = Tenant(broker, body["tenant_id"])
+    tenant.add_user("alice")
+    server = ConsoleServer(broker.sasl_bootstrap, frozenset({ADMIN}), admin_url=broker.admin_url if admin_api else None)
+    server.start()
+    try:
+        yield server, tenant
+    finally:
+        server.stop()
+
+
 def console_cluster(overrides: dict[str, str] | None = None) -> Iterator[ConsoleCluster]:
     gen = tenant_cluster({"shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}",
                           "super.users": f"User:ANONYMOUS;User:{ADMIN}", **(overrides or {})})
     cluster = next(gen)
-    server = ConsoleServer(cluster.broker.sasl_bootstrap, frozenset({ADMIN}))
+    server = ConsoleServer(cluster.broker.sasl_bootstrap, frozenset({ADMIN}), admin_url=cluster.broker.admin_url)
     try:
         server.start()
         yield ConsoleCluster(cluster, server)

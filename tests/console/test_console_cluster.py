@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cluster_harness import running_cluster
-from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer
+from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer, tenant_console
 from tenancy_fixtures import Tenant
 
 from shoal.client import AdminClient, ClientSecurity
@@ -33,16 +33,8 @@ def cluster(etcd_cluster, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def console(cluster):
-    status, body = cluster[1].http("POST", "/v1/tenants", {"display_name": "Tenant A"})
-    assert status == 201, body
-    tenant = Tenant(cluster[1], body["tenant_id"])
-    tenant.add_user("alice")
-    server = ConsoleServer(cluster[1].sasl_bootstrap, frozenset({ADMIN}))
-    server.start()
-    try:
-        yield server, tenant
-    finally:
-        server.stop()
+    with tenant_console(cluster[1]) as c:
+        yield c
 
 
 def _login(server: ConsoleServer, user: str, password: str) -> Browser:
