@@ -3,7 +3,10 @@ broker or cluster: it serves the web UI under ``/ui/`` on ``--listen`` and logs 
 ``--bootstrap-server``'s SASL listener (SCRAM) as that user. ``--command-config`` gives the
 listener's ``security.protocol`` (SASL_PLAINTEXT or SASL_SSL) and TLS settings; SASL user names
 and passwords in it are ignored (each login brings its own). ``--operator USER`` (repeatable):
-the users who get the operator's pages (the cluster's super users).
+the users who get the operator's pages (the cluster's super users). ``--admin-api URL``: the HTTP
+admin API (``shoal.admin.listener``) those pages call, as the logged-in user (HTTP Basic), for
+what only Shoal has (tenants, load, the balancer); an ``https`` URL is checked against the
+``ssl.ca.location`` of ``--command-config`` when it names one.
 
 Runs until SIGINT or SIGTERM. Errors in the arguments are one line and exit status 2.
 """
@@ -31,6 +34,8 @@ def add_parser(subparsers: Any) -> None:
                    help=f"where to serve the console (default {DEFAULT_LISTEN})")
     p.add_argument("--operator", action="append", default=[], metavar="USER",
                    help="a user who gets the operator's pages (a super user; repeatable)")
+    p.add_argument("--admin-api", metavar="URL",
+                   help="the HTTP admin API the operator's pages call as the user (e.g. http://127.0.0.1:9644)")
     p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=SCRAM_MECHANISMS,
                    help="the SCRAM mechanism users log in with (default SCRAM-SHA-512)")
     p.add_argument("--secure-cookies", action="store_true",
@@ -67,10 +72,21 @@ def cmd_console(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     operators = frozenset(args.operator)
+    admin_api = None
+    if args.admin_api:
+        import ssl
+
+        from shoal.console.operator_data import HttpAdminApi
+
+        if not args.admin_api.startswith(("http://", "https://")):
+            print(f"shoal console: --admin-api: {args.admin_api!r} is not an http:// or https:// URL", file=sys.stderr)
+            return EXIT_USAGE
+        ca = props.get("ssl.ca.location")
+        admin_api = HttpAdminApi(args.admin_api, ssl.create_default_context(cafile=ca) if ca else None)
     root = web.Application()
     root.add_subapp("/ui/", console_app(args.bootstrap_server, props, mechanism=args.mechanism,
                                         is_operator=operators.__contains__,
-                                        force_secure_cookies=args.secure_cookies))
+                                        force_secure_cookies=args.secure_cookies, admin_api=admin_api))
 
     async def home(request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/")

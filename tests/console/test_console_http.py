@@ -87,7 +87,8 @@ def _b_names(cc: ConsoleCluster) -> list[str]:
 def _pages() -> list[str]:
     return ["", "topics", f"topics/{A_TOPIC}", f"topics/{A_TOPIC}/messages",
             f"topics/{A_TOPIC}/messages?order=oldest&format=hex", f"topics/{A_TOPIC}/messages?key=k1",
-            "groups", f"groups/{A_GROUP}", "acls", "operator", "login"]
+            "groups", f"groups/{A_GROUP}", "acls", "operator", "operator/tenants", "operator/regions",
+            "operator/balancer", "login"]
 
 
 def _posts(topic: str, group: str) -> list[tuple[str, dict[str, str]]]:
@@ -96,6 +97,8 @@ def _posts(topic: str, group: str) -> list[tuple[str, dict[str, str]]]:
             (f"topics/{topic}/delete", {"confirm": topic}),
             (f"topics/{topic}/produce", {"partition": "0", "value": "x"}),
             (f"groups/{group}/reset", {"mode": "to_earliest"}),
+            ("operator/tenants", {"display_name": "made-by-a-post", "admin_user": "u", "admin_password": "p"}),
+            ("operator/balancer/pause", {}),
             ("logout", {})]
 
 
@@ -401,7 +404,8 @@ def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "shoal", "console", "--bootstrap-server",
                              cc.cluster.broker.sasl_bootstrap, "--command-config", str(props), "--listen",
-                             f"http://127.0.0.1:{port}", "--operator", ADMIN], stdout=subprocess.PIPE,
+                             f"http://127.0.0.1:{port}", "--operator", ADMIN, "--admin-api", cc.cluster.broker.admin_url],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         b = Browser(f"http://127.0.0.1:{port}/ui/")
@@ -409,6 +413,9 @@ def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
         assert b.login("alice", cc.password("alice")).url.endswith("/ui/topics")
         assert A_TOPIC in b.get("topics").text and B_TOPIC not in b.get("topics").text
         assert b.http.get(f"http://127.0.0.1:{port}/", timeout=10).url.endswith("/ui/topics")
+        op = Browser(f"http://127.0.0.1:{port}/ui/")
+        op.login(ADMIN, cc.password(ADMIN))
+        assert cc.cluster.a.tenant_id in op.get("operator/tenants").text  # --admin-api, called as admin
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)

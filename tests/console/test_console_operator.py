@@ -93,6 +93,17 @@ def test_a_tenant_gets_none_of_the_operators_pages_or_forms(cluster, console):
     assert "Brokers</a>" not in topics and "operator" not in topics  # no link to them either
 
 
+def test_the_operators_pages_carry_the_csp_and_no_inline_script_or_style(cluster, console):
+    admin = _login(console[0], ADMIN, ADMIN_PASSWORD)
+    for path in PAGES:
+        r = admin.get(path)
+        assert r.status_code == 200, (path, r.status_code)
+        assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+        assert not re.search(r"<script(?![^>]*\bsrc=)", r.text), f"inline script on {path}"
+        assert not re.search(r"<style|\sstyle=|\son[a-z]+=", r.text), f"inline style or handler on {path}"
+        assert "Physical" not in r.text and "placeholder" not in r.text
+
+
 def test_the_brokers_page(cluster, console):
     server, _tenant = console
     admin = _login(server, ADMIN, ADMIN_PASSWORD)
