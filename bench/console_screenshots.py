@@ -127,13 +127,113 @@ def login(driver, base: str, user: str, password: str) -> None:
     time.sleep(0.3)
 
 
+PLACEMENT = {"version": 1, "replicas": [{"count": 1, "constraints": {"rack": "dc1"}},
+                                        {"count": 1, "constraints": {"rack": "dc2"}}],
+             "observers": [{"count": 1, "constraints": {"rack": "dc3"}}]}
+
+
+def operator_pages(out: Path) -> None:
+    """The operator's pages on a 3-broker cluster on etcd (see the module's docstring)."""
+    import asyncio
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from cluster_harness import Cluster
+    from confluent_kafka import Producer
+    from console_harness import ADMIN_PASSWORD, ConsoleServer
+    from etcd_cluster import EtcdCluster
+    from tenancy_fixtures import Tenant
+
+    from shoal.client import AdminClient
+
+    work = Path(tempfile.mkdtemp(prefix="shoal-console-shots-"))
+    etcd = EtcdCluster(work / "etcd", size=1)
+    etcd.start()
+    cluster = Cluster(work / "cluster", etcd.url("/shots"), size=3, overrides={
+        "shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}", "super.users": f"User:ANONYMOUS;User:{ADMIN}",
+        "shoal.balancer.enable": "true", "shoal.balancer.load.interval.ms": "1000",
+        "shoal.balancer.capacity.disk.bytes": str(20 << 30),
+        "shoal.balancer.capacity.network.in.bytes.per.second": str(2 << 20),
+        "shoal.balancer.capacity.network.out.bytes.per.second": str(4 << 20)})
+    server = None
+    driver = chromium(WIDTH, 900)
+    try:
+        cluster.start()
+        tenants = []
+        for name, user in (("Acme Retail", "acme-app"), ("Globex Logistics", "globex-app")):
+            status, body = cluster[1].http("POST", "/v1/tenants", {"display_name": name})
+            assert status == 201, body
+            t = Tenant(cluster[1], body["tenant_id"])
+            t.add_user(user)
+            tenants.append(t)
+        acme, globex = tenants
+        cluster[1].http("PATCH", f"/v1/tenants/{globex.tenant_id}/configs",
+                        {"set": {"shoal.tenant.cell.racks": "dc1,dc2"}})
+
+        async def operator_setup() -> None:
+            async with AdminClient(cluster.bootstrap(1)) as c:
+                await c.alter_client_quotas([([("tenant", acme.tenant_id)], {"producer_byte_rate": 1 << 20,
+                                                                              "consumer_byte_rate": 2 << 20})])
+                await c.create_topics([{"name": "replicated", "num_partitions": 3, "replication_factor": 3},
+                                       {"name": "placed", "num_partitions": 2, "replication_factor": -1,
+                                        "configs": {"replica.placement": json.dumps(PLACEMENT),
+                                                    "min.insync.replicas": "2"}}])
+
+        asyncio.run(operator_setup())
+        for t, topics, rf in ((acme, ("orders", "payments", "clicks"), 3), (globex, ("shipments",), 2)):
+            conf = t.conf()
+            from confluent_kafka.admin import AdminClient as KAdmin, NewTopic
+            kadmin = KAdmin(conf)
+            for f in kadmin.create_topics([NewTopic(n, 3, rf) for n in topics]).values():
+                f.result(15)
+            p = Producer({**conf, "linger.ms": 5})
+            deadline = time.monotonic() + 4
+            i = 0
+            while time.monotonic() < deadline:
+                p.produce(topics[i % len(topics) if i % 4 else 0], b"x" * 400, str(i).encode())
+                i += 1
+                if i % 200 == 0:
+                    p.poll(0)
+                    time.sleep(0.02)
+            assert p.flush(30) == 0
+        server = ConsoleServer(cluster[1].sasl_bootstrap, frozenset({ADMIN}), admin_url=cluster[1].admin_url)
+        server.start()
+        base = server.url
+        login(driver, base, ADMIN, ADMIN_PASSWORD)
+        time.sleep(2)  # a load report with the traffic above
+        shoot(driver, base + "operator", out / "operator.png")
+        shoot(driver, base + "operator/tenants", out / "operator-tenants.png")
+        shoot(driver, base + "operator/regions", out / "operator-regions.png")
+        shoot(driver, base + "operator/balancer", out / "operator-balancer.png")
+        cluster.kill(3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            driver.get(base + "operator")
+            if driver.find_element("id", "under-replicated-count").text != "0" and \
+                    "offline" in driver.find_element("css selector", '#brokers tr[data-broker="3"]').text:
+                break
+            time.sleep(1)
+        shoot(driver, base + "operator", out / "operator-down.png")
+    finally:
+        driver.quit()
+        if server is not None:
+            server.stop()
+        cluster.close()
+        etcd.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "docs" / "console"))
     ap.add_argument("--lag-seconds", type=float, default=60.0, help="how long the billing group's lag falls")
+    ap.add_argument("--only", choices=("tenant", "operator"), help="only the tenant's or the operator's pages")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.only != "tenant":
+        operator_pages(out)
+    if args.only == "operator":
+        return 0
     gen = console_cluster({"broker.rack": "eu-west-1a", "authorizer.class.name": "shoal"})
     cc = next(gen)
     cc.cluster.a.add_user(USER, PASSWORD, admin=True)  # ACLs are on: the tenant's administrator
@@ -155,8 +255,6 @@ def main() -> int:
         shoot(driver, base + "groups/billing", out / "group.png")
         shoot(driver, base + "groups/shipping", out / "group-live.png")
         shoot(driver, base + "acls", out / "acls.png")
-        login(driver, base, ADMIN, cc.password(ADMIN))
-        shoot(driver, base + "operator", out / "operator.png")
     finally:
         if live is not None:
             live.close()

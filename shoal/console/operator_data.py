@@ -227,15 +227,18 @@ async def topic_infos(client: AdminClient, md: ClusterMetadata) -> list[TopicInf
 
 class IsrWatch:
     """ISR changes the console saw between two reads of the cluster's Metadata by an operator's
-    page (Kafka keeps no history of them): the last ``ISR_CHANGES_KEPT``, newest first."""
+    page (Kafka keeps no history of them): the last ``ISR_CHANGES_KEPT``, newest first; and each
+    broker's host, port and rack as last seen (a broker that is down is not in Metadata)."""
 
     def __init__(self, clock: Any = time.time) -> None:
         self.clock = clock
         self.last: dict[tuple[str, int], tuple[int, ...]] = {}
         self.changes: deque[IsrChange] = deque(maxlen=ISR_CHANGES_KEPT)
+        self.brokers: dict[int, tuple[str, int, str | None]] = {}
 
     def saw(self, md: ClusterMetadata) -> None:
         now = int(self.clock() * 1000)
+        self.brokers.update(md.brokers)
         current = {(t.name, p.partition): tuple(p.isr) for t in physical_topics(md) for p in t.partitions}
         if self.last:
             for key, isr in sorted(current.items()):
@@ -265,7 +268,10 @@ async def cluster_view(client: AdminClient, admin: AdminApi | None, user: str, p
             partitions += 1
             obs = info.observers(p.replicas)
             for r in p.replicas:
-                row = rows.setdefault(r, BrokerRow(r, None, None, None, False, False))
+                if r not in rows:  # a replica on a broker that is not registered: down
+                    h, port, rack = watch.brokers.get(r, (None, None, None)) if watch is not None else (None, None, None)
+                    rows[r] = BrokerRow(r, h, port, rack, False, False)
+                row = rows[r]
                 row.replicas += 1
                 row.observers += r in obs
             if p.leader in rows:

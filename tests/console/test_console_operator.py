@@ -118,8 +118,10 @@ def test_the_brokers_page(cluster, console):
     assert brokers.count("controller</span>") == 1
     assert re.search(rf'data-broker="{controller}">(?:(?!</tr>).)*controller</span>', brokers, re.S)
     # leaders and replicas per broker, as Metadata has them (orders: 3 x RF 3; placed: 2 x 3)
-    leaders = [int(x) for x in re.findall(r'</td>\s*<td class="num">(\d+)</td>\s*<td class="num">\d+', brokers)]
-    replicas = [int(x) for x in re.findall(r'<td class="num">\d+</td>\s*<td class="num">(\d+)(?: <span|</td>)', brokers)]
+    counts = [(int(a), int(b)) for a, b in
+              re.findall(r'<td class="num">(\d+)</td>\s*<td class="num nowrap">(\d+)(?: <span|</td>)', brokers)]
+    leaders, replicas = [a for a, _ in counts], [b for _, b in counts]
+    assert len(counts) == 3, brokers
     assert sum(replicas) >= 15 and sum(leaders) >= 5, (leaders, replicas)
     assert 'id="under-replicated-count">0<' in page and 'id="offline-count">0<' in page
     assert "orders" in _table(page, "physical-topics") and "placed" in _table(page, "physical-topics")
@@ -165,10 +167,12 @@ def test_regions_page_placement_and_datacenter_loss(cluster, console):
     orders = placements.split('data-topic="orders"')[1].split("</tr>")[0]
     assert "dc1: 1, dc2: 1, dc3: 1" in orders
     for dc in ("dc1", "dc2", "dc3"):  # RF 3, min ISR 1: any datacenter may go
-        assert f"<b>{dc}</b>: read ✓, produce ✓" in orders
+        assert re.search(rf'data-dc="{dc}"><span class="ok">read ✓</span> · <span class="ok">produce ✓</span>', orders)
     placed = placements.split('data-topic="placed"')[1].split("</tr>")[0]
     assert "dc1: 1, dc2: 1" in placed and "dc3: 1" in placed  # two sync replicas, an observer in dc3
-    assert "<b>dc1</b>: read ✓, produce ✗" in placed  # min ISR 2 of 2 sync replicas
+    # min ISR 2 of 2 sync replicas: losing dc1 or dc2 stops acks=all; dc3 holds only the observer
+    assert re.search(r'data-dc="dc1"><span class="ok">read ✓</span> · <span class="bad">produce ✗</span>', placed)
+    assert re.search(r'data-dc="dc3"><span class="ok">read ✓</span> · <span class="ok">produce ✓</span>', placed)
     observers = _table(page, "observers")
     assert len(re.findall(r'<td class="mono">placed</td>', observers)) == 2
 
@@ -215,6 +219,8 @@ def test_the_operators_day_in_a_browser_a_broker_goes_down(cluster, console):
         _until(down, 25, "broker 3 offline and its partitions under-replicated")
         urp = driver.find_element(By.ID, "under-replicated").text
         assert "orders" in urp
+        assert "dc3" in driver.find_element(By.CSS_SELECTOR, '#brokers tr[data-broker="3"]').text  # as last seen
+        assert "orders" in driver.find_element(By.ID, "isr-changes").text  # the ISR shrinks the console saw
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:
