@@ -1,7 +1,7 @@
 """The console over HTTP, beside a real broker (tests/console/console_harness.py): tenant A's user
 ``alice`` and tenant B's ``bob`` each have topics and a consumer group made with confluent-kafka;
 every page and every endpoint the pages call shows A nothing of B (B's names never appear, B's
-topics and groups are 404 by URL, for reading and for acting), and the operator's placeholder shows
+topics and groups are 404 by URL, for reading and for acting), and the operator's brokers page shows
 the physical cluster to a super user only. Then the security rules: no session -> the login page,
 CSRF token missing or wrong -> 403, the CSP and the cookie flags, no password in a URL or a log
 line, the login backoff. Then what the pages do: topics (create with the broker's errors shown,
