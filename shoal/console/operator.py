@@ -16,7 +16,7 @@ from aiohttp import web
 from shoal.client import KafkaError
 from shoal.console import operator_data as data
 from shoal.console.common import Handler, flash, form, paginate, redirect, render, session_of, why
-from shoal.console.operator_data import AdminApi, AdminApiError, IsrWatch
+from shoal.console.operator_data import AdminApi, AdminApiError, IsrWatch, PartlyCreated
 
 ADMIN_API: web.AppKey[Any] = web.AppKey("admin_api", object)  # an operator_data.AdminApi, or None
 ISR_WATCH: web.AppKey[IsrWatch] = web.AppKey("isr_watch", IsrWatch)
@@ -88,6 +88,8 @@ async def create_tenant(request: web.Request) -> web.StreamResponse:
         return await _tenants_page(request, "The console was started without the admin API (--admin-api).", shown, 400)
     try:
         tid, made = await data.create_tenant(admin, *_as_user(request), name, user, password)
+    except PartlyCreated as e:
+        return await _tenants_page(request, f"Partly done: {e.message}", shown, 400 if e.status else 502)
     except AdminApiError as e:
         return await _tenants_page(request, f"Not created: {e.message}", shown, 400 if e.status else 502)
     except KeyError:

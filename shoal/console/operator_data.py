@@ -47,6 +47,10 @@ class AdminApiError(Exception):
         self.message = message
 
 
+class PartlyCreated(AdminApiError):
+    """A tenant was created but its first administrator was refused."""
+
+
 class AdminApi(Protocol):
     async def call(self, user: str, password: str, method: str, path: str, body: Any = None) -> Any:
         """The JSON answer of ``method path`` as ``user``; AdminApiError for an error answer."""
@@ -100,14 +104,13 @@ class InProcessAdminApi:
         self.server = server
 
     async def call(self, user: str, password: str, method: str, path: str, body: Any = None) -> Any:
+        from shoal.admin.http_errors import HttpError
+
         raw = json.dumps(body).encode() if body is not None else b""
         try:
             _status, answer = await self.server.route(method, path, raw, "", None)
-        except Exception as e:  # the API's HttpError: status, code, message
-            status = getattr(e, "status", None)
-            if status is None:
-                raise
-            raise AdminApiError(int(status), str(getattr(e, "message", e))) from None
+        except HttpError as e:
+            raise AdminApiError(e.status, e.message) from None
         return answer
 
     async def close(self) -> None:
@@ -408,8 +411,12 @@ async def create_tenant(admin: AdminApi, user: str, password: str, display_name:
     administrator's name as it logs in). The tenant stays if the user is refused (the page says so)."""
     tenant = await admin.call(user, password, "POST", "/v1/tenants", {"display_name": display_name})
     tid = tenant["tenant_id"]
-    made = await admin.call(user, password, "POST", f"/v1/tenants/{quote(tid, safe='')}/users",
-                            {"user": admin_user, "password": admin_password, "admin": True})
+    try:
+        made = await admin.call(user, password, "POST", f"/v1/tenants/{quote(tid, safe='')}/users",
+                                {"user": admin_user, "password": admin_password, "admin": True})
+    except AdminApiError as e:
+        raise PartlyCreated(e.status, f"tenant {tid} ({display_name}) was created, but not its administrator "
+                                      f"{admin_user}: {e.message}") from None
     return tid, made.get("user", admin_user)
 
 

@@ -151,6 +151,10 @@ def test_tenants_page_and_creating_a_tenant_with_its_administrator(cluster, cons
     assert "carol-secret-1" not in r.text
     made = cluster[1].http("GET", f"/v1/tenants/{m.group(1)}")[1]
     assert made["users"] == ["carol"] and made["admins"] == ["carol"]
+    r = admin.post("operator/tenants", {"display_name": "Tenant D", "admin_user": "carol", "admin_password": "pw-2"})
+    assert r.status_code == 400 and re.search(r"Partly done: tenant lkc-[0-9a-z]{6} \(Tenant D\) was created, but not "
+                                              r"its administrator carol: ", r.text), r.text[-1500:]
+    assert "pw-2" not in r.text
     carol = _login(server, "carol", "carol-secret-1")  # the new administrator logs in to its tenant
     assert carol.get("operator").status_code == 404
     assert carol.post("topics", {"name": "first", "partitions": "1"}).status_code == 200
