@@ -155,6 +155,10 @@ def operator_pages(out: Path) -> None:
         "shoal.balancer.capacity.disk.bytes": str(20 << 30),
         "shoal.balancer.capacity.network.in.bytes.per.second": str(2 << 20),
         "shoal.balancer.capacity.network.out.bytes.per.second": str(4 << 20)})
+    from broker_process import free_port
+
+    for b in cluster.brokers.values():
+        b.overrides["shoal.metrics.listener"] = f"http://127.0.0.1:{free_port()}"
     server = None
     driver = chromium(WIDTH, 900)
     try:
@@ -172,7 +176,7 @@ def operator_pages(out: Path) -> None:
 
         async def operator_setup() -> None:
             async with AdminClient(cluster.bootstrap(1)) as c:
-                await c.alter_client_quotas([([("tenant", acme.tenant_id)], {"producer_byte_rate": 1 << 20,
+                await c.alter_client_quotas([([("tenant", acme.tenant_id)], {"producer_byte_rate": 256 << 10,
                                                                               "consumer_byte_rate": 2 << 20})])
                 await c.create_topics([{"name": "replicated", "num_partitions": 3, "replication_factor": 3},
                                        {"name": "placed", "num_partitions": 2, "replication_factor": -1,
@@ -189,13 +193,13 @@ def operator_pages(out: Path) -> None:
             p = Producer({**conf, "linger.ms": 5})
             deadline = time.monotonic() + 4
             i = 0
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and i < 3000:
                 p.produce(topics[i % len(topics) if i % 4 else 0], b"x" * 400, str(i).encode())
                 i += 1
                 if i % 200 == 0:
                     p.poll(0)
                     time.sleep(0.02)
-            assert p.flush(30) == 0
+            assert p.flush(60) == 0
         server = ConsoleServer(cluster[1].sasl_bootstrap, frozenset({ADMIN}), admin_url=cluster[1].admin_url)
         server.start()
         base = server.url

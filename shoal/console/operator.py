@@ -60,18 +60,20 @@ async def _tenants_page(request: web.Request, error: str | None = None, values: 
                         status: int = 200) -> web.Response:
     admin = _admin(request)
     rows: list[data.TenantRow] = []
-    load_error = None
+    load_error = throttle_note = None
     if admin is None:
         error = error or "The console was started without the admin API (--admin-api): no tenants to show."
     else:
         try:
-            rows, load_error = await data.tenants_view(session_of(request).client, admin, *_as_user(request))
+            rows, load_error, throttle_note = await data.tenants_view(session_of(request).client, admin,
+                                                                      *_as_user(request))
         except AdminApiError as e:
             error = error or f"The admin API refused: {e.status or 'no answer'}: {e.message}"
     pager, shown = paginate(request, [r.tenant_id + " " + r.display_name for r in rows])
     by_key = {r.tenant_id + " " + r.display_name: r for r in rows}
     return render(request, "operator_tenants.html", status=status, rows=[by_key[k] for k in shown], pager=pager,
-                  error=error, load_error=load_error, values=values or {}, sub="tenants")
+                  error=error, load_error=load_error, throttle_note=throttle_note, values=values or {},
+                  sub="tenants")
 
 
 @operator_only

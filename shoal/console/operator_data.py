@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from shoal.client import RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, KafkaError, TopicDescription
+from shoal.client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, KafkaError, TopicDescription
 from shoal.cli.common import broker_hosts
 from shoal.console import kafka
 from shoal.placement.constraints import PlacementSpecError, parse_placement
@@ -58,6 +59,10 @@ class AdminApi(Protocol):
     async def close(self) -> None: ...
 
 
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
 class HttpAdminApi:
     """The admin API at ``base_url`` (``shoal.admin.listener``), called with HTTP Basic as the
     logged-in user: with ``shoal.admin.authentication=basic`` the admin API checks the user's
@@ -75,9 +80,8 @@ class HttpAdminApi:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s), trust_env=False)
         try:
-            basic = base64.b64encode(f"{user}:{password}".encode()).decode()
             async with self._http.request(method, self.base_url + path, json=body, ssl=self.ssl,
-                                          headers={"Authorization": f"Basic {basic}"}) as r:
+                                          headers=_basic(user, password)) as r:
                 text = await r.text()
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise AdminApiError(0, f"the admin API at {self.base_url} did not answer ({type(e).__name__})") from None
@@ -345,6 +349,7 @@ class TenantRow:
     size: int = 0
     topics: int = 0
     top: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, bytes in/s, bytes out/s)
+    throttle: dict[str, float] = field(default_factory=dict)  # produce|fetch -> the longest throttle now (ms)
 
 
 def tenant_of(topic: str) -> tuple[str, str] | None:
@@ -356,8 +361,73 @@ def tenant_of(topic: str) -> tuple[str, str] | None:
     return None
 
 
+THROTTLE_MAX = re.compile(r'^shoal_(produce|fetch)_throttle_time_max\{([^}]*)\} (\S+)$', re.M)
+TENANT_LABEL = re.compile(r'(?:^|,)tenant="([^"]*)"')
+
+
+async def metrics_urls(client: AdminClient, md: ClusterMetadata) -> dict[int, str]:
+    """Each broker's Prometheus endpoint, from its ``shoal.metrics.listener`` (DescribeConfigs
+    to the broker); a host left out or 0.0.0.0 is the broker's advertised host."""
+
+    async def one(node: int, host: str) -> tuple[int, str | None]:
+        try:
+            got = await client.describe_configs([(RESOURCE_BROKER, str(node))], keys=["shoal.metrics.listener"],
+                                                raise_errors=False, node_id=node)
+        except KafkaError:
+            return node, None
+        entries = got.get((RESOURCE_BROKER, str(node)))
+        entry = entries.get("shoal.metrics.listener") if isinstance(entries, dict) else None
+        value = (entry.value or "").strip() if entry is not None else ""
+        if not value:
+            return node, None
+        u = urlsplit(value if "//" in value else f"http://:{value.lstrip(':')}")
+        try:
+            port = u.port
+        except ValueError:
+            return node, None
+        there = u.hostname if u.hostname not in (None, "", "0.0.0.0", "::") else host
+        return node, f"http://{there}:{port}/metrics" if port else None
+
+    found = await asyncio.gather(*(one(n, h) for n, (h, _p, _r) in md.brokers.items()))
+    return {n: u for n, u in found if u}
+
+
+async def tenant_throttles(urls: Mapping[int, str], user: str, password: str,
+                           timeout_s: float = 5.0) -> tuple[dict[str, dict[str, float]], list[int]]:
+    """Per tenant the longest produce and fetch throttle time now (ms, ``shoal_*_throttle_time_max``
+    over every client of the tenant on every broker), read from each broker's /metrics as the user
+    (HTTP Basic: ``shoal.metrics.authentication=basic`` lets super users only); and the brokers
+    whose endpoint did not answer."""
+    import aiohttp
+
+    out: dict[str, dict[str, float]] = {}
+    failed: list[int] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), trust_env=False) as http:
+        async def one(node: int, url: str) -> tuple[int, str | None]:
+            try:
+                async with http.get(url, headers=_basic(user, password)) as r:
+                    return node, await r.text() if r.status == 200 else None
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return node, None
+
+        for node, text in await asyncio.gather(*(one(n, u) for n, u in sorted(urls.items()))):
+            if text is None:
+                failed.append(node)
+                continue
+            for kind, labels, value in THROTTLE_MAX.findall(text):
+                m = TENANT_LABEL.search(labels)
+                try:
+                    ms = float(value)
+                except ValueError:
+                    continue
+                if m and m.group(1) and ms == ms:  # (not NaN)
+                    mine = out.setdefault(m.group(1), {})
+                    mine[kind] = max(mine.get(kind, 0.0), ms)
+    return out, failed
+
+
 async def tenants_view(client: AdminClient, admin: AdminApi, user: str,
-                       password: str) -> tuple[list[TenantRow], str | None]:
+                       password: str) -> tuple[list[TenantRow], str | None, str | None]:
     listing = await admin.call(user, password, "GET", "/v1/tenants")
     tenants = listing.get("tenants", [])
 
@@ -380,6 +450,10 @@ async def tenants_view(client: AdminClient, admin: AdminApi, user: str,
     except KafkaError:
         pass
     load, load_error = await cluster_load(admin, user, password)
+    urls = await metrics_urls(client, await client.metadata([]))
+    throttles, failed = await tenant_throttles(urls, user, password)
+    throttle_note = ("no broker serves its metrics (shoal.metrics.listener)" if not urls else
+                     f"the metrics of broker(s) {', '.join(map(str, failed))} did not answer" if failed else None)
     cells = await cells_task
     rows = {t["tenant_id"]: TenantRow(t["tenant_id"], t["display_name"], t.get("created_ms", 0), t.get("users", []),
                                       t.get("admins", []), c, quotas.get(t["tenant_id"], quotas.get("<default>", {})))
@@ -402,7 +476,8 @@ async def tenants_view(client: AdminClient, admin: AdminApi, user: str,
         row.top.append((name, bin_, bout))
     for row in rows.values():
         row.top = sorted(row.top, key=lambda t: (-(t[1] + t[2]), t[0]))[:3]
-    return list(rows.values()), load_error
+        row.throttle = throttles.get(row.tenant_id, {})
+    return list(rows.values()), load_error, throttle_note
 
 
 async def create_tenant(admin: AdminApi, user: str, password: str, display_name: str, admin_user: str,

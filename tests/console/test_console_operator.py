@@ -31,7 +31,7 @@ PAGES = ["operator", "operator?refresh=1", "operator/tenants", "operator/regions
 
 @pytest.fixture(scope="module")
 def cluster(etcd_cluster, tmp_path_factory):
-    with running_cluster(etcd_cluster, tmp_path_factory, "console-operator", size=3,
+    with running_cluster(etcd_cluster, tmp_path_factory, "console-operator", size=3, metrics=True,
                          overrides={"shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}",
                                     "super.users": f"User:ANONYMOUS;User:{ADMIN}",
                                     "shoal.balancer.load.interval.ms": "1000",
@@ -159,6 +159,34 @@ def test_tenants_page_and_creating_a_tenant_with_its_administrator(cluster, cons
     assert carol.get("operator").status_code == 404
     assert carol.post("topics", {"name": "first", "partitions": "1"}).status_code == 200
     assert f"{m.group(1)}_first" in admin.get("operator").text
+
+
+async def _tenant_quota(bootstrap: str, tenant_id: str, rate: float) -> None:
+    async with AdminClient(bootstrap) as c:
+        await c.alter_client_quotas([([("tenant", tenant_id)], {"producer_byte_rate": rate})])
+
+
+def test_a_tenant_over_its_quota_shows_its_quota_and_throttle_time(cluster, console):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient as KafkaAdmin, NewTopic
+
+    server, tenant = console
+    asyncio.run(_tenant_quota(cluster.bootstrap(1), tenant.tenant_id, 20_000))
+    conf = tenant.conf("alice")
+    kadmin = KafkaAdmin(conf)
+    for f in kadmin.create_topics([NewTopic("busy", 1, 1)]).values():
+        f.result(15)
+    p = Producer({**conf, "linger.ms": 5})
+    for i in range(300):  # 300 KB at 20 KB/s: throttled
+        p.produce("busy", b"x" * 1000)
+        p.poll(0)
+    assert p.flush(30) == 0
+    admin = _login(server, ADMIN, ADMIN_PASSWORD)
+    row = _table(admin.get("operator/tenants").text, "tenants").split(f'data-tenant="{tenant.tenant_id}"')[1]
+    row = row.split("</tr>")[0]
+    assert "producer_byte_rate = 19.5 KiB/s" in row
+    throttled = re.search(r'class="small nowrap throttle"><div class="bad">produce (\d+) ms</div>', row)
+    assert throttled and int(throttled.group(1)) > 0, row
 
 
 def test_regions_page_placement_and_datacenter_loss(cluster, console):
