@@ -476,11 +476,13 @@ class Broker:
     def _mount_console(self) -> None:
         """The Shoal Console (shoal.console) under /ui/ on the admin listener, logging each user in
         to this broker's SASL_PLAINTEXT listener with SCRAM (shoal.console.listener, else the first
-        one), behind the login backoff its listeners share; the super users get its operator pages."""
+        one), behind the login backoff its listeners share; the super users get its operator pages, which
+        call this admin API's own handlers in process."""
         if not self.config.get("shoal.console.enable"):
             return
         from shoal.auth import shared_backoff
         from shoal.console import console_app
+        from shoal.console.operator_data import InProcessAdminApi
         from shoal.tenancy.scope import super_users
 
         wanted = self.static_config.get("shoal.console.listener")
@@ -493,7 +495,8 @@ class Broker:
                     f"{host}:{listener.port}", {"security.protocol": "SASL_PLAINTEXT"}, mechanism=scram[0],
                     is_operator=lambda user: f"User:{user}" in super_users(self.config),
                     backoff=shared_backoff(self.listener_security),
-                    force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies"))))
+                    force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies")),
+                    admin_api=InProcessAdminApi(self.admin_http)))  # the operator pages' tenants, load, balancer
                 log.info("Shoal Console on %s/ui/ (users log in through listener %s)",
                          self.static_config.get("shoal.admin.listener").rstrip("/"), listener.name)
                 return

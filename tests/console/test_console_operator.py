@@ -222,6 +222,21 @@ def test_balancer_page(cluster, console):
     assert "Balancer resumed." in r.text and cluster[1].http("GET", "/v1/cluster/balancer")[1]["paused"] is False
 
 
+def test_the_console_the_broker_serves_calls_its_admin_api_in_process(cluster, console):
+    """The console on broker 2's admin listener (/ui/, shoal.console.enable): its operator pages
+    read tenants, load and the balancer through the admin API's handlers in process."""
+    _server, tenant = console
+    mounted = Browser(cluster[2].admin_url + "/ui/")
+    assert mounted.login(ADMIN, ADMIN_PASSWORD).url.endswith("/ui/operator")
+    assert tenant.tenant_id in _table(mounted.get("operator/tenants").text, "tenants")
+    assert re.search(r"<dt>Enabled</dt><dd>no</dd>", mounted.get("operator/balancer").text)
+    page = _until(lambda: (p := mounted.get("operator").text).count('class="meter') >= 6 and p, 15, "load reports")
+    assert 'id="load-error"' not in page
+    alice = Browser(cluster[2].admin_url + "/ui/")
+    assert alice.login("alice", tenant.users["alice"]).url.endswith("/ui/topics")
+    assert all(alice.get(path).status_code == 404 for path in PAGES)
+
+
 def test_the_operators_day_in_a_browser_a_broker_goes_down(cluster, console):
     """Last in the module: it kills broker 3."""
     from selenium.webdriver.common.by import By
