@@ -8,7 +8,8 @@ talks to a broker over the Kafka protocol either way). Tenant ``a`` gets ``--top
 one partition, one record each, and ``--groups`` groups, each with an offset committed on one of
 them (no members: what the page reads of a group is the same). Then each page is loaded ``--runs``
 times as ``alice``, as the console shows it (its first 100 rows) and with all rows on one page
-(``?per_page=1000``), and its time at the server is read from the console's ``Server-Timing``
+(``?per_page=1000``), then the operator's pages as ``admin`` (brokers, tenants, regions, the
+balancer: the physical cluster with all those topics), and its time at the server is read from the console's ``Server-Timing``
 header (its handler, the Kafka requests it makes included; not the network). Prints p50 and p99
 and their ratio to the target (< 1 is under it).
 
@@ -91,6 +92,17 @@ def main() -> int:
                 print(f"{page:6s} {what:24s} ({len(r.content) // 1024:3d} KiB): server time p50 {p50:4.0f} ms, "
                       f"p99 {p99:4.0f} ms over {args.runs} loads; p50/target {p50 / TARGET_MS:.2f}, "
                       f"p99/target {p99 / TARGET_MS:.2f} (target {TARGET_MS:.0f} ms)")
+        admin = cc.login("admin")
+        for page in ("operator", "operator/tenants", "operator/regions", "operator/balancer"):
+            r = admin.get(page)
+            assert r.status_code == 200, (page, r.status_code)
+            times = []
+            for _ in range(args.runs):
+                r = admin.get(page)
+                times.append(float(r.headers["Server-Timing"].split("dur=")[1]))
+            p50, p99 = statistics.median(times), percentile(times, 0.99)
+            print(f"{page:18s} ({len(r.content) // 1024:3d} KiB): server time p50 {p50:4.0f} ms, p99 {p99:4.0f} ms "
+                  f"over {args.runs} loads; p50/target {p50 / TARGET_MS:.2f}")
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     finally:
         for _ in gen:
