@@ -66,6 +66,15 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
+def timed(browser, path: str, runs: int) -> tuple[object, float, float]:
+    """The last response of ``runs`` loads of ``path`` and their p50 and p99 time at the server."""
+    times = []
+    for _ in range(runs):
+        r = browser.get(path)
+        times.append(float(r.headers["Server-Timing"].split("dur=")[1]))
+    return r, statistics.median(times), percentile(times, 0.99)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=1000)
@@ -84,11 +93,7 @@ def main() -> int:
                                      (f"all {total} on one page", f"{page}?per_page=1000", total)):
                 r = alice.get(path)
                 assert r.status_code == 200 and r.text.count("<tr>") >= rows, (path, r.status_code)
-                times = []
-                for _ in range(args.runs):
-                    r = alice.get(path)
-                    times.append(float(r.headers["Server-Timing"].split("dur=")[1]))
-                p50, p99 = statistics.median(times), percentile(times, 0.99)
+                r, p50, p99 = timed(alice, path, args.runs)
                 print(f"{page:6s} {what:24s} ({len(r.content) // 1024:3d} KiB): server time p50 {p50:4.0f} ms, "
                       f"p99 {p99:4.0f} ms over {args.runs} loads; p50/target {p50 / TARGET_MS:.2f}, "
                       f"p99/target {p99 / TARGET_MS:.2f} (target {TARGET_MS:.0f} ms)")
@@ -96,11 +101,7 @@ def main() -> int:
         for page in ("operator", "operator/tenants", "operator/regions", "operator/balancer"):
             r = admin.get(page)
             assert r.status_code == 200, (page, r.status_code)
-            times = []
-            for _ in range(args.runs):
-                r = admin.get(page)
-                times.append(float(r.headers["Server-Timing"].split("dur=")[1]))
-            p50, p99 = statistics.median(times), percentile(times, 0.99)
+            r, p50, p99 = timed(admin, page, args.runs)
             print(f"{page:18s} ({len(r.content) // 1024:3d} KiB): server time p50 {p50:4.0f} ms, p99 {p99:4.0f} ms "
                   f"over {args.runs} loads; p50/target {p50 / TARGET_MS:.2f}")
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
