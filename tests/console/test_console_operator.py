@@ -19,7 +19,7 @@ from cluster_harness import running_cluster
 from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer, tenant_console, chromium
 from tenancy_fixtures import Tenant
 
-from shoal.client import AdminClient
+from shoal.client import OP_DELETE, OP_SET, RESOURCE_BROKER, AdminClient
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -42,7 +42,10 @@ def cluster(etcd_cluster, tmp_path_factory):
 
 async def _topics(bootstrap: str) -> None:
     async with AdminClient(bootstrap) as c:  # PLAINTEXT: the operator (User:ANONYMOUS)
-        await c.create_topics([{"name": "orders", "num_partitions": 3, "replication_factor": 3},
+        await c.create_topics([{"name": "moving", "assignments": {0: [1]},
+                                "configs": {"leader.replication.throttled.replicas": "*",
+                                            "follower.replication.throttled.replicas": "*"}},
+                               {"name": "orders", "num_partitions": 3, "replication_factor": 3},
                                {"name": "placed", "num_partitions": 2, "replication_factor": -1,
                                 "configs": {"replica.placement": json.dumps(PLACEMENT), "min.insync.replicas": "2"}}])
 
@@ -52,6 +55,15 @@ def console(cluster):
     asyncio.run(_topics(cluster.bootstrap(1)))
     with tenant_console(cluster[1], admin_api=True) as c:
         yield c
+
+
+async def _reassign(bootstrap: str, targets: dict, rate: str | None = None) -> dict:
+    """Start or cancel reassignments, with broker 1's leader replication throttle at ``rate``
+    (bytes/s; None: removed)."""
+    async with AdminClient(bootstrap) as c:
+        await c.incremental_alter_configs({(RESOURCE_BROKER, "1"): [
+            ("leader.replication.throttled.rate", OP_SET if rate else OP_DELETE, rate)]}, node_id=1)
+        return await c.alter_partition_reassignments(targets)
 
 
 def _login(server: ConsoleServer, user: str, password: str) -> Browser:
@@ -215,6 +227,19 @@ def test_balancer_page(cluster, console):
     page = admin.get("operator/balancer").text
     assert re.search(r"<dt>Enabled</dt><dd>no</dd>", page) and re.search(r"<dt>Paused</dt><dd>no</dd>", page)
     assert 'id="no-reassignments"' in page
+    # a reassignment held back by a replication throttle is in flight: the page lists it
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap(1)})
+    for _ in range(200):
+        p.produce("moving", b"m" * 2000, partition=0)
+    assert p.flush(15) == 0
+    assert asyncio.run(_reassign(cluster.bootstrap(1), {("moving", 0): [1, 2]}, "1000")) == {("moving", 0): None}
+    try:
+        row = _table(admin.get("operator/balancer").text, "reassignments").split("<tbody>")[1]
+        assert re.search(r'<td class="mono">moving</td><td class="num">0</td><td>1, 2</td><td>2</td><td>—</td>', row), row
+    finally:
+        assert asyncio.run(_reassign(cluster.bootstrap(1), {("moving", 0): None})) == {("moving", 0): None}
     r = admin.post("operator/balancer/pause", {})
     assert "Balancer paused." in r.text and re.search(r"<dt>Paused</dt><dd>yes</dd>", r.text)
     assert cluster[1].http("GET", "/v1/cluster/balancer")[1]["paused"] is True
