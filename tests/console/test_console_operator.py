@@ -14,6 +14,7 @@ import re
 import time
 
 import pytest
+import requests
 
 from cluster_harness import running_cluster
 from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer, tenant_console, chromium
@@ -35,6 +36,8 @@ def cluster(etcd_cluster, tmp_path_factory):
                          overrides={"shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}",
                                     "super.users": f"User:ANONYMOUS;User:{ADMIN}",
                                     "shoal.balancer.load.interval.ms": "1000",
+                                    # /metrics for super users only: the console reads it as the user
+                                    "shoal.metrics.authentication": "basic",
                                     "shoal.balancer.capacity.network.in.bytes.per.second": "10000000",
                                     "shoal.balancer.capacity.network.out.bytes.per.second": "20000000"}) as c:
         yield c
@@ -199,6 +202,9 @@ def test_a_tenant_over_its_quota_shows_its_quota_and_throttle_time(cluster, cons
     assert "producer_byte_rate = 19.5 KiB/s" in row
     throttled = re.search(r'class="small nowrap throttle"><div class="bad">produce (\d+) ms</div>', row)
     assert throttled and int(throttled.group(1)) > 0, row
+    # read as the logged-in super user: /metrics refuses a request without its credentials
+    anonymous = requests.get(cluster[1].overrides["shoal.metrics.listener"] + "/metrics", timeout=10)
+    assert anonymous.status_code == 401
 
 
 def test_regions_page_placement_and_datacenter_loss(cluster, console):
