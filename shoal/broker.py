@@ -322,7 +322,7 @@ class Broker:
                                               broker_config=lambda: self.config,
                                               login_backoff=shared_backoff(self.listener_security),
                                               cluster_load=self.load_reporter.cluster_load,
-                                              balancer=self._balancer_service())
+                                              balancer=self._balancer_service(), live_usage=self._live_usage)
             self._mount_console()  # console: the web UI under /ui/ on the same listener
             await self.admin_http.start()
         for server in self._servers:
@@ -364,6 +364,13 @@ class Broker:
         from shoal.metering.counters import is_usage_hook
 
         return is_usage_hook(self.metrics)
+
+    def _live_usage(self) -> Any:
+        """Per tenant this broker's usage since it started (the metering sampler's), for the admin
+        API's GET /v1/tenants/{id}/usage: (samples, node id, since ms); None while metering is off."""
+        if self.metering is None:
+            return None
+        return self.metering.sampler.sample(), self.node_id, self.metering.incarnation
 
     def _on_features(self, old: MetadataImage, new: MetadataImage) -> None:
         """A finalized level this release cannot run at, set while this broker was not registered

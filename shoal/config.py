@@ -841,6 +841,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: replication factor of __shoal_usage when it is created (unset on an etcd cluster: 3).", at_least(1)),
         _d("shoal.metering.topic.retention.ms", "long", 604800000,
            "Shoal: retention of __shoal_usage (the pipeline must read it within this time).", at_least(60000)),
+        _d("shoal.metering.tables.dir", "string", None,
+           "Shoal: the directory `shoal metering run --output` writes (its billing and hourly_usage Parquet "
+           "tables), on a file system this broker reads: GET /v1/tenants/{id}/usage and the console's usage "
+           "page answer this month from them. Unset or not yet written: from this broker's live counters.",
+           dynamic=True),
         _d("shoal.quota.smoothing", "boolean", True,
            "Shoal: smooth byte-rate quotas: every request also draws on a token bucket one window deep, "
            "refilled at the quota, and the throttle is the larger of Kafka's and the bucket's (instead of "

@@ -23,6 +23,8 @@ console, ``/ui/``). Endpoints:
                                             -> 201 pool (the operator's only)
     GET|DELETE /v1/tenants/{id}/identity_pools/{pool}  one pool
     GET    /v1/identity_pools               every tenant's pools (the operator's only)
+    GET    /v1/tenants/{id}/usage           this month's usage and bill (the metering tables, else
+                                            live counters), quotas, throttling (``shoal.admin.http_usage``)
     GET    /v1/cluster/load                 per broker its capacity and load totals, per partition
                                             its leader's rates and size (``shoal.cluster.load``;
                                             the operator's only)
@@ -80,6 +82,7 @@ MAX_NAME_CHARS = 255
 # wrong password would (SCRAM never says which part was wrong), as ``kafka-configs.sh`` users learn.
 DEFAULT_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _CALLER = web.RequestKey("shoal.admin.caller", object)  # HttpAuth.check's answer: str | None
+MOUNTED_ON = web.AppKey("shoal.admin.server", object)  # on a mounted application: the AdminHttpServer
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -221,7 +224,7 @@ class AdminHttpServer:
     def __init__(self, store: MetadataStore, host: str, port: int, *,
                  broker_config: Callable[[], BrokerConfig] | None = None, login_backoff: Any = None,
                  cluster_load: Callable[[], Awaitable[LoadReports]] | None = None,
-                 balancer: "BalancerService | None" = None) -> None:
+                 balancer: "BalancerService | None" = None, live_usage: Callable[[], Any] | None = None) -> None:
         self.store = store
         self.cluster_load = cluster_load  # the broker's shoal.cluster.load.LoadReporter.cluster_load
         self.host = host
@@ -231,10 +234,13 @@ class AdminHttpServer:
         from shoal.admin.http_cluster import ClusterRoutes
 
         self.cluster = ClusterRoutes(self, balancer)  # the balancer, remove-broker (issue 27)
+        from shoal.admin.http_usage import UsageRoutes
+
+        self.usage = UsageRoutes(self, broker_config, live_usage)  # a tenant's usage, bill, quotas (issue 30)
         from shoal.admin.http_auth import HttpAuth
 
         self.auth = HttpAuth(store, broker_config, backoff=login_backoff)  # shoal.admin.authentication
-        self.endpoints = endpoints(self, self.tenancy, self.cluster)
+        self.endpoints = endpoints(self, self.tenancy, self.cluster, self.usage)
         self._openapi: bytes | None = None
         self._mounts: list[str] = []
         # client_max_size: aiohttp refuses a body that reaches it (413) as it reads (a chunked one too)
@@ -252,6 +258,7 @@ class AdminHttpServer:
         if self._runner is not None:
             raise RuntimeError("mount before the admin API starts")
         prefix = "/" + prefix.strip("/")
+        subapp[MOUNTED_ON] = self  # the console calls this API's handlers in process
         self.app.add_subapp(prefix, subapp)
         self._mounts.append(prefix)
 

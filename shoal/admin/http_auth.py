@@ -94,7 +94,12 @@ class HttpAuth:
         None for the operator (a super user, or anyone when there is no authentication)."""
         if self.mode != "basic" or segs == ["openapi.json"]:  # the API's description is public
             return None
-        user = await self._authenticate(headers.get("authorization"), peer)
+        return self.authorize(await self._authenticate(headers.get("authorization"), peer), method, segs)
+
+    def authorize(self, user: str, method: str, segs: list[str]) -> str | None:
+        """What ``user`` (authenticated) may call, whatever the mode: None for a super user, the
+        tenant it administers for its own tenant's paths, else AuthError 403. The console calls
+        it in process for its logged-in user (``shoal.console.tenant_admin``)."""
         if self.super_user(user):
             return None
         image = self.store.image

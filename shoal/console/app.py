@@ -207,6 +207,9 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     r.add_static("/static/", package_dir("static"), name="static")
 
     app[LAG] = LagHistory(interval_s=lag_interval_s)
+    from shoal.console import tenant_admin
+
+    tenant_admin.add_routes(r)  # usage and bill, users, namespaces: through the admin API
     sampler: list[asyncio.Task[None]] = []
 
     async def start(_app: web.Application) -> None:

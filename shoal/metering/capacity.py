@@ -144,11 +144,9 @@ def measure_disk_write(directory: str, size_mb: int = 64) -> float:
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    from shoal.metering.tables import read_rows
 
-    if not path.exists():
-        return []
-    return pq.read_table(str(path)).to_pylist()
+    return read_rows(path)
 
 
 @dataclass
