@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
-from pathlib import Path
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -132,6 +132,28 @@ def test_the_usage_page_shows_the_tenants_numbers_and_never_anothers(tc):
     assert op.get("usage").status_code == 404
 
 
+def test_the_tenants_quotas_and_how_often_it_was_throttled(tc):
+    a, b = tc.a, tc.b
+    out = subprocess.run([sys.executable, "-m", "shoal", "quotas", "alter", "--tenant", b.tenant_id, "--add-config",
+                          "producer_byte_rate=20000", "--bootstrap-server", tc.broker.bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    before = usage(tc, b, "ben", "ben-secret")[1]["usage"]
+    assert before["throttled_requests"] == 0
+    produce(b, "bob", 6, size=10_000)  # 60 kB in a moment: three seconds' worth of its quota
+    status, got = usage(tc, b, "ben", "ben-secret")
+    assert status == 200 and got["quotas"] == [{"entity": {"tenant": b.tenant_id},
+                                                "values": {"producer_byte_rate": 20000.0}}]
+    assert got["usage"]["throttled_requests"] >= 1 and got["usage"]["throttle_time_ms"] > 0
+    page = login(tc, "ben", "ben-secret").get("usage").text
+    assert int(fact(page, "throttled-requests")) == got["usage"]["throttled_requests"]
+    assert "producer_byte_rate" in page and f"tenant={b.tenant_id}" in page
+    got_a = usage(tc, a, "ann", "ann-secret")[1]
+    assert got_a["quotas"] == [] and got_a["usage"]["throttled_requests"] == 0
+    page_a = login(tc, "ann", "ann-secret").get("usage").text
+    assert 'id="no-quotas"' in page_a and fact(page_a, "throttled-requests") == "0" and b.tenant_id not in page_a
+
+
 def test_the_metering_tables_win_over_the_live_counters(tc):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -214,3 +236,20 @@ def test_namespaces_are_listed_and_created_per_tenant(tc):
     assert 'id="namespaces"' not in ben_page and "No namespaces." in ben_page
     alice = login(tc, "alice", tc.a.users["alice"])
     assert alice.get("namespaces").status_code == 403
+
+
+def test_the_pages_need_a_session_and_their_forms_a_csrf_token(tc):
+    anon = Browser(tc.broker.admin_url + "/ui/")
+    for page in ("usage", "users", "namespaces"):
+        r = anon.get(page, allow_redirects=False)
+        assert r.status_code == 303 and "/ui/login" in r.headers["Location"]
+    ann = login(tc, "ann", "ann-secret")
+    for path, fields in (("users", {"user": "x", "password": "x-secret-1", "password2": "x-secret-1"}),
+                         ("users/delete", {"user": "alice"}), ("namespaces", {"namespace": "forged"})):
+        assert ann.post(path, fields, csrf=False).status_code == 403
+        assert anon.post(path, fields, csrf=False, allow_redirects=False).status_code in (303, 403)
+    assert "alice" in ann.get("users").text and "forged" not in ann.get("namespaces").text
+    for page in ("usage", "users", "namespaces"):
+        r = ann.get(page)
+        assert r.status_code == 200 and "script-src 'self'" in r.headers["Content-Security-Policy"]
+        assert "<script>" not in r.text and " style=" not in r.text
