@@ -226,11 +226,11 @@ def test_a_tenant_administrator_manages_the_tenants_users(tc):
 
 def test_namespaces_are_listed_and_created_per_tenant(tc):
     ann, ben = login(tc, "ann", "ann-secret"), login(tc, "ben", "ben-secret")
-    r = ann.post("namespaces", {"namespace": "payments.eu"})
-    assert "Namespace payments.eu created." in r.text
+    r = ann.post("namespaces", {"namespace": "payments:eu"})
+    assert "Namespace payments:eu created." in r.text
     rows = re.findall(r'<td class="mono">([^<]+)</td>', re.search(r'id="namespaces".*?</table>', r.text, re.S).group(0))
-    assert rows == ["payments.eu"]
-    r = ann.post("namespaces", {"namespace": "payments.eu"})
+    assert rows == ["payments", "payments:eu"]
+    r = ann.post("namespaces", {"namespace": "payments:eu"})
     assert "Namespace not created" in r.text and "already exists" in r.text
     ben_page = ben.get("namespaces").text
     assert 'id="namespaces"' not in ben_page and "No namespaces." in ben_page
