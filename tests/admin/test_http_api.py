@@ -133,6 +133,8 @@ def test_openapi_describes_the_endpoints(admin_broker):
         "/v1/cluster/balancer/pause": ["post"],
         "/v1/cluster/balancer/resume": ["post"],
         "/v1/cluster/brokers/{node}/remove": ["delete", "post"],
+        # a tenant's usage, bill, quotas and throttling (shoal.admin.http_usage)
+        "/v1/tenants/{tenant_id}/usage": ["get"],
     }
     schemas = doc["components"]["schemas"]
     refs = {v for v in _refs(doc["paths"]) if v.startswith("#/components/schemas/")}
