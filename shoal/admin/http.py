@@ -82,7 +82,6 @@ MAX_NAME_CHARS = 255
 # wrong password would (SCRAM never says which part was wrong), as ``kafka-configs.sh`` users learn.
 DEFAULT_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _CALLER = web.RequestKey("shoal.admin.caller", object)  # HttpAuth.check's answer: str | None
-MOUNTED_ON = web.AppKey("shoal.admin.server", object)  # on a mounted application: the AdminHttpServer
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -258,7 +257,6 @@ class AdminHttpServer:
         if self._runner is not None:
             raise RuntimeError("mount before the admin API starts")
         prefix = "/" + prefix.strip("/")
-        subapp[MOUNTED_ON] = self  # the console calls this API's handlers in process
         self.app.add_subapp(prefix, subapp)
         self._mounts.append(prefix)
 

@@ -5,7 +5,8 @@ listener's ``security.protocol`` (SASL_PLAINTEXT or SASL_SSL) and TLS settings; 
 and passwords in it are ignored (each login brings its own). ``--operator USER`` (repeatable):
 the users who get the operator's pages (the cluster's super users). ``--admin-api URL``: the HTTP
 admin API (``shoal.admin.listener``) those pages call, as the logged-in user (HTTP Basic), for
-what only Shoal has (tenants, load, the balancer); an ``https`` URL is checked against the
+what only Shoal has (tenants, load, the balancer; a tenant's usage, users and namespaces: those
+need ``shoal.admin.authentication=basic`` there); an ``https`` URL is checked against the
 ``ssl.ca.location`` of ``--command-config`` when it names one.
 
 Runs until SIGINT or SIGTERM. Errors in the arguments are one line and exit status 2.
@@ -35,7 +36,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--operator", action="append", default=[], metavar="USER",
                    help="a user who gets the operator's pages (a super user; repeatable)")
     p.add_argument("--admin-api", metavar="URL",
-                   help="the HTTP admin API the operator's pages call as the user (e.g. http://127.0.0.1:9644)")
+                   help="the HTTP admin API the operator's pages and a tenant's usage, users and namespaces pages "
+                        "call as the user (e.g. http://127.0.0.1:9644)")
     p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=SCRAM_MECHANISMS,
                    help="the SCRAM mechanism users log in with (default SCRAM-SHA-512)")
     p.add_argument("--secure-cookies", action="store_true",

@@ -184,7 +184,8 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     ``backoff``: the broker's ``shoal.auth.backoff.LoginBackoff`` (shared with its listeners);
     ``force_secure_cookies``: mark cookies Secure even on plain HTTP (TLS terminated in front);
     ``lag_interval_s``: how often the lag of the groups users watch is sampled (the plot);
-    ``admin_api``: where the operator's pages read what only Shoal has (tenants, load, balancer):
+    ``admin_api``: where the operator's pages read what only Shoal has (tenants, load, balancer),
+    and a tenant's usage, users and namespaces pages theirs (``shoal.console.tenant_admin``):
     ``operator_data.HttpAdminApi(url)`` or ``InProcessAdminApi(admin_server)``."""
     from shoal.console import operator, pages
 
@@ -209,7 +210,7 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     app[LAG] = LagHistory(interval_s=lag_interval_s)
     from shoal.console import tenant_admin
 
-    tenant_admin.add_routes(r)  # usage and bill, users, namespaces: through the admin API
+    tenant_admin.add_routes(app)  # usage and bill, users, namespaces: through the admin API
     sampler: list[asyncio.Task[None]] = []
 
     async def start(_app: web.Application) -> None:

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from shoal.client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, ClusterMetadata, ConfigEntry, KafkaError, TopicDescription
 from shoal.cli.common import broker_hosts
@@ -101,19 +101,24 @@ class HttpAdminApi:
 
 class InProcessAdminApi:
     """The admin API's own handlers, in process (``AdminHttpServer.route``), for a console mounted
-    on the broker's admin listener. Called as the operator (``caller`` None): the console calls it
-    only for a session whose user is a super user (every operator page checks it first)."""
+    on the broker's admin listener, as ``user``: the caller is what ``HttpAuth.authorize`` decides
+    for that user (authenticated by its console login), whatever ``shoal.admin.authentication``
+    says: a super user is the operator, a tenant's administrator may call its own tenant's paths,
+    anyone else nothing (403). ``path`` may carry a query string."""
 
     def __init__(self, server: Any) -> None:
         self.server = server
 
     async def call(self, user: str, password: str, method: str, path: str, body: Any = None) -> Any:
+        from shoal.admin.http_auth import AuthError
         from shoal.admin.http_errors import HttpError
 
+        path, _, query = path.partition("?")
         raw = json.dumps(body).encode() if body is not None else b""
         try:
-            _status, answer = await self.server.route(method, path, raw, "", None)
-        except HttpError as e:
+            caller = self.server.auth.authorize(user, method, [unquote(s) for s in path.strip("/").split("/")])
+            _status, answer = await self.server.route(method, path, raw, query, caller)
+        except (AuthError, HttpError) as e:
             raise AdminApiError(e.status, e.message) from None
         return answer
 

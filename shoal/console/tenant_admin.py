@@ -2,14 +2,19 @@
 
 A tenant cannot read ``__shoal_usage`` (internal) nor the metering pipeline's Parquet tables, and
 its SCRAM users and KIP-37 namespaces are the admin API's. So these pages call the HTTP admin API
-as the logged-in user, with that user's rights there: a tenant's administrator may call its own
-tenant's endpoints, another user of a tenant none (403), a super user any.
+as the logged-in user (the console's ``AdminApi``, ``shoal.console.operator.ADMIN_API``), with that
+user's rights there: a tenant's administrator may call its own tenant's endpoints, another user of
+a tenant none (these pages answer 403), a super user any.
 
-- Mounted on the broker's admin listener (``AdminHttpServer.mount`` marks the console with
-  ``MOUNTED_ON``): the admin API's handlers in process (``AdminHttpServer.route``), the caller
-  decided by ``HttpAuth.authorize`` for the session's user (authenticated by its SASL/SCRAM login)
-  whatever ``shoal.admin.authentication`` says.
-- Otherwise (``shoal console``): not available yet on this console.
+- Mounted on the broker's admin listener: the admin API's handlers in process
+  (``operator_data.InProcessAdminApi``), the caller decided by ``HttpAuth.authorize`` for the
+  session's user (authenticated by its SASL/SCRAM login) whatever ``shoal.admin.authentication``
+  says.
+- ``shoal console --admin-api URL``: over HTTP with the user's credentials (HTTP Basic,
+  ``HttpAdminApi``), so the admin API decides, which it can only with
+  ``shoal.admin.authentication=basic``: an admin API that lets anyone in (``none``: it takes every
+  caller for the operator) is refused for these pages, checked once a minute with a login that
+  must fail.
 
 The tenant's id (the path's ``{id}``) is the cluster id the broker tells the user's own Kafka
 client (Metadata), so a page can only ever ask for the user's own tenant; the admin API checks it
@@ -18,44 +23,51 @@ once more.
 
 from __future__ import annotations
 
-import json
+import secrets
+import time
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from aiohttp import web
 
 from shoal.console.common import flash, form, redirect, render, session_of
+from shoal.console.operator import ADMIN_API
+from shoal.console.operator_data import AdminApiError, InProcessAdminApi
 
 MIN_PASSWORD = 8
 MAX_DESCRIBED = 200  # namespaces described on a page (their topics and configs)
+PROBE_S = 60.0  # how long an HTTP admin API's "it authenticates" is believed
+OPEN_API: web.AppKey[list[Any]] = web.AppKey("admin_api_checked", list)  # [checked at, authenticates]
 
 
-class AdminRefused(Exception):
-    """The admin API refused a call (its status, 0: not reachable) with one line."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-async def admin_call(request: web.Request, method: str, path: str, body: Any = None, query: str = "") -> Any:
-    """The admin API's JSON answer to ``method path`` as the session's user; AdminRefused."""
-    from shoal.admin.http import MOUNTED_ON
-    from shoal.admin.http_auth import AuthError
-    from shoal.admin.http_errors import HttpError
-
-    server: Any = request.app.get(MOUNTED_ON)
-    if server is None:
-        raise AdminRefused(0, "this console reaches no admin API (it is served by the broker's admin listener)")
-    segs = [unquote(s) for s in path.strip("/").split("/")]
+async def _authenticates(request: web.Request, api: Any) -> bool:
+    """Does the admin API check credentials? (In process: the user is authorized by name.)"""
+    if isinstance(api, InProcessAdminApi):
+        return True
+    checked = request.app[OPEN_API]
+    if checked and time.monotonic() - checked[0] < PROBE_S:
+        return bool(checked[1])
     try:
-        caller = server.auth.authorize(session_of(request).user, method, segs)
-        _status, answer = await server.route(method, path, json.dumps(body).encode() if body is not None else b"",
-                                             query, caller)
-    except (AuthError, HttpError) as e:
-        raise AdminRefused(e.status, e.message) from None
-    return answer
+        await api.call("shoal-console-probe", secrets.token_urlsafe(24), "GET", "/v1/tenants")
+        ok = False  # a wrong password let in: no authentication
+    except AdminApiError as e:
+        if e.status == 0:
+            raise
+        ok = e.status in (401, 403)
+    checked[:] = [time.monotonic(), ok]
+    return ok
+
+
+async def admin_call(request: web.Request, method: str, path: str, body: Any = None) -> Any:
+    """The admin API's JSON answer to ``method path`` as the session's user; AdminApiError."""
+    api = request.app[ADMIN_API]
+    if api is None:
+        raise AdminApiError(0, "this console reaches no admin API (shoal console --admin-api URL)")
+    if not await _authenticates(request, api):
+        raise AdminApiError(0, "the admin API lets anyone in (shoal.admin.authentication=none), so it cannot "
+                              "tell what this user may see: these pages need shoal.admin.authentication=basic")
+    session = session_of(request)
+    return await api.call(session.user, session.password, method, path, body)
 
 
 async def tenant_id(request: web.Request) -> str | None:
@@ -75,7 +87,7 @@ async def _tenant_or_page(request: web.Request, template: str, **context: Any) -
     return tid
 
 
-def _refused(request: web.Request, template: str, e: AdminRefused, **context: Any) -> web.Response:
+def _refused(request: web.Request, template: str, e: AdminApiError, **context: Any) -> web.Response:
     status = e.status if e.status in (403, 404) else 502
     text = ("Only the tenant's administrators may see this page." if e.status == 403 else e.message)
     return render(request, template, status=status, refused=text, **context)
@@ -89,7 +101,7 @@ async def usage_page(request: web.Request) -> web.Response:
         return tid
     try:
         usage = await admin_call(request, "GET", f"/v1/tenants/{tid}/usage")
-    except AdminRefused as e:
+    except AdminApiError as e:
         return _refused(request, "usage.html", e, tenant=tid, usage=None)
     return render(request, "usage.html", tenant=tid, usage=usage, refused=None, refresh=30)
 
@@ -99,7 +111,7 @@ async def usage_page(request: web.Request) -> web.Response:
 async def _users(request: web.Request, tid: str) -> web.Response:
     try:
         t = await admin_call(request, "GET", f"/v1/tenants/{tid}")
-    except AdminRefused as e:
+    except AdminApiError as e:
         return _refused(request, "users.html", e, tenant=tid, users=[], admins=[])
     return render(request, "users.html", tenant=tid, users=t.get("users", []), admins=t.get("admins", []),
                   refused=None)
@@ -123,7 +135,7 @@ async def user_create(request: web.Request) -> web.StreamResponse:
     try:
         made = await admin_call(request, "POST", f"/v1/tenants/{tid}/users",
                                 {"user": name, "password": password, "admin": fields.get("admin") == "on"})
-    except AdminRefused as e:
+    except AdminApiError as e:
         if e.status == 403:
             return _refused(request, "users.html", e, tenant=tid, users=[], admins=[])
         flash(request, "error", f"User not created: {e.message}")
@@ -143,7 +155,7 @@ async def user_delete(request: web.Request) -> web.StreamResponse:
         raise redirect(request, "users")
     try:
         await admin_call(request, "DELETE", f"/v1/tenants/{tid}/users/{quote(name, safe='')}")
-    except AdminRefused as e:
+    except AdminApiError as e:
         if e.status == 403:
             return _refused(request, "users.html", e, tenant=tid, users=[], admins=[])
         flash(request, "error", f"User not deleted: {e.message}")
@@ -159,14 +171,14 @@ async def namespaces_page(request: web.Request) -> web.Response:
     if isinstance(tid, web.Response):
         return tid
     try:
-        listed = await admin_call(request, "GET", f"/v1/tenants/{tid}/namespaces", query="recursive=true")
-    except AdminRefused as e:
+        listed = await admin_call(request, "GET", f"/v1/tenants/{tid}/namespaces?recursive=true")
+    except AdminApiError as e:
         return _refused(request, "namespaces.html", e, tenant=tid, namespaces=[])
     rows = []
     for name in listed.get("namespaces", [])[:MAX_DESCRIBED]:
         try:
             rows.append(await admin_call(request, "GET", f"/v1/tenants/{tid}/namespaces/{quote(name, safe='')}"))
-        except AdminRefused:  # (deleted meanwhile)
+        except AdminApiError:  # (deleted meanwhile)
             continue
     return render(request, "namespaces.html", tenant=tid, namespaces=rows, refused=None,
                   more=max(0, len(listed.get("namespaces", [])) - MAX_DESCRIBED))
@@ -179,7 +191,7 @@ async def namespace_create(request: web.Request) -> web.StreamResponse:
     name = (await form(request)).get("namespace", "").strip()
     try:
         await admin_call(request, "POST", f"/v1/tenants/{tid}/namespaces", {"name": name})
-    except AdminRefused as e:
+    except AdminApiError as e:
         if e.status == 403:
             return _refused(request, "namespaces.html", e, tenant=tid, namespaces=[])
         flash(request, "error", f"Namespace not created: {e.message}")
@@ -188,7 +200,9 @@ async def namespace_create(request: web.Request) -> web.StreamResponse:
     raise redirect(request, "namespaces")
 
 
-def add_routes(r: web.UrlDispatcher) -> None:
+def add_routes(app: web.Application) -> None:
+    app[OPEN_API] = []
+    r = app.router
     r.add_get("/usage", usage_page, name="usage")
     res = r.add_resource("/users", name="users")
     res.add_route("GET", users_page)

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import http_json
-from console_harness import ADMIN, ADMIN_PASSWORD, Browser
+from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer
 from tenancy_fixtures import TenantBroker, tenant_cluster
 
 TOPIC = "orders"
@@ -253,3 +253,44 @@ def test_the_pages_need_a_session_and_their_forms_a_csrf_token(tc):
         r = ann.get(page)
         assert r.status_code == 200 and "script-src 'self'" in r.headers["Content-Security-Policy"]
         assert "<script>" not in r.text and " style=" not in r.text
+
+
+def test_shoal_console_calls_the_admin_api_over_http_as_the_user(tc):
+    """``shoal console --admin-api URL``: the same pages over HTTP Basic with the user's credentials."""
+    server = ConsoleServer(tc.broker.sasl_bootstrap, frozenset({ADMIN}), admin_url=tc.broker.admin_url)
+    server.start()
+    try:
+        ann, ben, alice = Browser(server.url), Browser(server.url), Browser(server.url)
+        for b, user, password in ((ann, "ann", "ann-secret"), (ben, "ben", "ben-secret"),
+                                  (alice, "alice", tc.a.users["alice"])):
+            assert b.login(user, password).url.endswith("/ui/topics")
+        page = ann.get("usage")
+        api = usage(tc, tc.a, "ann", "ann-secret")[1]["usage"]
+        assert page.status_code == 200 and tc.b.tenant_id not in page.text
+        assert f'title="{api["bytes_in"]:,} bytes"' in page.text
+        assert "alice" in ann.get("users").text and "alice" not in ben.get("users").text
+        assert alice.get("usage").status_code == 403 and alice.get("users").status_code == 403
+    finally:
+        server.stop()
+
+
+def test_an_admin_api_that_lets_anyone_in_is_refused_for_these_pages():
+    """With ``shoal.admin.authentication=none`` the admin API takes every caller for the operator:
+    over HTTP, the console cannot let it decide what a tenant's user may see."""
+    gen = tenant_cluster()
+    cluster = next(gen)
+    try:
+        server = ConsoleServer(cluster.broker.sasl_bootstrap, frozenset(), admin_url=cluster.broker.admin_url)
+        server.start()
+        try:
+            alice = Browser(server.url)
+            assert alice.login("alice", cluster.a.users["alice"]).url.endswith("/ui/topics")
+            for page in ("usage", "users", "namespaces"):
+                r = alice.get(page)
+                assert r.status_code == 502 and "shoal.admin.authentication=basic" in r.text
+                assert cluster.a.tenant_id not in r.text.split('id="refused"')[1]
+        finally:
+            server.stop()
+    finally:
+        for _ in gen:
+            pass

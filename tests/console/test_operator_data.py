@@ -8,6 +8,7 @@ import pytest
 
 from shoal.admin.http import AdminHttpServer
 from shoal.client import ClusterMetadata, PartitionDescription, TopicDescription
+from shoal.config import BrokerConfig
 from shoal.console import operator_data as data
 from shoal.metadata.embedded import EmbeddedMetadataStore
 
@@ -16,7 +17,8 @@ from shoal.metadata.embedded import EmbeddedMetadataStore
 async def server(tmp_path):
     store = EmbeddedMetadataStore(tmp_path, node_id=1)
     await store.start()
-    yield AdminHttpServer(store, "127.0.0.1", 0)
+    config = BrokerConfig.load(None, {"super.users": "User:root"})
+    yield AdminHttpServer(store, "127.0.0.1", 0, broker_config=lambda: config)
     await store.close()
 
 
@@ -34,6 +36,12 @@ async def test_in_process_admin_api_creates_a_tenant_and_its_administrator(serve
     with pytest.raises(data.AdminApiError) as e:
         await api.call("root", "", "GET", "/v1/tenants/lkc-zzzzzz")
     assert e.value.status == 404
+    # as the user: a tenant's administrator gets its own tenant and nothing else, another user nothing
+    assert (await api.call("zed", "", "GET", f"/v1/tenants/{tid}"))["tenant_id"] == tid
+    for user, path in (("zed", "/v1/tenants"), ("zed", "/v1/cluster/load"), ("nobody", f"/v1/tenants/{tid}")):
+        with pytest.raises(data.AdminApiError) as e:
+            await api.call(user, "", "GET", path)
+        assert e.value.status == 403
     load, why = await data.cluster_load(api, "root", "")
     assert load is None and why == "404: this broker does not measure load"
     status, why = await data.balancer_status(None, "root", "")
