@@ -2,7 +2,8 @@
 chromedriver (no browser download), against the console beside a real broker
 (tests/console/console_harness.py). Alice logs in, creates a topic, produces a test record,
 browses it as JSON, and watches a consumer group made with confluent-kafka: its lag on the group
-page, which refreshes itself, falls to 0 as the consumer commits. The browser's log must hold no
+page, which refreshes itself, falls to 0 as the consumer commits; the tenant's administrator then
+sees what it produced on the usage page. The browser's log must hold no
 error (a script or style the CSP refused would be one).
 """
 
@@ -89,6 +90,18 @@ def test_a_tenants_day(cc: ConsoleCluster, browser: webdriver.Chrome):
         assert browser.find_element(By.CSS_SELECTOR, "#offsets td.lag").text == "0"
     finally:
         consumer.close()
+
+    # the usage page, as the tenant's administrator, on the console the broker serves: what A produced
+    cc.cluster.a.add_user("ann", "ann-secret", admin=True)
+    browser.get(cc.cluster.broker.admin_url + "/ui/login")
+    browser.find_element(By.ID, "user").send_keys("ann")
+    browser.find_element(By.ID, "password").send_keys("ann-secret")
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    wait.until(EC.url_matches(r"/ui/topics$"))
+    browser.find_element(By.LINK_TEXT, "Usage").click()
+    wait.until(EC.presence_of_element_located((By.ID, "messages-in")))
+    assert int(browser.find_element(By.ID, "messages-in").text.replace(",", "")) >= 6  # the test record and 5
+    assert "own counters since" in browser.find_element(By.ID, "usage-source").text
 
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors  # a refused script or style (CSP), a 404'd asset, a script error
