@@ -13,8 +13,8 @@ a tenant none (these pages answer 403), a super user any.
 - ``shoal console --admin-api URL``: over HTTP with the user's credentials (HTTP Basic,
   ``HttpAdminApi``), so the admin API decides, which it can only with
   ``shoal.admin.authentication=basic``: an admin API that lets anyone in (``none``: it takes every
-  caller for the operator) is refused for these pages, checked once a minute with a login that
-  must fail.
+  caller for the operator) is refused for these pages, checked once a minute with credentials
+  that must be refused (no user name: answered 401 before any password check or login backoff).
 
 The tenant's id (the path's ``{id}``) is the cluster id the broker tells the user's own Kafka
 client (Metadata), so a page can only ever ask for the user's own tenant; the admin API checks it
@@ -48,7 +48,8 @@ async def _authenticates(request: web.Request, api: Any) -> bool:
     if checked and time.monotonic() - checked[0] < PROBE_S:
         return bool(checked[1])
     try:
-        await api.call("shoal-console-probe", secrets.token_urlsafe(24), "GET", "/v1/tenants")
+        # no user name: refused as unauthenticated before any password check or login backoff
+        await api.call("", secrets.token_urlsafe(24), "GET", "/v1/tenants")
         ok = False  # a wrong password let in: no authentication
     except AdminApiError as e:
         if e.status == 0:
