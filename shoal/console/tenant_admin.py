@@ -141,8 +141,8 @@ async def user_create(request: web.Request) -> web.StreamResponse:
             return _refused(request, "users.html", e, tenant=tid, users=[], admins=[])
         flash(request, "error", f"User not created: {e.message}")
     else:
-        flash(request, "ok", f"User {made['user']} created: it logs in as {made['user']}"
-              + (" (an administrator)." if made.get("admin") else "."))
+        flash(request, "ok", f"User {made['user']} created{' (an administrator)' if made.get('admin') else ''}: "
+              "it logs in under that name.")
     raise redirect(request, "users")
 
 
