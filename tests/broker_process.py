@@ -166,10 +166,22 @@ class BrokerProcess:
                     f"broker exited with status {self.proc.returncode} while starting\n{self.log_tail()}"
                 )
             if api_versions_ok(self.host, self.port, timeout=1.0):
+                self._wait_banner()
                 return
             time.sleep(0.05)
         self._terminate(signal.SIGKILL)
         raise RuntimeError(f"broker not answering ApiVersions after {START_TIMEOUT}s\n{self.log_tail()}")
+
+    def _wait_banner(self, timeout: float = 5.0) -> None:
+        """Until this start's "is up" banner is in the log (printed once start-up is done, after
+        the port answers), so a test that reads the log from here on sees no start-up lines."""
+        marker = f"===== start #{self.starts} at "
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            if " is up: " in text[text.rfind(marker):]:
+                return
+            time.sleep(0.02)
 
     def _terminate(self, sig: int, wait: float = 15.0) -> None:
         proc = self.proc
