@@ -95,5 +95,5 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     root.router.add_get("/", home)
     print(f"Shoal Console on http://{host}:{port}/ui/ (users log in to {args.bootstrap_server})", flush=True)
-    web.run_app(root, host=host, port=port, access_log=None, print=None, handle_signals=True)
+    web.run_app(root, host=host, port=port, access_log=None, print=None, handle_signals=True, shutdown_timeout=5)
     return 0

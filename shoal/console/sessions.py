@@ -158,5 +158,4 @@ class Sessions:
     async def close(self) -> None:
         sessions = list(self._sessions.values())
         self._sessions.clear()
-        for s in sessions:
-            await s.client.close()
+        await asyncio.gather(*(s.client.close() for s in sessions), return_exceptions=True)

@@ -22,6 +22,9 @@ _I32 = struct.Struct(">i")
 MAX_RESPONSE = 1 << 30
 
 
+# close(): how long the transport may take to flush what it holds before it is aborted
+CLOSE_FLUSH_S = 2.0
+
 class Connection:
     """One TCP connection: requests are pipelined, responses matched by correlation id.
 
@@ -232,7 +235,7 @@ class Connection:
         lost = self._lost
         if lost is not None and not lost.done():
             try:  # the transport flushes what it holds, then the connection is lost
-                await asyncio.wait_for(asyncio.shield(lost), self.timeout)
+                await asyncio.wait_for(asyncio.shield(lost), min(self.timeout, CLOSE_FLUSH_S))
             except asyncio.TimeoutError:
                 if self._transport is not None:
                     self._transport.abort()

@@ -59,7 +59,9 @@ def test_followers_fetch_by_sendfile_and_end_identical(cluster) -> None:
     until(lambda: all(cluster.leader_of(topic, part) > 0 for part in (0, 1)), 30, "leaders elected")
     leaders = {cluster.leader_of(topic, part) for part in (0, 1)}
     lagging = next(b for node, b in cluster.brokers.items() if node not in leaders)
-    p = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "1", "linger.ms": 20, "log_level": 2,
+    # (the producer bootstraps from the leaders: a paused broker answers no metadata request)
+    p = Producer({"bootstrap.servers": cluster.bootstrap(*sorted(leaders)),
+                  "acks": "1", "linger.ms": 20, "log_level": 2,
                   "batch.size": 256 * 1024, "compression.type": "none"})
     n = 8000
     values = [(b"%06d-" % i).ljust(1000, b"r") for i in range(n)]

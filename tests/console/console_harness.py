@@ -80,7 +80,7 @@ class ConsoleServer:
             root.add_subapp("/ui/", console_app(self.bootstrap, is_operator=lambda u: u in self.operators,
                                                 lag_interval_s=self.lag_interval_s,
                                                 admin_api=HttpAdminApi(self.admin_url) if self.admin_url else None))
-            self._runner = web.AppRunner(root, access_log=None)
+            self._runner = web.AppRunner(root, access_log=None, shutdown_timeout=5)
             await self._runner.setup()
             await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
 
