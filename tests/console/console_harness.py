@@ -86,13 +86,24 @@ class ConsoleServer:
 
         asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
 
+    def _stacks(self) -> str:
+        import io
+
+        out = io.StringIO()
+        for task in asyncio.all_tasks(self.loop):
+            task.print_stack(file=out)
+        return out.getvalue()
+
     def run(self, coro: Any, timeout: float = 60) -> Any:
         """Run a coroutine on the console's loop (benchmarks time its handlers there)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
         if self._runner is not None:
-            self.run(self._runner.cleanup())
+            try:
+                self.run(self._runner.cleanup())
+            except TimeoutError:
+                raise AssertionError(f"the console did not stop in 60 s; its tasks:\n{self._stacks()}") from None
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
 
