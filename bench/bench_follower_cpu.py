@@ -55,6 +55,9 @@ from cluster_harness import Cluster, until  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 PARTITIONS = 3
+# Flat out, a round writes up to 4 GB per broker: each partition keeps its last 512 MiB (checked
+# every 2 s), so a run of several rounds does not fill the disk.
+RETENTION = {"retention.bytes": str(512 << 20), "segment.bytes": str(64 << 20)}
 
 
 def create(bootstrap: str, name: str, assignment: list[list[int]] | None, configs: dict[str, str]) -> None:
@@ -327,14 +330,15 @@ def main() -> None:
     for b in c.brokers.values():  # the harness shortens it for tests; a benchmark runs the default
         b.overrides.pop("broker.session.timeout.ms", None)
         b.overrides.setdefault("shoal.metrics.listener", f"http://127.0.0.1:{free_port()}")
+        b.overrides.setdefault("log.retention.check.interval.ms", "2000")  # with RETENTION: the disk stays bounded
     try:
         c.start()
         boot = c[1].bootstrap
         print(f"3 brokers on a {args.etcd_members}-member etcd; {args.size}-byte records; pids "
               + ", ".join(f"b{n} {b.proc.pid}" for n, b in c.brokers.items() if b.proc is not None), flush=True)
-        create(boot, "cpu-rf3", [[1, 2, 3]] * PARTITIONS, {"min.insync.replicas": "2"})
-        create(boot, "cpu-rf1", [[1]] * PARTITIONS, {})
-        create(boot, "lat-rf3", None, {"min.insync.replicas": "2"})
+        create(boot, "cpu-rf3", [[1, 2, 3]] * PARTITIONS, {"min.insync.replicas": "2", **RETENTION})
+        create(boot, "cpu-rf1", [[1]] * PARTITIONS, RETENTION)
+        create(boot, "lat-rf3", None, {"min.insync.replicas": "2", **RETENTION})
         until(lambda: isr_whole(boot, "cpu-rf3", 3) and isr_whole(boot, "lat-rf3", 3) and isr_whole(boot, "cpu-rf1", 1),
               60)
         if "cpu" in phases:

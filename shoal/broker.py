@@ -503,12 +503,24 @@ class Broker:
                     is_operator=lambda user: f"User:{user}" in super_users(self.config),
                     backoff=shared_backoff(self.listener_security),
                     force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies")),
-                    admin_api=InProcessAdminApi(self.admin_http)))  # the operator pages' tenants, load, balancer
+                    admin_api=InProcessAdminApi(self.admin_http),  # the operator pages' tenants, load, balancer
+                    lag_client=self._console_lag_client,
+                    lag_interval_s=int(self.config.get("shoal.console.lag.interval.ms")) / 1000))
                 log.info("Shoal Console on %s/ui/ (users log in through listener %s)",
                          self.static_config.get("shoal.admin.listener").rstrip("/"), listener.name)
                 return
         log.info("Shoal Console not served: %s", f"listener {wanted} is no SASL_PLAINTEXT listener with SCRAM"
                  if wanted else "no SASL_PLAINTEXT listener with SCRAM for it to log users in through")
+
+    def _console_lag_client(self) -> Any:
+        """The console's own Kafka client for its lag plot (every group, sampled cluster-wide):
+        this broker's inter-broker login on its inter-broker endpoint, as another broker connects
+        to it; that principal sees the physical cluster (with an authorizer it needs DESCRIBE on
+        groups and topics, which the broker's principal in ``super.users`` has)."""
+        from shoal.client import AdminClient
+
+        (host, port), security = self._inter_broker_endpoint(self._broker_info())
+        return AdminClient(f"{host}:{port}", client_id="shoal-console-lag", timeout=15, security=security)
 
     async def stop(self) -> None:
         step = ["controlled shutdown"]

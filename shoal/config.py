@@ -810,6 +810,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "With none, or shoal.console.enable=false, the console is not served (docs/console.md)."),
         _d("shoal.console.enable", "boolean", True,
            "Shoal: serve the Shoal Console under /ui/ on shoal.admin.listener (see shoal.console.listener)."),
+        _d("shoal.console.lag.interval.ms", "int", 30000,
+           "Shoal: how often the Shoal Console samples every consumer group's lag for its plot (with the "
+           "broker's inter-broker login; docs/console.md).", at_least(100)),
         _d("shoal.console.secure.cookies", "boolean", False,
            "Shoal: mark the Shoal Console's cookies Secure although shoal.admin.listener serves plain HTTP "
            "(TLS ends in a proxy in front of it)."),

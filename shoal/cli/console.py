@@ -7,7 +7,11 @@ the users who get the operator's pages (the cluster's super users). ``--admin-ap
 admin API (``shoal.admin.listener``) those pages call, as the logged-in user (HTTP Basic), for
 what only Shoal has (tenants, load, the balancer; a tenant's usage, users and namespaces: those
 need ``shoal.admin.authentication=basic`` there); an ``https`` URL is checked against the
-``ssl.ca.location`` of ``--command-config`` when it names one.
+``ssl.ca.location`` of ``--command-config`` when it names one. ``--sampler-config FILE``: Kafka
+client properties (``bootstrap.servers`` optional, ``security.protocol``, ``sasl.*``, ``ssl.*``) of
+a login that sees the physical cluster (a super user), with which the console samples every
+consumer group's lag for the group page's plot; without it only the groups users open are sampled,
+each as its user, from the first visit on.
 
 Runs until SIGINT or SIGTERM. Errors in the arguments are one line and exit status 2.
 """
@@ -38,6 +42,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--admin-api", metavar="URL",
                    help="the HTTP admin API the operator's pages and a tenant's usage, users and namespaces pages "
                         "call as the user (e.g. http://127.0.0.1:9644)")
+    p.add_argument("--sampler-config", metavar="FILE",
+                   help="Kafka client properties (with sasl.username/sasl.password) of a super user, with which "
+                        "the console samples every group's lag for the lag plot (bootstrap.servers in it, else "
+                        "--bootstrap-server)")
+    p.add_argument("--lag-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="how often the groups' lag is sampled (default 30)")
     p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=SCRAM_MECHANISMS,
                    help="the SCRAM mechanism users log in with (default SCRAM-SHA-512)")
     p.add_argument("--secure-cookies", action="store_true",
@@ -62,6 +72,23 @@ def settings(args: argparse.Namespace) -> tuple[str, int, dict[str, str]]:
     return host, port, props
 
 
+def lag_client(args: argparse.Namespace) -> Any:
+    """``console_app``'s ``lag_client`` from ``--sampler-config`` (None without it); UsageError."""
+    if not args.sampler_config:
+        return None
+    from shoal.client import AdminClient, ClientSecurity
+
+    try:
+        props = client_props(args.sampler_config)
+        security = ClientSecurity.from_properties(props)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--sampler-config: {e}") from None
+    if args.lag_interval <= 0:
+        raise UsageError("--lag-interval must be more than 0")
+    bootstrap = props.get("bootstrap.servers") or args.bootstrap_server
+    return lambda: AdminClient(bootstrap, client_id="shoal-console-lag", timeout=15, security=security)
+
+
 def cmd_console(args: argparse.Namespace) -> int:
     from aiohttp import web
 
@@ -69,6 +96,7 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     try:
         host, port, props = settings(args)
+        sampler = lag_client(args)
     except UsageError as e:
         print(f"shoal console: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -88,7 +116,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     root = web.Application()
     root.add_subapp("/ui/", console_app(args.bootstrap_server, props, mechanism=args.mechanism,
                                         is_operator=operators.__contains__,
-                                        force_secure_cookies=args.secure_cookies, admin_api=admin_api))
+                                        force_secure_cookies=args.secure_cookies, admin_api=admin_api,
+                                        lag_client=sampler, lag_interval_s=args.lag_interval))
 
     async def home(request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/")

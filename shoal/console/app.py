@@ -27,7 +27,7 @@ from shoal.asyncutil import cancel_and_wait
 from shoal.client import ConnectionLost, KafkaError
 from shoal.console.common import (FORCE_SECURE, LAG, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir,
                                   redirect, render, session_of, url, why)
-from shoal.console.lag import LagHistory
+from shoal.console.lag import ClusterSampler, SessionSampler
 from shoal.console.sessions import BrokerUnavailable, LoginFailed, Sessions
 
 log = logging.getLogger("shoal.console")
@@ -174,7 +174,8 @@ def _filters(env: jinja2.Environment) -> None:
 def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mechanism: str = "SCRAM-SHA-512",
                 is_operator: Callable[[str], bool] = lambda user: False, backoff: Any = None,
                 force_secure_cookies: bool = False, sessions: Sessions | None = None,
-                lag_interval_s: float = 30.0, admin_api: Any = None) -> web.Application:
+                lag_interval_s: float = 30.0, admin_api: Any = None,
+                lag_client: Callable[[], Any] | None = None) -> web.Application:
     """The console, to be mounted at ``/ui/`` (``parent.add_subapp("/ui/", console_app(...))``).
 
     ``bootstrap``: a SASL listener's address (``host:port``) the console's Kafka clients log in
@@ -183,7 +184,10 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     console logs in with; ``is_operator(user)``: who gets the operator's pages (the super users);
     ``backoff``: the broker's ``shoal.auth.backoff.LoginBackoff`` (shared with its listeners);
     ``force_secure_cookies``: mark cookies Secure even on plain HTTP (TLS terminated in front);
-    ``lag_interval_s``: how often the lag of the groups users watch is sampled (the plot);
+    ``lag_interval_s``: how often the groups' lag is sampled (the plot); ``lag_client``: makes
+    the console's own ``AdminClient`` (not connected) that sees the physical cluster, with which
+    every group's lag is sampled (``lag.ClusterSampler``); None: only the groups users open, each
+    as its user (``lag.SessionSampler``);
     ``admin_api``: where the operator's pages read what only Shoal has (tenants, load, balancer),
     and a tenant's usage, users and namespaces pages theirs (``shoal.console.tenant_admin``):
     ``operator_data.HttpAdminApi(url)`` or ``InProcessAdminApi(admin_server)``."""
@@ -207,17 +211,19 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     operator.setup(app, admin_api)
     r.add_static("/static/", package_dir("static"), name="static")
 
-    app[LAG] = LagHistory(interval_s=lag_interval_s)
+    app[LAG] = (ClusterSampler(lag_client, interval_s=lag_interval_s) if lag_client is not None
+                else SessionSampler(app[SESSIONS], interval_s=lag_interval_s))
     from shoal.console import tenant_admin
 
     tenant_admin.add_routes(app)  # usage and bill, users, namespaces: through the admin API
     sampler: list[asyncio.Task[None]] = []
 
     async def start(_app: web.Application) -> None:
-        sampler.append(asyncio.create_task(app[LAG].run(app[SESSIONS])))
+        sampler.append(asyncio.create_task(app[LAG].run()))
 
     async def close(_app: web.Application) -> None:
         await cancel_and_wait(sampler)
+        await app[LAG].close()
         await app[SESSIONS].close()
 
     app.on_startup.append(start)

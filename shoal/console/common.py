@@ -12,14 +12,14 @@ import jinja2
 from aiohttp import web
 
 from shoal.client import KafkaError
-from shoal.console.lag import LagHistory
+from shoal.console.lag import ClusterSampler, SessionSampler
 from shoal.console.sessions import Session, Sessions
 
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
 SESSION: web.RequestKey[Session] = web.RequestKey("session", Session)  # the request's live session
 FORM: web.RequestKey[dict[str, str]] = web.RequestKey("form", dict)  # a POST's fields, read once
-LAG: web.AppKey[LagHistory] = web.AppKey("lag", LagHistory)  # the groups' lag histories (the plot)
+LAG: web.AppKey[ClusterSampler | SessionSampler] = web.AppKey("lag", object)  # the groups' lag histories (the plot)
 FORCE_SECURE: web.AppKey[bool] = web.AppKey("force_secure", bool)  # Secure cookies on plain HTTP too
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

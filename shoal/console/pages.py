@@ -17,6 +17,8 @@ from shoal.console import kafka
 from shoal.console.common import LAG, flash, form, paginate, redirect, render, session_of, why
 from shoal.console.formats import parse_when
 from shoal.console.lag import plot
+from shoal.console.sessions import Session
+from shoal.metadata import tenant_prefix
 
 NOT_VISIBLE = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
                          "GROUP_ID_NOT_FOUND", "INVALID_TOPIC_EXCEPTION"})
@@ -217,12 +219,25 @@ async def group_page(request: web.Request) -> web.Response:
     if detail is None:
         return not_found(request, f"group {group}")
     refresh = _refresh(request.query.get("refresh"))
-    history = request.app[LAG]
-    user = session_of(request).user
-    history.opened(user, group, detail.total_lag)
-    lag_plot = plot(history.samples(user, group), history.clock(), history.window_s, width=1080, height=150)
+    sampler = request.app[LAG]
+    session = session_of(request)
+    # the user's request for the group succeeded: it may see the group's history (a tenant's
+    # groups are kept under their physical names)
+    physical = group if not sampler.cluster_wide else await _physical_group(session, group)
+    samples = sampler.opened(session, group, physical, detail.total_lag)
+    lag_plot = plot(samples, sampler.clock(), sampler.window_s, width=1080, height=150)
     return render(request, "group.html", group=detail, modes=RESET_MODES, refresh=refresh, lag_plot=lag_plot,
-                  interval=history.interval_s)
+                  interval=sampler.interval_s, cluster_wide=sampler.cluster_wide)
+
+
+async def _physical_group(session: Session, group: str) -> str:
+    """The physical name of the group ``session``'s user calls ``group``: with its tenant's
+    prefix (the cluster id its client sees, ``lkc-...``, asked once per session)."""
+    if session.cluster_id is None:
+        md = await session.client.metadata([])
+        session.cluster_id = md.cluster_id or ""
+    tid = session.cluster_id
+    return tenant_prefix(tid) + group if tid.startswith("lkc-") else group
 
 
 def _refresh(value: str | None) -> int | None:

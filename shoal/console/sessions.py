@@ -53,6 +53,7 @@ class Session:
     seen: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one Kafka conversation at a time
     flashes: list[tuple[str, str]] = field(default_factory=list)  # (ok|error, text) for the next page
+    cluster_id: str | None = None  # the cluster id the user's client sees (a tenant's: lkc-...), once asked
     # kept with the client for the operator's calls to the admin API as this user (HTTP Basic)
     password: str = field(default="", repr=False)
 

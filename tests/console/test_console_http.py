@@ -401,10 +401,14 @@ def test_long_lists_come_in_pages_with_a_filter(cc, alice):
 def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
     props = tmp_path / "listener.properties"
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.username=ignored\nsasl.password=ignored\n")
+    sampler = tmp_path / "sampler.properties"  # the super user the console samples every group's lag as
+    sampler.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username={ADMIN}\n"
+                       f"sasl.password={cc.password(ADMIN)}\n")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "shoal", "console", "--bootstrap-server",
                              cc.cluster.broker.sasl_bootstrap, "--command-config", str(props), "--listen",
-                             f"http://127.0.0.1:{port}", "--operator", ADMIN, "--admin-api", cc.cluster.broker.admin_url],
+                             f"http://127.0.0.1:{port}", "--operator", ADMIN, "--admin-api", cc.cluster.broker.admin_url,
+                             "--sampler-config", str(sampler), "--lag-interval", "0.3"],
                             stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -416,6 +420,10 @@ def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
         op = Browser(f"http://127.0.0.1:{port}/ui/")
         op.login(ADMIN, cc.password(ADMIN))
         assert cc.cluster.a.tenant_id in op.get("operator/tenants").text  # --admin-api, called as admin
+        # --sampler-config: the group's first visit already has a history (no one opened it here)
+        time.sleep(3)
+        plotted = re.search(r'<polyline points="([^"]+)"', b.get(f"groups/{A_GROUP}").text)
+        assert plotted and len(plotted.group(1).split()) >= 3
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
@@ -425,6 +433,11 @@ def test_shoal_console_serves_the_console_as_a_process_of_its_own(cc, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "shoal", "console", "--command-config", str(props.with_name("no")),
                           "--listen", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.startswith("shoal console: ") and len(bad.stderr.splitlines()) == 1
+    (tmp_path / "nouser.properties").write_text("security.protocol=SASL_PLAINTEXT\n")
+    bad = subprocess.run([sys.executable, "-m", "shoal", "console", "--sampler-config", str(tmp_path / "nouser.properties"),
+                          "--listen", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and bad.stderr.startswith("shoal console: --sampler-config: ")
+    assert len(bad.stderr.splitlines()) == 1
 
 
 def test_on_tls_the_cookies_are_secure(cc, tmp_path):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import http_json
@@ -25,6 +26,7 @@ from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleServer
 from tenancy_fixtures import TenantBroker, tenant_cluster
 
 TOPIC = "orders"
+LAG_INTERVAL_S = 0.3  # the mounted console samples every group's lag this often (the lag plot)
 
 
 class BasicAuthBroker(TenantBroker):
@@ -40,7 +42,9 @@ def tc(tmp_path_factory):
     tables = tmp_path_factory.mktemp("usage-tables")
     gen = tenant_cluster({"shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}",
                           "super.users": f"User:ANONYMOUS;User:{ADMIN}", "shoal.admin.authentication": "basic",
-                          "shoal.metering.tables.dir": str(tables)}, broker_class=BasicAuthBroker)
+                          "shoal.metering.tables.dir": str(tables),
+                          "shoal.console.lag.interval.ms": str(int(LAG_INTERVAL_S * 1000))},
+                         broker_class=BasicAuthBroker)
     tc = next(gen)
     tc.tables = tables
     tc.a.add_user("ann", "ann-secret", admin=True)
@@ -294,3 +298,30 @@ def test_an_admin_api_that_lets_anyone_in_is_refused_for_these_pages():
     finally:
         for _ in gen:
             pass
+
+
+def test_a_groups_lag_plot_holds_the_time_before_anyone_opened_its_page(tc):
+    """The mounted console samples every group of the cluster with the broker's own login
+    (``shoal.console.lag.interval.ms``), so the first visit to a group's page already has a
+    history; each tenant sees its own group's, although both named it the same: A's group lags
+    (committed at the start), B's does not (committed at the end)."""
+    group = "plotted-readers"
+    produce(tc.a, "alice", 3)
+    produce(tc.b, "bob", 3)
+    for t, user in ((tc.a, "alice"), (tc.b, "bob")):
+        c = Consumer({**t.conf(user), "group.id": group, "enable.auto.commit": False})
+        low, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)
+        c.commit(offsets=[TopicPartition(TOPIC, 0, low if t is tc.a else high)], asynchronous=False)
+        c.close()
+    time.sleep(10 * LAG_INTERVAL_S)  # no one opens the group's page meanwhile
+    heights = {}
+    for user, password in (("alice", tc.a.users["alice"]), ("bob", tc.b.users["bob"])):
+        page = login(tc, user, password).get(f"groups/{group}").text
+        points = re.search(r'<polyline points="([^"]+)"', page)
+        assert points, f"{user}'s first visit has no plot\n" + tc.broker.log_tail()
+        ys = {float(p.split(",")[1]) for p in points.group(1).split()}
+        assert len(points.group(1).split()) >= 3, f"{user}'s first visit: {points.group(1)}"
+        heights[user] = ys
+        assert "samples of the total lag, one every 0.3 s" in page
+    assert heights["bob"] == {150.0}  # lag 0 all along: the bottom
+    assert max(heights["alice"]) < 150.0  # A's group lags all along

@@ -1,35 +1,58 @@
-"""The lag plot's pieces without a broker: the history on an injected clock (kept an hour, per
-user and group, groups forgotten an hour after their page was last opened, at most N per user)
-and the plot's coordinates."""
+"""The lag plot's pieces without a broker: the history on an injected clock (kept an hour per
+group, a group with no sample for an hour dropped), the session sampler's watch list (per user
+and group, forgotten an hour after the page was last opened, at most N per user) and the plot's
+coordinates. The cluster sampler runs for real in tests/console/test_console_tenant_admin.py."""
 
 from __future__ import annotations
 
-from shoal.console.lag import LagHistory, _nice, plot
+from shoal.console.lag import LagHistory, SessionSampler, _nice, plot
 
 
-def test_history_keeps_an_hour_per_user_and_group():
+class _Session:
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+
+def test_history_keeps_an_hour_per_key():
     now = [0.0]
-    h = LagHistory(window_s=3600, max_groups=2, clock=lambda: now[0])
-    h.opened("alice", "g", 10)
-    assert h.watched() == [("alice", "g")]
+    h = LagHistory(window_s=3600, clock=lambda: now[0])
+    h.record("lkc-aaaaaa_g", 10)
     for lag in (8, 6, 4):
         now[0] += 1201
-        h.record("alice", "g", lag)
-    assert h.samples("alice", "g") == [(1201.0, 8), (2402.0, 6), (3603.0, 4)]  # the first is over an hour old
-    assert h.samples("bob", "g") == []
-    h.record("alice", "g", None)  # a group not there: no sample
-    assert len(h.samples("alice", "g")) == 3
-    # over an hour since its page was last opened: no longer sampled, its history dropped
-    assert h.watched() == [] and h.samples("alice", "g") == []
+        h.record("lkc-aaaaaa_g", lag)
+    assert h.samples("lkc-aaaaaa_g") == [(1201.0, 8), (2402.0, 6), (3603.0, 4)]  # the first is over an hour old
+    assert h.samples("lkc-bbbbbb_g") == []
+    h.record("lkc-aaaaaa_g", None)  # a group not there: no sample
+    assert len(h.samples("lkc-aaaaaa_g")) == 3
+    h.record("gone", 1)
+    now[0] += 3601
+    h.record("lkc-aaaaaa_g", 0)
+    h.prune()  # a group with no sample in the last hour (deleted) is dropped
+    assert len(h) == 1 and h.samples("gone") == []
 
 
-def test_at_most_max_groups_per_user():
-    h = LagHistory(max_groups=2, clock=lambda: 0.0)
+def test_the_session_sampler_keeps_an_hour_per_user_and_group():
+    now = [0.0]
+    s = SessionSampler(None, window_s=3600, max_groups=2, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert s.opened(_Session("alice"), "g", "g", 10) == [(0.0, 10)]
+    assert s.watched() == [("alice", "g")]
+    for lag in (8, 6, 4):
+        now[0] += 1201
+        s.history.record(("alice", "g"), lag)
+    assert s.history.samples(("alice", "g")) == [(1201.0, 8), (2402.0, 6), (3603.0, 4)]
+    assert s.opened(_Session("bob"), "g", "g", 1) == [(3603.0, 1)]  # per user
+    # over an hour since alice last opened it: no longer sampled, her history dropped
+    now[0] += 3601
+    assert s.watched() == [] and s.history.samples(("alice", "g")) == []
+
+
+def test_the_session_sampler_keeps_at_most_max_groups_per_user():
+    s = SessionSampler(None, max_groups=2, clock=lambda: 0.0)  # type: ignore[arg-type]
     for g in ("a", "b", "c"):
-        h.opened("alice", g, 1)
-    h.opened("bob", "a", 1)
-    assert sorted(h.watched()) == [("alice", "b"), ("alice", "c"), ("bob", "a")]
-    assert h.samples("alice", "a") == [] and h.samples("alice", "c") == [(0.0, 1)]
+        s.opened(_Session("alice"), g, g, 1)
+    s.opened(_Session("bob"), "a", "a", 1)
+    assert sorted(s.watched()) == [("alice", "b"), ("alice", "c"), ("bob", "a")]
+    assert s.history.samples(("alice", "a")) == [] and s.history.samples(("alice", "c")) == [(0.0, 1)]
 
 
 def test_plot_coordinates():
