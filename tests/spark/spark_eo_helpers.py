@@ -131,10 +131,25 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen, log: Path
         time.sleep(0.5)
 
 
-def cut_short_then_rerun(bs: str, uniq: str, tmp_path: Path, rf: int = 1) -> None:
+def cut_short_then_rerun(bs: str, uniq: str, tmp_path: Path, rf: int = 1, attempts: int = 3) -> None:
     """A UDF raises in the middle of task 1 of batch 1: PySpark ends the writer's input as if it
     were complete, so the task commits the rows it got, then fails (and the query with it). The
-    re-run of batch 1 after the restart writes only the rest of that task's rows."""
+    re-run of batch 1 after the restart writes only the rest of that task's rows.
+
+    On a loaded machine PySpark sometimes aborts the task instead (the UDF's exception reaches
+    the writer before the end of its input): nothing of the task is committed, and the re-run
+    writes it whole. That run is checked for exactly-once too, and the scenario is tried again on
+    new topics (up to ``attempts`` times) until one has the early commit this test is about."""
+    for attempt in range(attempts):
+        if _cut_short_once(bs, f"{uniq}-{attempt}", tmp_path / f"attempt{attempt}", rf):
+            return
+    raise AssertionError(f"no early commit to test in {attempts} attempts (PySpark aborted the task each time)")
+
+
+def _cut_short_once(bs: str, uniq: str, tmp_path: Path, rf: int) -> bool:
+    """One run of :func:`cut_short_then_rerun`'s scenario, its output checked exactly-once either
+    way; whether the failing task committed early (the case under test)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     src, out, names = pipeline_topics(bs, uniq, rf)
     ckpt, flag, log = tmp_path / "ckpt", tmp_path / "failing", tmp_path / "job.log"
     job = start_job(bs, src, out, ckpt, log, "r701", str(flag), "raise")
@@ -146,12 +161,16 @@ def cut_short_then_rerun(bs: str, uniq: str, tmp_path: Path, rf: int = 1) -> Non
     query_id = json.loads(next((ckpt / "metadata").open()))["id"]
     tasks = TaskCommitLog({"bootstrap.servers": bs}, task_log_topic(None, query_id), poll_timeout_ms=20_000)
     cut = [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)]
-    assert len(cut) == 1 and cut[0][0] == 0 and 0 < cut[0][1] < 200, f"no early commit to test: {cut}"
+    assert cut == [] or (len(cut) == 1 and cut[0][0] == 0 and 0 < cut[0][1] < 200), cut
     early = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
-    assert early[b"r401"] == 1 and early[b"r701"] == 0  # committed: the rows before the failure
+    assert early[b"r701"] == 0  # the row the UDF failed on
+    if cut:
+        assert early[b"r401"] == 1  # committed: the rows before the failure
 
     run_to_end(bs, src, out, ckpt, log)
     committed = Counter(name(m) for m in view(bs, out, 3, "read_committed"))
     assert committed == Counter(names), {v: n for v, n in committed.items() if n != 1}
-    n = cut[0][1]
-    assert [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)] == [(0, n), (n, 200 - n)]
+    if cut:
+        n = cut[0][1]
+        assert [(d["firstRow"], d["records"]) for d in tasks.find(1, 1)] == [(0, n), (n, 200 - n)]
+    return bool(cut)
