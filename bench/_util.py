@@ -290,3 +290,25 @@ class RingLog:
 
     def clear(self) -> None:
         self.lines.clear()
+
+
+def flat_out(producer, topic: str, seconds: float, size: int) -> tuple[int, float]:
+    """(records acknowledged, seconds): ``producer`` (a confluent-kafka Producer, its settings the
+    caller's) produces ``size``-byte records to ``topic`` as fast as it takes them for ``seconds``,
+    then flushes (at most 120 s)."""
+    value = b"x" * size
+    acked = [0]
+
+    def done(err, _msg) -> None:
+        if err is None:
+            acked[0] += 1
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        try:
+            producer.produce(topic, value, on_delivery=done)
+        except BufferError:
+            producer.poll(0.001)
+        producer.poll(0)
+    producer.flush(120)
+    return acked[0], time.perf_counter() - start

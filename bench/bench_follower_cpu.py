@@ -49,6 +49,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE.parent / "tests" / "e2e"), str(HERE)]
 
+import _util  # noqa: E402
 from _util import CLK_TCK, _read_stat, percentile  # noqa: E402
 from broker_process import free_port  # noqa: E402
 from cluster_harness import Cluster, until  # noqa: E402
@@ -99,25 +100,10 @@ def flat_out(bootstrap: str, topic: str, seconds: float, size: int, settings: di
 
     p = Producer({"bootstrap.servers": bootstrap, "log_level": 2, **settings})
     p.list_topics(topic, timeout=30)
-    value = b"x" * size
-    acked = [0]
-
-    def done(err, _msg) -> None:
-        if err is None:
-            acked[0] += 1
-
     for _ in range(100):  # connections and the producer id before the clock starts
-        p.produce(topic, value)
+        p.produce(topic, b"x" * size)
     p.flush(30)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        try:
-            p.produce(topic, value, on_delivery=done)
-        except BufferError:
-            p.poll(0.001)
-        p.poll(0)
-    p.flush(120)
-    return acked[0], time.perf_counter() - start
+    return _util.flat_out(p, topic, seconds, size)
 
 
 def cpu_round(c: Cluster, topic: str, seconds: float, size: int, settings: dict[str, Any],

@@ -55,6 +55,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE.parent / "tests" / "e2e"), str(HERE)]
 
+import _util  # noqa: E402
 from broker_process import BrokerProcess  # noqa: E402
 from cluster_harness import Cluster, until  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
@@ -215,22 +216,8 @@ def one_at_a_time(bootstrap: str, topic: str, count: int, size: int,
 def flat_out(bootstrap: str, topic: str, seconds: float, size: int) -> float:
     p = producer(bootstrap, **{"linger.ms": 5})
     p.list_topics(topic, timeout=30)
-    value = b"x" * size
-    acked = [0]
-
-    def done(err, _msg) -> None:
-        if err is None:
-            acked[0] += 1
-
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        try:
-            p.produce(topic, value, on_delivery=done)
-        except BufferError:
-            p.poll(0.001)
-        p.poll(0)
-    p.flush(120)
-    return acked[0] / (time.perf_counter() - start)
+    acked, wall = _util.flat_out(p, topic, seconds, size)
+    return acked / wall
 
 
 class Load:
