@@ -102,6 +102,32 @@ def _produce(p: Producer, topic: str, n: int, payload: bytes, partitions: int, o
             p.poll(0)
 
 
+def _sender(stats: list[str], topic: str, elapsed: float) -> dict | None:
+    """What librdkafka's statistics say of its sending: Produce requests to the partitions' leader,
+    the time between them over the run, its round trip (from sending a request to its answer) and
+    how long records waited in its queue: medians of the p50s of its 100-ms windows that saw any.
+    A sender that waits between requests while the round trip is short and records queue is held
+    up in the client, not the broker."""
+    if not stats:
+        return None
+    windows = []
+    for js in stats:
+        st = json.loads(js)
+        brokers = [b for b in st["brokers"].values() if b.get("nodeid", -1) >= 0 and b["req"].get("Produce")]
+        if brokers:
+            windows.append((max(brokers, key=lambda x: x["req"]["Produce"]), st))
+    if not windows:
+        return None
+    last, st = windows[-1]
+    n = last["req"]["Produce"]
+    rtt = [b["rtt"]["p50"] for b, _ in windows if b["rtt"]["cnt"]]
+    queued = [b["int_latency"]["p50"] for b, _ in windows if b["int_latency"]["cnt"]]
+    return {"produce_requests": n, "ms_between": elapsed * 1000 / n,
+            "rtt_p50_ms": statistics.median(rtt) / 1000 if rtt else None,
+            "queue_p50_ms": statistics.median(queued) / 1000 if queued else None,
+            "batch_records": st["topics"].get(topic, {}).get("batchcnt", {}).get("avg")}
+
+
 # -- the consumer alongside: a child process (its Python loop must not share the producer's GIL) --
 
 def consume_child(bootstrap: str, topic: str, partitions: int, n: int, isolation: str, timeout_s: float) -> int:
@@ -175,7 +201,13 @@ class Alongside:
 def run_produce(broker, mode: str, topic: str, args) -> dict:
     name, idempotent, txn_size = parse_mode(mode)
     tid = f"bench-txn-{uuid.uuid4().hex[:8]}" if txn_size else None
-    p = Producer(producer_conf(broker.bootstrap, args, tid, idempotent))
+    stats: list[str] = []  # librdkafka's own statistics (its round trips and requests), every 100 ms
+
+    def keep(js: str) -> None:
+        stats.append(js)
+
+    p = Producer({**producer_conf(broker.bootstrap, args, tid, idempotent), "statistics.interval.ms": 100,
+                  "stats_cb": keep})
     p.list_topics(topic, timeout=10)  # connection and metadata outside the window
     if tid:
         p.init_transactions(30)
@@ -212,13 +244,15 @@ def run_produce(broker, mode: str, topic: str, args) -> dict:
     produced_wall = time.time()
     cpu, ccpu = broker.cpu() - cpu0, client_cpu() - ccpu0
     p.flush(5)
+    p.poll(0.25)  # the statistics of the whole run
+    sender = _sender(stats, topic, elapsed)
     consumed = alongside.result(t0_wall, produced_wall, 300) if alongside is not None else None
     return {"mode": name, "topic": topic, "records": args.messages, "acked": ok, "errors": errors,
             "transactions": transactions, "seconds": elapsed, "msgs_s": ok / elapsed,
             "mb_s": ok * SIZE / MB / elapsed, "broker_cpu_us_per_record": cpu * 1e6 / max(ok, 1),
             "client_cpu_s": ccpu,
             "commit_ms_median": statistics.median(commits) * 1000 if commits else None,
-            "consumer": consumed,
+            "consumer": consumed, "sender": sender,
             "ok": ok == args.messages and errors == 0
             and (consumed is None or (consumed["records"] == args.messages and not consumed.get("errors")))}
 
@@ -409,6 +443,10 @@ def main(argv=None) -> int:
                     if c:
                         extra += (f"; read_committed {c['msgs_s']:,.0f} msg/s, lag p50 {_fmt_ms(c['lag_p50_ms'])} "
                                   f"p99 {_fmt_ms(c['lag_p99_ms'])} ms, last record +{_fmt_ms(c['after_producer_ms'])} ms")
+                    if res["sender"]:
+                        sd = res["sender"]
+                        extra += (f"; librdkafka: {sd['produce_requests']} Produce, one per {sd['ms_between']:.1f} ms, "
+                                  f"round trip p50 {_fmt_ms(sd['rtt_p50_ms'])} ms, queued p50 {_fmt_ms(sd['queue_p50_ms'])} ms")
                     print(f"  round {r + 1} {mode:10s} {res['msgs_s']:9,.0f} msg/s {res['mb_s']:6.1f} MB/s "
                           f"{res['broker_cpu_us_per_record']:5.1f} µs broker CPU/record ({res['seconds']:.1f} s{extra})"
                           f"{'' if res['ok'] else ' NOT OK'}", flush=True)
