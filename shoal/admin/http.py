@@ -202,18 +202,19 @@ class _ProtocolLog(logging.LoggerAdapter):
     closes) as one rate-limited warning naming the client and the problem, no traceback: a client
     sending garbage fills no log."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "HTTP admin API") -> None:
         from shoal.logutil import RateLimitedLog
 
         super().__init__(log, {})
+        self.what = what
         self._lines = RateLimitedLog(log)
 
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else None
         text = str(getattr(exc, "message", exc) or "").strip()
         what = text.splitlines()[0].rstrip(":") if text else type(exc).__name__
-        self._lines.log(logging.WARNING, ("protocol", type(exc).__name__), "HTTP admin API: %s: %s",
-                        str(msg) % args if args else msg, what)
+        self._lines.log(logging.WARNING, ("protocol", type(exc).__name__), "%s: %s: %s",
+                        self.what, str(msg) % args if args else msg, what)
 
 
 class AdminHttpServer:

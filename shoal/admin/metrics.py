@@ -38,18 +38,18 @@ Labels are Kafka's metric tags: ``user``/``client_id`` are "" where the quota's 
 physical view. Series exist only for live sensors: a client idle for
 ``shoal.quota.sensor.expiration.ms`` disappears, which bounds the label sets. While the endpoint
 is on, usage is recorded even without quotas. Samples are taken on the event loop (sensors are not
-thread-safe), so no prometheus_client HTTP thread is used: a small asyncio server answers.
+thread-safe), so no prometheus_client HTTP thread is used: an aiohttp application on the broker's
+own loop answers (keep-alive, as the admin API).
 Throttle times are 0 (not NaN) while nothing was throttled in the window.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
@@ -82,7 +82,6 @@ class MetricsHost(CollectorHost, GuardHost, Protocol):
     def config(self) -> "BrokerConfig": ...
 
 MAX_HEADER_BYTES = 16 * 1024
-READ_TIMEOUT_S = 10.0
 
 
 def _base(qtype: QuotaType) -> str:
@@ -262,7 +261,9 @@ def _loopback(host: str) -> bool:
 
 
 class MetricsHttpServer:
-    """``GET /metrics`` over HTTP/1.1, one request per connection.
+    """``GET /metrics`` (and ``/``) on aiohttp, as the admin API (``shoal.admin.http``): HTTP/1.1
+    keep-alive, so a Prometheus server scrapes over one connection; any other path 404, another
+    method 405.
 
     Every series names tenants and client ids, so the endpoint is loopback-only unless
     ``shoal.metrics.listener`` names another address, and with ``shoal.metrics.authentication``
@@ -278,16 +279,28 @@ class MetricsHttpServer:
         self.host, self.port = parse_metrics_listener(listener)
         self.auth = HttpAuth(broker.metadata, lambda: broker.config, backoff=_backoff(broker),
                              mode_config="shoal.metrics.authentication")
-        self._server: asyncio.base_events.Server | None = None
+        self.app = web.Application(middlewares=[self._middleware])
+        for path in ("/metrics", "/"):
+            self.app.router.add_route("*", path, self._metrics)
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
+        from shoal.admin.http import KEEPALIVE_S, SHUTDOWN_S, _ProtocolLog
         from shoal.observability.loop import LoopLagProbe
 
         self.broker.quotas.set_record_usage(True)
         self.broker.loop_lag = LoopLagProbe(self.broker.clock)
         self.broker.loop_lag.start()
-        self._server = await asyncio.start_server(self._on_connection, self.host, self.port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_S,
+                                     shutdown_timeout=SHUTDOWN_S, logger=_ProtocolLog("metrics endpoint"))
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, self.host, self.port, reuse_address=True).start()
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        self.port = self._runner.addresses[0][1]
         log.info("Prometheus metrics on http://%s:%d/metrics (authentication: %s)", self.host, self.port,
                  self.auth.mode)
         if self.auth.mode == "none" and not _loopback(self.host):
@@ -299,51 +312,35 @@ class MetricsHttpServer:
         probe = getattr(self.broker, "loop_lag", None)
         if probe is not None:
             await probe.stop()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    @staticmethod
+    def _text(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+        return web.Response(status=status, text=text, headers=headers)
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Authentication first (as before any path or method check), then the route; aiohttp's
+        own refusals as plain text."""
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            lines = head.decode("latin-1").split("\r\n")
-            parts = lines[0].split()
-            headers = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            peer = writer.get_extra_info("peername")
-            try:
-                await self.auth.check_super_user(headers, f"{peer[0]}:{peer[1]}" if peer else "?")
-            except AuthError as e:
-                status, ctype, body = f"{e.status} {HTTPStatus(e.status).phrase}", "text/plain", f"{e.message}\n".encode()
-            else:
-                status, ctype, body = self._answer(parts)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            writer.close()
-            return
+            await self.auth.check_super_user(request.headers, f"{peer[0]}:{peer[1]}" if peer else "?")
+        except AuthError as e:
+            auth = {"WWW-Authenticate": 'Basic realm="shoal"'} if e.status == 401 else None
+            return self._text(e.status, f"{e.message}\n", auth)
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            return self._text(404, "not found: try /metrics\n")
+        except web.HTTPException as e:
+            return self._text(e.status, f"{e.reason.lower()}\n")
         except Exception:
             log.exception("metrics request failed")
-            status, ctype, body = "500 Internal Server Error", "text/plain", b"internal error\n"
-        auth = 'WWW-Authenticate: Basic realm="shoal"\r\n' if status.startswith("401") else ""
-        head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                    f"{auth}Connection: close\r\n\r\n").encode("latin-1")
-        try:
-            writer.write(head_out + body)
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+            return self._text(500, "internal error\n")
 
-    def _answer(self, parts: list[str]) -> tuple[str, str, Any]:
-        if len(parts) != 3:
-            return "400 Bad Request", "text/plain", b"bad request\n"
-        method, target, _version = parts
-        if target.split("?", 1)[0] not in ("/metrics", "/"):
-            return "404 Not Found", "text/plain", b"not found: try /metrics\n"
-        if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"GET only\n"
-        return "200 OK", CONTENT_TYPE_LATEST, render(self.broker)
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            return self._text(405, "GET only\n", {"Allow": "GET"})
+        return web.Response(body=render(self.broker), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -386,6 +386,26 @@ def test_metrics_loopback_and_super_users_only(hard):
     assert metrics_text(hard, auth=("op", "wrong"))[0] == 401
     status, text = metrics_text(hard)
     assert status == 200 and "shoal_login_failures" in text
+    # one keep-alive connection, as a Prometheus server scrapes: 401 (with the Basic challenge),
+    # then two scrapes, a wrong path and a wrong method, all answered on it
+    import base64
+    import http.client
+
+    port = int(hard.metrics_url.split(":")[2].split("/")[0])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    basic = {"Authorization": "Basic " + base64.b64encode(b"op:op-secret").decode()}
+    answers, sockets = [], []
+    for method, path, headers in (("GET", "/metrics", {}), ("GET", "/metrics", basic), ("GET", "/metrics", basic),
+                                  ("GET", "/nope", basic), ("POST", "/metrics", basic)):
+        conn.request(method, path, headers=headers)
+        sockets.append(conn.sock)  # http.client opens a new one after an answer that closed the last
+        r = conn.getresponse()
+        answers.append((r.status, r.getheader("WWW-Authenticate"), r.read()))
+    conn.close()
+    assert all(s is sockets[0] for s in sockets)  # one connection
+    assert [a[0] for a in answers] == [401, 200, 200, 404, 405]
+    assert answers[0][1] == 'Basic realm="shoal"' and b"shoal_login_failures" in answers[2][2]
+    assert answers[3][2] == b"not found: try /metrics\n" and answers[4][2] == b"GET only\n"
     assert f"Prometheus metrics on http://127.0.0.1:{hard.metrics_url.split(':')[2].split('/')[0]}" in hard.log()
     other = _non_loopback_address()
     if other is not None:  # the machine has another address: the endpoint is not on it
