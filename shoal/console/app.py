@@ -25,6 +25,7 @@ from aiohttp import web
 
 from shoal.asyncutil import cancel_and_wait
 from shoal.client import ConnectionLost, KafkaError
+from shoal.console import tenant_admin
 from shoal.console.common import (FORCE_SECURE, LAG, SESSION, SESSIONS, TEMPLATES, Handler, base_path, form, package_dir,
                                   redirect, render, session_of, url, why)
 from shoal.console.lag import ClusterSampler, SessionSampler
@@ -100,6 +101,7 @@ async def sessions_and_csrf(request: web.Request, handler: Handler) -> web.Strea
             raise web.HTTPForbidden(text="403: missing or wrong CSRF token\n")
     try:
         async with session.lock:
+            await tenant_admin.administers(request)  # the nav's links: asked once a session
             return await handler(request)
     except ConnectionLost:
         # The session's Kafka client lost its broker: log in again (a new client).

@@ -56,6 +56,12 @@ class Session:
     cluster_id: str | None = None  # the cluster id the user's client sees (a tenant's: lkc-...), once asked
     # kept with the client for the operator's calls to the admin API as this user (HTTP Basic)
     password: str = field(default="", repr=False)
+    # Whether the user administers its tenant, so the nav shows the usage, users and namespaces
+    # pages (shoal.console.tenant_admin.administers): None until the first page of the session
+    # asks; an answer the admin API could not give (unreachable) is asked again after
+    # ``tenant_admin_until`` (a monotonic time), a real one holds for the session.
+    tenant_admin: bool | None = None
+    tenant_admin_until: float = float("inf")
 
     def csrf_ok(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.csrf.encode(), (token or "").encode())

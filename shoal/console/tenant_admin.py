@@ -80,6 +80,35 @@ async def tenant_id(request: web.Request) -> str | None:
     return md.cluster_id if md.cluster_id and md.cluster_id.startswith("lkc-") else None
 
 
+async def administers(request: web.Request) -> bool:
+    """Whether the session's user administers its tenant: the nav shows it the usage, users and
+    namespaces pages, which the admin API answers for a tenant's administrators only (403 for its
+    other users; the pages keep refusing them by URL). Asked once a session, on its first page:
+    the admin API's answer to ``GET /v1/tenants/{id}`` as the user, whichever ``AdminApi`` the
+    console has (in process: ``HttpAuth.authorize`` reads the metadata's tenant administrators;
+    over HTTP: the admin API checks the user's password and its rights), so the nav says what the
+    pages will do. An answer the admin API could not give (unreachable, none configured, or one
+    that lets anyone in) hides the links too, and is asked again after ``PROBE_S``. The operator
+    sees the tenants' pages on its own Tenants page, not these."""
+    session = session_of(request)
+    if session.operator:
+        return False
+    now = time.monotonic()
+    if session.tenant_admin is not None and now < session.tenant_admin_until:
+        return session.tenant_admin
+    tid = await tenant_id(request)
+    answer, until = False, float("inf")
+    if tid is not None:
+        try:
+            await admin_call(request, "GET", f"/v1/tenants/{tid}")
+            answer = True
+        except AdminApiError as e:
+            if e.status not in (401, 403, 404):
+                until = now + PROBE_S
+    session.tenant_admin, session.tenant_admin_until = answer, until
+    return answer
+
+
 async def _tenant_or_page(request: web.Request, template: str, **context: Any) -> str | web.Response:
     tid = await tenant_id(request)
     if tid is None:

@@ -194,6 +194,33 @@ def test_the_metering_tables_win_over_the_live_counters(tc):
     assert "36.0000" not in page and "99" not in fact(page, "throttled-requests")
 
 
+ADMIN_LINKS = ("/ui/usage", "/ui/users", "/ui/namespaces")
+
+
+def nav_links(page: str) -> set[str]:
+    """The console pages the nav links to."""
+    nav = re.search(r"<nav>.*?</nav>", page, re.S)
+    assert nav, page
+    return set(re.findall(r'href="([^"]+)"', nav.group(0)))
+
+
+def test_the_nav_shows_the_tenants_pages_to_its_administrators_only(tc):
+    """Decided once a session (the admin API's answer as the user): a plain user of the tenant sees
+    no Usage, Users or Namespaces in the nav on any page, its administrator does; the pages still
+    refuse the plain user by URL, and the operator (its Tenants page) sees none of them either."""
+    alice, ann = login(tc, "alice", tc.a.users["alice"]), login(tc, "ann", "ann-secret")
+    for page in ("topics", "groups", "acls", "usage"):
+        r = alice.get(page)
+        assert not nav_links(r.text) & set(ADMIN_LINKS), (page, nav_links(r.text))
+        assert "/ui/topics" in nav_links(r.text)
+        assert set(ADMIN_LINKS) <= nav_links(ann.get(page).text), page
+    for page in ("usage", "users", "namespaces"):
+        assert alice.get(page).status_code == 403
+    op = Browser(tc.broker.admin_url + "/ui/")
+    op.login(ADMIN, ADMIN_PASSWORD)
+    assert not nav_links(op.get("topics").text) & set(ADMIN_LINKS)
+
+
 def test_a_tenant_administrator_manages_the_tenants_users(tc):
     a = tc.a
     ann = login(tc, "ann", "ann-secret")
@@ -274,6 +301,9 @@ def test_shoal_console_calls_the_admin_api_over_http_as_the_user(tc):
         assert f'title="{api["bytes_in"]:,} bytes"' in page.text
         assert "alice" in ann.get("users").text and "alice" not in ben.get("users").text
         assert alice.get("usage").status_code == 403 and alice.get("users").status_code == 403
+        # the nav, decided over HTTP as the user: the administrator's links only
+        assert set(ADMIN_LINKS) <= nav_links(ann.get("topics").text)
+        assert not nav_links(alice.get("topics").text) & set(ADMIN_LINKS)
     finally:
         server.stop()
 
@@ -293,6 +323,7 @@ def test_an_admin_api_that_lets_anyone_in_is_refused_for_these_pages():
                 r = alice.get(page)
                 assert r.status_code == 502 and "shoal.admin.authentication=basic" in r.text
                 assert cluster.a.tenant_id not in r.text.split('id="refused"')[1]
+            assert not nav_links(alice.get("topics").text) & set(ADMIN_LINKS)  # pages that cannot work
         finally:
             server.stop()
     finally:
