@@ -71,7 +71,10 @@ async def _tenants_page(request: web.Request, error: str | None = None, values: 
             error = error or f"The admin API refused: {e.status or 'no answer'}: {e.message}"
     pager, shown = paginate(request, [r.tenant_id + " " + r.display_name for r in rows])
     by_key = {r.tenant_id + " " + r.display_name: r for r in rows}
-    return render(request, "operator_tenants.html", status=status, rows=[by_key[k] for k in shown], pager=pager,
+    page = [by_key[k] for k in shown]
+    if admin is not None:  # this month's usage and cost of the tenants shown (not of every tenant)
+        await data.tenant_usages(admin, *_as_user(request), page)
+    return render(request, "operator_tenants.html", status=status, rows=page, pager=pager,
                   error=error, load_error=load_error, throttle_note=throttle_note, values=values or {},
                   sub="tenants")
 

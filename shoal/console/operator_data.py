@@ -355,6 +355,9 @@ class TenantRow:
     topics: int = 0
     top: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, bytes in/s, bytes out/s)
     throttle: dict[str, float] = field(default_factory=dict)  # produce|fetch -> the longest throttle now (ms)
+    # this month's usage and cost: GET /v1/tenants/{id}/usage's answer (tenant_usages), or why not
+    usage: dict[str, Any] | None = None
+    usage_error: str | None = None
 
 
 def tenant_of(topic: str) -> tuple[str, str] | None:
@@ -483,6 +486,28 @@ async def tenants_view(client: AdminClient, admin: AdminApi, user: str,
         row.top = sorted(row.top, key=lambda t: (-(t[1] + t[2]), t[0]))[:3]
         row.throttle = throttles.get(row.tenant_id, {})
     return list(rows.values()), load_error, throttle_note
+
+
+USAGE_CALLS = 16  # GET /v1/tenants/{id}/usage calls in flight at once for a page of tenants
+
+
+async def tenant_usages(admin: AdminApi, user: str, password: str, rows: Iterable[TenantRow]) -> None:
+    """Each row's usage this month, from ``GET /v1/tenants/{id}/usage`` as the operator: the
+    metering tables when the pipeline has written them (the bill's cost too), else the answering
+    broker's live counters. One call per tenant of the page shown (the page bounds them; each
+    may read a month of Parquet tables on a thread of the broker), at most ``USAGE_CALLS`` at a
+    time; a refused call leaves the row its reason."""
+    gate = asyncio.Semaphore(USAGE_CALLS)
+
+    async def one(row: TenantRow) -> None:
+        async with gate:
+            try:
+                row.usage = await admin.call(user, password, "GET",
+                                             f"/v1/tenants/{quote(row.tenant_id, safe='')}/usage")
+            except AdminApiError as e:
+                row.usage_error = f"{e.status or 'no answer'}: {e.message}"
+
+    await asyncio.gather(*(one(r) for r in rows))
 
 
 async def create_tenant(admin: AdminApi, user: str, password: str, display_name: str, admin_user: str,

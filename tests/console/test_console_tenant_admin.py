@@ -158,6 +158,35 @@ def test_the_tenants_quotas_and_how_often_it_was_throttled(tc):
     assert 'id="no-quotas"' in page_a and fact(page_a, "throttled-requests") == "0" and b.tenant_id not in page_a
 
 
+def operator_row(tc, tenant) -> str:
+    """The tenant's row on the operator's Tenants page of the console the broker serves."""
+    op = Browser(tc.broker.admin_url + "/ui/")
+    op.login(ADMIN, ADMIN_PASSWORD)
+    r = op.get("operator/tenants")
+    assert r.status_code == 200, r.text[-1500:]
+    return r.text.split(f'data-tenant="{tenant.tenant_id}"')[1].split("</tr>")[0]
+
+
+def month_fact(row: str, cls: str) -> str:
+    m = re.search(rf'class="{cls}"(?: title="([^"]*)")?>([^<]*)<', row)
+    assert m, (cls, row)
+    return m.group(1) or m.group(2)
+
+
+def test_the_operators_tenants_page_shows_each_tenants_usage_this_month(tc):
+    """GET /v1/tenants/{id}/usage for each tenant on the page: before the pipeline has run, the
+    broker's live counters (no cost); the tables' numbers and bill once written (the next test)."""
+    a, b = tc.a, tc.b
+    for t in (a, b):
+        got = usage(tc, t, ADMIN, ADMIN_PASSWORD)[1]
+        row = operator_row(tc, t)
+        assert got["source"] == "live" and "live: broker" in month_fact(row, "muted month-source"), row
+        assert month_fact(row, "month-in") == f"{got['usage']['bytes_in']:,} bytes"
+        assert month_fact(row, "month-stored") == f"{got['usage']['storage_bytes']:,} bytes"
+        assert "not priced yet" in row and 'class="month-cost"' not in row
+    assert month_fact(operator_row(tc, a), "month-in") != month_fact(operator_row(tc, b), "month-in")
+
+
 def test_the_metering_tables_win_over_the_live_counters(tc):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -192,6 +221,12 @@ def test_the_metering_tables_win_over_the_live_counters(tc):
     page = login(tc, "ann", "ann-secret").get("usage").text
     assert fact(page, "bill-total") == "0.5900" and fact(page, "throttled-requests") == "7"
     assert "36.0000" not in page and "99" not in fact(page, "throttled-requests")
+    # the operator's Tenants page: each tenant's month from the tables, its bill's cost
+    row_a, row_b = operator_row(tc, a), operator_row(tc, b)
+    assert month_fact(row_a, "muted month-source") == "metering tables"
+    assert month_fact(row_a, "month-in") == "2,500,000,000 bytes" and month_fact(row_a, "month-cost") == "0.5900 USD"
+    assert month_fact(row_a, "month-stored") == "0.5000 GB-months"
+    assert month_fact(row_b, "month-cost") == "36.0000 USD"
 
 
 ADMIN_LINKS = ("/ui/usage", "/ui/users", "/ui/namespaces")
