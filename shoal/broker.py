@@ -482,35 +482,56 @@ class Broker:
 
     def _mount_console(self) -> None:
         """The Shoal Console (shoal.console) under /ui/ on the admin listener, logging each user in
-        to this broker's SASL_PLAINTEXT listener with SCRAM (shoal.console.listener, else the first
-        one), behind the login backoff its listeners share; the super users get its operator pages, which
-        call this admin API's own handlers in process."""
+        to one of this broker's SASL listeners with SCRAM (shoal.console.listener, else the first
+        SASL_PLAINTEXT one, else the first SASL_SSL one), behind the login backoff its listeners
+        share; the super users get its operator pages, which call this admin API's own handlers in
+        process. Over SASL_SSL the console's clients check the listener's certificate against its
+        own truststore and, unless ssl.endpoint.identification.algorithm is empty, for the
+        listener's advertised host name (on a wildcard address they connect to 127.0.0.1, still
+        checking that name); without a truststore the console is not served (one log line)."""
         if not self.config.get("shoal.console.enable"):
             return
         from shoal.auth import shared_backoff
         from shoal.console import console_app
         from shoal.console.operator_data import InProcessAdminApi
+        from shoal.net.interbroker import listener_tls_client
         from shoal.tenancy.scope import super_users
 
         wanted = self.static_config.get("shoal.console.listener")
+        candidates = []
         for listener in self.listeners:
             sec = self.listener_security[listener.name]
             scram = [m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256") if m in sec.sasl_mechanisms]
-            if sec.protocol == "SASL_PLAINTEXT" and scram and wanted in (None, listener.name):
-                host = "127.0.0.1" if listener.host in ("", "0.0.0.0", "::") else listener.host
-                self.admin_http.mount("/ui", console_app(
-                    f"{host}:{listener.port}", {"security.protocol": "SASL_PLAINTEXT"}, mechanism=scram[0],
-                    is_operator=lambda user: f"User:{user}" in super_users(self.config),
-                    backoff=shared_backoff(self.listener_security),
-                    force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies")),
-                    admin_api=InProcessAdminApi(self.admin_http),  # the operator pages' tenants, load, balancer
-                    lag_client=self._console_lag_client,
-                    lag_interval_s=int(self.config.get("shoal.console.lag.interval.ms")) / 1000))
-                log.info("Shoal Console on %s/ui/ (users log in through listener %s)",
-                         self.static_config.get("shoal.admin.listener").rstrip("/"), listener.name)
-                return
-        log.info("Shoal Console not served: %s", f"listener {wanted} is no SASL_PLAINTEXT listener with SCRAM"
-                 if wanted else "no SASL_PLAINTEXT listener with SCRAM for it to log users in through")
+            if sec.protocol in ("SASL_PLAINTEXT", "SASL_SSL") and scram and wanted in (None, listener.name):
+                candidates.append((sec.protocol != "SASL_PLAINTEXT", listener, sec.protocol, scram[0]))
+        why = (f"listener {wanted} is no SASL_PLAINTEXT or SASL_SSL listener with SCRAM" if wanted else
+               "no SASL_PLAINTEXT or SASL_SSL listener with SCRAM for it to log users in through")
+        for _tls, listener, protocol, mechanism in sorted(candidates, key=lambda c: c[0]):  # SASL_PLAINTEXT first
+            host = "127.0.0.1" if listener.host in ("", "0.0.0.0", "::") else listener.host
+            bootstrap, props, resolve = f"{host}:{listener.port}", {"security.protocol": protocol}, {}
+            if protocol == "SASL_SSL":
+                tls = listener_tls_client(self.static_config, listener.name)
+                if tls is None:
+                    why = (f"listener {listener.name} is SASL_SSL without an ssl.truststore.location for the "
+                           "console's clients to check its certificate with")
+                    continue
+                props.update(tls)
+                name, port = self._broker_info().endpoint(listener.name)  # the advertised name and port
+                bootstrap = f"{name}:{port}"
+                if (name, port) != (host, listener.port):
+                    resolve[bootstrap] = f"{host}:{listener.port}"
+            self.admin_http.mount("/ui", console_app(
+                bootstrap, props, mechanism=mechanism,
+                is_operator=lambda user: f"User:{user}" in super_users(self.config),
+                backoff=shared_backoff(self.listener_security),
+                force_secure_cookies=bool(self.config.get("shoal.console.secure.cookies")),
+                admin_api=InProcessAdminApi(self.admin_http), resolve=resolve,  # the operator pages' API
+                lag_client=self._console_lag_client,  # every group's lag, for the plot
+                lag_interval_s=int(self.config.get("shoal.console.lag.interval.ms")) / 1000))
+            log.info("Shoal Console on %s/ui/ (users log in through listener %s, %s)",
+                     self.static_config.get("shoal.admin.listener").rstrip("/"), listener.name, protocol)
+            return
+        log.info("Shoal Console not served: %s", why)
 
     def _console_lag_client(self) -> Any:
         """The console's own Kafka client for its lag plot (every group, sampled cluster-wide):

@@ -805,9 +805,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            "Shoal: http://HOST:PORT of the HTTP admin API (tenants and their users, JSON; OpenAPI at "
            "/openapi.json). Unset: no admin API. See shoal.admin.authentication."),
         _d("shoal.console.listener", "string", None,
-           "Shoal: the listener (a SASL_PLAINTEXT one offering SCRAM) through which the Shoal Console, "
-           "served under /ui/ on shoal.admin.listener, logs each user in; unset: the first such listener. "
-           "With none, or shoal.console.enable=false, the console is not served (docs/console.md)."),
+           "Shoal: the listener (a SASL_PLAINTEXT or SASL_SSL one offering SCRAM) through which the Shoal "
+           "Console, served under /ui/ on shoal.admin.listener, logs each user in; unset: the first "
+           "SASL_PLAINTEXT such listener, else the first SASL_SSL one (its clients trust the listener's "
+           "ssl.truststore.location and check its advertised host name). With none, or "
+           "shoal.console.enable=false, the console is not served (docs/console.md)."),
         _d("shoal.console.enable", "boolean", True,
            "Shoal: serve the Shoal Console under /ui/ on shoal.admin.listener (see shoal.console.listener)."),
         _d("shoal.console.lag.interval.ms", "int", 30000,

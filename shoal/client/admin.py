@@ -324,11 +324,16 @@ class AdminClient:
         client_id: str = "shoal-cli",
         timeout: float = 30,
         security: ClientSecurity | None = None,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
         self.security = security or ClientSecurity()
         self.bootstrap = [_split_hostport(a) for a in bootstrap.split(",") if a.strip()]
         if not self.bootstrap:
             raise ValueError("empty bootstrap address")
+        # "host:port" -> the "host:port" to connect to instead, TLS still checking the first
+        # host's name (curl's --resolve): the console on a broker reaches its own wildcard
+        # SASL_SSL listener on 127.0.0.1 while checking the certificate for the advertised name
+        self.resolve = {_split_hostport(k): _split_hostport(v) for k, v in (resolve or {}).items()}
         self.client_id = client_id
         self.timeout = timeout
         self._main: Connection | None = None
@@ -346,7 +351,7 @@ class AdminClient:
     async def connect(self) -> None:
         errors = []
         for host, port in self.bootstrap:
-            conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
+            conn = self._connection(host, port)
             try:
                 await conn.open()
             except ConnectionLost as e:
@@ -359,6 +364,10 @@ class AdminClient:
             self._main = conn
             return
         raise ConnectionLost("; ".join(errors))
+
+    def _connection(self, host: str, port: int) -> Connection:
+        return Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS,
+                          address=self.resolve.get((host, port)))
 
     async def close(self) -> None:
         conns = [c for c in (self._main, *self._nodes.values()) if c is not None]
@@ -395,7 +404,7 @@ class AdminClient:
             main = self._conn()
             if (host, port) == (main.host, main.port):
                 return main
-            conn = Connection(host, port, self.client_id, self.timeout, self.security, _DECODERS)
+            conn = self._connection(host, port)
             try:
                 await conn.open()
             except BaseException:  # its reader may be running: a failed login, a cancelled request

@@ -177,7 +177,8 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
                 is_operator: Callable[[str], bool] = lambda user: False, backoff: Any = None,
                 force_secure_cookies: bool = False, sessions: Sessions | None = None,
                 lag_interval_s: float = 30.0, admin_api: Any = None,
-                lag_client: Callable[[], Any] | None = None) -> web.Application:
+                lag_client: Callable[[], Any] | None = None,
+                resolve: dict[str, str] | None = None) -> web.Application:
     """The console, to be mounted at ``/ui/`` (``parent.add_subapp("/ui/", console_app(...))``).
 
     ``bootstrap``: a SASL listener's address (``host:port``) the console's Kafka clients log in
@@ -192,12 +193,16 @@ def console_app(bootstrap: str, security: dict[str, str] | None = None, *, mecha
     as its user (``lag.SessionSampler``);
     ``admin_api``: where the operator's pages read what only Shoal has (tenants, load, balancer),
     and a tenant's usage, users and namespaces pages theirs (``shoal.console.tenant_admin``):
-    ``operator_data.HttpAdminApi(url)`` or ``InProcessAdminApi(admin_server)``."""
+    ``operator_data.HttpAdminApi(url)`` or ``InProcessAdminApi(admin_server)``; ``resolve``:
+    ``{"host:port": "host:port"}``, where the clients connect for an address while TLS checks the
+    certificate for its name (the broker's own wildcard SASL_SSL listener: its advertised name,
+    reached on 127.0.0.1)."""
     from shoal.console import operator, pages
 
     app = web.Application(middlewares=[security_headers, sessions_and_csrf], client_max_size=2 * MAX_FIELD)
     app[SESSIONS] = sessions or Sessions(bootstrap, security or {"security.protocol": "SASL_PLAINTEXT"},
-                                         mechanism=mechanism, is_operator=is_operator, backoff=backoff)
+                                         mechanism=mechanism, is_operator=is_operator, backoff=backoff,
+                                         resolve=resolve)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(package_dir("templates")),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     _filters(env)

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from shoal.auth.backoff import LoginBackoff, login_key, wait_turn
 from shoal.client import AdminClient, ClientSecurity, ConnectionLost, KafkaError
@@ -69,14 +69,17 @@ class Session:
 
 class Sessions:
     """``bootstrap``/``security``: how to reach a SASL listener (its ``security.protocol`` and
-    TLS settings; the SASL user and password are each login's); ``is_operator(user)``: whether a
+    TLS settings; the SASL user and password are each login's; ``resolve``: where to connect for
+    an address, TLS checking its name, ``AdminClient``'s); ``is_operator(user)``: whether a
     user gets the operator's pages (the broker answers for what it may see either way)."""
 
     def __init__(self, bootstrap: str, security: dict[str, str], *, mechanism: str = "SCRAM-SHA-512",
                  is_operator: Callable[[str], bool] = lambda user: False, backoff: LoginBackoff | None = None,
                  idle_s: float = 1800.0, max_s: float = 12 * 3600.0, max_sessions: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic, timeout_s: float = 15.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, timeout_s: float = 15.0,
+                 resolve: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.resolve = dict(resolve or {})  # AdminClient's: where an advertised address is reached
         self.security = dict(security)
         self.mechanism = mechanism
         self.is_operator = is_operator
@@ -103,7 +106,7 @@ class Sessions:
             self._failed(user, peer, key, "refused unchecked")
         props = {**self.security, "sasl.mechanism": self.mechanism, "sasl.username": user, "sasl.password": password}
         client = AdminClient(self.bootstrap, client_id="shoal-console", timeout=self.timeout_s,
-                             security=ClientSecurity.from_properties(props))
+                             security=ClientSecurity.from_properties(props), resolve=self.resolve)
         try:
             await client.connect()
         except KafkaError as e:

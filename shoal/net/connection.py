@@ -40,8 +40,12 @@ class Connection:
         self, host: str, port: int, client_id: str, timeout: float, security: "ClientSecurity | None" = None,
         decoders: Mapping[int, Callable[[int, int, bytes], tuple[int, Any]]] | None = None,
         encoders: Mapping[int, Callable[[int, int, str, Any], bytes]] | None = None,
+        address: tuple[str, int] | None = None,
     ) -> None:
         self.host, self.port = host, port
+        # where to connect, when not host:port (AdminClient's ``resolve``): TLS still checks
+        # that the certificate names ``host``
+        self.address = address or (host, port)
         self.decoders = decoders or {}
         self.encoders = encoders or {}
         self.security = security or ClientSecurity()
@@ -63,15 +67,15 @@ class Connection:
             self._transport, _ = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: _Frames(self),
-                    self.host,
-                    self.port,
+                    *self.address,
                     ssl=self.security.ssl_context(),
                     server_hostname=self.host if self.security.uses_tls else None,
                 ),
                 self.timeout,
             )
         except (OSError, asyncio.TimeoutError) as e:
-            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
+            at = "" if self.address == (self.host, self.port) else f" (at {self.address[0]}:{self.address[1]})"
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}{at}: {e or 'timed out'}") from None
         await self._negotiate()
         if self.security.uses_sasl:
             await self._sasl_login()

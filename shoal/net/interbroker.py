@@ -64,6 +64,31 @@ def inter_broker_endpoint(config: "BrokerConfig", broker: "BrokerInfo") -> tuple
     return broker.endpoint(str(listener))
 
 
+def listener_tls_client(config: "BrokerConfig", listener: str) -> dict[str, str] | None:
+    """Kafka client properties for TLS to one of the broker's own listeners (a follower's fetches
+    to its peers', the console's logins to its own, ``shoal.broker``): the listener's
+    ``ssl.truststore.location`` checks the certificate (its host name too unless
+    ``ssl.endpoint.identification.algorithm`` is empty), the broker's key store is its client
+    certificate (mTLS listeners). None without a truststore: nothing to check the certificate with."""
+    truststore = config.for_listener(listener, "ssl.truststore.location")
+    if truststore is None:
+        return None
+    props = {"ssl.ca.location": str(truststore)}
+    cert = config.for_listener(listener, "ssl.certificate.location")
+    key = config.for_listener(listener, "ssl.key.location")
+    if cert is None:
+        cert, key = config.for_listener(listener, "ssl.keystore.location"), None
+    if cert is not None:
+        props["ssl.certificate.location"] = str(cert)
+        if key is not None:
+            props["ssl.key.location"] = str(key)
+        password = config.for_listener(listener, "ssl.key.password")
+        if password is not None:
+            props["ssl.key.password"] = str(password)
+    props["ssl.endpoint.identification.algorithm"] = str(config.get("ssl.endpoint.identification.algorithm"))
+    return props
+
+
 def inter_broker_security(config: "BrokerConfig") -> ClientSecurity:
     """The client side of the inter-broker listener; ``InterBrokerSecurityError`` says what is
     missing."""
@@ -94,24 +119,12 @@ def inter_broker_security(config: "BrokerConfig") -> ClientSecurity:
         props.update({"sasl.mechanism": mechanism, "sasl.username": options["username"],
                       "sasl.password": options["password"]})
     if protocol in ("SSL", "SASL_SSL"):
-        truststore = config.for_listener(listener, "ssl.truststore.location")
-        if truststore is None:
+        tls = listener_tls_client(config, listener)
+        if tls is None:
             raise InterBrokerSecurityError(
                 f"the inter-broker listener {listener} is {protocol}: set ssl.truststore.location to the CA "
                 "that signed the brokers' certificates")
-        props["ssl.ca.location"] = str(truststore)
-        cert = config.for_listener(listener, "ssl.certificate.location")
-        key = config.for_listener(listener, "ssl.key.location")
-        if cert is None:
-            cert, key = config.for_listener(listener, "ssl.keystore.location"), None
-        if cert is not None:
-            props["ssl.certificate.location"] = str(cert)
-            if key is not None:
-                props["ssl.key.location"] = str(key)
-            password = config.for_listener(listener, "ssl.key.password")
-            if password is not None:
-                props["ssl.key.password"] = str(password)
-        props["ssl.endpoint.identification.algorithm"] = str(config.get("ssl.endpoint.identification.algorithm"))
+        props.update(tls)
     try:
         return ClientSecurity.from_properties(props)
     except ValueError as e:

@@ -91,3 +91,16 @@ def make_client_cert(pki: Pki, stem: str, subject: dict[str, str]) -> tuple[Path
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(_pem_key(key))
     return cert_path, key_path
+
+
+def make_server_cert(pki: Pki, stem: str, dns_names: list[str]) -> Path:
+    """Another server certificate signed by ``pki``'s CA naming only ``dns_names`` (no address),
+    certificate and key in one PEM file (``ssl.keystore.type=PEM``): ``<stem>.pem`` next to it."""
+    assert pki.ca_key is not None, "this Pki was not made by make_pki"
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    key = _key()
+    cert = _cert(_name(CN=dns_names[0]), key, ca.subject, ca_key, san=[x509.DNSName(n) for n in dns_names])
+    path = pki.ca.parent / f"{stem}.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + _pem_key(key))
+    return path

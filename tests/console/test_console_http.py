@@ -25,9 +25,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker_process import free_port
-from console_harness import ADMIN, Browser, ConsoleCluster, ConsoleServer, console_cluster
+from broker_process import BrokerProcess, free_port
+from console_harness import ADMIN, ADMIN_PASSWORD, Browser, ConsoleCluster, ConsoleServer, console_cluster
 from polling import until
+from tenancy_fixtures import TlsTenantBroker, tenant_cluster
 
 A_TOPIC, A_GROUP, A_QUIET = "a-orders", "a-readers", "a-quiet"
 B_TOPIC, B_GROUP = "b-secret-ledger", "b-secret-auditors"
@@ -501,3 +502,48 @@ def test_the_broker_serves_the_console_under_ui_on_its_admin_listener(cc):
     # the admin API beside it is unchanged
     status, body = broker.http("GET", "/v1/tenants")
     assert status == 200 and {t["tenant_id"] for t in body["tenants"]} >= {cc.cluster.a.tenant_id, cc.cluster.b.tenant_id}
+
+
+class SaslSslOnlyBroker(TlsTenantBroker):
+    """TlsTenantBroker without its SASL_PLAINTEXT and MTLS listeners: PLAINTEXT for the operator
+    and SASL_SSL on every address, advertised as localhost, its certificate naming localhost only
+    (not 127.0.0.1)."""
+
+    def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
+        super().__init__(workdir, overrides)
+        from auth_certs import make_server_cert  # (tests/auth: on sys.path now)
+
+        self.overrides.pop("listener.name.mtls.ssl.client.auth")
+        self.overrides.update({
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port},SASL_SSL://localhost:{self.sasl_ssl_port}",
+            "ssl.keystore.location": str(make_server_cert(self.pki, "localhost-only", ["localhost"]))})
+
+    def listeners(self) -> list[str]:
+        return BrokerProcess.listeners(self) + [f"SASL_SSL://0.0.0.0:{self.sasl_ssl_port}"]
+
+
+def test_a_broker_with_only_a_sasl_ssl_listener_serves_the_console():
+    """No SASL_PLAINTEXT listener: the console logs users in over TLS to the SASL_SSL one, reached
+    on 127.0.0.1 (it listens on every address), its certificate checked against the broker's
+    truststore for the advertised name (localhost: the certificate does not name 127.0.0.1)."""
+    gen = tenant_cluster({"shoal.sasl.bootstrap.users": f"{ADMIN}:{ADMIN_PASSWORD}",
+                          "super.users": f"User:ANONYMOUS;User:{ADMIN}"}, broker_class=SaslSslOnlyBroker)
+    cluster = next(gen)
+    try:
+        broker = cluster.broker
+        assert "users log in through listener SASL_SSL, SASL_SSL" in broker.log_text(), broker.log_tail()
+        alice = Browser(broker.admin_url + "/ui/")
+        assert alice.login("alice", cluster.a.users["alice"]).url.endswith("/ui/topics")
+        r = alice.post("topics", {"name": "tls-orders", "partitions": "1"})
+        assert r.status_code == 200 and "Topic tls-orders created." in r.text, r.text[-1500:]
+        r = alice.post("topics/tls-orders/produce", {"partition": "0", "value": "over TLS"})
+        assert "Produced a record to tls-orders-0 at offset 0." in r.text and "over TLS" in r.text
+        page = alice.get("topics").text
+        assert "tls-orders" in page and cluster.b.tenant_id not in page
+        bob = Browser(broker.admin_url + "/ui/")
+        assert bob.login("bob", cluster.b.users["bob"]).url.endswith("/ui/topics")
+        assert "tls-orders" not in bob.get("topics").text
+    finally:
+        for _ in gen:
+            pass
