@@ -547,3 +547,30 @@ def test_a_broker_with_only_a_sasl_ssl_listener_serves_the_console():
     finally:
         for _ in gen:
             pass
+
+
+def _console_log_lines(broker_class: type, overrides: dict[str, str], tmp_path: Path) -> list[str]:
+    """The console's start-up lines of a broker of ``broker_class`` (started, then stopped)."""
+    broker = broker_class(tmp_path, overrides)
+    broker.start()
+    try:
+        return [line for line in broker.log_text().splitlines() if "Shoal Console" in line]
+    finally:
+        broker.stop()
+
+
+def test_the_console_prefers_sasl_plaintext_and_needs_a_truststore_for_sasl_ssl(tmp_path):
+    """Both SASL_PLAINTEXT and SASL_SSL: through SASL_PLAINTEXT (no TLS handshakes on loopback).
+    Only SASL_SSL and no truststore: not served, and one line says why."""
+    lines = _console_log_lines(TlsTenantBroker, {}, tmp_path / "both")
+    assert len(lines) == 1 and "users log in through listener SASL_PLAINTEXT, SASL_PLAINTEXT" in lines[0], lines
+
+    class NoTruststore(SaslSslOnlyBroker):
+        def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
+            super().__init__(workdir, overrides)
+            del self.overrides["ssl.truststore.location"]
+
+    lines = _console_log_lines(NoTruststore, {}, tmp_path / "no-truststore")
+    assert lines == [lines[0]] and lines[0].endswith(
+        "Shoal Console not served: listener SASL_SSL is SASL_SSL without an ssl.truststore.location for the "
+        "console's clients to check its certificate with"), lines
