@@ -538,10 +538,10 @@ class Broker:
         this broker's inter-broker login on its inter-broker endpoint, as another broker connects
         to it; that principal sees the physical cluster (with an authorizer it needs DESCRIBE on
         groups and topics, which the broker's principal in ``super.users`` has)."""
-        from shoal.client import AdminClient
+        from shoal.console.lag import sampler_client
 
         (host, port), security = self._inter_broker_endpoint(self._broker_info())
-        return AdminClient(f"{host}:{port}", client_id="shoal-console-lag", timeout=15, security=security)
+        return sampler_client(f"{host}:{port}", security)
 
     async def stop(self) -> None:
         step = ["controlled shutdown"]

@@ -76,7 +76,8 @@ def lag_client(args: argparse.Namespace) -> Any:
     """``console_app``'s ``lag_client`` from ``--sampler-config`` (None without it); UsageError."""
     if not args.sampler_config:
         return None
-    from shoal.client import AdminClient, ClientSecurity
+    from shoal.client import ClientSecurity
+    from shoal.console.lag import sampler_client
 
     try:
         props = client_props(args.sampler_config)
@@ -86,7 +87,7 @@ def lag_client(args: argparse.Namespace) -> Any:
     if args.lag_interval <= 0:
         raise UsageError("--lag-interval must be more than 0")
     bootstrap = props.get("bootstrap.servers") or args.bootstrap_server
-    return lambda: AdminClient(bootstrap, client_id="shoal-console-lag", timeout=15, security=security)
+    return lambda: sampler_client(bootstrap, security)
 
 
 def cmd_console(args: argparse.Namespace) -> int:

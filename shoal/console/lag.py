@@ -74,6 +74,14 @@ class LagHistory:
             del self._samples[key]
 
 
+def sampler_client(bootstrap: str, security: Any) -> Any:
+    """The cluster sampler's client (not connected): an ``AdminClient`` on ``bootstrap`` with
+    ``security`` (a ``ClientSecurity``), for ``console_app``'s ``lag_client``."""
+    from shoal.client import AdminClient
+
+    return AdminClient(bootstrap, client_id="shoal-console-lag", timeout=15, security=security)
+
+
 class _Sampler:
     """What both samplers share: the history, its clock and window, the loop."""
 
