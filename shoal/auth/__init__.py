@@ -175,15 +175,56 @@ def _oauth_settings(sec: ListenerSecurity, config: "BrokerConfig", listener: str
     if not str(url).startswith(("https://", "http://", "file:")):
         raise ConfigError("INVALID_CONFIG", f"sasl.oauthbearer.jwks.endpoint.url {url!r} is not an https://, "
                           "http:// or file: URL")
-    cache = jwks.get(url)
+    trust, ssl_context = _jwks_trust(config, listener, str(url))
+    cache = jwks.get(f"{url} {trust}")
     if cache is None:
-        cache = jwks[url] = JwksCache(
+        cache = jwks[f"{url} {trust}"] = JwksCache(
             str(url), refresh_ms=int(get("sasl.oauthbearer.jwks.endpoint.refresh.ms")),
             timeout_s=int(get("shoal.sasl.oauthbearer.jwks.endpoint.timeout.ms")) / 1000,
-            min_interval_s=int(get("shoal.sasl.oauthbearer.jwks.refresh.min.interval.ms")) / 1000)
+            min_interval_s=int(get("shoal.sasl.oauthbearer.jwks.refresh.min.interval.ms")) / 1000,
+            ssl_context=ssl_context)
     sec.oauth_validator = JwksValidator(
         cache, audience=tuple(get("sasl.oauthbearer.expected.audience") or ()),
         issuer=get("sasl.oauthbearer.expected.issuer") or None, skew_s=skew, principal_claim=sec.oauth_principal_claim)
+
+
+def _jwks_trust(config: "BrokerConfig", listener: str, url: str) -> tuple[str, Any]:
+    """(what it trusts, an ``SSLContext`` or None) for an https JWKS endpoint, from the ``ssl.*``
+    options of the listener's ``OAuthBearerLoginModule`` JAAS entry, where Kafka reads them
+    (``listener.name.<listener>.oauthbearer.sasl.jaas.config``, else ``sasl.jaas.config``):
+    ``ssl.truststore.location`` (PEM CA certificates; ``ssl.truststore.type`` PEM) and
+    ``ssl.endpoint.identification.algorithm`` ("" to skip the host name check). None (the system's
+    CAs) without a truststore; ConfigError for one that cannot be read."""
+    import ssl
+
+    from shoal.config import ConfigError
+    from shoal.net.jaas import JaasError, parse_jaas
+
+    setting = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+    text = config.raw(setting)
+    if text is None:
+        setting, text = "sasl.jaas.config", config.for_listener(listener, "sasl.jaas.config")
+    if not url.startswith("https:") or text is None:
+        return "system", None
+    try:
+        options = parse_jaas(str(text), ("OAuthBearerLoginModule",))
+    except JaasError:
+        return "system", None  # another module's login (the broker's own, for PLAIN or SCRAM)
+    location = options.get("ssl.truststore.location")
+    if location is None:
+        return "system", None
+    kind = options.get("ssl.truststore.type", "PEM").upper()
+    if kind != "PEM":
+        raise ConfigError("INVALID_CONFIG", f"{setting}: ssl.truststore.type={kind}: the JWKS endpoint's truststore "
+                          "must be PEM (CA certificates)")
+    try:
+        ctx = ssl.create_default_context(cafile=location)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError("INVALID_CONFIG", f"{setting}: ssl.truststore.location {location!r}: {e}") from None
+    check = options.get("ssl.endpoint.identification.algorithm", "https")
+    if check == "":
+        ctx.check_hostname = False
+    return f"{location} {check}", ctx
 
 
 def jwks_caches(security: dict[str, ListenerSecurity]) -> list["JwksCache"]:

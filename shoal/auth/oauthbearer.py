@@ -205,8 +205,9 @@ class JwksCache:
     event loop); see the module docstring for when it fetches."""
 
     def __init__(self, url: str, *, refresh_ms: int, timeout_s: float, min_interval_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, ssl_context: Any = None) -> None:
         self.url = url
+        self.ssl_context = ssl_context  # an https endpoint's trust (None: the system's CAs)
         self.refresh_s = refresh_ms / 1000
         self.timeout_s = timeout_s
         self.min_interval_s = min_interval_s
@@ -223,7 +224,8 @@ class JwksCache:
         self._tried_at = self._clock()
         self.fetches += 1
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:  # noqa: S310 (operator's URL)
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s,  # noqa: S310 (operator's URL)
+                                        context=self.ssl_context if self.url.startswith("https:") else None) as resp:
                 body = resp.read(4 * 1024 * 1024)
             doc = json.loads(body)
             keys = [k for k in doc.get("keys", []) if isinstance(k, dict)] if isinstance(doc, dict) else []

@@ -343,3 +343,64 @@ async def test_identity_pools_persist_and_go_with_their_tenant(tmp_path):
     with pytest.raises(MetadataError):
         await s.delete_identity_pool(pa.pool_id)
     await s.close()
+
+
+# -- an https JWKS endpoint behind a private CA ---------------------------------------------------
+
+
+@pytest.fixture
+def https_jwks(tmp_path):
+    """A JWKS over HTTPS on 127.0.0.1 with a certificate from a private CA naming localhost only
+    (no address); (its https URL on localhost, the Pki)."""
+    import ssl
+
+    from auth_certs import make_pki, make_server_cert
+    from jwks_server import JwksServer
+
+    pki = make_pki(tmp_path / "pki")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(make_server_cert(pki, "jwks", ["localhost"])))
+    server = JwksServer(json.dumps({"keys": [jwk(RSA, "r1")]}).encode(), ctx, host="localhost")
+    try:
+        yield server.url, pki
+    finally:
+        server.close()
+
+
+def _oauth_listener_config(url: str, jaas: str | None) -> "BrokerConfig":
+    from shoal.config import BrokerConfig
+
+    values = {"listeners": "OAUTH://127.0.0.1:0", "listener.security.protocol.map": "OAUTH:SASL_PLAINTEXT",
+              "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+              "sasl.oauthbearer.jwks.endpoint.url": url}
+    if jaas is not None:
+        values["listener.name.oauth.oauthbearer.sasl.jaas.config"] = jaas
+    return BrokerConfig(values)
+
+
+MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
+
+
+def test_an_https_jwks_endpoint_is_checked_against_the_listeners_jaas_truststore(https_jwks):
+    """As Kafka reads them for the JWKS endpoint: the ``ssl.*`` options of the listener's
+    OAuthBearerLoginModule entry. Without them the system's CAs, which do not know the private
+    CA: no keys (and one warning); with ``ssl.truststore.location`` the keys; the host name is
+    checked unless ``ssl.endpoint.identification.algorithm`` is empty."""
+    from shoal.auth import listener_security
+    from shoal.config import ConfigError
+
+    url, pki = https_jwks
+
+    def keys(jaas: str | None, at: str = url) -> int:
+        sec = listener_security(_oauth_listener_config(at, jaas))["OAUTH"]
+        return len(sec.oauth_validator.keys.keys_for("r1"))
+
+    assert keys(None) == 0  # the system's CAs: refused
+    assert keys(f'{MODULE} ssl.truststore.location="{pki.ca}";') == 1
+    by_ip = url.replace("localhost", "127.0.0.1")  # the same server, by a name its certificate does not carry
+    assert keys(f'{MODULE} ssl.truststore.location="{pki.ca}";', by_ip) == 0
+    assert keys(f'{MODULE} ssl.truststore.location="{pki.ca}" ssl.endpoint.identification.algorithm="";', by_ip) == 1
+    with pytest.raises(ConfigError, match="ssl.truststore.location"):
+        keys(f'{MODULE} ssl.truststore.location="{pki.ca}.missing";')
+    with pytest.raises(ConfigError, match="must be PEM"):
+        keys(f'{MODULE} ssl.truststore.location="{pki.ca}" ssl.truststore.type="JKS";')

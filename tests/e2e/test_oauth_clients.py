@@ -18,9 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ jwt = pytest.importorskip("jwt")
 from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: E402
 
 from broker_process import REPO, BrokerProcess, free_port, http_json  # noqa: E402
+from jwks_server import JwksServer  # noqa: E402
 from raw_client import RawClient  # noqa: E402
 
 ISSUER = "https://idp.test.example"
@@ -51,25 +50,12 @@ class Idp:
             jwk = alg.to_jwk(key.public_key(), as_dict=True)
             jwk.update(kid=kid, use="sig", alg="RS256" if kid == "rsa-1" else "ES256")
             keys.append(jwk)
-        body = json.dumps({"keys": keys}).encode()
-        self.hits = 0
-        idp = self
+        self.jwks = JwksServer(json.dumps({"keys": keys}).encode())
+        self.server, self.url = self.jwks.server, self.jwks.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                idp.hits += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    @property
+    def hits(self) -> int:
+        return self.jwks.hits
 
     def token(self, sub: str = "svc-a", *, groups: tuple[str, ...] = ("team-a",), ttl: float = 300,
               aud: str = AUDIENCE, iss: str = ISSUER, kind: str = "rsa", iat_offset: float = 0) -> tuple[str, float]:
