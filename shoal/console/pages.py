@@ -232,12 +232,9 @@ async def group_page(request: web.Request) -> web.Response:
 
 async def _physical_group(session: Session, group: str) -> str:
     """The physical name of the group ``session``'s user calls ``group``: with its tenant's
-    prefix (the cluster id its client sees, ``lkc-...``, asked once per session)."""
-    if session.cluster_id is None:
-        md = await session.client.metadata([])
-        session.cluster_id = md.cluster_id or ""
-    tid = session.cluster_id
-    return tenant_prefix(tid) + group if tid.startswith("lkc-") else group
+    prefix (``Session.tenant``)."""
+    tid = await session.tenant()
+    return tenant_prefix(tid) + group if tid is not None else group
 
 
 def _refresh(value: str | None) -> int | None:

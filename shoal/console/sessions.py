@@ -66,6 +66,14 @@ class Session:
     def csrf_ok(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.csrf.encode(), (token or "").encode())
 
+    async def tenant(self) -> str | None:
+        """The user's tenant: the cluster id its client sees (``lkc-...``), asked once a session;
+        None for the physical cluster's view."""
+        if self.cluster_id is None:
+            md = await self.client.metadata([])
+            self.cluster_id = md.cluster_id or ""
+        return self.cluster_id if self.cluster_id.startswith("lkc-") else None
+
 
 class Sessions:
     """``bootstrap``/``security``: how to reach a SASL listener (its ``security.protocol`` and

@@ -74,10 +74,7 @@ async def admin_call(request: web.Request, method: str, path: str, body: Any = N
 async def tenant_id(request: web.Request) -> str | None:
     """The user's tenant (the cluster id its Kafka client sees); None for the physical cluster."""
     session = session_of(request)
-    if session.operator:
-        return None
-    md = await session.client.metadata([])
-    return md.cluster_id if md.cluster_id and md.cluster_id.startswith("lkc-") else None
+    return None if session.operator else await session.tenant()
 
 
 async def administers(request: web.Request) -> bool:
